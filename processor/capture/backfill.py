@@ -1,0 +1,42 @@
+"""One pass over the transcripts on disk: what `engram backfill` and `engram run --once` do."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from processor.capture.discover import TranscriptFilter, discover
+from processor.capture.tailer import Tailer
+from processor.store import retry_when_busy
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int, Path], None]
+
+
+@dataclass
+class BackfillReport:
+    files: int = 0
+    lines: int = 0
+    messages: int = 0
+    problems: int = 0
+
+
+def backfill(
+    tailer: Tailer,
+    transcript_filter: TranscriptFilter,
+    since_days: float | None,
+    progress: Progress | None = None,
+) -> BackfillReport:
+    paths = discover(transcript_filter.root, transcript_filter, since_days)
+    report = BackfillReport(files=len(paths))
+    for index, path in enumerate(paths, 1):
+        result = retry_when_busy(lambda p=path: tailer.tail(p), what=f"capturing {path}")
+        report.lines += result.lines
+        report.messages += len(result.captured)
+        report.problems += result.problems
+        if progress:
+            progress(index, len(paths), path)
+    return report

@@ -1,0 +1,34 @@
+"""Logging to ~/.engram/logs/engram.log (rotated) and to stderr."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import sys
+
+from processor.config import Settings, ensure_private_dir
+
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(settings: Settings, *, to_file: bool = True, to_stderr: bool = True) -> None:
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(str(settings.log_level).upper())
+    formatter = logging.Formatter(_FORMAT)
+    if to_file:
+        ensure_private_dir(settings.logs_dir)
+        file_handler = logging.handlers.RotatingFileHandler(
+            settings.logs_dir / "engram.log",
+            maxBytes=int(settings.log_max_bytes),
+            backupCount=int(settings.log_backups),
+            encoding="utf-8",
+        )
+        file_handler.setFormatter(formatter)
+        root.addHandler(file_handler)
+    if to_stderr:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(formatter)
+        root.addHandler(stream)

@@ -1,0 +1,66 @@
+"""What `engram status` reports: counts, and capture lag for recently active sessions."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from processor.config import Settings
+from processor.store import connect, migrate, queries
+
+ACTIVE_WINDOW_MS = 24 * 3600 * 1000
+
+
+def _iso(ms: int | None) -> str | None:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else None
+
+
+def collect_status(settings: Settings) -> dict[str, Any]:
+    """Counts first (the integers scripts read), then per-session capture lag."""
+    if not settings.db_path.exists():
+        return {"sessions": 0, "messages": 0, "db": str(settings.db_path), "db_exists": False,
+                "active_sessions": []}
+    conn = connect(settings.db_path)
+    try:
+        migrate(conn)
+        status: dict[str, Any] = dict(queries.counts(conn))
+        status["db"] = str(settings.db_path)
+        status["db_exists"] = True
+        now_ms = int(time.time() * 1000)
+        active = []
+        for s in queries.recent_sessions(conn, now_ms - ACTIVE_WINDOW_MS):
+            try:
+                st = os.stat(s.transcript_path)
+                size, mtime_ms = st.st_size, int(st.st_mtime * 1000)
+            except OSError:
+                size, mtime_ms = None, None
+            active.append({
+                "session_id": s.session_id,
+                "project": s.project,
+                "messages": s.messages,
+                "last_activity": _iso(s.last_activity),
+                "transcript": s.transcript_path,
+                # Bytes written to the transcript that are not captured yet (None: file gone).
+                "capture_lag_bytes": None if size is None else max(size - s.byte_offset, 0),
+                "transcript_modified": _iso(mtime_ms),
+            })
+        status["active_sessions"] = active
+        return status
+    finally:
+        conn.close()
+
+
+def format_status(status: dict[str, Any]) -> str:
+    lines = [f"sessions: {status['sessions']}", f"messages: {status['messages']}", f"database: {status['db']}"]
+    if not status.get("db_exists"):
+        lines.append("nothing captured yet: run `engram run` (or `engram backfill`)")
+    active = status.get("active_sessions") or []
+    if active:
+        lines.append(f"active in the last 24 h: {len(active)}")
+        for s in active:
+            lag = "file gone" if s["capture_lag_bytes"] is None else f"lag {s['capture_lag_bytes']} B"
+            lines.append(f"  {s['session_id']}  {s['messages']:>5} msgs  {s['last_activity'] or '-'}  {lag}"
+                         f"  {s['project'] or ''}")
+    return "\n".join(lines)

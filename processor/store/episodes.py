@@ -1,0 +1,224 @@
+"""The SQL for episodes (memories), their full-text index, vectors and provenance.
+
+Callers own the transaction; these functions only run statements.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+EPISODE_COLUMNS = (
+    "rowid, id, session_id, project, scope, summary, entities, importance, kind, source_type, full_content, "
+    "source_uuids, created_at, accessed_at, access_count, valid_from, valid_to, superseded_by, status"
+)
+
+
+@dataclass(frozen=True)
+class Episode:
+    rowid: int
+    id: str
+    session_id: str | None
+    project: str | None
+    scope: str
+    summary: str
+    entities: list[str]
+    importance: str
+    kind: str
+    source_type: str
+    full_content: str
+    source_uuids: list[str]
+    created_at: int
+    accessed_at: int
+    access_count: int
+    valid_from: int
+    valid_to: int | None
+    superseded_by: str | None
+    status: str
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Episode:
+        values = list(row)
+        values[6] = _json_list(values[6])
+        values[11] = _json_list(values[11])
+        return cls(*values)
+
+
+def _json_list(text: str | None) -> list[str]:
+    try:
+        value = json.loads(text or "[]")
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class NewEpisode:
+    id: str
+    session_id: str | None
+    project: str | None
+    scope: str
+    summary: str
+    entities: list[str]
+    importance: str
+    kind: str
+    source_type: str
+    full_content: str
+    source_uuids: list[str]
+    content_hash: str
+    created_at: int
+
+
+def insert_episode(conn: apsw.Connection, ep: NewEpisode, embedding: bytes | None) -> int:
+    conn.execute(
+        """
+        INSERT INTO episodes (id, session_id, project, scope, summary, entities, importance, kind, source_type,
+                              full_content, source_uuids, content_hash, embedding, created_at, accessed_at,
+                              access_count, valid_from, status)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 'active')
+        """,
+        (ep.id, ep.session_id, ep.project, ep.scope, ep.summary, json.dumps(ep.entities), ep.importance, ep.kind,
+         ep.source_type, ep.full_content, json.dumps(ep.source_uuids), ep.content_hash, embedding, ep.created_at,
+         ep.created_at, ep.created_at),
+    )
+    return conn.last_insert_rowid()
+
+
+def get_episode(conn: apsw.Connection, episode_id: str) -> Episode | None:
+    row = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+    return Episode.from_row(row) if row else None
+
+
+def episodes_by_rowid(conn: apsw.Connection, rowids: list[int]) -> dict[int, Episode]:
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    rows = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE rowid IN ({marks})", rowids)
+    return {row[0]: Episode.from_row(row) for row in rows}
+
+
+def active_hash_exists(conn: apsw.Connection, content_hash: str) -> str | None:
+    row = conn.execute(
+        "SELECT id FROM episodes WHERE content_hash = ? AND status = 'active' LIMIT 1", (content_hash,)
+    ).fetchone()
+    return row[0] if row else None
+
+
+def fts_candidates(conn: apsw.Connection, match: str, limit: int) -> list[tuple[int, float]]:
+    """(rowid, bm25) best first; bm25() is lower-is-better, so callers negate it."""
+    return conn.execute(
+        "SELECT rowid, bm25(episodes_fts, 2.0, 1.0, 1.0) AS score FROM episodes_fts "
+        "WHERE episodes_fts MATCH ? ORDER BY score LIMIT ?",
+        (match, limit),
+    ).fetchall()
+
+
+def vectors_after(conn: apsw.Connection, after_rowid: int) -> list[tuple[int, bytes]]:
+    return conn.execute(
+        "SELECT rowid, embedding FROM episodes WHERE rowid > ? AND embedding IS NOT NULL ORDER BY rowid",
+        (after_rowid,),
+    ).fetchall()
+
+
+def all_embeddable(conn: apsw.Connection) -> list[tuple[int, str, str]]:
+    return conn.execute(
+        "SELECT rowid, summary, full_content FROM episodes WHERE status != 'forgotten' ORDER BY rowid"
+    ).fetchall()
+
+
+def set_embedding(conn: apsw.Connection, rowid: int, embedding: bytes) -> None:
+    conn.execute("UPDATE episodes SET embedding = ? WHERE rowid = ?", (embedding, rowid))
+
+
+def touch(conn: apsw.Connection, episode_ids: list[str], now_ms: int) -> None:
+    conn.executemany(
+        "UPDATE episodes SET accessed_at = ?, access_count = access_count + 1 WHERE id = ?",
+        [(now_ms, eid) for eid in episode_ids],
+    )
+
+
+def forget(conn: apsw.Connection, episode_id: str, now_ms: int) -> None:
+    conn.execute(
+        "UPDATE episodes SET status = 'forgotten', summary = '[forgotten]', full_content = '', entities = '[]', "
+        "embedding = NULL, valid_to = COALESCE(valid_to, ?) WHERE id = ?",
+        (now_ms, episode_id),
+    )
+
+
+def supersede(conn: apsw.Connection, old_id: str, new_id: str, now_ms: int) -> None:
+    conn.execute(
+        "UPDATE episodes SET valid_to = ?, superseded_by = ?, status = 'stale' WHERE id = ?",
+        (now_ms, new_id, old_id),
+    )
+
+
+def max_access_count(conn: apsw.Connection) -> int:
+    return conn.execute("SELECT COALESCE(MAX(access_count), 0) FROM episodes WHERE status = 'active'").fetchone()[0]
+
+
+def counts_by_status(conn: apsw.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT status, count(*) FROM episodes GROUP BY status").fetchall())
+
+
+def get_meta(conn: apsw.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(conn: apsw.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                 (key, value))
+
+
+# --- turning captured messages into episodes -------------------------------------------------
+
+@dataclass(frozen=True)
+class StoredMessage:
+    id: int
+    uuid: str
+    role: str
+    text: str
+    ts_ms: int | None
+
+
+def sessions_with_new_messages(conn: apsw.Connection) -> list[tuple[str, str | None, int]]:
+    """(session_id, project, episodized_through) for sessions with messages not yet in episodes."""
+    return conn.execute(
+        """
+        SELECT s.session_id, s.project, s.episodized_through FROM sessions s
+        WHERE EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.session_id AND m.id > s.episodized_through)
+        """
+    ).fetchall()
+
+
+def messages_after(conn: apsw.Connection, session_id: str, after_id: int, limit: int = 10_000) -> list[StoredMessage]:
+    rows = conn.execute(
+        "SELECT id, uuid, role, text, ts_ms FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",
+        (session_id, after_id, limit),
+    ).fetchall()
+    return [StoredMessage(*row) for row in rows]
+
+
+def session_progress(conn: apsw.Connection, session_id: str) -> tuple[str | None, int] | None:
+    row = conn.execute("SELECT project, episodized_through FROM sessions WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def set_episodized_through(conn: apsw.Connection, session_id: str, message_id: int) -> None:
+    conn.execute("UPDATE sessions SET episodized_through = MAX(episodized_through, ?) WHERE session_id = ?",
+                 (message_id, session_id))
+
+
+def recent_unepisodized(conn: apsw.Connection, session_id: str, limit: int) -> list[StoredMessage]:
+    rows = conn.execute(
+        """
+        SELECT m.id, m.uuid, m.role, m.text, m.ts_ms FROM messages m JOIN sessions s USING (session_id)
+        WHERE m.session_id = ? AND m.id > s.episodized_through ORDER BY m.id DESC LIMIT ?
+        """,
+        (session_id, limit),
+    ).fetchall()
+    return [StoredMessage(*row) for row in rows]

@@ -1,0 +1,200 @@
+"""Schema migrations: small named functions, each applied once and recorded.
+
+Never edit a migration that has shipped; add a new one. Each runs in its own
+write transaction together with the row that records it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import apsw
+
+from processor.store.connection import write_transaction
+
+Migration = Callable[[apsw.Connection], None]
+
+
+def m001_create_sessions(conn: apsw.Connection) -> None:
+    conn.execute(
+        """
+        CREATE TABLE sessions (
+            session_id      TEXT PRIMARY KEY,
+            transcript_path TEXT NOT NULL,
+            project         TEXT,
+            project_root    TEXT,
+            inode           INTEGER,
+            byte_offset     INTEGER NOT NULL DEFAULT 0,
+            last_line_hash  TEXT,
+            last_line_len   INTEGER NOT NULL DEFAULT 0,
+            last_activity   INTEGER,
+            created_at      INTEGER NOT NULL,
+            updated_at      INTEGER NOT NULL
+        );
+        CREATE INDEX idx_sessions_activity ON sessions(last_activity);
+        """
+    )
+
+
+def m002_create_messages(conn: apsw.Connection) -> None:
+    # One row per captured message. An assistant message arrives as several
+    # transcript lines sharing message.id; they merge into the row of the first
+    # line, and message_lines records every line already merged (idempotence).
+    conn.execute(
+        """
+        CREATE TABLE messages (
+            id             INTEGER PRIMARY KEY,
+            uuid           TEXT NOT NULL UNIQUE,
+            session_id     TEXT NOT NULL REFERENCES sessions(session_id),
+            parent_uuid    TEXT,
+            role           TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            timestamp      TEXT,
+            ts_ms          INTEGER,
+            cwd            TEXT,
+            git_branch     TEXT,
+            text           TEXT NOT NULL,
+            line_offset    INTEGER NOT NULL,
+            api_message_id TEXT
+        );
+        CREATE INDEX idx_messages_session ON messages(session_id, id);
+        CREATE INDEX idx_messages_api_id ON messages(session_id, api_message_id)
+            WHERE api_message_id IS NOT NULL;
+        CREATE TABLE message_lines (
+            line_uuid    TEXT PRIMARY KEY,
+            message_uuid TEXT NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )
+
+
+def m003_messages_fts(conn: apsw.Connection) -> None:
+    conn.execute(
+        """
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+            text, content='messages', content_rowid='id', tokenize='porter unicode61'
+        );
+        CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, text) VALUES (new.id, new.text);
+        END;
+        CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, text) VALUES ('delete', old.id, old.text);
+        END;
+        CREATE TRIGGER messages_fts_update AFTER UPDATE OF text ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, text) VALUES ('delete', old.id, old.text);
+            INSERT INTO messages_fts(rowid, text) VALUES (new.id, new.text);
+        END;
+        """
+    )
+
+
+def m004_create_episodes(conn: apsw.Connection) -> None:
+    # History is kept: an update is a new row (the old one gets valid_to + superseded_by);
+    # a forget blanks the content but keeps the id, so later lookups can say what happened.
+    conn.execute(
+        """
+        CREATE TABLE episodes (
+            id            TEXT PRIMARY KEY,
+            session_id    TEXT,
+            project       TEXT,
+            scope         TEXT NOT NULL DEFAULT 'project' CHECK (scope IN ('global', 'project')),
+            summary       TEXT NOT NULL,
+            entities      TEXT NOT NULL DEFAULT '[]',
+            importance    TEXT NOT NULL DEFAULT 'normal' CHECK (importance IN ('high', 'normal')),
+            kind          TEXT NOT NULL DEFAULT 'other' CHECK (kind IN ('decision', 'preference', 'convention',
+                              'bugfix', 'gotcha', 'fact', 'task', 'other')),
+            source_type   TEXT NOT NULL DEFAULT 'auto' CHECK (source_type IN ('auto', 'manual', 'verbatim')),
+            full_content  TEXT NOT NULL,
+            source_uuids  TEXT NOT NULL DEFAULT '[]',
+            content_hash  TEXT NOT NULL,
+            embedding     BLOB,
+            created_at    INTEGER NOT NULL,
+            accessed_at   INTEGER NOT NULL,
+            access_count  INTEGER NOT NULL DEFAULT 0,
+            valid_from    INTEGER NOT NULL,
+            valid_to      INTEGER,
+            superseded_by TEXT REFERENCES episodes(id),
+            status        TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'stale', 'forgotten'))
+        );
+        CREATE INDEX idx_episodes_scope ON episodes(scope, project);
+        CREATE INDEX idx_episodes_session ON episodes(session_id);
+        CREATE INDEX idx_episodes_hash ON episodes(content_hash);
+        CREATE INDEX idx_episodes_created ON episodes(created_at);
+        """
+    )
+
+
+def m005_episodes_fts(conn: apsw.Connection) -> None:
+    conn.execute(
+        """
+        CREATE VIRTUAL TABLE episodes_fts USING fts5(
+            summary, full_content, entities, content='episodes', content_rowid='rowid',
+            tokenize='porter unicode61'
+        );
+        CREATE TRIGGER episodes_fts_insert AFTER INSERT ON episodes BEGIN
+            INSERT INTO episodes_fts(rowid, summary, full_content, entities)
+            VALUES (new.rowid, new.summary, new.full_content, new.entities);
+        END;
+        CREATE TRIGGER episodes_fts_delete AFTER DELETE ON episodes BEGIN
+            INSERT INTO episodes_fts(episodes_fts, rowid, summary, full_content, entities)
+            VALUES ('delete', old.rowid, old.summary, old.full_content, old.entities);
+        END;
+        CREATE TRIGGER episodes_fts_update AFTER UPDATE OF summary, full_content, entities ON episodes BEGIN
+            INSERT INTO episodes_fts(episodes_fts, rowid, summary, full_content, entities)
+            VALUES ('delete', old.rowid, old.summary, old.full_content, old.entities);
+            INSERT INTO episodes_fts(rowid, summary, full_content, entities)
+            VALUES (new.rowid, new.summary, new.full_content, new.entities);
+        END;
+        """
+    )
+
+
+def m006_episode_progress_and_meta(conn: apsw.Connection) -> None:
+    # episodized_through: the last messages.id already turned into episodes, committed
+    # with those episodes. meta records which embedding model made the stored vectors.
+    conn.execute(
+        """
+        ALTER TABLE sessions ADD COLUMN episodized_through INTEGER NOT NULL DEFAULT 0;
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        """
+    )
+
+
+MIGRATIONS: list[Migration] = [
+    m001_create_sessions,
+    m002_create_messages,
+    m003_messages_fts,
+    m004_create_episodes,
+    m005_episodes_fts,
+    m006_episode_progress_and_meta,
+]
+
+
+def applied_migrations(conn: apsw.Connection) -> list[str]:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at INTEGER)")
+    return [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
+
+
+def migrate(conn: apsw.Connection) -> list[str]:
+    """Apply every pending migration; returns the names applied now."""
+    done = set(applied_migrations(conn))
+    applied_now = []
+    for migration in MIGRATIONS:
+        name = migration.__name__
+        if name in done:
+            continue
+        with write_transaction(conn):
+            # Re-check under the write lock: another process may have just applied it.
+            if conn.execute("SELECT 1 FROM schema_migrations WHERE name = ?", (name,)).fetchone():
+                continue
+            migration(conn)
+            conn.execute(
+                "INSERT INTO schema_migrations(name, applied_at) VALUES (?, ?)",
+                (name, int(time.time() * 1000)),
+            )
+        applied_now.append(name)
+    return applied_now
+
+
+def schema_version(conn: apsw.Connection) -> int:
+    return len(applied_migrations(conn))

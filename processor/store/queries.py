@@ -1,0 +1,141 @@
+"""The SQL that captures and reports on sessions and messages.
+
+Callers own the transaction (see write_transaction); these functions only run statements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import apsw
+
+if TYPE_CHECKING:
+    from processor.capture.parse import CapturedLine
+
+
+@dataclass(frozen=True)
+class SessionState:
+    byte_offset: int
+    inode: int | None
+    last_line_hash: str | None
+    last_line_len: int
+
+
+def session_state(conn: apsw.Connection, session_id: str) -> SessionState | None:
+    row = conn.execute(
+        "SELECT byte_offset, inode, last_line_hash, last_line_len FROM sessions WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    return SessionState(*row) if row else None
+
+
+def upsert_session(
+    conn: apsw.Connection,
+    *,
+    session_id: str,
+    transcript_path: str,
+    project_root: str | None,
+    inode: int,
+    byte_offset: int,
+    last_line_hash: str | None,
+    last_line_len: int,
+    last_activity: int | None,
+    now_ms: int,
+) -> None:
+    conn.execute(
+        """
+        INSERT INTO sessions (session_id, transcript_path, project, project_root, inode, byte_offset,
+                              last_line_hash, last_line_len, last_activity, created_at, updated_at)
+        VALUES (:sid, :path, :root, :root, :inode, :offset, :hash, :hlen, :activity, :now, :now)
+        ON CONFLICT(session_id) DO UPDATE SET
+            transcript_path = excluded.transcript_path,
+            project = COALESCE(sessions.project, excluded.project),
+            project_root = COALESCE(sessions.project_root, excluded.project_root),
+            inode = excluded.inode,
+            byte_offset = excluded.byte_offset,
+            last_line_hash = excluded.last_line_hash,
+            last_line_len = excluded.last_line_len,
+            last_activity = MAX(COALESCE(sessions.last_activity, 0), COALESCE(excluded.last_activity, 0)),
+            updated_at = excluded.updated_at
+        """,
+        {
+            "sid": session_id,
+            "path": transcript_path,
+            "root": project_root,
+            "inode": inode,
+            "offset": byte_offset,
+            "hash": last_line_hash,
+            "hlen": last_line_len,
+            "activity": last_activity,
+            "now": now_ms,
+        },
+    )
+
+
+def store_line(conn: apsw.Connection, session_id: str, line: CapturedLine, line_offset: int) -> bool:
+    """Store one captured line; returns False when it was already stored.
+
+    Assistant lines sharing message.id are parts of one message: later parts are
+    appended to the row of the first part.
+    """
+    target = None
+    if line.api_message_id:
+        row = conn.execute(
+            "SELECT uuid FROM messages WHERE session_id = ? AND api_message_id = ?",
+            (session_id, line.api_message_id),
+        ).fetchone()
+        target = row[0] if row else None
+    # message_lines remembers every line already stored: a re-read line changes nothing.
+    conn.execute("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)",
+                 (line.uuid, target or line.uuid))
+    if conn.changes() == 0:
+        return False
+    if target is not None:
+        conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
+    else:
+        conn.execute(
+            """
+            INSERT INTO messages (uuid, session_id, parent_uuid, role, timestamp, ts_ms, cwd, git_branch,
+                                  text, line_offset, api_message_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
+             line.git_branch, line.text, line_offset, line.api_message_id),
+        )
+    return True
+
+
+def session_offset(conn: apsw.Connection, session_id: str) -> int | None:
+    row = conn.execute("SELECT byte_offset FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return row[0] if row else None
+
+
+def counts(conn: apsw.Connection) -> dict[str, int]:
+    sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    return {"sessions": sessions, "messages": messages}
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    transcript_path: str
+    project: str | None
+    byte_offset: int
+    last_activity: int | None
+    messages: int
+
+
+def recent_sessions(conn: apsw.Connection, since_ms: int) -> list[SessionSummary]:
+    rows = conn.execute(
+        """
+        SELECT s.session_id, s.transcript_path, s.project, s.byte_offset, s.last_activity,
+               (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id)
+        FROM sessions s
+        WHERE s.updated_at >= ? OR s.last_activity >= ?
+        ORDER BY s.last_activity DESC
+        """,
+        (since_ms, since_ms),
+    ).fetchall()
+    return [SessionSummary(*row) for row in rows]

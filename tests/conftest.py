@@ -1,0 +1,58 @@
+"""Shared fixtures: a private Engram home, a projects dir, and the real fixture transcripts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURE_PROJECTS = SHARED / "fixtures" / "claude-projects"
+
+
+@pytest.fixture
+def engram_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "engram-home"
+    monkeypatch.setenv("ENGRAM_HOME", str(home))
+    for name in list(os.environ):
+        if name.startswith("ENGRAM_") and name != "ENGRAM_HOME":
+            monkeypatch.delenv(name)
+    return home
+
+
+@pytest.fixture
+def projects_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "projects"
+    root.mkdir()
+    monkeypatch.setenv("ENGRAM_PROJECTS_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A writable copy of the real fixture transcripts, with fresh mtimes."""
+    root = tmp_path / "fixture-projects"
+    shutil.copytree(FIXTURE_PROJECTS, root)
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+    monkeypatch.setenv("ENGRAM_PROJECTS_DIR", str(root))
+    return root
+
+
+def run_engram(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the real `engram` CLI in a subprocess."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "processor.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"engram {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc

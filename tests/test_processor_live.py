@@ -1,0 +1,133 @@
+"""The real `engram run` process: live capture, clean shutdown, and SIGKILL at random moments."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import apsw
+
+from tests.conftest import FIXTURE_PROJECTS, REPO, run_engram
+from tests.transcripts import user_line
+
+SID = "bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def start_processor(home: Path, projects: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects)}
+    return subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.02) -> float:
+    """Seconds until predicate() held; raises if it never did."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def message_texts(db: Path) -> list[str]:
+    if not db.exists():
+        return []
+    conn = apsw.Connection(str(db))
+    conn.set_busy_timeout(5000)
+    try:
+        return [r[0] for r in conn.execute("SELECT text FROM messages ORDER BY id")]
+    except apsw.SQLError:  # schema not created yet
+        return []
+    finally:
+        conn.close()
+
+
+def test_live_append_is_captured_within_a_second_and_sigterm_exits_cleanly(tmp_path: Path) -> None:
+    home, projects = tmp_path / "home", tmp_path / "projects"
+    transcript = projects / "-tmp-app" / f"{SID}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text(user_line("already there", session_id=SID))
+    proc = start_processor(home, projects)
+    try:
+        db = home / "engram.db"
+        wait_for(lambda: message_texts(db) == ["already there"], timeout=30)
+        latencies = []
+        for i in range(3):
+            with open(transcript, "a") as f:
+                f.write(user_line(f"live message {i}", session_id=SID))
+            latencies.append(wait_for(lambda i=i: len(message_texts(db)) == i + 2, timeout=5))
+        assert max(latencies) < 1.0, latencies
+        new_session = projects / "-tmp-other" / "cccccccc-0000-0000-0000-000000000003.jsonl"
+        new_session.parent.mkdir()
+        new_session.write_text(user_line("a brand new session", session_id=new_session.stem))
+        wait_for(lambda: "a brand new session" in message_texts(db), timeout=1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "processor stopped" in err
+
+
+def _fixture_lines(limit_files: int) -> list[tuple[str, bytes]]:
+    """(relative path, line) pairs from real fixture sessions, interleaved across files."""
+    files = sorted(p for p in FIXTURE_PROJECTS.glob("*/*.jsonl")
+                   if not p.name.startswith("agent-") and p.stat().st_size > 0)[:limit_files]
+    per_file = [[(str(p.relative_to(FIXTURE_PROJECTS)), line) for line in p.read_bytes().splitlines(True)]
+                for p in files]
+    rng = random.Random(7)
+    out: list[tuple[str, bytes]] = []
+    while any(per_file):
+        queue = rng.choice([q for q in per_file if q])
+        out.append(queue.pop(0))
+    return out
+
+
+def snapshot(db: Path) -> list[tuple]:
+    conn = apsw.Connection(str(db))
+    try:
+        return conn.execute(
+            "SELECT uuid, session_id, role, text, line_offset FROM messages ORDER BY uuid").fetchall()
+    finally:
+        conn.close()
+
+
+def test_sigkill_at_random_moments_during_replay_ends_with_the_rows_of_a_clean_run(tmp_path: Path) -> None:
+    lines = _fixture_lines(limit_files=12)
+    replay_root = tmp_path / "replay"
+    home = tmp_path / "home"
+    rng = random.Random(2026)
+    position = 0
+    kills = 0
+    while position < len(lines):
+        proc = start_processor(home, replay_root)
+        deadline = time.monotonic() + rng.uniform(0.3, 1.5)
+        while position < len(lines) and time.monotonic() < deadline:
+            rel, line = lines[position]
+            target = replay_root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            # Sometimes a line lands in two writes, as a partial line would.
+            with open(target, "ab") as f:
+                cut = rng.randrange(len(line)) if rng.random() < 0.2 else len(line)
+                f.write(line[:cut])
+                f.flush()
+                f.write(line[cut:])
+            position += 1
+            if rng.random() < 0.05:
+                time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        kills += 1
+    assert kills >= 3
+    run_engram("run", "--once", env={"ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(replay_root)})
+
+    clean_home = tmp_path / "clean"
+    run_engram("backfill", "--projects-dir", str(replay_root), env={"ENGRAM_HOME": str(clean_home)})
+    killed_rows = snapshot(home / "engram.db")
+    clean_rows = snapshot(clean_home / "engram.db")
+    assert len(clean_rows) > 50
+    assert killed_rows == clean_rows

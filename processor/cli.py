@@ -6,12 +6,12 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from processor.config import ConfigError, Settings, ensure_home, load_settings
+from processor.memory.errors import EmbedderError
 
 EXIT_CONFIG = 78  # sysexits EX_CONFIG: the configuration cannot be used
 
@@ -23,26 +23,19 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from processor.service.daemon import Processor
-    from processor.service.logs import setup_logging
-
-    settings = _settings(args)
-    ensure_home(settings)
-    setup_logging(settings)
-    processor = Processor(settings)
     if args.once:
-        new = processor.run_once()
-        log.info("captured %d new messages", new)
+        from processor.service.daemon import Processor
+        from processor.service.logs import setup_logging
+
+        settings = _settings(args)
+        ensure_home(settings)
+        setup_logging(settings)
+        report, episodes = Processor(settings).run_once(float(settings.recent_days))
+        log.info("captured %d conversation lines; %d new episodes", report.messages, episodes)
         return 0
+    from processor.service.lifecycle import run_service
 
-    def _on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s; stopping", signal.Signals(signum).name)
-        processor.stop()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    processor.run()
-    return 0
+    return run_service({"projects_dir": args.projects_dir})
 
 
 def _progress_printer() -> Callable[[int, int, Path], None]:
@@ -61,24 +54,15 @@ def _progress_printer() -> Callable[[int, int, Path], None]:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from processor.capture.backfill import backfill
-    from processor.capture.discover import TranscriptFilter
-    from processor.capture.tailer import Tailer
+    from processor.service.daemon import Processor
     from processor.service.logs import setup_logging
-    from processor.store import open_store
 
     settings = _settings(args)
     ensure_home(settings)
     setup_logging(settings, to_stderr=False)
-    conn = open_store(settings.db_path)
-    try:
-        tailer = Tailer(conn, batch_bytes=int(settings.batch_bytes), max_line_bytes=int(settings.max_line_bytes))
-        transcript_filter = TranscriptFilter(settings.transcripts_root, settings.agent_workdir)
-        report = backfill(tailer, transcript_filter, args.since, _progress_printer())
-    finally:
-        conn.close()
-    print(f"backfill: {report.files} transcripts, {report.lines} lines read, "
-          f"{report.messages} new messages, {report.problems} bad lines (see {settings.logs_dir / 'engram.log'})")
+    report, episodes = Processor(settings).run_once(args.since, _progress_printer())
+    print(f"backfill: {report.files} transcripts, {report.lines} lines read, {report.messages} new messages, "
+          f"{episodes} new episodes, {report.problems} bad lines (see {settings.logs_dir / 'engram.log'})")
     return 0
 
 
@@ -94,8 +78,64 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _episode_store(settings: Settings):
+    from processor.memory.episodes import EpisodeStore
+    from processor.store import open_store
+
+    ensure_home(settings)
+    return EpisodeStore(settings, open_store(settings.db_path))
+
+
+def cmd_recall(args: argparse.Namespace) -> int:
+    from processor.memory.episodes import format_hits
+
+    settings = _settings(args)
+    store = _episode_store(settings)
+    limit = args.limit or int(settings.recall_limit)
+    hits = store.recall(args.query, limit=limit, project=args.project)
+    if args.json:
+        print(json.dumps([h.__dict__ for h in hits], indent=2))
+    else:
+        print(format_hits(hits))
+    return 0
+
+
+def cmd_expand(args: argparse.Namespace) -> int:
+    from processor.memory.episodes import format_expansion
+
+    store = _episode_store(_settings(args))
+    expansion = store.expand(args.id)
+    print(json.dumps(expansion.__dict__, indent=2) if args.json else format_expansion(expansion))
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    store = _episode_store(_settings(args))
+    episode = store.forget(args.id)
+    print(f"forgot {episode.id}: {episode.summary}")
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    store = _episode_store(_settings(args))
+    count = store.reindex()
+    print(f"re-embedded {count} episodes with {store.embedder.model_id} ({store.embedder.dim} dims)")
+    return 0
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    from processor.capture.project import project_root
+    from processor.memory.remember import RememberRequest, write_remember_file
+
+    settings = _settings(args)
+    project = args.project or (project_root(os.getcwd()) if args.scope != "global" else None)
+    path = write_remember_file(settings.queue_dir, RememberRequest(args.text, args.kind, args.scope, project))
+    print(f"queued {path.name}; the processor stores it (run `engram run` if it is not running)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engram", description=__doc__)
+    parser = argparse.ArgumentParser(prog="engram", description="Engram: memory for Claude Code.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
@@ -111,6 +151,24 @@ def build_parser() -> argparse.ArgumentParser:
                           help="only transcripts modified within DAYS days (default: all)")
     status = add("status", cmd_status, "show what has been captured")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+
+    recall = add("recall", cmd_recall, "search memories (the same search as the memory_recall MCP tool)")
+    recall.add_argument("query")
+    recall.add_argument("--project", help="project root to search with the global memories (default: all)")
+    recall.add_argument("--limit", type=int, default=0, help="how many results (default: recall_limit)")
+    recall.add_argument("--json", action="store_true")
+    expand = add("expand", cmd_expand, "show a memory's full content and where it came from")
+    expand.add_argument("id")
+    expand.add_argument("--json", action="store_true")
+    forget = add("forget", cmd_forget, "forget a memory: its content is erased, its id remembers it was forgotten")
+    forget.add_argument("id")
+    add("reindex", cmd_reindex, "re-embed every memory with the configured embedding model")
+    remember = add("remember", cmd_remember, "queue a memory for the processor to store (like memory_remember)")
+    remember.add_argument("text")
+    remember.add_argument("--kind", choices=["decision", "preference", "convention", "bugfix", "gotcha", "fact",
+                                             "task", "other"])
+    remember.add_argument("--scope", choices=["global", "project"])
+    remember.add_argument("--project", help="project root (default: the git root of the current directory)")
     return parser
 
 
@@ -123,6 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"engram: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except (LookupError, ValueError) as exc:  # unknown ids, empty input: the message says what to do
+        print(f"engram: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 1
+    except EmbedderError as exc:
+        print(f"engram: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -35,6 +35,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("rescan_seconds", 60.0, "safety-net rescan of the transcripts root, in case a watch event was missed"),
     Option("max_line_bytes", 16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line"),
     Option("batch_bytes", 4 * 1024 * 1024, "bytes of transcript consumed per store transaction"),
+    Option("idle_minutes", 5.0, "a session quiet this long has its last round turned into an episode"),
+    Option("models_dir", "", "folder of converted embedding models; empty = $ENGRAM_HOME/models"),
     Option("embedding_model", "default",
            "GGUF embedding model: 'default' (all-MiniLM-L6-v2, converted from its PyPI package) or a path"),
     Option("verbatim_max_chars", 1200, "verbatim episodes hold at most about this many characters each"),
@@ -45,6 +47,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("high_importance_floor", 0.3, "minimum relevance of an importance=high memory that matched at all"),
     Option("recency_half_life_days", 30.0, "age at which a memory's recency score halves"),
     Option("bm25_share", 0.5, "share of relevance from BM25; the rest is cosine similarity"),
+    Option("http_port", 27326, "control plane port on 127.0.0.1; if taken, the OS picks one (run/engram.port)"),
+    Option("memory_warn_mb", 400.0, "log a warning when the processor's RSS exceeds this"),
+    Option("memory_limit_mb", 512.0, "above this RSS the processor shuts down cleanly with exit status 75"),
+    Option("memory_check_seconds", 30.0, "how often the memory watchdog samples RSS"),
+    Option("child_grace_seconds", 5.0, "on shutdown, seconds between SIGTERM and SIGKILL for child processes"),
+    Option("service_memory_max_mb", 2048, "systemd MemoryMax: hard cap for the processor plus its children"),
+    Option("service_restart_seconds", 10, "systemd RestartSec / launchd ThrottleInterval"),
+    Option("service_nice", 10, "systemd Nice= for the processor"),
     Option("log_level", "INFO", "logging level for ~/.engram/logs/engram.log"),
     Option("log_max_bytes", 5 * 1024 * 1024, "size at which the log file rotates"),
     Option("log_backups", 3, "rotated log files kept"),
@@ -93,7 +103,8 @@ class Settings:
 
     @property
     def models_dir(self) -> Path:
-        return self.home / "models"
+        configured = str(self.values.get("models_dir") or "")
+        return Path(configured).expanduser() if configured else self.home / "models"
 
     @property
     def agent_workdir(self) -> Path:

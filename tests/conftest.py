@@ -15,12 +15,20 @@ SHARED = REPO.parent / "shared"
 FIXTURE_PROJECTS = SHARED / "fixtures" / "claude-projects"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One converted embedding model for the whole run (subprocesses inherit it via the environment)."""
+    models = tmp_path_factory.mktemp("models")
+    os.environ["ENGRAM_MODELS_DIR"] = str(models)
+    return models
+
+
 @pytest.fixture
 def engram_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "engram-home"
     monkeypatch.setenv("ENGRAM_HOME", str(home))
     for name in list(os.environ):
-        if name.startswith("ENGRAM_") and name != "ENGRAM_HOME":
+        if name.startswith("ENGRAM_") and name not in ("ENGRAM_HOME", "ENGRAM_MODELS_DIR"):
             monkeypatch.delenv(name)
     return home
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import queue
+from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -69,6 +70,37 @@ class TranscriptWatcher:
             return False
         self._observer = observer
         return True
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+
+
+class _NotifyingHandler(FileSystemEventHandler):
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if not event.is_directory and event.event_type in ("created", "moved", "closed"):
+            self.notify()
+
+
+class FolderWatcher:
+    """Calls `notify` when a file lands in one folder (not recursive), e.g. the remember queue."""
+
+    def __init__(self, folder: Path, notify: Callable[[], None]) -> None:
+        self.folder = folder
+        self.notify = notify
+        self._observer: Observer | None = None
+
+    def start(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        observer = Observer()
+        observer.schedule(_NotifyingHandler(self.notify), str(self.folder), recursive=False)
+        observer.start()
+        self._observer = observer
 
     def stop(self) -> None:
         if self._observer is not None:

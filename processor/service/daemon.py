@@ -1,4 +1,8 @@
-"""The long-running processor: discover, watch and tail every transcript until told to stop."""
+"""The long-running processor: discover, watch and tail every transcript until told to stop.
+
+The capture loop runs in the calling thread and owns its connection; everything
+that needs the embedding model happens in the MemoryWorker's thread.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ from pathlib import Path
 
 import apsw
 
-from processor.capture.backfill import backfill
+from processor.capture.backfill import BackfillReport, Progress, backfill
 from processor.capture.discover import TranscriptFilter, discover
+from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
-from processor.capture.watcher import TranscriptWatcher
+from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, ensure_home
+from processor.service.memory_worker import EPISODIZE, FINALIZE_IDLE, REMEMBER, MemoryWorker
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -24,55 +30,102 @@ _IDLE_WAIT_SECONDS = 1.0
 
 
 class Processor:
-    """Owns the capture thread's DB connection, the watcher and the tail loop."""
-
-    def __init__(self, settings: Settings, stop: threading.Event | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.stop_event = stop or threading.Event()
+        self.stop_event = threading.Event()
         self.filter = TranscriptFilter(settings.transcripts_root, settings.agent_workdir)
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.started_at = time.time()
-        self._conn: apsw.Connection | None = None
-        self._tailer: Tailer | None = None
+        self.memory = MemoryWorker(settings)
+        self.children = None  # ChildProcesses, set by the service lifecycle
+        self._wake = threading.Event()
+        self._pending_settings: Settings | None = None
 
-    def open(self) -> Tailer:
+    def _open_tailer(self) -> Tailer:
         ensure_home(self.settings)
-        self._conn = open_store(self.settings.db_path)
-        self._tailer = Tailer(
-            self._conn,
+        return Tailer(
+            open_store(self.settings.db_path),
             batch_bytes=int(self.settings.batch_bytes),
             max_line_bytes=int(self.settings.max_line_bytes),
+            listeners=[self._on_captured],
         )
-        return self._tailer
 
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+    def _on_captured(self, session_id: str, lines: list[CapturedLine]) -> None:
+        self.memory.submit(EPISODIZE, session_id)
+
+    # --- control from other threads and signal handlers ------------------------------------------
 
     def stop(self) -> None:
         """Ask the loop to finish; safe from a signal handler or another thread."""
         self.stop_event.set()
         self.paths.put(None)
 
-    def run_once(self) -> int:
-        """Capture what is on disk now, then return the number of new messages."""
-        tailer = self.open()
+    def wake(self) -> bool:
+        """Rescan the transcripts root and the remember queue now."""
+        self._wake.set()
+        self.paths.put(None)
+        return True
+
+    def reload(self, settings: Settings) -> None:
+        """Apply new settings at the loop's next turn (from a SIGHUP handler)."""
+        self._pending_settings = settings
+        self.paths.put(None)
+
+    def ping_info(self) -> dict[str, object]:
+        """GET /ping: what the processor is doing (seed 000), cheap enough to call often."""
+        return {
+            "processing": self.memory.busy_with,
+            "queue_depth": self.paths.qsize() + self.memory.backlog,
+            "uptime_seconds": round(time.time() - self.started_at, 1),
+            "episodes_paused": self.memory.problem,
+        }
+
+    def recall_for_http(self, query: str, *, limit: int, project: str | None) -> list:
+        return self.memory.reader().recall(query, limit=limit, project=project, touch=False)
+
+    # --- one pass ----------------------------------------------------------------------------
+
+    def run_once(self, since_days: float | None, progress: Progress | None = None) -> tuple[BackfillReport, int]:
+        """Capture transcripts modified within since_days (None: all) and turn them into episodes.
+
+        Returns the capture report and the number of new episodes.
+        """
+        tailer = self._open_tailer()
         try:
-            return backfill(tailer, self.filter, float(self.settings.recent_days)).messages
+            report = backfill(tailer, self.filter, since_days, progress)
         finally:
-            self.close()
+            tailer.conn.close()
+        self.memory.open()
+        try:
+            self.memory.process_remember_queue()
+            return report, self.memory.build_episodes(final=True)
+        finally:
+            self.memory.close()
+
+    # --- the loop ----------------------------------------------------------------------------
 
     def run(self) -> None:
         """Capture until stop(): an initial pass, then watch events and periodic rescans."""
-        tailer = self.open()
+        tailer = self._open_tailer()
         watcher = TranscriptWatcher(self.filter, self.paths)
+        queue_marker = self.settings.queue_dir
+        queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
+        self.memory.start()
         try:
+            queue_watcher.start()
+            self.memory.submit(REMEMBER)
             watching = watcher.start()
             log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
             pending: set[Path] = set(discover(self.filter.root, self.filter, float(self.settings.recent_days)))
             next_rescan = time.monotonic() + float(self.settings.rescan_seconds)
             while not self.stop_event.is_set():
+                self._apply_pending_settings()
+                if self._wake.is_set():
+                    self._wake.clear()
+                    next_rescan = 0.0
+                if queue_marker in pending:
+                    pending.discard(queue_marker)
+                    self.memory.submit(REMEMBER)
                 locked = {path for path in sorted(pending) if not self.stop_event.is_set()
                           and not self._tail(tailer, path)}
                 # Paths that met a locked database are retried after a pause; nothing is dropped.
@@ -82,10 +135,25 @@ class Processor:
                     if not watcher.alive and watcher.start():
                         log.info("watching %s again", self.filter.root)
                     pending |= set(discover(self.filter.root, self.filter, float(self.settings.recent_days)))
+                    self.memory.submit(REMEMBER)
+                    self.memory.submit(FINALIZE_IDLE)
         finally:
+            queue_watcher.stop()
             watcher.stop()
-            self.close()
+            self.memory.stop()
+            tailer.conn.close()
             log.info("processor stopped")
+
+    def _apply_pending_settings(self) -> None:
+        new, self._pending_settings = self._pending_settings, None
+        if new is None:
+            return
+        if new.transcripts_root != self.settings.transcripts_root:
+            log.warning("projects_dir changed to %s; restart Engram to watch it", new.transcripts_root)
+        self.settings = new
+        self.memory.settings = new
+        if self.memory.store is not None:
+            self.memory.store.reconfigure(new)
 
     def _drain(self, timeout: float) -> set[Path]:
         dirty: set[Path] = set()
@@ -107,6 +175,5 @@ class Processor:
             tailer.tail(path)
             return True
         except apsw.BusyError:
-            log.warning("database locked by another process for over 5 s while capturing %s; will retry",
-                        path)
+            log.warning("database locked by another process for over 5 s while capturing %s; will retry", path)
             return False

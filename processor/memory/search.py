@@ -1,0 +1,174 @@
+"""Hybrid episode search: BM25 + cosine relevance, then recency and access frequency.
+
+Relevance mixes FTS5 bm25 (normalised by the best match) with the cosine
+similarity from an in-memory matrix of unit vectors (numpy matmul +
+argpartition). The best `pool` candidates by relevance are then re-ranked by
+the seed's formula: w_rel*relevance + w_rec*recency + w_freq*frequency, with a
+relevance floor for important episodes. Only active episodes in scope
+(global, or the current project) are returned unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass
+
+import apsw
+import numpy as np
+
+from processor.store import episodes as sql
+from processor.store.episodes import Episode
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOPWORDS = frozenset(
+    "a an and are as at be but by did do does for from had has have how i if in into is it its me my of on or "
+    "our so that the their them then there these they this to was we were what when where which who why will "
+    "with you your".split()
+)
+_MAX_TERMS = 64
+
+
+@dataclass(frozen=True)
+class SearchWeights:
+    relevance: float = 0.5
+    recency: float = 0.3
+    frequency: float = 0.2
+    high_importance_floor: float = 0.3
+    recency_half_life_days: float = 30.0
+    bm25_share: float = 0.5  # of relevance; the rest is cosine
+    pool: int = 20  # candidates re-ranked by the full formula
+
+
+@dataclass(frozen=True)
+class Scored:
+    episode: Episode
+    score: float
+    relevance: float
+    cosine: float
+    bm25: float
+
+
+def fts_query(text: str) -> str:
+    """A safe FTS5 query: the distinct content words of `text`, OR-ed, each quoted."""
+    terms: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOPWORDS or word in terms or (len(word) < 2 and not word.isdigit()):
+            continue
+        terms.append(word)
+        if len(terms) >= _MAX_TERMS:
+            break
+    return " OR ".join(f'"{t}"' for t in terms)
+
+
+class VectorIndex:
+    """Unit vectors of every embedded episode, loaded once and appended incrementally."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self._rowids = np.empty(0, dtype=np.int64)
+        self._matrix = np.empty((0, dim), dtype=np.float32)
+        self._size = 0
+        self._last_rowid = 0
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def refresh(self, conn: apsw.Connection) -> int:
+        """Load vectors of episodes added since the last refresh; returns how many."""
+        with self._lock:  # read and append as one step, so two threads never add the same rows
+            rows = sql.vectors_after(conn, self._last_rowid)
+            if rows:
+                self.add([r for r, _ in rows], np.vstack([np.frombuffer(b, dtype=np.float32) for _, b in rows]))
+            return len(rows)
+
+    def add(self, rowids: list[int], vectors: np.ndarray) -> None:
+        vectors = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        with self._lock:
+            needed = self._size + len(rowids)
+            if needed > len(self._rowids):  # grow geometrically: appends stay amortised O(1)
+                capacity = max(needed, 2 * len(self._rowids), 1024)
+                matrix = np.empty((capacity, self.dim), dtype=np.float32)
+                matrix[: self._size] = self._matrix[: self._size]
+                ids = np.empty(capacity, dtype=np.int64)
+                ids[: self._size] = self._rowids[: self._size]
+                self._matrix, self._rowids = matrix, ids
+            self._matrix[self._size:needed] = vectors
+            self._rowids[self._size:needed] = rowids
+            self._size = needed
+            self._last_rowid = max(self._last_rowid, max(rowids))
+
+    def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(rowid, cosine) of the k nearest vectors, best first."""
+        with self._lock:
+            size = self._size
+            if size == 0 or k <= 0:
+                return []
+            sims = self._matrix[:size] @ query.astype(np.float32)
+            rowids = self._rowids[:size]
+        k = min(k, size)
+        best = np.argpartition(-sims, k - 1)[:k] if k < size else np.arange(size)
+        best = best[np.argsort(-sims[best])]
+        return [(int(rowids[i]), float(sims[i])) for i in best]
+
+
+def _recency(created_at: int, now_ms: int, half_life_days: float) -> float:
+    age_days = max(now_ms - created_at, 0) / 86_400_000
+    return math.exp(-math.log(2) * age_days / half_life_days) if half_life_days > 0 else 0.0
+
+
+def search_episodes(
+    conn: apsw.Connection,
+    index: VectorIndex,
+    query_vector: np.ndarray | None,
+    query_text: str,
+    *,
+    limit: int,
+    project: str | None,
+    now_ms: int,
+    weights: SearchWeights = SearchWeights(),
+    include_inactive: bool = False,
+    exclude_ids: frozenset[str] = frozenset(),
+) -> list[Scored]:
+    fetch = max(weights.pool, limit) * 4  # head-room for candidates filtered out by scope/status
+    cosine: dict[int, float] = {}
+    if query_vector is not None:
+        index.refresh(conn)
+        cosine = dict(index.top(query_vector, fetch))
+    bm25: dict[int, float] = {}
+    match = fts_query(query_text)
+    if match:
+        hits = sql.fts_candidates(conn, match, fetch)
+        best = max((-score for _, score in hits), default=0.0)
+        if best > 0:
+            bm25 = {rowid: max(-score, 0.0) / best for rowid, score in hits}
+    candidates = sql.episodes_by_rowid(conn, list(cosine.keys() | bm25.keys()))
+
+    scored: list[Scored] = []
+    for rowid, ep in candidates.items():
+        if not include_inactive and ep.status != "active":
+            continue
+        if project is not None and ep.scope != "global" and ep.project != project:
+            continue
+        if ep.id in exclude_ids:
+            continue
+        cos = max(cosine.get(rowid, 0.0), 0.0)
+        lexical = bm25.get(rowid, 0.0)
+        relevance = weights.bm25_share * lexical + (1 - weights.bm25_share) * cos
+        if ep.importance == "high" and relevance > 0:
+            relevance = max(relevance, weights.high_importance_floor)
+        scored.append(Scored(ep, 0.0, relevance, cos, lexical))
+    scored.sort(key=lambda s: s.relevance, reverse=True)
+    pool = scored[: max(weights.pool, limit)]
+    max_access = max((s.episode.access_count for s in pool), default=0)
+    ranked = []
+    for s in pool:
+        frequency = math.log1p(s.episode.access_count) / math.log1p(max_access) if max_access else 0.0
+        score = (weights.relevance * s.relevance
+                 + weights.recency * _recency(s.episode.created_at, now_ms, weights.recency_half_life_days)
+                 + weights.frequency * frequency)
+        ranked.append(Scored(s.episode, score, s.relevance, s.cosine, s.bm25))
+    ranked.sort(key=lambda s: s.score, reverse=True)
+    return ranked[:limit]

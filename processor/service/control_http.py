@@ -1,0 +1,549 @@
+"""The processor's control plane: a small authenticated JSON API on 127.0.0.1, and its client.
+
+Server side (the run loop)::
+
+    server = ControlServer(settings.run_dir, port=settings.http_port, ping=daemon.ping_status,
+                           routes={("GET", "/status"): daemon.status,
+                                   ("POST", "/recall"): daemon.recall,
+                                   ("POST", "/wake"): daemon.wake})
+    server.start()   # binds, writes run/engram.port, serves from a background thread
+    ...
+    server.stop()    # stops serving, removes run/engram.port
+
+Client side (CLI, hooks): ``ping(run_dir)`` and ``request(run_dir, "POST", "/recall", {...})``.
+
+Security model, in the order a request meets it:
+- the socket is bound to 127.0.0.1 only, never 0.0.0.0;
+- requests that come from a browser (an ``Origin`` or ``Sec-Fetch-*`` header) and requests whose
+  ``Host`` is not a loopback name are refused with 403: the latter defeats DNS rebinding, where a web
+  page's own host name is made to resolve to 127.0.0.1;
+- every endpoint except ``GET /ping`` needs ``Authorization: Bearer <token>``, the token being the
+  contents of ``run/token`` (0600, in the 0700 run directory, so only the owner can read it);
+- bodies over ``max_body_bytes`` are refused with 413 before being read, and a request that is not
+  fully received within ``request_timeout`` seconds is cut off, so a slow client holds one thread for
+  at most that long; at most ``max_connections`` are served at once.
+The token is never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hmac
+import http.client
+import io
+import json
+import logging
+import os
+import re
+import secrets
+import socket
+import socketserver
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from processor.config import ensure_private_dir
+from processor.service.pidfile import is_running
+
+log = logging.getLogger(__name__)
+
+PORT_FILE = "engram.port"
+TOKEN_FILE = "token"
+DEFAULT_PORT = 27326
+MAX_BODY_BYTES = 64 * 1024
+REQUEST_TIMEOUT_SECONDS = 5.0
+MAX_CONNECTIONS = 32
+
+JSONDict = dict[str, Any]
+Route = Callable[[JSONDict], JSONDict]
+
+# Loopback names only, optionally with a port. Anything else is a name some other party controls.
+_LOOPBACK_HOST = re.compile(r"(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?", re.IGNORECASE)
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]{32,256}")
+_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
+
+
+class RequestRejected(Exception):
+    """Raise from a route handler to answer with a 4xx status and a message, e.g. a missing field."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# --- files: token and port ---------------------------------------------------------------------
+
+
+def write_private_file(path: Path, text: str) -> None:
+    """Write atomically (temp file + rename) with mode 0600 from the first byte."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def _read_private_file(path: Path) -> str | None:
+    """Contents of an owner-only regular file; None if missing, a symlink, or readable by others."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+        return fh.read(4096).decode("ascii", "replace").strip()
+
+
+def ensure_token(run_dir: Path) -> str:
+    """The control token, creating ``run/token`` (0600) if missing.
+
+    A token file that others could read (group/world bits, another owner, a symlink) may have leaked,
+    so it is not tightened in place but replaced by a new random token, and the fix is logged.
+    """
+    ensure_private_dir(run_dir)
+    path = run_dir / TOKEN_FILE
+    reason = None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
+            reason = "was not a regular file"
+        elif st.st_uid != os.getuid():
+            reason = f"was owned by uid {st.st_uid}"
+        elif st.st_mode & 0o077:
+            reason = f"was readable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+        else:
+            token = _read_private_file(path)
+            if token is not None and _TOKEN_CHARS.fullmatch(token):
+                return token
+            reason = "did not contain a valid token"
+    token = secrets.token_urlsafe(32)
+    write_private_file(path, token + "\n")
+    if reason:
+        log.warning("%s %s; replaced it with a new private token (mode 600)", path, reason)
+    else:
+        log.info("created control token %s", path)
+    return token
+
+
+def read_token(run_dir: Path) -> str | None:
+    """The token as a client sees it (never created or repaired here); None if missing or unsafe."""
+    token = _read_private_file(run_dir / TOKEN_FILE)
+    return token if token and _TOKEN_CHARS.fullmatch(token) else None
+
+
+def read_port(run_dir: Path) -> int | None:
+    try:
+        text = (run_dir / PORT_FILE).read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+
+
+# --- server ------------------------------------------------------------------------------------
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Socket reads that share one deadline for the whole request.
+
+    A plain socket timeout restarts at every byte, so a client trickling one byte every few seconds
+    (slowloris) would never time out; here each read may only wait for what is left of the deadline.
+    """
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("request not received within the deadline")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive threads
+    # The base class assumes HTTP/0.9 for an unparsable request line and then replies without a status
+    # line or headers; every answer here, errors included, is a full HTTP/1.0 response.
+    default_request_version = "HTTP/1.0"
+    server_version = "engram"
+    sys_version = ""
+
+    def setup(self) -> None:
+        self.timeout = self.server.control.request_timeout
+        super().setup()
+        self.rfile.close()  # release the socket's reference to the default reader before replacing it
+        deadline = time.monotonic() + self.server.control.request_timeout
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+
+    # One entry point for every method, so that a known path with a wrong method is 405, not 501.
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_GET
+
+    def _dispatch(self) -> None:
+        control = self.server.control
+        path = urlsplit(self.path).path
+        if self.headers.get("Origin") is not None or any(
+            name.lower().startswith("sec-fetch-") for name in self.headers
+        ):
+            return self._error(HTTPStatus.FORBIDDEN, "browser requests are not accepted")
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1 or not _LOOPBACK_HOST.fullmatch(hosts[0].strip()):
+            return self._error(HTTPStatus.FORBIDDEN, "the Host header must be localhost or 127.0.0.1")
+        if path == "/ping":
+            if self.command != "GET":
+                return self._error(HTTPStatus.METHOD_NOT_ALLOWED, "use GET", allow="GET")
+            return self._answer(lambda _body: {"status": "ok", **control.ping()}, {})
+        if not self._authorized(control.token):
+            return self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token",
+                               extra={"WWW-Authenticate": "Bearer"})
+        allowed = control.methods_for(path)
+        if not allowed:
+            return self._error(HTTPStatus.NOT_FOUND, f"no endpoint {path}")
+        if self.command not in allowed:
+            return self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"use {', '.join(allowed)}",
+                               allow=", ".join(allowed))
+        try:
+            body = self._read_json_body(control.max_body_bytes)
+        except RequestRejected as exc:
+            return self._error(exc.status, exc.message)
+        except TimeoutError:
+            return self._error(HTTPStatus.REQUEST_TIMEOUT, "request body not received in time")
+        if body is None:  # the client went away mid-body
+            self.close_connection = True
+            return None
+        return self._answer(control.routes[(self.command, path)], body)
+
+    def _authorized(self, token: str) -> bool:
+        scheme, _, presented = (self.headers.get("Authorization") or "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not presented:
+            return False
+        # Headers arrive as latin-1 text; compare bytes in constant time.
+        return hmac.compare_digest(presented.strip().encode("latin-1", "replace"), token.encode("ascii"))
+
+    def _read_json_body(self, limit: int) -> JSONDict | None:
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise RequestRejected(HTTPStatus.LENGTH_REQUIRED,
+                                  "send a Content-Length; chunked bodies are refused")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1 or (lengths and not lengths[0].strip().isdigit()):
+            raise RequestRejected(HTTPStatus.BAD_REQUEST, "invalid Content-Length")
+        length = int(lengths[0]) if lengths else 0
+        if length > limit:
+            # Refused unread: the connection is closed, the body is never buffered.
+            raise RequestRejected(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} bytes")
+        if length == 0:
+            return {}
+        data = self.rfile.read(length)
+        if len(data) < length:
+            return None
+        try:
+            body = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise RequestRejected(HTTPStatus.BAD_REQUEST, "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise RequestRejected(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
+        return body
+
+    def _answer(self, route: Route, body: JSONDict) -> None:
+        try:
+            result = route(body)
+            if not isinstance(result, dict):
+                raise TypeError(f"handler returned {type(result).__name__}, not a dict")
+            payload = json.dumps(result).encode()
+        except RequestRejected as exc:
+            return self._error(exc.status, exc.message)
+        except Exception:
+            log.exception("control endpoint %s %s failed", self.command, urlsplit(self.path).path)
+            return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the engram log")
+        self._send(HTTPStatus.OK, payload)
+        return None
+
+    def _error(self, status: int, message: str, allow: str | None = None,
+               extra: Mapping[str, str] | None = None) -> None:
+        headers = dict(extra or {})
+        if allow:
+            headers["Allow"] = allow
+        self.close_connection = True
+        self._send(status, json.dumps({"error": message}).encode(), headers)
+
+    def _send(self, status: int, payload: bytes, headers: Mapping[str, str] | None = None) -> None:
+        # Reads were bounded by the deadline; a write gets the plain per-operation timeout.
+        self.connection.settimeout(self.server.control.request_timeout)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Malformed requests (bad request line, too many headers, ...) get JSON like everything else.
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = True
+        reason = message or self.responses.get(code, ("error",))[0]
+        self._send(code, json.dumps({"error": reason}).encode())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Only the request line and status are logged; headers (and so the token) never are.
+        log.debug("control %s: %s", self.address_string(), format % args)
+
+    def log_error(self, format: str, *args: Any) -> None:
+        log.info("control %s: %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a stuck handler never keeps the processor from exiting
+    block_on_close = False
+    # On Linux SO_REUSEADDR only allows rebinding over TIME_WAIT; on BSD/macOS it would also let us
+    # bind 127.0.0.1:port under another program's wildcard listener, so it is off there.
+    allow_reuse_address = sys.platform.startswith("linux")
+
+    def __init__(self, address: tuple[str, int], control: ControlServer) -> None:
+        self.control = control
+        self._slots = threading.BoundedSemaphore(control.max_connections)
+        super().__init__(address, _Handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup that can stall startup.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = "localhost"
+        self.server_port = self.server_address[1]
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.warning("control plane: over %d concurrent connections; dropping one",
+                        self.control.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("control plane: connection from %s failed", client_address, exc_info=True)
+
+
+class ControlServer:
+    """The HTTP control plane, served from a background thread on 127.0.0.1.
+
+    ``port`` is tried first; if it is taken, the OS picks a free one (``port=0`` asks for that
+    directly). The port actually bound is written to ``run/engram.port``. ``routes`` maps
+    ``(METHOD, path)`` to a callable taking the JSON body (``{}`` for GET) and returning a JSON object;
+    it may raise RequestRejected for a 4xx answer. ``ping`` returns the fields of ``GET /ping``.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        port: int = DEFAULT_PORT,
+        routes: Mapping[tuple[str, str], Route] | None = None,
+        ping: Callable[[], JSONDict] | None = None,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.run_dir = run_dir
+        self.requested_port = port
+        self.routes: dict[tuple[str, str], Route] = {}
+        for (method, path), fn in (routes or {}).items():
+            method = method.upper()
+            if method not in _METHODS or not path.startswith("/") or path == "/ping":
+                raise ValueError(f"cannot register {method} {path}")
+            self.routes[(method, path)] = fn
+        self.ping: Callable[[], JSONDict] = ping or dict
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.poll_interval = poll_interval  # how often the serving thread notices stop(); the stop latency
+        self.token = ""
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int | None:
+        return self._httpd.server_address[1] if self._httpd else None
+
+    @property
+    def port_file(self) -> Path:
+        return self.run_dir / PORT_FILE
+
+    def methods_for(self, path: str) -> list[str]:
+        return sorted(method for method, route_path in self.routes if route_path == path)
+
+    def start(self) -> int:
+        """Bind, publish the port file and serve in a daemon thread; returns the port bound."""
+        if self._httpd is not None:
+            raise RuntimeError("control server already started")
+        self.token = ensure_token(self.run_dir)
+        httpd = self._bind()
+        port = httpd.server_address[1]
+        try:
+            write_private_file(self.port_file, f"{port}\n")
+        except BaseException:
+            httpd.server_close()
+            raise
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": self.poll_interval}, name="engram-control", daemon=True
+        )
+        self._thread.start()
+        log.info("control plane listening on http://127.0.0.1:%d", port)
+        return port
+
+    def _bind(self) -> _Server:
+        try:
+            return _Server(("127.0.0.1", self.requested_port), self)
+        except OSError as exc:
+            if self.requested_port == 0 or not _address_in_use(exc):
+                raise
+        httpd = _Server(("127.0.0.1", 0), self)
+        log.warning("port %d is in use; control plane fell back to port %d",
+                    self.requested_port, httpd.server_address[1])
+        return httpd
+
+    def stop(self) -> None:
+        """Stop serving and remove the port file (only if it still names our port)."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        port = httpd.server_address[1]
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if read_port(self.run_dir) == port:
+            with contextlib.suppress(FileNotFoundError):
+                self.port_file.unlink()
+
+    def __enter__(self) -> ControlServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _address_in_use(exc: OSError) -> bool:
+    return exc.errno == errno.EADDRINUSE
+
+
+# --- client ------------------------------------------------------------------------------------
+
+
+class ControlError(Exception):
+    """A control request could not be answered."""
+
+
+class NotRunning(ControlError):
+    """No processor is running for this run directory (or it has not published its port yet)."""
+
+
+class ControlRequestFailed(ControlError):
+    """The processor answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def request(
+    run_dir: Path, method: str, path: str, body: JSONDict | None = None, *, timeout: float = 5.0
+) -> JSONDict:
+    """Call the running processor; raises NotRunning, ControlRequestFailed or ControlError.
+
+    The token is only sent to a port published by a live instance (the pid lock is held): after a
+    crash, another local program could have taken over the stale port and would receive the token.
+    """
+    port = _live_port(run_dir)
+    headers = {"Accept": "application/json"}
+    if path != "/ping":
+        token = read_token(run_dir)
+        if token is None:
+            raise ControlError(f"no usable token in {run_dir / TOKEN_FILE}; restart the processor")
+        headers["Authorization"] = f"Bearer {token}"
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method.upper(), path, body=data, headers=headers)
+        response = conn.getresponse()
+        raw = response.read(MAX_BODY_BYTES * 16)
+    except ConnectionRefusedError:
+        raise NotRunning(f"nothing listens on 127.0.0.1:{port}; the processor may be restarting") from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise ControlError(f"control request {method} {path} failed: {exc}") from None
+    finally:
+        conn.close()
+    try:
+        payload = json.loads(raw) if raw else {}
+    except ValueError:
+        payload = {"error": raw[:200].decode("utf-8", "replace")}
+    if response.status != 200:
+        message = payload.get("error", "") if isinstance(payload, dict) else ""
+        raise ControlRequestFailed(response.status, message or response.reason)
+    if not isinstance(payload, dict):
+        raise ControlError(f"control request {method} {path}: expected a JSON object")
+    return payload
+
+
+def ping(run_dir: Path, *, timeout: float = 1.0) -> JSONDict | None:
+    """``GET /ping`` for status lines and hooks: the answer, or None if no processor answers."""
+    try:
+        return request(run_dir, "GET", "/ping", timeout=timeout)
+    except ControlError:
+        return None
+
+
+def _live_port(run_dir: Path) -> int:
+    if not is_running(run_dir):
+        raise NotRunning(f"the Engram processor is not running (no lock held in {run_dir})")
+    port = read_port(run_dir)
+    if port is None:
+        raise NotRunning(f"the processor has not published a port in {run_dir / PORT_FILE}")
+    return port

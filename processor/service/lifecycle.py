@@ -1,0 +1,114 @@
+"""`engram run`: one processor per user, with its pid lock, control plane, watchdog and signals.
+
+Exit codes: 0 after SIGTERM/SIGINT; EXIT_ALREADY_RUNNING when another processor holds the
+lock (the service manager should not hammer it); EXIT_MEMORY_LIMIT (75) when the RSS watchdog
+asked for a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+from typing import Any
+
+from processor.config import ConfigError, Settings, ensure_home, load_settings
+from processor.service.control_http import ControlServer, RequestRejected
+from processor.service.daemon import Processor
+from processor.service.pidfile import AlreadyRunning, PidFile
+from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog
+from processor.service.status import collect_status
+from processor.service.units import load_env_file
+
+log = logging.getLogger(__name__)
+
+EXIT_ALREADY_RUNNING = 73  # sysexits EX_CANTCREAT: the pid lock is held by a live processor
+
+
+def _recall_route(processor: Processor):
+    def recall(body: dict[str, Any]) -> dict[str, Any]:
+        query = body.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise RequestRejected(400, "body needs a non-empty 'query' string")
+        limit = body.get("limit", 3)
+        if not isinstance(limit, int) or not 1 <= limit <= 20:
+            raise RequestRejected(400, "'limit' must be an integer from 1 to 20")
+        project = body.get("project") if isinstance(body.get("project"), str) else None
+        hits = processor.recall_for_http(query[:4000], limit=limit, project=project)
+        return {"bites": [h.__dict__ for h in hits]}
+    return recall
+
+
+def run_service(overrides: dict[str, Any] | None = None) -> int:
+    settings = load_settings(overrides=overrides)
+    ensure_home(settings)
+    from processor.service.logs import setup_logging
+
+    setup_logging(settings)
+    lock = PidFile(settings.run_dir)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        print(f"engram: {exc}", file=sys.stderr)
+        return EXIT_ALREADY_RUNNING
+    try:
+        # launchd has no EnvironmentFile: read API keys from ~/.engram/env ourselves (names only are logged).
+        names = load_env_file(settings.home / "env")
+        if names:
+            log.info("environment from %s: %s", settings.home / "env", ", ".join(names))
+        return _serve(settings, overrides)
+    finally:
+        lock.release()
+
+
+def _serve(settings: Settings, overrides: dict[str, Any] | None) -> int:
+    processor = Processor(settings)
+    children = ChildProcesses()
+    processor.children = children
+    watchdog = MemoryWatchdog(
+        warn_mb=float(settings.memory_warn_mb), limit_mb=float(settings.memory_limit_mb),
+        on_limit=lambda rss: processor.stop(), interval=float(settings.memory_check_seconds),
+    )
+    control = ControlServer(
+        settings.run_dir, port=int(settings.http_port), ping=processor.ping_info,
+        routes={
+            ("GET", "/status"): lambda _body: collect_status(processor.settings),
+            ("POST", "/recall"): _recall_route(processor),
+            ("POST", "/wake"): lambda _body: {"woken": processor.wake()},
+        },
+    )
+
+    def on_stop(signum: int, _frame: object) -> None:
+        log.info("received %s; stopping", signal.Signals(signum).name)
+        processor.stop()
+
+    def on_reload(_signum: int, _frame: object) -> None:
+        try:
+            new = load_settings(overrides=overrides)
+        except ConfigError as exc:
+            log.error("SIGHUP: configuration not reloaded, the old one stays in force: %s", exc)
+            return
+        processor.reload(new)
+        log.info("SIGHUP: configuration reloaded")
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_reload)
+    started = time.monotonic()
+    try:
+        control.start()
+        watchdog.start()
+        processor.run()
+    finally:
+        watchdog.stop()
+        control.stop()
+        outcome = children.shutdown(grace=float(settings.child_grace_seconds))
+        if outcome.killed or outcome.survivors:
+            log.warning("child processes at shutdown: killed %s, survivors %s", outcome.killed, outcome.survivors)
+        log.info("processor exited after %.1f s", time.monotonic() - started)
+    if watchdog.limit_exceeded:
+        log.error("memory limit exceeded; exiting with status %d so the service manager restarts Engram",
+                  EXIT_MEMORY_LIMIT)
+        return EXIT_MEMORY_LIMIT
+    return 0

@@ -1,0 +1,73 @@
+"""Engram as a Claude Code plugin directory, for ``claude --plugin-dir <dir>``.
+
+Generated from the same ``Registration`` as ``engram install``, so the two never disagree:
+
+    <dir>/.claude-plugin/plugin.json   manifest (name, version, description)
+    <dir>/hooks/hooks.json             the PreToolUse and SessionStart hooks
+    <dir>/.mcp.json                    the ``engram`` stdio MCP server
+
+The commands hold absolute paths of this machine's interpreters and hook script, so the
+directory is generated locally (``engram plugin --out DIR`` or similar), not shipped as is.
+Using the plugin and ``engram install`` together is harmless (the hook injects once per message
+whichever copy runs first) but pointless: pick one.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from processor.service.claude_settings import Registration, default_registration, write_atomic
+
+PLUGIN_NAME = "engram"
+DESCRIPTION = (
+    "Memory for Claude Code: recalls what past sessions learned as short memory bites before tool "
+    "calls, expandable with the memory_expand tool."
+)
+MANIFEST = Path(".claude-plugin") / "plugin.json"
+HOOKS = Path("hooks") / "hooks.json"
+MCP = Path(".mcp.json")
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("engram")
+    except metadata.PackageNotFoundError:
+        return None  # running from an uninstalled checkout: version is optional in plugin.json
+
+
+def plugin_files(registration: Registration) -> dict[Path, dict[str, Any]]:
+    """Relative path -> JSON content of every file in the plugin layout."""
+    manifest: dict[str, Any] = {"name": PLUGIN_NAME}
+    version = _version()
+    if version:
+        manifest["version"] = version
+    manifest["description"] = DESCRIPTION
+    server = registration.mcp_server
+    return {
+        MANIFEST: manifest,
+        HOOKS: {
+            "description": "Engram: memory bites once per user message; recall set up per session",
+            "hooks": registration.hooks_table(),
+        },
+        MCP: {"mcpServers": {server.name: server.config()}},
+    }
+
+
+def write_plugin(directory: Path, registration: Registration | None = None) -> list[Path]:
+    """Write (or refresh) the plugin layout under `directory`; other files there are left alone.
+
+    Returns the paths written.
+    """
+    registration = registration or default_registration()
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"{directory}: not a directory; choose another --out path")
+    written = []
+    for relative, content in plugin_files(registration).items():
+        path = directory / relative
+        write_atomic(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
+        path.chmod(0o644)  # nothing secret in these three files, unlike settings.json
+        written.append(path)
+    return written

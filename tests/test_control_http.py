@@ -1,0 +1,369 @@
+"""The control plane: real HTTP over 127.0.0.1, token and Host checks, and hostile clients."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from processor.service.control_http import (
+    ControlRequestFailed,
+    ControlServer,
+    NotRunning,
+    RequestRejected,
+    ensure_token,
+    ping,
+    read_port,
+    read_token,
+    request,
+)
+from processor.service.pidfile import PidFile
+
+TIMEOUT = 1.0  # the server's whole-request deadline in these tests
+FAST = {"request_timeout": TIMEOUT, "poll_interval": 0.02}
+
+
+def _recall(body: dict[str, Any]) -> dict[str, Any]:
+    if "query" not in body:
+        raise RequestRejected(422, "query is required")
+    return {"bites": [f"about {body['query']}"]}
+
+
+def _explode(body: dict[str, Any]) -> dict[str, Any]:
+    raise RuntimeError("secret internals")
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Iterator[Path]:
+    run_dir = tmp_path / "run"
+    # The client only talks to a live instance, i.e. while the instance lock is held.
+    with PidFile(run_dir):
+        yield run_dir
+
+
+@pytest.fixture
+def server(run_dir: Path) -> Iterator[ControlServer]:
+    woken: list[dict[str, Any]] = []
+    control = ControlServer(
+        run_dir,
+        port=0,
+        routes={
+            ("GET", "/status"): lambda body: {"queue_depth": 3},
+            ("POST", "/recall"): _recall,
+            ("POST", "/wake"): lambda body: woken.append(body) or {"woken": True},
+            ("POST", "/explode"): _explode,
+        },
+        ping=lambda: {"processing": None, "queue_depth": 2, "uptime_s": 5.0, "capture_lag_s": 0.1},
+        **FAST,
+    )
+    control.start()
+    yield control
+    control.stop()
+
+
+def call(port: int, method: str, path: str, body: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any], http.client.HTTPResponse]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, (json.loads(raw) if raw else {}), response
+    finally:
+        conn.close()
+
+
+def auth(server: ControlServer) -> dict[str, str]:
+    return {"Authorization": f"Bearer {read_token(server.run_dir)}"}
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# --- files ---
+
+
+def test_start_publishes_port_file_and_token_privately(server: ControlServer) -> None:
+    assert server._httpd is not None and server._httpd.server_address[0] == "127.0.0.1"
+    port_file, token_file = server.run_dir / "engram.port", server.run_dir / "token"
+    assert read_port(server.run_dir) == server.port
+    assert port_file.stat().st_mode & 0o777 == 0o600
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert len(read_token(server.run_dir) or "") >= 32
+    server.stop()
+    assert not port_file.exists()
+    assert token_file.exists()  # the token outlives a restart; the port does not
+
+
+def test_missing_token_file_is_created_private(tmp_path: Path) -> None:
+    token = ensure_token(tmp_path / "run")
+    assert (tmp_path / "run" / "token").stat().st_mode & 0o777 == 0o600
+    assert ensure_token(tmp_path / "run") == token  # kept across restarts
+
+
+def test_world_readable_token_is_replaced_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    leaked = "L" * 43
+    (run_dir / "token").write_text(leaked)
+    (run_dir / "token").chmod(0o644)
+    assert read_token(run_dir) is None  # a client will not use it either
+    with caplog.at_level(logging.INFO):
+        token = ensure_token(run_dir)
+    assert token != leaked
+    assert (run_dir / "token").stat().st_mode & 0o777 == 0o600
+    assert read_token(run_dir) == token
+    assert "readable by other users" in caplog.text
+    assert token not in caplog.text and leaked not in caplog.text
+
+
+def test_port_in_use_falls_back_to_a_free_port(run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        control = ControlServer(run_dir, port=busy, **FAST)
+        with caplog.at_level(logging.WARNING):
+            port = control.start()
+        try:
+            assert port != busy and port == control.port
+            assert read_port(run_dir) == port
+            assert f"port {busy} is in use" in caplog.text
+            assert ping(run_dir)["status"] == "ok"
+        finally:
+            control.stop()
+
+
+def test_fixed_port_is_used_when_free(run_dir: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    with ControlServer(run_dir, port=free, **FAST) as control:
+        assert control.port == free == read_port(run_dir)
+
+
+# --- endpoints and auth ---
+
+
+def test_ping_needs_no_token(server: ControlServer) -> None:
+    status, body, _ = call(server.port, "GET", "/ping")
+    assert status == 200
+    assert body == {"status": "ok", "processing": None, "queue_depth": 2, "uptime_s": 5.0, "capture_lag_s": 0.1}
+    assert ping(server.run_dir) == body
+
+
+def test_endpoints_other_than_ping_need_the_token(server: ControlServer) -> None:
+    status, body, response = call(server.port, "GET", "/status")
+    assert status == 401 and response.getheader("WWW-Authenticate") == "Bearer"
+    assert call(server.port, "GET", "/status", headers={"Authorization": "Bearer nope"})[0] == 401
+    assert call(server.port, "GET", "/status", headers={"Authorization": "Basic abc"})[0] == 401
+    assert call(server.port, "GET", "/status", headers={"Authorization": "Bearer \xe9t\xe9"})[0] == 401
+    assert call(server.port, "POST", "/wake", b"{}")[0] == 401
+    status, body, _ = call(server.port, "GET", "/status", headers=auth(server))
+    assert (status, body) == (200, {"queue_depth": 3})
+
+
+def test_client_request_round_trip(server: ControlServer) -> None:
+    assert request(server.run_dir, "POST", "/recall", {"query": "sqlite"}) == {"bites": ["about sqlite"]}
+    assert request(server.run_dir, "POST", "/wake") == {"woken": True}
+    with pytest.raises(ControlRequestFailed) as info:
+        request(server.run_dir, "POST", "/recall", {})
+    assert (info.value.status, info.value.message) == (422, "query is required")
+
+
+def test_non_loopback_host_is_refused(server: ControlServer) -> None:
+    for host in ("evil.example", "evil.example:80", "127.0.0.1.evil.example", "localhost.evil", "0.0.0.0"):
+        headers = {**auth(server), "Host": host}
+        assert call(server.port, "GET", "/status", headers=headers)[0] == 403, host
+        assert call(server.port, "GET", "/ping", headers={"Host": host})[0] == 403, host
+    for host in ("localhost", f"localhost:{server.port}", "127.0.0.1", "LOCALHOST", "[::1]", f"[::1]:{server.port}"):
+        assert call(server.port, "GET", "/status", headers={**auth(server), "Host": host})[0] == 200, host
+    # No Host at all (HTTP/1.0 style) is refused too.
+    assert raw_exchange(server.port, b"GET /ping HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 403")
+
+
+def test_browser_requests_are_refused(server: ControlServer) -> None:
+    headers = {**auth(server), "Origin": "http://localhost:3000"}
+    assert call(server.port, "POST", "/wake", b"{}", headers)[0] == 403
+    assert call(server.port, "GET", "/ping", headers={"Sec-Fetch-Site": "cross-site"})[0] == 403
+
+
+def test_unknown_path_and_wrong_method(server: ControlServer) -> None:
+    assert call(server.port, "GET", "/nope", headers=auth(server))[0] == 404
+    status, _, response = call(server.port, "GET", "/recall", headers=auth(server))
+    assert status == 405 and response.getheader("Allow") == "POST"
+    assert call(server.port, "PUT", "/recall", b"{}", auth(server))[0] == 405
+    assert call(server.port, "POST", "/ping", b"{}")[0] == 405
+    assert call(server.port, "GET", "/status?verbose=1", headers=auth(server))[0] == 200
+
+
+def test_bad_bodies_are_400(server: ControlServer) -> None:
+    headers = {**auth(server), "Content-Type": "application/json"}
+    assert call(server.port, "POST", "/recall", b"{not json", headers)[0] == 400
+    assert call(server.port, "POST", "/recall", b"[1, 2]", headers)[0] == 400
+    assert call(server.port, "POST", "/recall", b"\xff\xfe", headers)[0] == 400
+    token = read_token(server.run_dir)
+    reply = raw_exchange(server.port, (
+        f"POST /recall HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Length: abc\r\n\r\n"
+    ).encode())
+    assert reply.startswith(b"HTTP/1.0 400")
+
+
+def test_handler_failure_is_a_500_without_details(server: ControlServer, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        status, body, _ = call(server.port, "POST", "/explode", b"{}", auth(server))
+    assert status == 500 and "secret internals" not in json.dumps(body)
+    assert "secret internals" in caplog.text  # the traceback goes to the log
+
+
+def test_token_is_never_logged(server: ControlServer, caplog: pytest.LogCaptureFixture) -> None:
+    token = read_token(server.run_dir)
+    with caplog.at_level(logging.DEBUG):
+        call(server.port, "GET", "/status", headers=auth(server))
+        call(server.port, "GET", "/nope", headers=auth(server))
+        call(server.port, "GET", "/status", headers={"Authorization": "Bearer wrong"})
+    assert "/status" in caplog.text
+    assert token not in caplog.text
+
+
+# --- hostile clients ---
+
+
+def test_huge_body_is_413_without_being_read(server: ControlServer) -> None:
+    token = read_token(server.run_dir)
+    started = time.monotonic()
+    # Only the headers are sent: an answer proves the server did not wait for 10 MB.
+    reply = raw_exchange(server.port, (
+        f"POST /recall HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 10000000\r\n\r\n"
+    ).encode())
+    assert reply.startswith(b"HTTP/1.0 413")
+    assert time.monotonic() - started < TIMEOUT
+    assert ping(server.run_dir)["status"] == "ok"
+
+
+def test_chunked_bodies_are_refused(server: ControlServer) -> None:
+    token = read_token(server.run_dir)
+    reply = raw_exchange(server.port, (
+        f"POST /recall HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    ).encode())
+    assert reply.startswith(b"HTTP/1.0 411")
+
+
+@pytest.mark.parametrize("garbage", [
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n",  # a TLS ClientHello
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"GET / HTTP/9.9\r\n\r\n",
+    b"GET /ping HTTP/1.1\r\n" + b"X-Filler: y\r\n" * 200 + b"\r\n",
+    b"\r\n\r\n",
+    b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n",
+])
+def test_malformed_requests_are_refused_and_the_server_lives_on(server: ControlServer, garbage: bytes) -> None:
+    reply = raw_exchange(server.port, garbage)
+    # Either dropped, or a proper status line with an error: 400, 414, 431, 505, ...
+    assert reply == b"" or re.match(rb"HTTP/1\.0 (4\d\d|505) ", reply), reply[:100]
+    assert ping(server.run_dir)["status"] == "ok"
+
+
+def test_slow_request_is_cut_off_while_others_are_served(server: ControlServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    sock.sendall(b"GET /status HTTP/1.1\r\nHost: loc")
+    closed_after: list[float] = []
+    started = time.monotonic()
+
+    def trickle() -> None:
+        # One byte every 0.2 s: a per-read timeout would never fire; the request deadline must.
+        try:
+            for _ in range(40):
+                sock.sendall(b"a")
+                time.sleep(0.2)
+        except OSError:
+            pass
+
+    def watch() -> None:
+        try:
+            while sock.recv(1024):
+                pass
+        except OSError:
+            pass
+        closed_after.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=trickle, daemon=True), threading.Thread(target=watch, daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(0.3)
+        answered = time.monotonic()
+        assert ping(server.run_dir, timeout=2)["status"] == "ok"  # not blocked by the slow client
+        assert time.monotonic() - answered < 0.5
+        threads[1].join(timeout=5)
+        assert closed_after, "the slow connection was never closed"
+        assert TIMEOUT * 0.8 <= closed_after[0] < TIMEOUT + 1.0
+    finally:
+        sock.close()
+
+
+def test_connection_flood_is_bounded(run_dir: Path) -> None:
+    control = ControlServer(run_dir, port=0, max_connections=2, **FAST)
+    control.start()
+    idle = [socket.create_connection(("127.0.0.1", control.port), timeout=5) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        # Both slots are held by idle clients: a third connection is closed at once, not queued.
+        assert raw_exchange(control.port, b"GET /ping HTTP/1.0\r\nHost: localhost\r\n\r\n") == b""
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + 3
+        while ping(run_dir) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ping(run_dir)["status"] == "ok"
+    finally:
+        control.stop()
+
+
+# --- client without a live server ---
+
+
+def test_client_without_a_running_processor(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    assert ping(run_dir) is None
+    with pytest.raises(NotRunning):
+        request(run_dir, "GET", "/status")
+
+
+def test_client_never_sends_the_token_to_a_stale_port(tmp_path: Path) -> None:
+    # After a crash the port file is left behind and another program may own that port now.
+    run_dir = tmp_path / "run"
+    ensure_token(run_dir)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        squatter.settimeout(0.3)
+        (run_dir / "engram.port").write_text(str(squatter.getsockname()[1]))
+        with pytest.raises(NotRunning):
+            request(run_dir, "POST", "/recall", {"query": "x"})
+        with pytest.raises(TimeoutError):
+            squatter.accept()

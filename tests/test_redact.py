@@ -1,0 +1,462 @@
+"""Secrets are redacted before captured text is stored or sent to an LLM.
+
+Every fake secret here is assembled at run time (prefix + generated body) so that no string in
+the repository looks like a live credential to a push-protection scanner.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import random
+import string
+import uuid
+
+import pytest
+
+from processor.capture.redact import REDACTION_KINDS, redact
+
+ALNUM = string.ascii_letters + string.digits
+TOKEN = ALNUM + "-_"
+B64 = ALNUM + "+/"
+HEX = "0123456789abcdef"
+UPPER_DIGITS = string.ascii_uppercase + string.digits
+
+
+def fake(n: int, alphabet: str = ALNUM, seed: str = "") -> str:
+    """A deterministic random-looking string that starts with a digit and, if the alphabet has
+    letters, ends with one (as real tokens almost always contain both)."""
+    rng = random.Random(f"{seed}:{n}:{alphabet}")
+    letters = [c for c in alphabet if c.isalpha()] or list(alphabet)
+    body = "".join(rng.choice(alphabet) for _ in range(n - 2))
+    return rng.choice(string.digits) + body + rng.choice(letters)
+
+
+def m(kind: str) -> str:
+    return f"[REDACTED:{kind}]"
+
+
+PEM_BODY = "\n".join(fake(64, B64, seed=str(i)) for i in range(4))
+JWT = "eyJ" + fake(30, TOKEN, "h") + ".eyJ" + fake(60, TOKEN, "p") + "." + fake(43, TOKEN, "s")
+DISCORD_ID = base64.urlsafe_b64encode(b"184467440737095516").decode().rstrip("=")
+DISCORD_BOT = DISCORD_ID + "." + fake(6, TOKEN, "t") + "." + fake(38, TOKEN, "h")
+BASIC = base64.b64encode(("deploy:" + fake(16)).encode()).decode()
+
+# (id, text, expected). The id starts with the kind it exercises.
+POSITIVE = [
+    (
+        "private-key",
+        "key:\n-----BEGIN RSA " + "PRIVATE KEY-----\n" + PEM_BODY + "\n-----END RSA PRIVATE KEY-----\nok",
+        f"key:\n{m('private-key')}\nok",
+    ),
+    (
+        "private-key-openssh-json-escaped",
+        '{"key": "-----BEGIN OPENSSH '
+        + "PRIVATE KEY-----\\n"
+        + fake(70, B64)
+        + "\\n-----END OPENSSH"
+        + ' PRIVATE KEY-----\\n"}',
+        '{"key": "' + m("private-key") + '\\n"}',
+    ),
+    (
+        "private-key-truncated",
+        "-----BEGIN " + "PRIVATE KEY-----\n" + PEM_BODY,
+        m("private-key"),
+    ),
+    ("jwt", "Authorization: Bearer " + JWT, "Authorization: Bearer " + m("jwt")),
+    (
+        "anthropic-api-key",
+        "export ANTHROPIC_API_KEY=" + "sk-" + "ant-api03-" + fake(93, TOKEN) + "AA",
+        "export ANTHROPIC_API_KEY=" + m("anthropic-api-key"),
+    ),
+    (
+        "openai-api-key-project",
+        'client = OpenAI(api_key="' + "sk-" + "proj-" + fake(120, TOKEN) + '")',
+        'client = OpenAI(api_key="' + m("openai-api-key") + '")',
+    ),
+    (
+        "openai-api-key-legacy",
+        "key is " + "sk-" + fake(48) + ".",
+        "key is " + m("openai-api-key") + ".",
+    ),
+    (
+        "google-api-key",
+        "https://maps.googleapis.com/maps/api/geocode/json?key=" + "AI" + "za" + fake(35, TOKEN),
+        "https://maps.googleapis.com/maps/api/geocode/json?key=" + m("google-api-key"),
+    ),
+    (
+        "google-oauth-client-secret",
+        '"client_id": "1234.apps.googleusercontent.com", "web": ' + "GOCSPX-" + fake(28, TOKEN),
+        '"client_id": "1234.apps.googleusercontent.com", "web": ' + m("google-oauth-client-secret"),
+    ),
+    (
+        "aws-access-key",
+        "aws_access_key_id = " + "AK" + "IA" + fake(16, UPPER_DIGITS),
+        "aws_access_key_id = " + m("aws-access-key"),
+    ),
+    (
+        "aws-access-key-temporary",
+        '"AccessKeyId": "' + "AS" + "IA" + fake(16, UPPER_DIGITS) + '"',
+        '"AccessKeyId": "' + m("aws-access-key") + '"',
+    ),
+    (
+        "aws-secret-access-key",
+        "[default]\naws_secret_access_key = " + fake(40, B64) + "\nregion = eu-west-1",
+        "[default]\naws_secret_access_key = " + m("aws-secret-access-key") + "\nregion = eu-west-1",
+    ),
+    (
+        "aws-secret-access-key-json",
+        '"SecretAccessKey": "' + fake(40, B64) + '"',
+        '"SecretAccessKey": "' + m("aws-secret-access-key") + '"',
+    ),
+    *(
+        (
+            f"github-token-{prefix}",
+            "git clone https://" + prefix + "_" + fake(36) + "@github.com/acme/app.git",
+            "git clone https://" + m("github-token") + "@github.com/acme/app.git",
+        )
+        for prefix in ("ghp", "gho", "ghu", "ghs", "ghr")
+    ),
+    (
+        "github-token-fine-grained",
+        "GH_TOKEN=" + "github_" + "pat_" + fake(22) + "_" + fake(59),
+        "GH_TOKEN=" + m("github-token"),
+    ),
+    (
+        "gitlab-token",
+        "PRIVATE-TOKEN: " + "gl" + "pat-" + fake(20, TOKEN),
+        "PRIVATE-TOKEN: " + m("gitlab-token"),
+    ),
+    *(
+        (
+            f"slack-token-{prefix}",
+            "slack " + prefix + "-" + fake(12, string.digits) + "-" + fake(24) + " ok",
+            "slack " + m("slack-token") + " ok",
+        )
+        for prefix in ("xoxb", "xoxp", "xoxa", "xoxr")
+    ),
+    (
+        "slack-webhook",
+        "curl https://hooks.slack.com/services/T"
+        + fake(8, UPPER_DIGITS)
+        + "/B"
+        + fake(8, UPPER_DIGITS)
+        + "/"
+        + fake(24),
+        "curl https://hooks.slack.com/services/" + m("slack-webhook"),
+    ),
+    (
+        "discord-webhook",
+        "https://discord.com/api/webhooks/123456789012345678/" + fake(68, TOKEN),
+        "https://discord.com/api/webhooks/" + m("discord-webhook"),
+    ),
+    (
+        "discord-bot-token",
+        'client.run("' + DISCORD_BOT + '")',
+        'client.run("' + m("discord-bot-token") + '")',
+    ),
+    (
+        "stripe-key-live",
+        "stripe.api_key = '" + "sk_" + "live_" + fake(24) + "'",
+        "stripe.api_key = '" + m("stripe-key") + "'",
+    ),
+    ("stripe-key-restricted", "rk_" + "live_" + fake(24), m("stripe-key")),
+    (
+        "npm-token",
+        "//registry.npmjs.org/:_authToken=" + "npm_" + fake(36),
+        "//registry.npmjs.org/:_authToken=" + m("npm-token"),
+    ),
+    (
+        "pypi-token",
+        "password = " + "pypi-" + "AgEIcHlwaS5vcmc" + fake(60, TOKEN),
+        "password = " + m("pypi-token"),
+    ),
+    ("huggingface-token", "HF_TOKEN=" + "hf_" + fake(34), "HF_TOKEN=" + m("huggingface-token")),
+    (
+        "sendgrid-api-key",
+        "SENDGRID_API_KEY=" + "SG." + fake(22, TOKEN) + "." + fake(43, TOKEN),
+        "SENDGRID_API_KEY=" + m("sendgrid-api-key"),
+    ),
+    (
+        "twilio-api-key",
+        "api key sid " + "SK" + fake(32, HEX) + ".",
+        "api key sid " + m("twilio-api-key") + ".",
+    ),
+    (
+        "digitalocean-token",
+        "doctl auth init -t " + "dop_" + "v1_" + fake(64, HEX),
+        "doctl auth init -t " + m("digitalocean-token"),
+    ),
+    (
+        "azure-storage-key",
+        "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey="
+        + fake(86, B64)
+        + "==;EndpointSuffix=core.windows.net",
+        "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey="
+        + m("azure-storage-key")
+        + ";EndpointSuffix=core.windows.net",
+    ),
+    *(
+        (
+            f"connection-string-password-{scheme}",
+            f"DATABASE_URL={scheme}://{user}:" + "pa55-" + fake(10) + f"@{host}/app?x=1",
+            f"DATABASE_URL={scheme}://{user}:" + m("connection-string-password") + f"@{host}/app?x=1",
+        )
+        for scheme, user, host in [
+            ("postgres", "app", "db.internal:5432"),
+            ("postgresql", "app", "10.0.0.5"),
+            ("mysql", "root", "localhost:3306"),
+            ("mongodb+srv", "admin", "cluster0.ab1cd.mongodb.net"),
+            ("redis", "", "cache:6379"),
+            ("amqp", "guest", "rabbit:5672"),
+        ]
+    ),
+    (
+        "connection-string-password-with-at-sign",
+        "postgres://u:p@ss" + fake(6) + "@host/db",
+        "postgres://u:" + m("connection-string-password") + "@host/db",
+    ),
+    (
+        "cli-user-password",
+        "curl -u admin:" + fake(12) + " https://api.example.com",
+        "curl -u admin:" + m("cli-user-password") + " https://api.example.com",
+    ),
+    (
+        "cli-user-password-long-flag",
+        "curl --user 'admin:" + fake(12) + "' https://api.example.com",
+        "curl --user 'admin:" + m("cli-user-password") + "' https://api.example.com",
+    ),
+    (
+        "authorization-header",
+        "curl -H 'Authorization: Basic " + BASIC + "' https://api.example.com",
+        "curl -H 'Authorization: Basic " + m("authorization-header") + "' https://api.example.com",
+    ),
+    (
+        "authorization-header-bearer-opaque",
+        '"Authorization": "Bearer ' + fake(40, TOKEN) + '"',
+        '"Authorization": "Bearer ' + m("authorization-header") + '"',
+    ),
+    (
+        "bearer-token",
+        "then send it as bearer " + fake(40, TOKEN + "."),
+        "then send it as bearer " + m("bearer-token"),
+    ),
+    ("password-assignment", "password=hunter2", "password=" + m("password-assignment")),
+    ("password-assignment-pass", "SMTP_PASS=hunter2", "SMTP_PASS=" + m("password-assignment")),
+    (
+        "password-assignment-flag",
+        'mysqldump --db-password "p4ss w0rd" app',
+        'mysqldump --db-password "' + m("password-assignment") + '" app',
+    ),
+    (
+        "token-assignment-flag",
+        "gh auth login --with-token --token " + fake(20),
+        "gh auth login --with-token --token " + m("token-assignment"),
+    ),
+    ("password-assignment-passwd", "passwd: Tr0ub4dor&3", "passwd: " + m("password-assignment")),
+    ("password-assignment-pwd", "PWD='x9!kq#z'", "PWD='" + m("password-assignment") + "'"),
+    (
+        "password-assignment-json",
+        '{"username": "admin", "password": "correct horse battery staple"}',
+        '{"username": "admin", "password": "' + m("password-assignment") + '"}',
+    ),
+    (
+        "password-assignment-yaml",
+        "database:\n  user: app\n  password: s3cr3t-pw\n  host: db",
+        "database:\n  user: app\n  password: " + m("password-assignment") + "\n  host: db",
+    ),
+    (
+        "password-assignment-escaped-json",
+        '{"cmd": "login --config={\\"password\\": \\"hunter22\\"}"}',
+        '{"cmd": "login --config={\\"password\\": \\"' + m("password-assignment") + '\\"}"}',
+    ),
+    (
+        "password-assignment-kwarg-literal",
+        'psycopg.connect(user="app", password="hunter2")',
+        'psycopg.connect(user="app", password="' + m("password-assignment") + '")',
+    ),
+    (
+        "password-assignment-ado-connection-string",
+        "Server=db;Database=app;User Id=sa;Password=Pa55word1;",
+        "Server=db;Database=app;User Id=sa;Password=" + m("password-assignment") + ";",
+    ),
+    ("secret-assignment", "SECRET_KEY=" + fake(50), "SECRET_KEY=" + m("secret-assignment")),
+    (
+        "secret-assignment-client-secret",
+        'client_secret = "' + fake(32) + '"',
+        'client_secret = "' + m("secret-assignment") + '"',
+    ),
+    (
+        "token-assignment",
+        '{"access_token": "' + fake(40) + '", "expires_in": 3600}',
+        '{"access_token": "' + m("token-assignment") + '", "expires_in": 3600}',
+    ),
+    (
+        "token-assignment-query",
+        "GET /callback?token=" + fake(20) + "&state=xyz",
+        "GET /callback?token=" + m("token-assignment") + "&state=xyz",
+    ),
+    ("token-assignment-env", "GITHUB_TOKEN=abc123", "GITHUB_TOKEN=" + m("token-assignment")),
+    ("api-key-assignment", "api_key=" + fake(32), "api_key=" + m("api-key-assignment")),
+    ("api-key-assignment-apikey", "apikey: " + fake(24), "apikey: " + m("api-key-assignment")),
+    ("api-key-assignment-header", "X-Api-Key: " + fake(24), "X-Api-Key: " + m("api-key-assignment")),
+    (
+        "api-key-assignment-camel",
+        "{apiKey: '" + fake(24) + "'}",
+        "{apiKey: '" + m("api-key-assignment") + "'}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in POSITIVE], ids=[c[0] for c in POSITIVE])
+def test_redacts_secret(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+def test_every_kind_has_a_case() -> None:
+    covered = {kind for kind in REDACTION_KINDS for case_id, _, _ in POSITIVE if case_id.startswith(kind)}
+    assert set(REDACTION_KINDS) == covered
+    assert len(REDACTION_KINDS) >= 20
+
+
+def test_marker_names_the_kind() -> None:
+    for case_id, text, _ in POSITIVE:
+        assert any(
+            f"[REDACTED:{kind}]" in redact(text) for kind in REDACTION_KINDS if case_id.startswith(kind)
+        )
+
+
+NEGATIVE = [
+    str(uuid.UUID(int=0x123E4567E89B12D3A456426614174000)),
+    "commit " + hashlib.sha1(b"engram").hexdigest() + " (HEAD -> main)",
+    "sha256:" + hashlib.sha256(b"engram").hexdigest(),
+    "md5 " + hashlib.md5(b"engram").hexdigest(),
+    "The password reset flow emails a one-time token; secrets live in the vault.",
+    "Use Authorization: Bearer headers for the API, see the bearer token docs.",
+    "def login(username: str, password: str) -> Token:",
+    "@dataclass\nclass Creds:\n    password: str\n    token: str | None = None\n"
+    "    api_key: Optional[str] = None\n    authorization: Optional[str] = Header(None)",
+    "token = None",
+    "token=token",
+    "password = self.password",
+    "api_key=os.environ['OPENAI_API_KEY']",
+    'token = os.environ.get("GITHUB_TOKEN")',
+    "secret = ''",
+    'password: ""',
+    "token: null",
+    "password: ${DB_PASSWORD}",
+    "api_key = settings.API_KEY",
+    "connect(user=user, password=pw)",
+    "client = Client(token=tok, timeout=3)",
+    "password = getpass.getpass()",
+    "max_tokens=4096",
+    "tokens = tokenize(text)\nfor token in tokens:\n    if token == expected:\n        break",
+    "token: Token = Depends(oauth2_scheme)",
+    "password: ********",
+    'headers = {"Authorization": f"Bearer {token}"}',
+    "Authorization: Bearer ${TOKEN}",
+    "Authorization: Bearer <token>",
+    "authorization: str = Header(None)",
+    "secret: true\nsecretName: app-secrets\nkind: Secret",
+    "OLDPWD=/home/me/src\nPWD=/home/me/src/engram",
+    "/home/user/projects/engram/processor/capture/redact.py",
+    r"C:\Users\me\AppData\Local\token_cache\state.json",
+    "self.assertEqual(response.status_code, 200)  # getElementById, XMLHttpRequestUpload",
+    "risk-assessment-framework-v2-2024-final and task-runner-3000-deluxe-edition",
+    "hf_hub_download(repo_id='x/y', filename='model.safetensors')",
+    "aGVsbG8gd29ybGQsIHRoaXMgaXMgbm90IGEgc2VjcmV0IGF0IGFsbA==",
+    "https://github.com/x/y",
+    "postgres://localhost/db",
+    "postgres://app@localhost:5432/db",
+    "postgres://app:${DB_PASSWORD}@localhost/db",
+    "http://localhost:8080/api?x=1 then email me@example.com",
+    "http://[::1]:8080/health",
+    "git@github.com:org/repo.git and ssh://git@github.com/org/repo",
+    "-----BEGIN PUBLIC KEY-----\n" + "MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA\n-----END PUBLIC KEY-----",
+    "NoneType.__init__.something_rather_long_here_ok",
+    "class Skip:\n    pass\nbypass=true\ncompass = north",
+    "git push -u origin main && docker run -u 1000:1000 img && docker run -u $UID:$GID img",
+    "Pass --token for a non-interactive login; see the --password option.",
+    "token = -1\nsecret = 'x'\nTOKEN=ab",
+    'style = {Token: "#f8f8f2", Comment: "#75715e"}',
+    "unk_token: Union[str, AddedToken] = '[UNK]'",
+    'def describe_token(token: "Token") -> str:',
+    "token: uses an existing delegation token from another secured service",
+    "OPENAI_API_KEY=sk-... and ANTHROPIC_API_KEY=<your key>",
+    "authorization = base64.decodebytes(authorization)",
+    '_SK_START = b"-----BEGIN OPENSSH ' + 'PRIVATE KEY-----"',
+    '{"PWD": "/home/me/src", "OLDPWD": "/home/me"}',
+    "The PRIVATE KEY section of the docs explains the format.",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", NEGATIVE)
+def test_leaves_ordinary_text_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_redacts_several_secrets_in_one_message() -> None:
+    text = "\n".join(c[1] for c in POSITIVE)
+    expected = "\n".join(c[2] for c in POSITIVE)
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("text", [c[1] for c in POSITIVE] + NEGATIVE)
+def test_idempotent(text: str) -> None:
+    once = redact(text)
+    assert redact(once) == once
+
+
+def test_idempotent_and_total_on_shuffled_fragments() -> None:
+    fragments = [c[1] for c in POSITIVE] + [c[2] for c in POSITIVE] + NEGATIVE
+    fragments += ["=", ":", '"', "'", " ", "\n", "@", "://", "\\", "-----", "[", "]", "\x00", "é", "İ"]
+    rng = random.Random(7)
+    for _ in range(300):
+        pieces = [rng.choice(fragments) for _ in range(rng.randint(1, 8))]
+        for piece in list(pieces):
+            if len(piece) > 4 and rng.random() < 0.3:
+                cut = rng.randrange(len(piece))
+                pieces.append(piece[:cut])
+        text = "".join(pieces)
+        once = redact(text)
+        assert redact(once) == once, text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\x00",
+        "password=\x00secret",
+        "\ud800 token: \udfff",
+        "İ" * 1000 + "password=hunter2",
+        "🔑 password: 🙈🙉",
+        "a" * 10**6,
+        "ey" * 500_000,
+        "eyJ" * 300_000,
+        "eyJ-" * 250_000,
+        "://a:" * 200_000,
+        "password=" * 100_000,
+        "token: " * 100_000,
+        '"password": "' * 50_000,
+        "-----BEGIN PRIVATE KEY-----" * 30_000,
+        "Authorization: " * 50_000,
+        "M" * 10**6,
+        "." * 10**6,
+        "sk-" * 300_000,
+        "_" * 10**6,
+        "K" * 10**6,
+    ],
+    ids=lambda t: repr(t[:12]) + f"x{len(t)}",
+)
+def test_never_raises_and_stays_linear_on_odd_input(text: str) -> None:
+    assert isinstance(redact(text), str)
+
+
+def test_password_example_keeps_key() -> None:
+    assert redact("password=hunter2") == "password=[REDACTED:password-assignment]"
+    assert (
+        redact("postgres://user:pass@host/db")
+        == "postgres://user:[REDACTED:connection-string-password]@host/db"
+    )

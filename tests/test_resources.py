@@ -1,0 +1,199 @@
+"""Resource limits: RSS is measured and acted on; no child process outlives the processor."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from processor.service.resources import (
+    EXIT_MEMORY_LIMIT,
+    ChildProcesses,
+    MemoryWatchdog,
+    _proc_process_table,
+    _ps_process_table,
+    _ps_rss_bytes,
+    descendants,
+    process_table,
+    rss_bytes,
+)
+
+MB = 1024 * 1024
+
+# A child that ignores SIGTERM and says when it is ready to be killed.
+STUBBORN = textwrap.dedent("""
+    import signal, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ready", flush=True)
+    time.sleep(60)
+""")
+# A child with a grandchild, as the claude CLI has MCP servers and tools under it.
+PARENT = textwrap.dedent("""
+    import subprocess, sys, time
+    child = subprocess.Popen(["sleep", "60"])
+    print(child.pid, flush=True)
+    time.sleep(60)
+""")
+
+
+def gone(pid: int) -> bool:
+    """Not running any more: no such pid, or a zombie (dead, its parent has not collected it yet)."""
+    info = process_table().get(pid)
+    return info is None or info.zombie
+
+
+@pytest.fixture
+def children() -> Iterator[ChildProcesses]:
+    registry = ChildProcesses()
+    yield registry
+    registry.shutdown(grace=0.2, kill_wait=1.0)  # never leave a test's processes behind
+
+
+# --- memory ---
+
+
+def test_rss_is_measured_and_follows_allocation() -> None:
+    before = rss_bytes()
+    assert before is not None and before > 5 * MB
+    ballast = b"x" * (64 * MB)  # b"x" * n touches every page, so they are resident
+    after = rss_bytes()
+    assert after is not None and after - before > 48 * MB
+    del ballast
+
+
+def test_ps_fallback_measures_rss() -> None:
+    # macOS has no /proc: `ps -o rss=` must agree with /proc within a few MB.
+    by_ps, by_proc = _ps_rss_bytes(os.getpid()), rss_bytes()
+    assert by_ps is not None and by_proc is not None
+    assert abs(by_ps - by_proc) < 16 * MB
+
+
+def test_watchdog_warns_once_then_asks_for_shutdown_once(caplog: pytest.LogCaptureFixture) -> None:
+    samples = iter([100 * MB, 450 * MB, 460 * MB, 300 * MB, 420 * MB, 600 * MB, 700 * MB])
+    limits: list[int] = []
+    watchdog = MemoryWatchdog(warn_mb=400, limit_mb=512, on_limit=limits.append, sample=lambda: next(samples))
+    with caplog.at_level(logging.WARNING):
+        states = [watchdog.check() for _ in range(7)]
+    assert states == ["ok", "warn", "warn", "ok", "warn", "limit", "limit"]
+    assert limits == [600 * MB]  # once, even though the next sample is higher still
+    assert watchdog.limit_exceeded
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 2  # one per excursion
+    assert f"exit status {EXIT_MEMORY_LIMIT}" in caplog.text
+
+
+def test_watchdog_thread_triggers_shutdown() -> None:
+    fired = threading.Event()
+    watchdog = MemoryWatchdog(warn_mb=1, limit_mb=2, on_limit=lambda rss: fired.set(), interval=0.01)
+    watchdog.start()
+    try:
+        assert fired.wait(5)  # the real RSS of this test process is far over 2 MB
+    finally:
+        watchdog.stop()
+    assert watchdog.limit_exceeded and watchdog.last_rss and watchdog.last_rss > 2 * MB
+
+
+def test_watchdog_survives_unreadable_rss_and_bad_callbacks() -> None:
+    assert MemoryWatchdog(on_limit=print, sample=lambda: None).check() == "ok"
+
+    def broken(rss: int) -> None:
+        raise RuntimeError("callback bug")
+
+    watchdog = MemoryWatchdog(warn_mb=1, limit_mb=1, on_limit=broken, sample=lambda: 10 * MB)
+    assert watchdog.check() == "limit" and watchdog.limit_exceeded
+    with pytest.raises(ValueError):
+        MemoryWatchdog(warn_mb=600, limit_mb=512, on_limit=print)
+
+
+def test_memory_exit_status_is_distinct() -> None:
+    assert EXIT_MEMORY_LIMIT not in (0, 1, 2) and 0 < EXIT_MEMORY_LIMIT < 126
+
+
+# --- children ---
+
+
+def test_shutdown_stops_every_child_including_stubborn_ones(children: ChildProcesses) -> None:
+    sleepers = [children.spawn(["sleep", "60"]) for _ in range(2)]
+    stubborn = children.spawn([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, text=True)
+    assert stubborn.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    report = children.shutdown(grace=0.5, kill_wait=2.0)
+    assert time.monotonic() - started < 3
+    assert report.killed == [stubborn.pid]
+    assert set(report.terminated) >= {p.pid for p in sleepers}
+    assert report.survivors == []
+    for proc in [*sleepers, stubborn]:
+        assert proc.returncode is not None  # reaped: no zombie left behind
+        assert gone(proc.pid)
+    assert stubborn.returncode == -signal.SIGKILL
+    assert all(p.returncode == -signal.SIGTERM for p in sleepers)
+    assert children.tracked() == []
+    assert children.shutdown(grace=0.1) == type(report)([], [], [])  # idempotent
+
+
+def test_shutdown_reaches_grandchildren_and_untracked_children(children: ChildProcesses) -> None:
+    # Spawned behind our back (as the Agent SDK starts `claude`), with a grandchild of its own.
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    grandchild = int(parent.stdout.readline())
+    assert grandchild in descendants(os.getpid(), process_table())
+    report = children.shutdown(grace=1.0)
+    assert {parent.pid, grandchild} <= set(report.terminated)
+    assert gone(parent.pid) and gone(grandchild)
+    parent.stdout.close()
+    # The registry reaped this untracked child itself (no zombie); its Popen just cannot see the status.
+    parent.wait(timeout=1)
+
+
+def test_tracked_pid_is_stopped_without_walking_the_tree(children: ChildProcesses) -> None:
+    proc = subprocess.Popen(["sleep", "60"])
+    children.track(proc.pid)
+    report = children.shutdown(grace=1.0, include_descendants=False)
+    assert report.terminated == [proc.pid]
+    assert gone(proc.pid)
+    # Reaped by the registry (no zombie), so this Popen may see status 0 instead of -SIGTERM.
+    proc.wait(timeout=1)
+
+
+def test_recycled_pid_is_never_signalled(children: ChildProcesses) -> None:
+    # The registry saw this pid with another start time: it now belongs to someone else.
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        children.track(proc.pid, start="an earlier process")
+        report = children.shutdown(grace=0.2, include_descendants=False)
+        assert report.terminated == report.killed == []
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_reap_forgets_children_that_exited(children: ChildProcesses) -> None:
+    quick = children.spawn(["true"])
+    slow = children.spawn(["sleep", "60"])
+    quick.wait()
+    assert children.reap() == [quick.pid]
+    assert children.tracked() == [slow.pid]
+
+
+def test_process_table_without_proc_matches_proc() -> None:
+    # macOS builds the tree from `ps -A`; it must find the same descendants as /proc does.
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(parent.stdout.readline())
+        by_ps = descendants(os.getpid(), _ps_process_table())
+        by_proc = descendants(os.getpid(), _proc_process_table())
+        assert {parent.pid, grandchild} <= set(by_ps)
+        assert set(by_ps) == set(by_proc)
+        assert by_ps.index(parent.pid) < by_ps.index(grandchild)  # parents first
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
+        subprocess.run(["kill", "-9", str(grandchild)], check=False)

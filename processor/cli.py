@@ -134,6 +134,68 @@ def cmd_remember(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    from processor.service.claude_settings import InstallError, install, uninstall
+
+    try:
+        report = uninstall(dry_run=args.print) if args.command == "uninstall" else install(dry_run=args.print)
+    except InstallError as exc:
+        print(f"engram {args.command}: {exc}", file=sys.stderr)
+        return 1
+    print(report.describe(), end="")
+    return 0
+
+
+def cmd_plugin(args: argparse.Namespace) -> int:
+    from processor.service.plugin import write_plugin
+
+    for path in write_plugin(Path(args.out)):
+        print(path)
+    print(f"start Claude Code with: claude --plugin-dir {Path(args.out).resolve()}")
+    return 0
+
+
+def cmd_service(args: argparse.Namespace) -> int:
+    from processor.service import units
+
+    settings = _settings(args)
+    try:
+        if args.action == "install":
+            result = units.install(settings.home, settings.logs_dir, print_only=args.print,
+                                   restart_sec=int(settings.service_restart_seconds),
+                                   memory_max_mb=int(settings.service_memory_max_mb), nice=int(settings.service_nice))
+        elif args.action == "uninstall":
+            result = units.uninstall(print_only=args.print)
+        elif args.action == "status":
+            result = units.status()
+        elif args.action == "restart":
+            result = units.restart()
+        else:
+            if args.follow:
+                argv = units.logs_command(settings.logs_dir, follow=True)
+                os.execvp(argv[0], argv)  # hand the terminal to tail/journalctl
+            result = units.logs(settings.logs_dir)
+    except units.ServiceError as exc:
+        print(f"engram service {args.action}: {exc}", file=sys.stderr)
+        return 1
+    if args.action == "install" and args.print:
+        print(result.text, end="" if result.text.endswith("\n") else "\n")
+    for argv in result.commands:
+        print(("would run: " if getattr(args, "print", False) else "ran: ") + " ".join(argv), file=sys.stderr)
+    for note in result.notes:
+        print(note, file=sys.stderr)
+    if result.output:
+        print(result.output, end="" if result.output.endswith("\n") else "\n")
+    return 0 if result.returncode == 0 else 1
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from mcp_tools.server import main as serve
+
+    serve()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engram", description="Engram: memory for Claude Code.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -169,6 +231,18 @@ def build_parser() -> argparse.ArgumentParser:
                                              "task", "other"])
     remember.add_argument("--scope", choices=["global", "project"])
     remember.add_argument("--project", help="project root (default: the git root of the current directory)")
+
+    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code"),
+                            ("uninstall", "remove exactly what `engram install` added")):
+        p = add(name, cmd_install, help_text)
+        p.add_argument("--print", action="store_true", help="show the change without writing anything")
+    plugin = add("plugin", cmd_plugin, "write a Claude Code plugin folder (for `claude --plugin-dir`)")
+    plugin.add_argument("--out", required=True, help="folder to write the plugin into")
+    service = add("service", cmd_service, "run the processor as a launchd (macOS) or systemd (Linux) user service")
+    service.add_argument("action", choices=["install", "uninstall", "status", "logs", "restart"])
+    service.add_argument("--print", action="store_true", help="install/uninstall: show, change nothing")
+    service.add_argument("--follow", "-f", action="store_true", help="logs: keep following")
+    add("mcp", cmd_mcp, "serve the MCP tools over stdio (what Claude Code starts)")
     return parser
 
 

@@ -13,6 +13,7 @@ Two locations are special because everything else hangs off them:
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -55,6 +56,31 @@ OPTIONS: tuple[Option, ...] = (
     Option("service_memory_max_mb", 2048, "systemd MemoryMax: hard cap for the processor plus its children"),
     Option("service_restart_seconds", 10, "systemd RestartSec / launchd ThrottleInterval"),
     Option("service_nice", 10, "systemd Nice= for the processor"),
+    Option("recollection_bites", 3, "memory bites precomputed per user message for the PreToolUse hook"),
+    Option("recollection_min_relevance", 0.15, "bites below this relevance are not shown"),
+    Option("topic_gate", 0.85, "a user message this similar (cosine) to the previous one keeps the old bites"),
+    Option("recollection_skip_recent", 6, "episodes from this many latest rounds of the same session are not bites"),
+    Option("recollection_idle_hours", 1.0, "recollection files of sessions idle this long are removed"),
+    Option("extractor", "auto", "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)"),
+    Option("openai_base_url", "", "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI"),
+    Option("openai_model", "gpt-4.1-nano", "model for the openai backend"),
+    Option("openai_api_key_env", "OPENAI_API_KEY", "environment variable holding the openai backend's API key"),
+    Option("claude_model", "", "model for the claude backend (Claude Agent SDK); empty = the CLI's default"),
+    Option("llama_model", "", "instruct GGUF for the llama backend (local, no API key)"),
+    Option("daily_budget_usd", 0.50, "LLM spend per UTC day; when reached, LLM jobs pause until tomorrow"),
+    Option("model_prices", {"gpt-4.1-nano": [0.10, 0.40], "gpt-4.1-mini": [0.40, 1.60], "gpt-4o-mini": [0.15, 0.60],
+                            "claude-haiku-4-5": [1.00, 5.00], "claude-sonnet-4-5": [3.00, 15.00]},
+           "USD per million input and output tokens, by model (a TOML table; unknown models cost 0)"),
+    Option("extract_min_messages", 15, "an extract job is queued after this many new messages in a session"),
+    Option("extract_max_minutes", 20.0, "…or this long after the last extraction, with at least one new message"),
+    Option("extract_idle_minutes", 5.0, "…or when the session has been idle this long"),
+    Option("llm_timeout_seconds", 60.0, "time limit of one LLM call"),
+    Option("max_prompt_tokens", 12000, "an extraction prompt is cut to about this many tokens"),
+    Option("max_message_chars", 4000, "each message in a prompt keeps its head and tail up to this many characters"),
+    Option("retry_base_seconds", 30.0, "first retry delay of a failed job; doubles per attempt"),
+    Option("retry_max_seconds", 3600.0, "longest retry delay"),
+    Option("breaker_failures", 5, "consecutive backend failures that open the circuit breaker"),
+    Option("breaker_cooldown_seconds", 300.0, "how long an open breaker pauses LLM jobs"),
     Option("log_level", "INFO", "logging level for ~/.engram/logs/engram.log"),
     Option("log_max_bytes", 5 * 1024 * 1024, "size at which the log file rotates"),
     Option("log_backups", 3, "rotated log files kept"),
@@ -130,6 +156,11 @@ def engram_home(env: Mapping[str, str] | None = None) -> Path:
 def _coerce(name: str, raw: Any, source: str) -> Any:
     default = _DEFAULTS[name]
     try:
+        if isinstance(default, dict):
+            value = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(value, dict):
+                raise ValueError(raw)
+            return value
         if isinstance(default, bool):
             if isinstance(raw, bool):
                 return raw

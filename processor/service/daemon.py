@@ -20,7 +20,8 @@ from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, ensure_home
-from processor.service.memory_worker import EPISODIZE, FINALIZE_IDLE, REMEMBER, MemoryWorker
+from processor.recall.writer import RecollectionWriter
+from processor.service.memory_worker import EPISODIZE, FINALIZE_IDLE, RECOLLECT, REMEMBER, MemoryWorker
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ class Processor:
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.started_at = time.time()
         self.memory = MemoryWorker(settings)
+        self.recollections = RecollectionWriter(settings)
+        self.memory.handlers[RECOLLECT] = self.recollections.handle
+        self.memory.periodic.append(self.recollections.remove_idle)
         self.children = None  # ChildProcesses, set by the service lifecycle
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
@@ -51,6 +55,10 @@ class Processor:
         )
 
     def _on_captured(self, session_id: str, lines: list[CapturedLine]) -> None:
+        # A new user message asks for fresh recollections before anything else.
+        for line in lines:
+            if line.role == "user":
+                self.memory.submit(RECOLLECT, (session_id, line))
         self.memory.submit(EPISODIZE, session_id)
 
     # --- control from other threads and signal handlers ------------------------------------------

@@ -37,6 +37,7 @@ class MemoryWorker:
         self.problem: str | None = None  # why episodes are paused, if they are
         self.busy_with: str | None = None
         self.handlers: dict[int, Handler] = {}  # extra request kinds (recollections) register here
+        self.periodic: list[Callable[[], object]] = []  # run with each idle-session sweep
         self._requests: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
         self._order = itertools.count()
         self._stop = threading.Event()
@@ -172,6 +173,8 @@ class MemoryWorker:
             self._busy("remember", self.process_remember_queue)
         elif kind == FINALIZE_IDLE:
             self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions(), final=True))
+            for cleanup in self.periodic:
+                self._busy("cleanup", cleanup)
         elif kind in self.handlers:
             self._busy(f"handler {kind}", lambda: self.handlers[kind](store, arg))
 

@@ -65,7 +65,7 @@ _PLACEHOLDER = re.compile(
     r"""\s*(?:
         \$\{[^}]*\}|\$\(?[A-Za-z_]\w*\)?                             # ${VAR}, $VAR, $(VAR)
       | %\w+%|%\(\w+\)[sd]|%[sd]|\{\{.*\}\}|\{[\w.]*\}|<[^<>]*>    # %VAR%, %(x)s, {{ x }}, {x}, <x>
-      | \[REDACTED[^\]]*\]
+      | \[REDACTED:[a-z0-9-]+\]
       | \*+|x+|X+|-+|_+|\#+|\#[0-9a-fA-F]{3,8}                          # masks, colours
       | .*(?:\.\.\.|…).*                                             # elided: sk-..., abc…
       | -?\d+(?:\.\d+)?
@@ -167,15 +167,35 @@ def _splice(m: re.Match[bytes], group: str | int, marker: bytes) -> bytes:
     return whole[: m.start(group) - start] + marker + whole[m.end(group) - start :]
 
 
+def _substitute(
+    pattern: re.Pattern[bytes], replace: Callable[[re.Match[bytes]], bytes | None], data: bytes
+) -> bytes:
+    """``pattern.sub(replace, data)``, except that a match ``replace`` turns down (None) is not
+    skipped whole: the search resumes after its ``key`` group, so a key inside a rejected value
+    (``token = None api_key = x``) still gets its turn. Otherwise what a rule skips would depend on
+    what other rules had already redacted, and a second pass could redact more."""
+    pieces: list[bytes] = []
+    done = pos = 0
+    resume_after_key = "key" in pattern.groupindex
+    while (m := pattern.search(data, pos)) is not None:
+        replacement = replace(m)
+        if replacement is None:
+            pos = m.end("key") if resume_after_key else max(m.end(), m.start() + 1)
+            continue
+        pieces += (data[done : m.start()], replacement)
+        done = pos = max(m.end(), m.start() + 1)
+    return b"".join([*pieces, data[done:]]) if pieces else data
+
+
 @dataclass(frozen=True, slots=True)
 class _Rule:
     kind: str
     patterns: tuple[re.Pattern[bytes], ...]
-    replace: Callable[[re.Match[bytes]], bytes]
+    replace: Callable[[re.Match[bytes]], bytes | None]  # None: not a secret after all
 
     def apply(self, data: bytes) -> bytes:
         for pattern in self.patterns:
-            data = pattern.sub(self.replace, data)
+            data = _substitute(pattern, self.replace, data)
         return data
 
 
@@ -191,9 +211,9 @@ def _rule(
     marker = _marker(kind)
     checked_group = group if checked is None else checked
 
-    def replace(m: re.Match[bytes]) -> bytes:
+    def replace(m: re.Match[bytes]) -> bytes | None:
         if check is not None and not check(_decode(m[checked_group])):
-            return m[0]
+            return None
         return marker if group == 0 else _splice(m, group, marker)
 
     return _Rule(kind, tuple(re.compile(p.encode()) for p in patterns), replace)
@@ -282,15 +302,15 @@ def _is_type_name(value: str, m: re.Match[bytes]) -> bool:
     return _IDENTIFIER.fullmatch(value) is not None
 
 
-def _replace_assignment(m: re.Match[bytes]) -> bytes:
+def _replace_assignment(m: re.Match[bytes]) -> bytes | None:
     group = next(g for g in ("dq", "sq", "bare") if m[g] is not None)
     value = _decode(m[group])
     kind = _assignment_kind(_decode(m["key"]), value)
     if group == "bare":
         if kind != "aws-secret-access-key" and _is_reference(m, value):
-            return m[0]
+            return None
     elif _is_placeholder(value) or _PATH.fullmatch(value) or _is_type_name(value, m):
-        return m[0]
+        return None
     return _splice(m, group, _marker(kind))
 
 

@@ -98,23 +98,25 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
     user_text = user.text if user else ""
     replies = [m for m in round_messages if m.role == "assistant"]
     reply_text = "\n".join(m.text for m in replies)
-    # Pack speaker blocks into pieces of at most max_chars; a longer block is cut across pieces.
+    # Pack speaker blocks into pieces of at most max_chars; a longer block continues in the next
+    # piece, so a question and the start of its answer stay together.
     pieces_text: list[tuple[str, list[str]]] = []
     current, current_uuids = "", []
     for message in round_messages:
         block = _speaker_block(message)
         while block:
-            room = max_chars - len(current)
-            if len(block) <= room:
-                current = f"{current}\n\n{block}" if current else block
-                current_uuids.append(message.uuid)
-                block = ""
-            elif current:
+            room = max_chars - len(current) - (2 if current else 0)
+            if len(block) > room and room < min(200, max_chars // 4):
                 pieces_text.append((current, current_uuids))
                 current, current_uuids = "", []
-            else:
-                pieces_text.append((block[:max_chars], [message.uuid]))
-                block = block[max_chars:]
+                continue
+            taken, block = block[:room], block[room:]
+            current = f"{current}\n\n{taken}" if current else taken
+            if message.uuid not in current_uuids:
+                current_uuids.append(message.uuid)
+            if block:
+                pieces_text.append((current, current_uuids))
+                current, current_uuids = "", []
     if current:
         pieces_text.append((current, current_uuids))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,8 +19,8 @@ from processor.memory.episodes import EpisodeStore, format_expansion, format_hit
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
 from processor.memory.verbatim import SUMMARY_TOKENS, estimate_tokens, group_rounds, round_pieces
-from processor.store import open_store, write_transaction
 from processor.store import episodes as sql
+from processor.store import open_store, write_transaction
 from processor.store.episodes import StoredMessage
 from tests.conftest import REPO, run_engram
 from tests.transcripts import assistant_line, user_line
@@ -219,7 +220,7 @@ def test_bad_remember_files_are_set_aside_not_dropped(engram_home: Path, project
 def test_the_running_processor_stores_remember_files_promptly(engram_home: Path, projects_dir: Path) -> None:
     env = {"ENGRAM_HOME": str(engram_home), "ENGRAM_PROJECTS_DIR": str(projects_dir), "ENGRAM_HTTP_PORT": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO,
-                            env={**__import__("os").environ, **env}, stderr=subprocess.PIPE, text=True)
+                            env={**os.environ, **env}, stderr=subprocess.PIPE, text=True)
     try:
         run_engram("remember", "Staging lives at staging.example.internal", "--scope", "global", env=env)
         deadline = time.monotonic() + 30

@@ -16,14 +16,12 @@ from typing import Any
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.service.control_http import ControlServer, RequestRejected
 from processor.service.daemon import Processor
-from processor.service.pidfile import AlreadyRunning, PidFile
+from processor.service.pidfile import EXIT_ALREADY_RUNNING, AlreadyRunning, PidFile
 from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog
 from processor.service.status import collect_status
 from processor.service.units import load_env_file
 
 log = logging.getLogger(__name__)
-
-EXIT_ALREADY_RUNNING = 73  # sysexits EX_CANTCREAT: the pid lock is held by a live processor
 
 
 def _recall_route(processor: Processor):

@@ -49,6 +49,9 @@ _LOCK_RETRY_SECONDS = 0.05
 _RECORD_WAIT_SECONDS = 0.5
 
 
+EXIT_ALREADY_RUNNING = 73  # sysexits EX_CANTCREAT: `engram run` exits so when another processor holds the lock
+
+
 class PidFileError(Exception):
     """The pid file cannot be used at all (not a regular file, no locking on this filesystem, ...)."""
 

@@ -32,6 +32,7 @@ from typing import Literal
 from xml.sax.saxutils import escape as xml_escape
 
 from processor.config import ensure_private_dir
+from processor.service.pidfile import EXIT_ALREADY_RUNNING
 from processor.service.resources import EXIT_MEMORY_LIMIT
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ def render_launchd(
             for k, v in sorted(environment.items())
         ),
         "memory_exit_code": EXIT_MEMORY_LIMIT,
+        "already_running_exit_code": EXIT_ALREADY_RUNNING,
         "throttle_interval": int(throttle_interval),
         "exit_timeout": int(exit_timeout),
         "stdout_path": xml_escape(_require_absolute("the log directory", logs_dir / LAUNCHD_STDOUT_NAME)),
@@ -262,6 +264,7 @@ def render_systemd(
         "env_file": _systemd_specifiers(_require_absolute("the environment file", env_file)),
         "restart_sec": int(restart_sec),
         "memory_exit_code": EXIT_MEMORY_LIMIT,
+        "already_running_exit_code": EXIT_ALREADY_RUNNING,
         "memory_max_mb": int(memory_max_mb),
         "nice": int(nice),
         "stop_timeout": int(stop_timeout),

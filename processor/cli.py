@@ -263,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

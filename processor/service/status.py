@@ -9,6 +9,7 @@ from typing import Any
 
 from processor.config import Settings
 from processor.store import connect, migrate, queries
+from processor.store import episodes as episodes_sql
 
 ACTIVE_WINDOW_MS = 24 * 3600 * 1000
 
@@ -20,12 +21,16 @@ def _iso(ms: int | None) -> str | None:
 def collect_status(settings: Settings) -> dict[str, Any]:
     """Counts first (the integers scripts read), then per-session capture lag."""
     if not settings.db_path.exists():
-        return {"sessions": 0, "messages": 0, "db": str(settings.db_path), "db_exists": False,
+        return {"sessions": 0, "messages": 0, "episodes": 0, "db": str(settings.db_path), "db_exists": False,
                 "active_sessions": []}
     conn = connect(settings.db_path)
     try:
         migrate(conn)
         status: dict[str, Any] = dict(queries.counts(conn))
+        by_status = episodes_sql.counts_by_status(conn)
+        status["episodes"] = sum(by_status.values())
+        status["episodes_by_status"] = by_status
+        status["embedding_model"] = episodes_sql.get_meta(conn, "embedding_model")
         status["db"] = str(settings.db_path)
         status["db_exists"] = True
         now_ms = int(time.time() * 1000)
@@ -53,7 +58,8 @@ def collect_status(settings: Settings) -> dict[str, Any]:
 
 
 def format_status(status: dict[str, Any]) -> str:
-    lines = [f"sessions: {status['sessions']}", f"messages: {status['messages']}", f"database: {status['db']}"]
+    lines = [f"sessions: {status['sessions']}", f"messages: {status['messages']}",
+             f"episodes: {status['episodes']}", f"database: {status['db']}"]
     if not status.get("db_exists"):
         lines.append("nothing captured yet: run `engram run` (or `engram backfill`)")
     active = status.get("active_sessions") or []

@@ -189,6 +189,15 @@ def cmd_service(args: argparse.Namespace) -> int:
     return 0 if result.returncode == 0 else 1
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    # Runs before load_settings: a broken config.toml is one of the things it reports.
+    from processor.service.doctor import exit_code, format_report, run_checks
+
+    checks = run_checks()
+    print(format_report(checks))
+    return exit_code(checks)
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from mcp_tools.server import main as serve
 
@@ -243,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument("--print", action="store_true", help="install/uninstall: show, change nothing")
     service.add_argument("--follow", "-f", action="store_true", help="logs: keep following")
     add("mcp", cmd_mcp, "serve the MCP tools over stdio (what Claude Code starts)")
+    add("doctor", cmd_doctor, "check the installation; prints the fix for every problem")
     return parser
 
 

@@ -1,0 +1,658 @@
+"""`engram doctor`: check every part Engram depends on and say how to fix what is wrong.
+
+``run_checks()`` returns one ``Check`` per thing looked at, in a fixed order; ``format_report()``
+renders them as ``✓``/``✗``/``!`` lines with the fix under each problem; ``exit_code()`` is 0 when
+no check failed with severity "error" (warnings, such as "the processor is not running", are shown
+but do not fail the run). The CLI is only ``print(format_report(checks)); return exit_code(checks)``.
+
+Every check is independent: an exception inside one is reported as that check's ✗ and the others
+still run. Doctor never changes anything (the database is opened read-only, the default model is
+not converted, llama.cpp is not loaded, no service manager is called), so it is fast and safe to
+run at any time, including while the processor runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import plistlib
+import re
+import shlex
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import apsw
+
+from processor.config import OPTIONS, ConfigError, Settings, claude_config_dir, engram_home, load_settings
+
+Severity = Literal["error", "warning"]
+
+# Free space on the data directory's filesystem: below these, SQLite writes start failing.
+DISK_ERROR_BYTES = 100 * 1024 * 1024
+DISK_WARNING_BYTES = 1024 * 1024 * 1024
+# Share of the daily LLM budget at which doctor starts warning.
+BUDGET_WARNING_SHARE = 0.8
+PING_TIMEOUT_SECONDS = 0.5
+
+# Where the LLM job worker records spend (processor/jobs, processor/store/jobs.py). Found by looking,
+# not assumed: the first existing table and the first cost / time columns it has, in this order.
+SPEND_TABLES = ("llm_calls", "llm_usage", "llm_spend")
+SPEND_COST_COLUMNS = ("cost_usd", "usd", "cost")
+SPEND_TIME_COLUMNS = ("created_at", "ts_ms", "called_at", "finished_at", "started_at", "at", "ts", "timestamp")
+
+# Files under the data directory that must be private: the conversations, the control token, API keys.
+_PRIVATE_FILES = ("engram.db", "engram.db-wal", "engram.db-shm", "run/token", "env")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report. ``fix`` is what the user should run or change when ``ok`` is False."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+    severity: Severity = "error"
+
+    @property
+    def failed(self) -> bool:
+        """True for a problem that makes doctor exit non-zero (a failed warning does not)."""
+        return not self.ok and self.severity == "error"
+
+
+def _ok(name: str, detail: str) -> Check:
+    return Check(name, True, detail)
+
+
+def _error(name: str, detail: str, fix: str | None) -> Check:
+    return Check(name, False, detail, fix, "error")
+
+
+def _warning(name: str, detail: str, fix: str | None) -> Check:
+    return Check(name, False, detail, fix, "warning")
+
+
+# --------------------------------------------------------------------------- shared state
+
+
+@dataclass
+class _Probe:
+    """What the checks share: the environment, usable settings, and the database once opened."""
+
+    env: Mapping[str, str]
+    settings: Settings
+    config_error: ConfigError | None = None
+    db: apsw.Connection | None = None  # set by the database check when the file is readable and sound
+    model_id: str | None = None  # the configured embedding model's id, as stored in meta
+    model_dim: int | None = None  # its vector size, read from the GGUF header when available
+
+    def show(self, path: Path) -> str:
+        """A path as the user would type it: ~ for their home directory."""
+        home = self.env.get("HOME") or str(Path.home())
+        text = str(path)
+        if home and home != "/" and (text == home or text.startswith(home.rstrip("/") + "/")):
+            return "~" + text[len(home.rstrip("/")) :]
+        return text
+
+
+def _load_probe(env: Mapping[str, str]) -> _Probe:
+    """Settings for the checks; with a broken config, the defaults (plus env), so the rest still runs."""
+    try:
+        return _Probe(env, load_settings(env=env))
+    except ConfigError as exc:
+        error = exc
+    home = engram_home(env)
+    try:
+        # Same precedence minus the broken file: load from an empty home, then put the real home back.
+        with tempfile.TemporaryDirectory(prefix="engram-doctor-") as empty:
+            settings = dataclasses.replace(load_settings(env={**env, "ENGRAM_HOME": empty}), home=home)
+    except ConfigError:
+        # The environment itself is broken too: pure defaults.
+        settings = Settings(home=home, transcripts_root=claude_config_dir(env) / "projects",
+                            values={o.name: o.default for o in OPTIONS})
+    return _Probe(env, settings, config_error=error)
+
+
+@contextlib.contextmanager
+def _quiet_sqlite_log() -> Iterator[None]:
+    # apsw forwards SQLite's own log (e.g. "database corruption at line ...") to logging at ERROR;
+    # doctor reports the problem itself, so those lines would only clutter the terminal.
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def check_config(probe: _Probe) -> Check:
+    path = probe.settings.config_path
+    error = probe.config_error
+    if error is None:
+        if not path.exists():
+            return _ok("config", f"no {probe.show(path)}; using the defaults")
+        return _ok("config", f"{probe.show(path)} is valid")
+    message = str(error).split("; known settings:")[0]  # that list is long; `engram` --help has it
+    detail = f"{message} (the other checks use the defaults)"
+    source = str(error).split(":", 1)[0]
+    if source.startswith("ENGRAM_"):
+        return _error("config", detail, f"fix or unset ${source}")
+    if source.startswith("--"):
+        return _error("config", detail, f"fix the {source} option")
+    line = _config_error_line(error, path)
+    where = f"{probe.show(path)} line {line}" if line else probe.show(path)
+    return _error("config", detail, f"fix {where}, or move it aside: mv {probe.show(path)} {probe.show(path)}.broken")
+
+
+def _config_error_line(error: ConfigError, path: Path) -> int | None:
+    """The config.toml line the error is about: TOML's own line number, or the line setting the key."""
+    text = str(error)
+    found = re.search(r"at line (\d+)", text)
+    if found:
+        return int(found.group(1))
+    key = re.search(r": (\w+) = ", text) or re.search(r"unknown setting\(s\) (\w+)", text)
+    if not key:
+        return None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    pattern = re.compile(rf"\s*[\"']?{re.escape(key.group(1))}[\"']?\s*=")
+    return next((n for n, line in enumerate(lines, 1) if pattern.match(line)), None)
+
+
+# --------------------------------------------------------------------------- data directory
+
+
+def check_permissions(probe: _Probe) -> Check:
+    name = "data directory"
+    home = probe.settings.home
+    shown = probe.show(home)
+    try:
+        st = os.stat(home)
+    except FileNotFoundError:
+        return _warning(name, f"{shown} does not exist yet", "engram run (or engram backfill) creates it")
+    if not stat.S_ISDIR(st.st_mode):
+        return _error(name, f"{shown} is not a directory", f"move it aside: mv {shown} {shown}.old")
+    uid = os.getuid()
+    if st.st_uid != uid:
+        return _error(name, f"{shown} is owned by uid {st.st_uid}, not you (uid {uid})", f"sudo chown -R {uid} {shown}")
+    problems: list[str] = []
+    fixes: list[str] = []
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        problems.append(f"{shown} is mode {mode:o}: other users can read your conversations")
+        fixes.append(f"chmod 700 {shown}")
+    loose: list[str] = []
+    for relative in _PRIVATE_FILES:
+        path = home / relative
+        try:
+            fst = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if fst.st_uid != uid:
+            problems.append(f"{probe.show(path)} is owned by uid {fst.st_uid}")
+            fixes.append(f"sudo chown {uid} {probe.show(path)}")
+        elif stat.S_IMODE(fst.st_mode) & 0o077:
+            problems.append(f"{probe.show(path)} is mode {stat.S_IMODE(fst.st_mode):o}")
+            loose.append(probe.show(path))
+    if loose:
+        fixes.append("chmod 600 " + " ".join(loose))
+    if problems:
+        return _error(name, "; ".join(problems), "; ".join(fixes))
+    return _ok(name, f"{shown} is private (700, yours)")
+
+
+# --------------------------------------------------------------------------- database
+
+
+def check_database(probe: _Probe) -> Check:
+    name = "database"
+    path = probe.settings.db_path
+    shown = probe.show(path)
+    if not path.exists():
+        return _warning(name, f"{shown} does not exist: nothing captured yet",
+                        "engram backfill (imports past transcripts) or engram run")
+    from processor.store.connection import connect
+
+    move_aside = (f"move it aside: mv {shown} {shown}.broken; "
+                  "engram backfill rebuilds it from transcripts")
+    conn = None
+    try:
+        with _quiet_sqlite_log():
+            conn = connect(path, readonly=True)
+            rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
+    except apsw.Error as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, apsw.BusyError):
+            return _warning(name, f"{shown} stayed locked by another process; could not check it",
+                            "run engram doctor again in a moment")
+        if isinstance(exc, apsw.NotADBError | apsw.CorruptError):
+            return _error(name, f"{shown} is damaged ({exc})", move_aside)
+        return _error(name, f"cannot read {shown} ({type(exc).__name__}: {exc})",
+                      f"check that it is yours and readable: ls -l {shown}")
+    if rows != ["ok"]:
+        conn.close()
+        shown_rows = "; ".join(r.replace("\n", " ") for r in rows[:3])
+        return _error(name, f"{shown} failed its integrity check: {shown_rows}", move_aside)
+    probe.db = conn
+    size_mb = path.stat().st_size / (1024 * 1024)
+    return _ok(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check")
+
+
+def _tables(conn: apsw.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def check_schema(probe: _Probe) -> Check | None:
+    if probe.db is None:
+        return None  # the database check already said why
+    from processor.store.migrations import MIGRATIONS
+
+    name = "schema"
+    known = [m.__name__ for m in MIGRATIONS]
+    applied: list[str] = []
+    if "schema_migrations" in _tables(probe.db):
+        applied = [r[0] for r in probe.db.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
+    unknown = [n for n in applied if n not in known]
+    if unknown:
+        return _error(name, f"this database was written by a newer Engram (unknown migrations: {', '.join(unknown)})",
+                      "upgrade Engram (git pull && pip install -e .), or move the database aside and "
+                      "run engram backfill")
+    missing = [n for n in known if n not in applied]
+    if missing:
+        return _warning(name, f"schema version {len(applied)} of {len(known)}; pending: {', '.join(missing)}",
+                        "engram run (migrates automatically)")
+    return _ok(name, f"schema version {len(applied)} (latest: {known[-1]})")
+
+
+# --------------------------------------------------------------------------- embedding model
+
+
+def check_model(probe: _Probe) -> Check:
+    from processor.memory import gguf_convert as gc
+
+    name = "embedding model"
+    configured = str(probe.settings.embedding_model or "")
+    models_dir = probe.settings.models_dir
+    if configured in ("", "default", gc.MODEL_NAME):
+        probe.model_id = gc.MODEL_NAME
+        dest = models_dir / gc.GGUF_FILENAME
+        try:
+            gc.find_model_zip()
+            zip_problem = None
+        except gc.ConversionError as exc:
+            zip_problem = str(exc)
+        gguf_problem = None
+        if not dest.is_file():
+            gguf_problem = f"{probe.show(dest)} is not converted yet"
+        else:
+            try:
+                meta = gc.read_gguf_metadata(dest)
+            except (OSError, ValueError) as exc:
+                gguf_problem = f"{probe.show(dest)} is damaged ({exc})"
+            else:
+                probe.model_dim = _embedding_length(meta)
+                if meta.get(gc.VERSION_KEY) != gc.CONVERTER_VERSION:
+                    gguf_problem = f"{probe.show(dest)} was made by an older converter"
+        if gguf_problem and zip_problem:
+            return _error(name, f"{gguf_problem}, and {zip_problem}", gc.INSTALL_HINT)
+        if gguf_problem:
+            # The embedder converts it on first use; only the first start is slower.
+            return _warning(name, f"{gguf_problem}; Engram converts it from the model package on first use",
+                            "none needed: the first `engram run` converts it")
+        if zip_problem:
+            return _warning(name, f"{probe.show(dest)} is fine, but {zip_problem}",
+                            f"{gc.INSTALL_HINT} (needed to convert it again)")
+        return _ok(name, f"{gc.MODEL_NAME} ({probe.show(dest)})")
+
+    from processor.memory.embedder import _resolve_model_path
+    from processor.memory.errors import EmbedderError
+
+    probe.model_id = Path(configured).name
+    use_default = 'or set embedding_model = "default" in config.toml'
+    try:
+        path = _resolve_model_path(Path(configured).expanduser(), models_dir)
+    except EmbedderError:
+        looked = [Path(configured).expanduser()]
+        if not looked[0].is_absolute():
+            looked.append(models_dir / configured)
+        shown_looked = " or ".join(probe.show(p) for p in looked)
+        return _error(name, f"configured model {configured} not found (no {shown_looked})",
+                      f"put a GGUF embedding model at {configured}, {use_default}")
+    try:
+        meta = gc.read_gguf_metadata(path)
+    except (OSError, ValueError) as exc:
+        return _error(name, f"{probe.show(path)} is not a usable GGUF file ({exc})",
+                      f"replace it with a complete GGUF embedding model, {use_default}")
+    if not meta.get("general.architecture"):
+        return _error(name, f"{probe.show(path)} has no general.architecture",
+                      f"use a GGUF embedding model, {use_default}")
+    probe.model_dim = _embedding_length(meta)
+    return _ok(name, f"{probe.show(path)} ({meta['general.architecture']})")
+
+
+def _embedding_length(meta: Mapping[str, Any]) -> int | None:
+    value = meta.get(f"{meta.get('general.architecture', '')}.embedding_length")
+    return int(value) if isinstance(value, int) else None
+
+
+def check_vectors(probe: _Probe) -> Check | None:
+    if probe.db is None or probe.model_id is None:
+        return None
+    name = "stored vectors"
+    if "meta" not in _tables(probe.db):
+        return _ok(name, "no vectors stored yet")
+    meta = dict(probe.db.execute("SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"))
+    stored = meta.get("embedding_model")
+    if stored is None:
+        return _ok(name, "no vectors stored yet")
+    stored_dim = int(meta["embedding_dim"]) if str(meta.get("embedding_dim", "")).isdigit() else None
+    dim_differs = None not in (stored_dim, probe.model_dim) and stored_dim != probe.model_dim
+    if stored != probe.model_id or dim_differs:
+        return _error(name, f"stored vectors were made by {stored} ({stored_dim} dims), but the configured model is "
+                      f"{probe.model_id} ({probe.model_dim} dims)",
+                      f"engram reindex (re-embeds every episode), or set embedding_model back to {stored}")
+    return _ok(name, f"made by {stored}, the configured model")
+
+
+# --------------------------------------------------------------------------- Claude Code
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    """The file's JSON object ({} for an empty file); ValueError naming the file and line otherwise."""
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, not a {type(data).__name__}")
+    return data
+
+
+def _missing_programs(argv: list[str]) -> list[str]:
+    """Absolute paths in a registered command that no longer exist (a deleted venv, a moved checkout)."""
+    return [arg for arg in argv if os.path.isabs(arg) and not os.path.exists(arg)]
+
+
+def check_claude_hooks(probe: _Probe) -> Check:
+    from processor.service import claude_settings as cs
+
+    name = "Claude Code hooks"
+    path = cs.default_settings_path(probe.env)
+    shown = probe.show(path)
+    try:
+        data = _read_json_object(path)
+    except FileNotFoundError:
+        return _error(name, f"{shown} does not exist: Engram's hooks are not installed", "engram install")
+    except ValueError as exc:
+        return _error(name, f"{exc}; Claude Code cannot read its settings",
+                      f"fix the JSON in {shown} (or move it aside), then engram install")
+    hooks = data.get("hooks")
+    hooks = hooks if isinstance(hooks, dict) else {}
+    # The events and markers come from the one Registration; the interpreters do not matter here.
+    specs = cs.Registration(hook_python="", engram_python="", hook_script=Path()).hooks
+    missing: list[str] = []
+    broken: list[str] = []
+    for spec in specs:
+        commands = [
+            h["command"]
+            for group in hooks.get(spec.event) or []
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list)
+            for h in group["hooks"]
+            if cs.is_engram_hook(h, (spec.marker,))
+        ]
+        if not commands:
+            missing.append(spec.event)
+        for command in commands:
+            try:
+                gone = _missing_programs(shlex.split(command))
+            except ValueError:
+                gone = [command]
+            broken.extend(f"{spec.event} hook needs {probe.show(Path(g))}, which is gone" for g in gone)
+    if missing:
+        return _error(name, f"{', '.join(missing)} not registered in {shown}", "engram install")
+    if broken:
+        return _error(name, "; ".join(broken), "engram install (registers this Engram's interpreter and hook)")
+    return _ok(name, f"{', '.join(s.event for s in specs)} registered in {shown}")
+
+
+def check_claude_mcp(probe: _Probe) -> Check:
+    from processor.service import claude_settings as cs
+
+    name = "Claude Code MCP server"
+    path = cs.default_mcp_config_path(probe.env)
+    shown = probe.show(path)
+    try:
+        data = _read_json_object(path)
+    except FileNotFoundError:
+        return _error(name, f"{shown} does not exist: the engram MCP server is not registered", "engram install")
+    except ValueError as exc:
+        return _error(name, f"{exc}; Claude Code cannot read its MCP servers",
+                      f"fix the JSON in {shown} (or move it aside), then engram install")
+    servers = data.get("mcpServers")
+    server = servers.get(cs.MCP_SERVER_NAME) if isinstance(servers, dict) else None
+    if server is None:
+        return _error(name, f"no {cs.MCP_SERVER_NAME!r} server in {shown}", "engram install")
+    if not cs.is_engram_mcp_server(server):
+        return _error(name, f"the {cs.MCP_SERVER_NAME!r} server in {shown} is not Engram's",
+                      f"claude mcp remove --scope user {cs.MCP_SERVER_NAME}; engram install")
+    args = server.get("args") if isinstance(server.get("args"), list) else []
+    gone = _missing_programs([a for a in [server.get("command"), *args] if isinstance(a, str)])
+    if gone:
+        return _error(name, f"the engram MCP server needs {probe.show(Path(gone[0]))}, which is gone", "engram install")
+    return _ok(name, f"{cs.MCP_SERVER_NAME!r} registered in {shown}")
+
+
+# --------------------------------------------------------------------------- service and processor
+
+
+def check_service(probe: _Probe) -> Check:
+    from processor.service import units
+
+    name = "service"
+    try:
+        platform = units.detect_platform()
+    except units.ServiceError as exc:
+        return _warning(name, str(exc), "run engram run under your own supervisor")
+    path = units.unit_path(platform, probe.env)
+    shown = probe.show(path)
+    if not path.exists():
+        return _warning(name, f"not installed ({shown} does not exist); Engram runs only while `engram run` does",
+                        "engram service install")
+    text = path.read_text(encoding="utf-8")
+    if platform == "launchd":
+        plist = plistlib.loads(text.encode("utf-8"))
+        argv = [str(a) for a in plist.get("ProgramArguments", [])]
+        service_home = (plist.get("EnvironmentVariables") or {}).get("ENGRAM_HOME")
+    else:
+        service = units.parse_unit(text).get("Service", {})
+        argv = shlex.split(service.get("ExecStart", [""])[-1].replace("%%", "%"))
+        assignments = [item.replace("%%", "%") for line in service.get("Environment", []) for item in shlex.split(line)]
+        service_home = next((a.split("=", 1)[1] for a in assignments if a.startswith("ENGRAM_HOME=")), None)
+    gone = _missing_programs(argv[:1])
+    if not argv or gone:
+        return _error(name, f"{shown} runs {argv[0] if argv else 'nothing'}, which is gone",
+                      "engram service install (rewrites it for this interpreter)")
+    if service_home and Path(service_home) != probe.settings.home:
+        return _warning(name, f"{shown} serves ENGRAM_HOME={service_home}, not {probe.show(probe.settings.home)}",
+                        "engram service install (from the environment with the right ENGRAM_HOME)")
+    return _ok(name, f"installed ({shown})")
+
+
+def check_processor(probe: _Probe) -> Check:
+    from processor.service.control_http import ping, read_port
+    from processor.service.pidfile import is_running, read_record
+
+    name = "processor"
+    run_dir = probe.settings.run_dir
+    degraded = "hooks and MCP still answer from the database, but nothing new is captured"
+    start = "engram service install (or engram run in a terminal)"
+    if not is_running(run_dir):
+        record = read_record(run_dir)
+        if record is not None:
+            return _warning(name, f"not running; stale pid file from pid {record.pid} ({degraded})", start)
+        return _warning(name, f"not running ({degraded})", start)
+    answer = ping(run_dir, timeout=PING_TIMEOUT_SECONDS)
+    record = read_record(run_dir)
+    pid = f"pid {record.pid}" if record else "pid unknown"
+    if answer is None:
+        return _error(name, f"running ({pid}) but not answering on port {read_port(run_dir)}",
+                      "check engram service logs; restart it: engram service restart")
+    facts = [pid]
+    if isinstance(answer.get("uptime_s"), int | float):
+        facts.append(f"up {_duration(float(answer['uptime_s']))}")
+    if answer.get("queue_depth") is not None:
+        facts.append(f"queue {answer['queue_depth']}")
+    return _ok(name, f"running ({', '.join(facts)})")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def check_disk(probe: _Probe) -> Check:
+    name = "disk space"
+    where = probe.settings.home
+    while not where.exists() and where != where.parent:
+        where = where.parent  # the home may not exist yet: measure the filesystem it will be on
+    free = shutil.disk_usage(where).free
+    text = f"{free / 1024 ** 3:.1f} GB free on the filesystem of {probe.show(probe.settings.home)}"
+    if free < DISK_ERROR_BYTES:
+        return _error(name, text + ": SQLite writes will fail", f"free some space on {probe.show(where)}")
+    if free < DISK_WARNING_BYTES:
+        return _warning(name, text, f"free some space on {probe.show(where)}")
+    return _ok(name, text)
+
+
+def check_spend(probe: _Probe) -> Check | None:
+    if probe.db is None:
+        return None
+    name = "LLM spend today"
+    tables = _tables(probe.db)
+    table = next((t for t in SPEND_TABLES if t in tables), None)
+    if table is None:
+        return _ok(name, "no LLM spend recorded")
+    columns = {r[1] for r in probe.db.execute(f'PRAGMA table_info("{table}")')}
+    cost = next((c for c in SPEND_COST_COLUMNS if c in columns), None)
+    when = next((c for c in SPEND_TIME_COLUMNS if c in columns), None)
+    if cost is None or when is None:
+        return _warning(name, f"table {table} has no recognisable cost/time columns ({', '.join(sorted(columns))})",
+                        "upgrade engram doctor to match this database")
+    day_start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+    # Times may be epoch milliseconds (Engram's convention), epoch seconds, or ISO-8601 text.
+    seconds = (f'CASE WHEN typeof("{when}") IN (\'integer\', \'real\') THEN '
+               f'(CASE WHEN "{when}" > 100000000000 THEN "{when}" / 1000.0 ELSE "{when}" END) '
+               f'ELSE CAST(strftime(\'%s\', "{when}") AS REAL) END')
+    spent = float(probe.db.execute(f'SELECT COALESCE(SUM("{cost}"), 0) FROM "{table}" WHERE {seconds} >= ?',
+                                   (day_start,)).fetchone()[0])
+    budget = float(probe.settings.daily_budget_usd)
+    text = f"${spent:.2f} of the ${budget:.2f} daily budget (UTC day)"
+    if spent >= budget:
+        return _warning(name, f"{text}: budget reached, LLM jobs paused until 00:00 UTC",
+                        "wait for 00:00 UTC, or raise daily_budget_usd in config.toml")
+    if budget > 0 and spent >= BUDGET_WARNING_SHARE * budget:
+        return _warning(name, f"{text}: {spent / budget:.0%} used", "raise daily_budget_usd in config.toml if needed")
+    return _ok(name, text)
+
+
+def check_transcripts(probe: _Probe) -> Check:
+    name = "transcripts"
+    root = probe.settings.transcripts_root
+    shown = probe.show(root)
+    hint = "start Claude Code once, or set projects_dir in config.toml if it keeps transcripts elsewhere"
+    if not root.exists():
+        return _warning(name, f"{shown} does not exist: nothing to capture yet", hint)
+    if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
+        return _warning(name, f"{shown} is not a readable directory", f"chmod u+rx {shown}, or {hint}")
+    projects = sum(1 for entry in os.scandir(root) if entry.is_dir())
+    return _ok(name, f"{shown} ({projects} project{'s' if projects != 1 else ''})")
+
+
+# --------------------------------------------------------------------------- running and reporting
+
+
+CHECKS: tuple[tuple[str, Callable[[_Probe], Check | None]], ...] = (
+    ("config", check_config),
+    ("data directory", check_permissions),
+    ("database", check_database),
+    ("schema", check_schema),
+    ("embedding model", check_model),
+    ("stored vectors", check_vectors),
+    ("Claude Code hooks", check_claude_hooks),
+    ("Claude Code MCP server", check_claude_mcp),
+    ("service", check_service),
+    ("processor", check_processor),
+    ("disk space", check_disk),
+    ("LLM spend today", check_spend),
+    ("transcripts", check_transcripts),
+)
+
+
+def run_checks(env: Mapping[str, str] | None = None) -> list[Check]:
+    """Run every check against the Engram home named by ``env`` (default: os.environ).
+
+    A check that does not apply (the schema of a database that does not exist) is left out; a check
+    that raises is reported as a failed check with the exception's message.
+    """
+    env = os.environ if env is None else env
+    probe = _load_probe(env)
+    checks: list[Check] = []
+    try:
+        for name, run in CHECKS:
+            try:
+                result = run(probe)
+            except Exception as exc:  # one broken check must never hide the others
+                result = _error(name, f"the check itself failed: {type(exc).__name__}: {exc}", None)
+            if result is not None:
+                checks.append(result)
+    finally:
+        if probe.db is not None:
+            probe.db.close()
+    return checks
+
+
+def format_report(checks: list[Check]) -> str:
+    """✓ / ✗ / ! lines, the fix indented under each problem, and a one-line summary."""
+    lines: list[str] = []
+    for check in checks:
+        mark = "✓" if check.ok else ("✗" if check.severity == "error" else "!")
+        lines.append(f"{mark} {check.name}: {check.detail}")
+        if not check.ok and check.fix:
+            lines.append(f"    fix: {check.fix}")
+    errors = sum(1 for c in checks if c.failed)
+    warnings = sum(1 for c in checks if not c.ok and c.severity == "warning")
+    summary = f"{errors} problem{'s' if errors != 1 else ''}" if errors else "no problems"
+    if warnings:
+        summary += f", {warnings} warning{'s' if warnings != 1 else ''}"
+    lines.append("")
+    lines.append(summary)
+    return "\n".join(lines)  # no final newline: the CLI print()s it
+
+
+def exit_code(checks: list[Check]) -> int:
+    """0 when no check failed with severity "error"; 1 otherwise."""
+    return 1 if any(c.failed for c in checks) else 0

@@ -12,20 +12,15 @@ For credential-shaped strings it prefers a stray false positive to a leak; ordin
 text (hashes, UUIDs, ``token = None``, ``password: str``) is left alone. A second pass never
 changes the output, and no string makes it raise.
 
-It runs on every captured message, so it has to be cheap:
-
-- Patterns are compiled once, at import.
-- Each pattern starts with a literal, so CPython's ``re`` jumps between occurrences of it with a
-  fast substring search: text without a rule's literal costs that rule one quick scan, and that
-  literal is the prefilter. A combined alternation, or a character class in first place, makes
-  ``re`` try a match at every character instead: a single combined prefilter of all the rules'
-  literals measured slower than running all the literal scans.
-- Case-insensitive keys are spelled with character classes and anchored on a rare letter
-  (the ``k`` of ``token``), since ``(?i)`` also loses the fast search.
-- Matching runs on UTF-8 bytes: ``re`` scans one byte per character rather than the two or four
-  a ``str`` with emoji or CJK in it uses.
-- Every repeat is possessive or bounded and every token is tried only from the start of a run,
-  so the cost stays linear even on hostile input.
+It runs on every captured message, so it has to be cheap. Patterns are compiled once, at import,
+and each starts with a literal: CPython's ``re`` then skips to occurrences of that literal with a
+fast substring search, so the literal is the rule's prefilter and text without it costs one quick
+scan. (A combined alternation, or a character class in first place, makes ``re`` attempt a match
+at every character; one combined prefilter measured slower than all the literal scans together.)
+Case-insensitive keys are spelled with character classes and anchored on a rare letter (the ``k``
+of ``token``), because ``(?i)`` loses the fast search too. Matching runs on UTF-8 bytes, one byte
+per character rather than the two or four of a ``str`` holding emoji. Repeats are possessive or
+bounded and tokens are tried only from the start of a run, so the cost stays linear on any input.
 """
 
 from __future__ import annotations
@@ -157,6 +152,9 @@ def _is_reference(m: re.Match[bytes], value: str) -> bool:
 # ---- rules ------------------------------------------------------------------------------------
 
 
+_MARKER_START = b"[REDACTED:"
+
+
 def _marker(kind: str) -> bytes:
     return f"[REDACTED:{kind}]".encode()
 
@@ -167,9 +165,10 @@ def _splice(m: re.Match[bytes], group: str | int, marker: bytes) -> bytes:
     return whole[: m.start(group) - start] + marker + whole[m.end(group) - start :]
 
 
-def _substitute(
-    pattern: re.Pattern[bytes], replace: Callable[[re.Match[bytes]], bytes | None], data: bytes
-) -> bytes:
+_Replace = Callable[[re.Match[bytes]], bytes | None]  # None: not a secret after all
+
+
+def _substitute(pattern: re.Pattern[bytes], replace: _Replace, data: bytes) -> bytes:
     """``pattern.sub(replace, data)``, except that a match ``replace`` turns down (None) is not
     skipped whole: the search resumes after its ``key`` group, so a key inside a rejected value
     (``token = None api_key = x``) still gets its turn. Otherwise what a rule skips would depend on
@@ -191,7 +190,7 @@ def _substitute(
 class _Rule:
     kind: str
     patterns: tuple[re.Pattern[bytes], ...]
-    replace: Callable[[re.Match[bytes]], bytes | None]  # None: not a secret after all
+    replace: _Replace
 
     def apply(self, data: bytes) -> bytes:
         for pattern in self.patterns:
@@ -454,13 +453,50 @@ REDACTION_KINDS: tuple[str, ...] = (
 )
 
 
+def _redact_once(data: bytes) -> bytes:
+    for rule in _RULES:
+        data = rule.apply(data)
+    return data
+
+
+def _line_end(data: bytes, pos: int) -> int:
+    end = data.find(b"\n", pos)
+    return len(data) if end < 0 else end
+
+
+def _redact_marked_lines(data: bytes) -> bytes:
+    """``_redact_once`` applied to the lines that hold a marker; marked lines less than 4 KB
+    apart go through together, to spare the per-call overhead."""
+    pieces: list[bytes] = []
+    done = 0
+    at = data.find(_MARKER_START)
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        end = _line_end(data, at)
+        while (at := data.find(_MARKER_START, end, end + 4096)) >= 0:
+            end = _line_end(data, at)
+        pieces += (data[done:start], _redact_once(data[start:end]))
+        done = end
+        at = data.find(_MARKER_START, end)
+    return b"".join([*pieces, data[done:]])
+
+
 def redact(text: str) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<kind>]`` (see ``REDACTION_KINDS``).
 
     Keys, URL users and hosts stay readable; only the secret value is replaced. Idempotent, and
     safe on any string, including lone surrogates.
     """
-    original = data = text.encode("utf-8", "surrogatepass")
-    for rule in _RULES:
-        data = rule.apply(data)
-    return text if data == original else data.decode("utf-8", "surrogatepass")
+    original = text.encode("utf-8", "surrogatepass")
+    data = _redact_once(original)
+    if data == original:
+        return text
+    # Rarely, a redaction exposes a match that the replaced text was hiding (a value that ran into
+    # a URL, say). Matches never span lines (a private key block is replaced whole), so settling
+    # the lines that hold a marker is enough to make a second call change nothing.
+    for _ in range(3):
+        settled = _redact_marked_lines(data)
+        if settled == data:
+            break
+        data = settled
+    return data.decode("utf-8", "surrogatepass")

@@ -106,7 +106,7 @@ def test_subagent_meta_and_injected_lines_are_absent(captured: tuple[Path, dict]
                 subagent_uuids.add(entry["uuid"])
             if entry.get("isMeta") or entry.get("isCompactSummary"):
                 meta_uuids.add(entry["uuid"])
-    stored = {row[0] for row in conn.execute("SELECT line_uuid FROM message_lines")}
+    stored = {row[0] for row in conn.execute("SELECT line_uuid FROM message_lines UNION SELECT uuid FROM messages")}
     assert not stored & meta_uuids
     # A subagent file can repeat main-session lines; only lines unique to subagents must be absent.
     main_uuids = set()

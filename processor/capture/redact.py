@@ -194,7 +194,9 @@ class _Rule:
 
     def apply(self, data: bytes) -> bytes:
         for pattern in self.patterns:
-            data = _substitute(pattern, self.replace, data)
+            # Most text holds no candidate: one C-level search, no Python call chain.
+            if pattern.search(data) is not None:
+                data = _substitute(pattern, self.replace, data)
         return data
 
 

@@ -4,6 +4,14 @@ The processor has the model loaded, so it does the search here and writes a smal
 file per session; the PreToolUse hook only reads that file (seed 001). A message
 on the same topic as the previous one (cosine > topic_gate) keeps the existing
 file, so the agent is not shown the same memories again and again.
+
+Files in ``recollections_dir``, per session (the hooks' side is in ``recall_hook/``):
+- ``<session>.json``: ``{messageUuid, timestamp, bites: [{id, bite, date, importance}]}``, written
+  here, atomically;
+- ``<session>.state``: the PreToolUse hook's record of the last message it injected;
+- ``<session>.prompt``: ids the optional UserPromptSubmit hook already showed in this session;
+  they are left out of the bites written here.
+All three are removed once the session has been idle for ``recollection_idle_hours``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,10 @@ from processor.store import episodes as sql
 log = logging.getLogger(__name__)
 
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+STATE_SUFFIX = ".state"  # recall_hook/pretooluse.py
+PROMPT_SUFFIX = ".prompt"  # recall_hook/prompt_submit.py MARKER_SUFFIX
+_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX)
+_MARKER_LIMIT = 16 * 1024
 
 
 def recollection_path(recollections_dir: Path, session_id: str) -> Path:
@@ -36,10 +48,25 @@ def recollection_path(recollections_dir: Path, session_id: str) -> Path:
 def write_atomically(path: Path, data: dict) -> None:
     """Temp file in the same folder, then rename: a reader sees the old file or the new one, never half."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def prompt_shown_ids(recollections_dir: Path, session_id: str) -> frozenset[str]:
+    """Ids the UserPromptSubmit hook injected in this session (its ``<session>.prompt`` marker)."""
+    try:
+        with open(recollections_dir / f"{session_id}{PROMPT_SUFFIX}", "rb") as f:
+            marker = json.loads(f.read(_MARKER_LIMIT + 1)[:_MARKER_LIMIT])
+    except (OSError, ValueError):
+        return frozenset()
+    shown = marker.get("shown") if isinstance(marker, dict) else None
+    return frozenset(i for i in shown if isinstance(i, str)) if isinstance(shown, list) else frozenset()
 
 
 class RecollectionWriter:
@@ -48,8 +75,26 @@ class RecollectionWriter:
         self._last_vector: dict[str, np.ndarray] = {}  # session id → embedding of its previous user message
 
     def handle(self, store: EpisodeStore, payload: tuple[str, CapturedLine]) -> Path | None:
+        """The memory thread's RECOLLECT request: one captured user message."""
         session_id, line = payload
+        self.settings = store.settings  # the store follows configuration reloads (SIGHUP)
+        if self._stale(line) or self._superseded(store, session_id, line.uuid):
+            return None
         return self.write(store, session_id, line.uuid, line.text, project=self._project(store, session_id))
+
+    def _stale(self, line: CapturedLine) -> bool:
+        """A message from an idle session's past (a backfill or the first pass): no hook will read it."""
+        cutoff = time.time() - float(self.settings.recollection_idle_hours) * 3600
+        return line.ts_ms is not None and line.ts_ms / 1000 < cutoff
+
+    @staticmethod
+    def _superseded(store: EpisodeStore, session_id: str, message_uuid: str) -> bool:
+        """A later user message of the session is already captured; its own request follows this one."""
+        row = store.conn.execute(
+            "SELECT uuid FROM messages WHERE session_id = ? AND role = 'user' ORDER BY id DESC LIMIT 1",
+            (session_id,),
+        ).fetchone()
+        return row is not None and row[0] != message_uuid
 
     @staticmethod
     def _project(store: EpisodeStore, session_id: str) -> str | None:
@@ -68,14 +113,18 @@ class RecollectionWriter:
         previous = self._last_vector.get(session_id)
         self._last_vector[session_id] = vector
         if previous is not None and float(previous @ vector) > float(self.settings.topic_gate) and path.exists():
+            os.utime(path)  # the session is active: keep its file from the idle cleanup
             return None
-        exclude = self._recent_episode_ids(store, session_id)
+        exclude = self._recent_episode_ids(store, session_id) | prompt_shown_ids(folder, session_id)
         scored = store.search(text, limit=int(self.settings.recollection_bites), project=project,
                               exclude_ids=exclude, query_vector=vector)
+        # Read the marker again: the prompt hook may have shown some of these during the search.
+        shown = prompt_shown_ids(folder, session_id)
         bites = [{"id": s.episode.id, "bite": s.episode.summary,
                   "date": time.strftime("%Y-%m-%d", time.gmtime(s.episode.created_at / 1000)),
                   "importance": s.episode.importance}
-                 for s in scored if s.relevance >= float(self.settings.recollection_min_relevance)]
+                 for s in scored
+                 if s.relevance >= float(self.settings.recollection_min_relevance) and s.episode.id not in shown]
         write_atomically(path, {"messageUuid": message_uuid, "timestamp": int(time.time() * 1000), "bites": bites})
         return path
 
@@ -88,23 +137,53 @@ class RecollectionWriter:
         return frozenset(row[0] for row in rows)
 
     def remove_idle(self, now: float | None = None) -> int:
-        """Delete recollection files (and hook state) of sessions idle longer than recollection_idle_hours."""
+        """Delete the files of sessions idle longer than recollection_idle_hours; returns sessions removed.
+
+        A session's activity is its newest file's mtime (the writer touches the recollection file even
+        when the topic gate keeps it). Temp files left by a crash are removed once as old.
+        """
         now = time.time() if now is None else now
         cutoff = now - float(self.settings.recollection_idle_hours) * 3600
-        removed = 0
         try:
             entries = list(os.scandir(self.settings.recollections_dir))
         except FileNotFoundError:
             return 0
+        newest: dict[str, float] = {}
+        files: dict[str, list[str]] = {}
         for entry in entries:
-            if not entry.name.endswith(".json"):
-                continue
             try:
-                if entry.stat().st_mtime < cutoff:
-                    os.unlink(entry.path)
-                    Path(entry.path[:-5] + ".state").unlink(missing_ok=True)
-                    self._last_vector.pop(entry.name[:-5], None)
-                    removed += 1
-            except OSError as exc:
-                log.warning("cannot remove stale recollection %s: %s", entry.path, exc)
+                mtime = entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if entry.name.startswith(".") and entry.name.endswith(".tmp"):
+                if mtime < cutoff:
+                    self._unlink(entry.path)
+                continue
+            session_id, suffix = next(((entry.name[: -len(s)], s) for s in _SESSION_FILES
+                                       if entry.name.endswith(s)), (None, None))
+            if not session_id or session_id.startswith("."):
+                continue  # the hook's lock file, foreign files: not ours to judge
+            newest[session_id] = max(newest.get(session_id, 0.0), mtime)
+            files.setdefault(session_id, []).append(entry.path)
+        removed = 0
+        for session_id, mtime in newest.items():
+            if mtime >= cutoff:
+                continue
+            # The recollection first: the PreToolUse hook without it does nothing, whatever the state.
+            for path in sorted(files[session_id], key=lambda p: not p.endswith(".json")):
+                self._unlink(path)
+            self._last_vector.pop(session_id, None)
+            removed += 1
+        for session_id in list(self._last_vector):
+            if session_id not in newest:  # its file was removed by someone else: start afresh
+                del self._last_vector[session_id]
         return removed
+
+    @staticmethod
+    def _unlink(path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("cannot remove stale recollection file %s: %s", path, exc)

@@ -4,6 +4,9 @@ What gets registered (see ``Registration``):
 - ``PreToolUse`` (matcher ``*``): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/pretooluse.py``
   (the launcher imports the hook so its bytecode is cached: see recall_hook/pretooluse.py);
 - ``SessionStart`` (every source): ``<engram's python> -I -m processor.recall.session_start``;
+- optionally (``Registration.prompt_submit``, ``engram install --prompt-submit``) ``UserPromptSubmit``:
+  ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/prompt_submit.py``; the hook itself stays
+  inert unless the ``prompt_submit_enabled`` setting is on (see recall_hook/prompt_submit.py);
 - MCP server ``engram`` (stdio): ``<engram's python> -I -m mcp_tools.server``.
 
 Where:
@@ -49,13 +52,15 @@ from pathlib import Path
 from typing import Any
 
 from recall_hook.pretooluse import LAUNCHER
+from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
 
 MCP_SERVER_NAME = "engram"
 PRETOOLUSE_MARKER = "recall_hook/pretooluse.py"
 SESSION_START_MARKER = "-m processor.recall.session_start"
+PROMPT_SUBMIT_MARKER = "recall_hook/prompt_submit.py"
 MCP_SERVER_MODULE = "mcp_tools.server"
 # Any hook command containing one of these is Engram's: install replaces it, uninstall removes it.
-HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER)
+HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, PROMPT_SUBMIT_MARKER)
 BACKUP_SUFFIX = ".engram-backup-"
 
 JsonObject = dict[str, Any]
@@ -181,9 +186,30 @@ class Registration:
     hook_script: Path
     pretooluse_timeout: int = 10
     session_start_timeout: int = 30
+    prompt_submit_timeout: int = 5
+    # The optional UserPromptSubmit hook. True: registered; False: removed; None: left as the file
+    # has it (an existing entry is refreshed in place, none is added).
+    prompt_submit: bool | None = None
+
+    @property
+    def prompt_submit_hook(self) -> HookSpec:
+        q = shlex.quote
+        script = self.hook_script.with_name("prompt_submit.py")
+        return HookSpec(
+            event="UserPromptSubmit",
+            command=f"{q(self.hook_python)} -I -S -c {q(PROMPT_SUBMIT_LAUNCHER)} {q(str(script))}",
+            timeout=self.prompt_submit_timeout,
+            marker=PROMPT_SUBMIT_MARKER,
+        )
 
     @property
     def hooks(self) -> tuple[HookSpec, ...]:
+        """The hooks a fresh settings file (or the plugin) gets."""
+        optional = (self.prompt_submit_hook,) if self.prompt_submit else ()
+        return self._required_hooks + optional
+
+    @property
+    def _required_hooks(self) -> tuple[HookSpec, ...]:
         q = shlex.quote
         return (
             HookSpec(
@@ -203,7 +229,7 @@ class Registration:
         )
 
     def hook(self, event: str) -> HookSpec:
-        return next(spec for spec in self.hooks if spec.event == event)
+        return next(spec for spec in (*self._required_hooks, self.prompt_submit_hook) if spec.event == event)
 
     @property
     def mcp_server(self) -> McpServerSpec:
@@ -269,6 +295,9 @@ def check_registration(registration: Registration) -> None:
             problems.append(f"{label} interpreter {python} is a shim; use the real binary it runs")
     if not registration.hook_script.is_file():
         problems.append(f"hook script {registration.hook_script} does not exist")
+    prompt_script = registration.hook_script.with_name("prompt_submit.py")
+    if registration.prompt_submit and not prompt_script.is_file():
+        problems.append(f"hook script {prompt_script} does not exist")
     if not problems:
         # Smoke test: the exact registered command, fed empty stdin, must exit 0 saying nothing.
         try:
@@ -317,10 +346,17 @@ def add_hooks(settings: JsonObject, registration: Registration, path: Path) -> J
     kept); duplicates are dropped; a missing one is appended as a group of its own.
     """
     result = copy.deepcopy(settings)
+    if registration.prompt_submit is False:
+        result = _remove_marked(result, path, (PROMPT_SUBMIT_MARKER,))
     hooks = _object_at(result, "hooks", path)
     if hooks is None:
         hooks = result["hooks"] = {}
-    for spec in registration.hooks:
+    specs = [(spec, True) for spec in registration.hooks]
+    if registration.prompt_submit is None:
+        specs.append((registration.prompt_submit_hook, False))  # refreshed only where present
+    for spec, required in specs:
+        if not required and not isinstance(hooks.get(spec.event), list):
+            continue
         groups = hooks.get(spec.event, [])
         if not isinstance(groups, list):
             raise InstallError(f"{path}: hooks.{spec.event} is not a list; fix the file")
@@ -340,7 +376,7 @@ def add_hooks(settings: JsonObject, registration: Registration, path: Path) -> J
                     placed = True
             if kept:
                 new_groups.append({**group, "hooks": kept})
-        if not placed:
+        if not placed and required:
             new_groups.append(spec.group())
         hooks[spec.event] = new_groups
     return result
@@ -348,6 +384,10 @@ def add_hooks(settings: JsonObject, registration: Registration, path: Path) -> J
 
 def remove_hooks(settings: JsonObject, path: Path) -> JsonObject:
     """A copy of `settings` without Engram's hooks, and without groups/events only they filled."""
+    return _remove_marked(settings, path, HOOK_MARKERS)
+
+
+def _remove_marked(settings: JsonObject, path: Path, markers: tuple[str, ...]) -> JsonObject:
     result = copy.deepcopy(settings)
     hooks = _object_at(result, "hooks", path)
     if not hooks:
@@ -360,9 +400,9 @@ def remove_hooks(settings: JsonObject, path: Path) -> JsonObject:
         new_groups = []
         for group in groups:
             inner = group.get("hooks") if isinstance(group, dict) else None
-            if isinstance(inner, list) and any(is_engram_hook(h) for h in inner):
+            if isinstance(inner, list) and any(is_engram_hook(h, markers) for h in inner):
                 changed = True
-                kept = [h for h in inner if not is_engram_hook(h)]
+                kept = [h for h in inner if not is_engram_hook(h, markers)]
                 if not kept:
                     continue
                 group = {**group, "hooks": kept}

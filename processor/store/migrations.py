@@ -40,7 +40,7 @@ def m001_create_sessions(conn: apsw.Connection) -> None:
 def m002_create_messages(conn: apsw.Connection) -> None:
     # One row per captured message. An assistant message arrives as several
     # transcript lines sharing message.id; they merge into the row of the first
-    # line, and message_lines records every line already merged (idempotence).
+    # line, and message_lines records the later lines already merged (idempotence).
     conn.execute(
         """
         CREATE TABLE messages (
@@ -160,6 +160,73 @@ def m006_episode_progress_and_meta(conn: apsw.Connection) -> None:
     )
 
 
+def m007_episode_digest_indexes(conn: apsw.Connection) -> None:
+    # The SessionStart digest (processor/recall/session_start.py) reads the newest active episodes of
+    # one scope/project/importance in index order and stops at its LIMIT: < 1 s even at 100k episodes.
+    conn.execute(
+        """
+        CREATE INDEX idx_episodes_active_scope_importance ON episodes(scope, importance, created_at)
+            WHERE status = 'active';
+        CREATE INDEX idx_episodes_active_project_importance ON episodes(project, importance, created_at)
+            WHERE status = 'active';
+        CREATE INDEX idx_episodes_active_project_created ON episodes(project, created_at)
+            WHERE status = 'active';
+        """
+    )
+
+
+def m008_job_queue_and_llm_costs(conn: apsw.Connection) -> None:
+    # The durable single-worker job queue (processor/jobs). A dedupe key is unique only while its job
+    # is pending or running, so a finished job never blocks the next one for the same key.
+    # llm_calls is the cost ledger: one row per backend call, written even when the output is unusable.
+    # extraction_state is the per-session extraction progress, committed with the episodes it produced.
+    conn.execute(
+        """
+        CREATE TABLE jobs (
+            id              INTEGER PRIMARY KEY,
+            type            TEXT NOT NULL,
+            dedupe_key      TEXT NOT NULL,
+            priority        INTEGER NOT NULL,
+            payload         TEXT NOT NULL DEFAULT '{}',
+            state           TEXT NOT NULL DEFAULT 'pending'
+                                CHECK (state IN ('pending', 'running', 'done', 'failed')),
+            attempts        INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER NOT NULL,
+            last_error      TEXT,
+            owner_pid       INTEGER,
+            created_at      INTEGER NOT NULL,
+            started_at      INTEGER,
+            finished_at     INTEGER,
+            updated_at      INTEGER NOT NULL
+        );
+        CREATE UNIQUE INDEX idx_jobs_live_dedupe ON jobs(dedupe_key) WHERE state IN ('pending', 'running');
+        CREATE INDEX idx_jobs_ready ON jobs(state, priority, next_attempt_at, id);
+        CREATE TABLE llm_calls (
+            id          INTEGER PRIMARY KEY,
+            job_id      INTEGER,
+            job_type    TEXT,
+            backend     TEXT NOT NULL,
+            model       TEXT NOT NULL,
+            started_at  INTEGER NOT NULL,
+            duration_ms INTEGER NOT NULL,
+            tokens_in   INTEGER NOT NULL DEFAULT 0,
+            tokens_out  INTEGER NOT NULL DEFAULT 0,
+            cost_usd    REAL NOT NULL DEFAULT 0,
+            ok          INTEGER NOT NULL,
+            error       TEXT
+        );
+        CREATE INDEX idx_llm_calls_started ON llm_calls(started_at);
+        CREATE TABLE extraction_state (
+            session_id        TEXT PRIMARY KEY REFERENCES sessions(session_id),
+            extracted_through INTEGER NOT NULL DEFAULT 0,
+            rolling_summary   TEXT NOT NULL DEFAULT '',
+            last_extracted_at INTEGER,
+            extractions       INTEGER NOT NULL DEFAULT 0
+        );
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -167,6 +234,8 @@ MIGRATIONS: list[Migration] = [
     m004_create_episodes,
     m005_episodes_fts,
     m006_episode_progress_and_meta,
+    m007_episode_digest_indexes,
+    m008_job_queue_and_llm_costs,
 ]
 
 

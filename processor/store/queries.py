@@ -77,7 +77,8 @@ def store_line(conn: apsw.Connection, session_id: str, line: CapturedLine, line_
     """Store one captured line; returns False when it was already stored.
 
     Assistant lines sharing message.id are parts of one message: later parts are
-    appended to the row of the first part.
+    appended to the row of the first part, and message_lines records each merged
+    part so that re-reading the file never appends it twice.
     """
     target = None
     if line.api_message_id:
@@ -86,23 +87,23 @@ def store_line(conn: apsw.Connection, session_id: str, line: CapturedLine, line_
             (session_id, line.api_message_id),
         ).fetchone()
         target = row[0] if row else None
-    # message_lines remembers every line already stored: a re-read line changes nothing.
-    conn.execute("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)",
-                 (line.uuid, target or line.uuid))
-    if conn.changes() == 0:
-        return False
-    if target is not None:
-        conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
-    else:
+    if target is None:
         conn.execute(
             """
-            INSERT INTO messages (uuid, session_id, parent_uuid, role, timestamp, ts_ms, cwd, git_branch,
-                                  text, line_offset, api_message_id)
+            INSERT OR IGNORE INTO messages (uuid, session_id, parent_uuid, role, timestamp, ts_ms, cwd, git_branch,
+                                            text, line_offset, api_message_id)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
              line.git_branch, line.text, line_offset, line.api_message_id),
         )
+        return conn.changes() == 1  # 0: this uuid is stored already (a re-read, or a resumed session's copy)
+    if target == line.uuid:
+        return False  # the first part itself, read again
+    conn.execute("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)", (line.uuid, target))
+    if conn.changes() == 0:
+        return False
+    conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
     return True
 
 

@@ -1,0 +1,74 @@
+"""The one interface every LLM backend implements, its errors, and the process-wide call lock.
+
+A backend turns an ``LLMRequest`` (system prompt, user prompt, JSON schema of the answer) into
+an ``LLMResponse`` (the answer's text and the tokens it cost). It never parses or judges the
+content: the caller records the cost first, then parses, so garbage still counts against the
+budget. Transport and server problems are raised as ``BackendError`` with a message that names
+the thing and the fix.
+
+Seed 000 learned that agent calls must run one at a time: ``LLM_CALL_LOCK`` is held around every
+backend call in the process (see ``processor.jobs.queue.JobContext.call_llm``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+# Held around every backend call in this process: never two LLM calls at once.
+LLM_CALL_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    system: str
+    prompt: str
+    schema: dict[str, Any]          # JSON schema of the answer (portable subset: no length keywords)
+    schema_name: str
+    max_output_tokens: int
+    timeout: float                  # seconds for the whole call
+    bounded_schema: dict[str, Any] | None = None  # the same with maxItems/maxLength, for grammar decoders
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    text: str                       # the answer as the model wrote it (JSON text, maybe invalid)
+    tokens_in: int
+    tokens_out: int
+    model: str                      # the model that answered, as the server names it
+    cost_usd: float | None = None   # when the backend reports its own cost (Claude CLI)
+
+
+class BackendError(Exception):
+    """A backend call failed: transport, server, rate limit, unknown model, timeout.
+
+    retry_after: seconds the server asked us to wait (HTTP 429 / 503 Retry-After), if any.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status = status
+
+
+class OutputError(BackendError):
+    """The call worked but its answer is unusable: empty, not JSON, against the schema, or enormous."""
+
+
+class BackendUnavailable(Exception):
+    """A configured backend cannot be used at all (missing key, model file, package); the message says why."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str      # "openai" | "claude" | "llama" | "mock"
+    model: str     # the configured model name (for prices and logs)
+    billed: bool   # False for local models: their calls cost nothing
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        """One call. Raises BackendError; never returns a partial answer silently."""
+        ...
+
+    def close(self) -> None:
+        ...

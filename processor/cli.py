@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -135,10 +136,14 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from processor.service.claude_settings import InstallError, install, uninstall
+    from processor.service.claude_settings import InstallError, default_registration, install, uninstall
 
     try:
-        report = uninstall(dry_run=args.print) if args.command == "uninstall" else install(dry_run=args.print)
+        if args.command == "uninstall":
+            report = uninstall(dry_run=args.print)
+        else:
+            registration = dataclasses.replace(default_registration(), prompt_submit=args.prompt_submit)
+            report = install(registration=registration, dry_run=args.print)
     except InstallError as exc:
         print(f"engram {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -245,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
                             ("uninstall", "remove exactly what `engram install` added")):
         p = add(name, cmd_install, help_text)
         p.add_argument("--print", action="store_true", help="show the change without writing anything")
+        if name == "install":
+            p.add_argument("--prompt-submit", action=argparse.BooleanOptionalAction, default=None,
+                           help="register (--no-prompt-submit: remove) the optional UserPromptSubmit hook; "
+                                "it stays inert until prompt_submit_enabled is true")
     plugin = add("plugin", cmd_plugin, "write a Claude Code plugin folder (for `claude --plugin-dir`)")
     plugin.add_argument("--out", required=True, help="folder to write the plugin into")
     service = add("service", cmd_service, "run the processor as a launchd (macOS) or systemd (Linux) user service")

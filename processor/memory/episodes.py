@@ -53,6 +53,7 @@ class Hit:
     score: float
     source: str  # "episode" | "message"
     project: str | None = None
+    relevance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,8 @@ class EpisodeStore:
         limit = max(1, min(int(limit), 50))
         scored = self.search(query, limit=limit, project=project)
         hits = [Hit(s.episode.id, s.episode.summary, _date(s.episode.created_at), s.episode.importance,
-                    s.episode.kind, round(s.score, 4), "episode", s.episode.project) for s in scored]
+                    s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4))
+                for s in scored]
         if session_id:
             hits = self._merge_same_session(hits, query, session_id, limit)
         if touch and hits:
@@ -272,7 +274,7 @@ class EpisodeStore:
             score = self.weights.relevance * max(float(sim), 0.0) + self.weights.recency
             extra.append(Hit(f"msg_{message.uuid}", f"(this session, {message.role}) "
                              + message.text[:160].replace("\n", " "), _date(message.ts_ms), "normal", "other",
-                             round(score, 4), "message"))
+                             round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4)))
         merged = sorted(hits + [h for h in extra if h.score > self.weights.recency + 0.2],
                         key=lambda h: h.score, reverse=True)
         return merged[:limit]

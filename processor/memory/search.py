@@ -39,6 +39,7 @@ class SearchWeights:
     recency_half_life_days: float = 30.0
     bm25_share: float = 0.5  # of relevance; the rest is cosine
     pool: int = 20  # candidates re-ranked by the full formula
+    slight_relevance: float = 0.25  # cosine from which an important memory counts as related at all
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ def search_episodes(
         cos = max(cosine.get(rowid, 0.0), 0.0)
         lexical = bm25.get(rowid, 0.0)
         relevance = weights.bm25_share * lexical + (1 - weights.bm25_share) * cos
-        if ep.importance == "high" and relevance > 0:
+        # The floor lifts important memories that are at least slightly relevant, not every one.
+        if ep.importance == "high" and (lexical > 0 or cos >= weights.slight_relevance):
             relevance = max(relevance, weights.high_importance_floor)
         scored.append(Scored(ep, 0.0, relevance, cos, lexical))
     scored.sort(key=lambda s: s.relevance, reverse=True)

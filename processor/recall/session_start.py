@@ -69,7 +69,6 @@ PROJECT_IMPORTANT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'activ
                          "AND importance = 'high' ORDER BY created_at DESC LIMIT ?")
 PROJECT_RECENT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? "
                       "AND created_at >= ? ORDER BY created_at DESC LIMIT ?")
-DIGEST_QUERIES = (GLOBAL_SQL, PROJECT_IMPORTANT_SQL, PROJECT_RECENT_SQL)
 
 
 @dataclass(frozen=True)

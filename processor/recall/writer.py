@@ -37,12 +37,17 @@ STATE_SUFFIX = ".state"  # recall_hook/pretooluse.py
 PROMPT_SUFFIX = ".prompt"  # recall_hook/prompt_submit.py MARKER_SUFFIX
 _SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX)
 _MARKER_LIMIT = 16 * 1024
+# User lines Claude Code writes itself when the user interrupts: no topic to recall anything for.
+_NOT_PROMPTS = ("[Request interrupted by user",)
 
 
 def recollection_path(recollections_dir: Path, session_id: str) -> Path:
     if not _SAFE_SESSION.match(session_id) or session_id.startswith("."):
         raise ValueError(f"unsafe session id {session_id!r}")
     return recollections_dir / f"{session_id}.json"
+
+
+_MIN_TOPIC_WORDS = 3
 
 
 def write_atomically(path: Path, data: dict) -> None:
@@ -78,7 +83,7 @@ class RecollectionWriter:
         """The memory thread's RECOLLECT request: one captured user message."""
         session_id, line = payload
         self.settings = store.settings  # the store follows configuration reloads (SIGHUP)
-        if self._stale(line) or self._superseded(store, session_id, line.uuid):
+        if line.text.startswith(_NOT_PROMPTS) or self._stale(line) or self._superseded(store, session_id, line.uuid):
             return None
         return self.write(store, session_id, line.uuid, line.text, project=self._project(store, session_id))
 
@@ -91,8 +96,9 @@ class RecollectionWriter:
     def _superseded(store: EpisodeStore, session_id: str, message_uuid: str) -> bool:
         """A later user message of the session is already captured; its own request follows this one."""
         row = store.conn.execute(
-            "SELECT uuid FROM messages WHERE session_id = ? AND role = 'user' ORDER BY id DESC LIMIT 1",
-            (session_id,),
+            "SELECT uuid FROM messages WHERE session_id = ? AND role = 'user' AND substr(text, 1, ?) != ? "
+            "ORDER BY id DESC LIMIT 1",
+            (session_id, len(_NOT_PROMPTS[0]), _NOT_PROMPTS[0]),
         ).fetchone()
         return row is not None and row[0] != message_uuid
 
@@ -109,6 +115,10 @@ class RecollectionWriter:
         """
         folder = ensure_private_dir(self.settings.recollections_dir)
         path = recollection_path(folder, session_id)
+        if len(text.split()) < _MIN_TOPIC_WORDS and path.exists():
+            # "yes", "go on": no topic of its own; the conversation is still on the previous one.
+            os.utime(path)
+            return None
         vector = store.embedder.embed_query(text)
         previous = self._last_vector.get(session_id)
         self._last_vector[session_id] = vector

@@ -160,6 +160,7 @@ class Processor:
             log.warning("projects_dir changed to %s; restart Engram to watch it", new.transcripts_root)
         self.settings = new
         self.memory.settings = new
+        self.recollections.settings = new
         if self.memory.store is not None:
             self.memory.store.reconfigure(new)
 

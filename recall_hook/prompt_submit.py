@@ -1,0 +1,493 @@
+"""Engram's optional UserPromptSubmit hook: memory bites for the prompt before the model sees it.
+
+Off by default. It acts only when the ``prompt_submit_enabled`` setting is true: the environment
+variable ``ENGRAM_PROMPT_SUBMIT_ENABLED`` (1/true/yes/on or 0/false/no/off) decides if set, else
+the same key in ``$ENGRAM_HOME/config.toml``. A disabled hook exits at once, printing nothing, so
+it can stay registered (``engram install --prompt-submit``) and be switched on and off without
+touching Claude Code's settings (which running sessions only read at start).
+
+When enabled, within ``prompt_submit_budget_ms`` (default 150 ms; env
+``ENGRAM_PROMPT_SUBMIT_BUDGET_MS`` or config.toml) measured from the hook's start:
+
+1. If the processor already wrote this prompt's recollection file (Claude Code writes the prompt's
+   transcript line before running this hook, so the processor may win the race), inject that and
+   record it as injected in ``<session>.state``, exactly as the PreToolUse hook does, so the first
+   tool call does not inject it again. "This prompt's" means: its ``messageUuid`` is the uuid of
+   the prompt's line, found in the tail of ``transcript_path``; failing that, it was written less
+   than ``FRESH_MS`` before the hook started and has not been injected yet.
+2. Else, if a processor is running (its instance lock on ``run/engram.pid`` is held: the token is
+   never sent to a port a dead processor left behind), ``POST /recall {query, limit, project}`` to
+   ``127.0.0.1:<run/engram.port>`` with ``run/token``, over a raw socket whose every operation
+   waits at most what is left of the budget. ``project`` is the git root of the event's ``cwd``,
+   computed like ``processor.capture.project.project_root``.
+   If ``/recall`` reports a bite's ``relevance``, bites under ``MIN_RELEVANCE`` are dropped.
+3. Inject the bites neither shown by this hook earlier in the session nor in the session's current
+   (older) recollection file, and list their ids in ``<session>.prompt``; the processor's
+   RecollectionWriter leaves those ids out of the recollection it writes for the same prompt, so
+   the turn's first tool call does not repeat them. (Left: a microsecond race when the writer
+   reads that marker just before the hook writes it and replaces its file just after the hook's
+   last look; the cost is one memory shown twice.)
+
+Output: ``{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": ...}}``
+fenced like every Engram injection. Never a ``decision``: a "block" would erase the user's prompt.
+Like the PreToolUse hook it imports nothing from Engram or site-packages (it reuses that hook's
+helpers) and any failure — disabled, no processor, timeout, bad answer, bad stdin — ends in exit 0
+with no output.
+
+Registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/prompt_submit.py``.
+"""
+
+import sys
+import time
+
+if __package__:  # imported as recall_hook.prompt_submit (tests, tools)
+    from . import pretooluse as _hook
+else:  # run through LAUNCHER, or as a script (-I leaves the script's folder off sys.path)
+    _here = __file__.rpartition("/")[0]
+    if _here not in sys.path:
+        sys.path.insert(0, _here)
+    import pretooluse as _hook
+
+_os = _hook._os
+
+LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import prompt_submit;prompt_submit.main()'
+
+ENABLED_ENV = "ENGRAM_PROMPT_SUBMIT_ENABLED"
+BUDGET_ENV = "ENGRAM_PROMPT_SUBMIT_BUDGET_MS"
+DEFAULT_BUDGET_MS = 150
+MAX_BUDGET_MS = 2000
+BITES = 3  # asked of /recall, as the recollection_bites default
+MIN_RELEVANCE = 0.15  # applied when /recall reports a bite's relevance (recollection_min_relevance)
+QUERY_CHARS = 4000  # /recall reads at most this much of the query
+TAIL_BYTES = 256 * 1024  # of the transcript, searched for the prompt's own line
+TAIL_LINES = 50
+FRESH_MS = 1000  # without the prompt's line: a recollection this much younger than the hook is for it
+MARKER_SUFFIX = ".prompt"  # <session>.prompt: {"shown": [ids, newest first], "timestamp": ms}
+MARKER_IDS = 50
+MARKER_LIMIT = 16 * 1024
+RESPONSE_LIMIT = 256 * 1024
+CONFIG_LIMIT = 256 * 1024
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- settings: environment first, then config.toml, then the default ----------------------------
+
+
+def _config_value(home: str, name: str) -> object:
+    try:
+        data = _hook._read_limited(home + "/config.toml", CONFIG_LIMIT)
+    except OSError:
+        return None
+    if data is None:
+        return None
+    import tomllib  # only when the environment did not decide: ~8 ms
+
+    try:
+        return tomllib.loads(data.decode("utf-8")).get(name)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _flag(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE:
+        return True
+    if isinstance(value, str) and value.strip().lower() in _FALSE:
+        return False
+    return None
+
+
+def enabled(home: str) -> bool:
+    from_env = _flag(_hook._getenv(ENABLED_ENV))
+    if from_env is not None:
+        return from_env
+    return _flag(_config_value(home, "prompt_submit_enabled")) is True
+
+
+def budget_seconds(home: str) -> float:
+    raw: object = _hook._getenv(BUDGET_ENV)
+    if not raw:
+        raw = _config_value(home, "prompt_submit_budget_ms")
+    try:
+        ms = int(raw) if raw not in (None, "") else DEFAULT_BUDGET_MS  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        ms = DEFAULT_BUDGET_MS
+    return max(1, min(ms, MAX_BUDGET_MS)) / 1000
+
+
+# --- the project: processor.capture.project.project_root without pathlib --------------------------
+
+
+def _read_text(path: str, limit: int = 4096) -> str | None:
+    try:
+        data = _hook._read_limited(path, limit)
+    except OSError:
+        return None
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _common_dir(dot_git: str) -> str | None:
+    import os.path
+
+    if os.path.isdir(dot_git):
+        return dot_git
+    text = _read_text(dot_git)  # a worktree's .git file: "gitdir: <repo>/.git/worktrees/<name>"
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith("gitdir:"):
+        return None
+    git_dir = first[len("gitdir:"):].strip()
+    if not git_dir.startswith("/"):
+        git_dir = os.path.dirname(dot_git) + "/" + git_dir
+    common = _read_text(git_dir + "/commondir")
+    if common is None:
+        return git_dir
+    common = common.strip()
+    return common if common.startswith("/") else git_dir + "/" + common
+
+
+def project_root(cwd: str) -> str:
+    """The repository root for cwd (shared by its worktrees), else cwd itself."""
+    import os.path
+
+    if not cwd.startswith("/") or not os.path.exists(cwd):
+        return cwd
+    folder = os.path.normpath(cwd)
+    if folder.startswith("//"):
+        folder = "/" + folder.lstrip("/")
+    while True:
+        dot_git = folder.rstrip("/") + "/.git"
+        if os.path.lexists(dot_git):
+            common = _common_dir(dot_git)
+            if common is None:
+                return folder
+            common = os.path.normpath(common)
+            return os.path.dirname(common) if os.path.basename(common) == ".git" else common
+        if folder == "/":
+            return cwd
+        folder = os.path.dirname(folder)
+
+
+# --- the processor's control endpoint -----------------------------------------------------------
+
+
+def _private_text(path: str) -> str | None:
+    """An owner-only regular file's text (not a symlink, no group/other bits), else None."""
+    flags = _os.O_RDONLY | getattr(_os, "O_NOFOLLOW", 0) | getattr(_os, "O_CLOEXEC", 0)
+    try:
+        fd = _os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        st = _os.fstat(fd)
+        if st.st_mode & _hook._S_IFMT != _hook._S_IFREG or st.st_uid != _os.getuid() or st.st_mode & 0o077:
+            return None
+        return _os.read(fd, 4096).decode("ascii", "replace").strip()
+    finally:
+        _os.close(fd)
+
+
+def processor_running(run_dir: str) -> bool:
+    """Whether some process holds the instance lock (processor.service.pidfile.is_running)."""
+    import fcntl
+
+    try:
+        fd = _os.open(run_dir + "/engram.pid", _os.O_RDONLY | getattr(_os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        _os.close(fd)
+    return False
+
+
+def _endpoint(run_dir: str) -> tuple[int, str] | None:
+    port_text = _private_text(run_dir + "/engram.port")
+    if not port_text or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return None
+    token = _private_text(run_dir + "/token")
+    if not token or not 32 <= len(token) <= 256 or not _TOKEN_CHARS.issuperset(token):
+        return None
+    if not processor_running(run_dir):
+        return None
+    return int(port_text), token
+
+
+def _socket_module():  # the C module: `socket` imports enum & co., ~15 ms
+    try:
+        import _socket
+
+        return _socket
+    except ImportError:
+        import socket
+
+        return socket
+
+
+def post_recall(port: int, token: str, body: bytes, deadline: float) -> object:
+    """POST /recall; the decoded JSON answer, or None on any failure or when the deadline passes."""
+    sock_mod = _socket_module()
+    request = (
+        f"POST /recall HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode("ascii") + body
+
+    def remaining() -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("prompt_submit budget spent")
+        return left
+
+    sock = sock_mod.socket(sock_mod.AF_INET, sock_mod.SOCK_STREAM)
+    try:
+        sock.settimeout(remaining())
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(remaining())
+        sock.sendall(request)
+        chunks = []
+        total = 0
+        while True:  # HTTP/1.0: the server closes the connection after the answer
+            sock.settimeout(remaining())
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > RESPONSE_LIMIT:
+                return None
+    finally:
+        sock.close()
+    head, sep, payload = b"".join(chunks).partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split()
+    if not sep or len(status) < 2 or status[1] != b"200":
+        return None
+    return _hook._loads(payload.decode("utf-8"))
+
+
+def recall_body(prompt: str, project: str | None) -> bytes:
+    parts = ['{"query":', _hook._quote(prompt[:QUERY_CHARS]), ',"limit":', str(BITES)]
+    if project:
+        parts += [',"project":', _hook._quote(project)]
+    return ("".join(parts) + "}").encode("ascii")
+
+
+# --- what was shown -----------------------------------------------------------------------------
+
+
+def shown_ids(directory: str, session_id: str) -> list[str]:
+    try:
+        marker = _hook._load_json_file(f"{directory}/{session_id}{MARKER_SUFFIX}", MARKER_LIMIT)
+    except Exception:
+        return []
+    ids = marker.get("shown") if isinstance(marker, dict) else None
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+
+def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
+    """<session>.prompt, atomically: a complete temp file renamed into place."""
+    data = ('{"shown":[' + ",".join(_hook._quote(i) for i in ids[:MARKER_IDS]) + '],"timestamp":'
+            + str(_now_ms()) + "}\n").encode("ascii")
+    final = f"{directory}/{session_id}{MARKER_SUFFIX}"
+    temp = f"{directory}/.{session_id}{MARKER_SUFFIX}.{_os.getpid()}.tmp"
+    fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[_os.write(fd, view):]
+        finally:
+            _os.close(fd)
+        _os.replace(temp, final)
+    except BaseException:
+        _hook._remove(temp)
+        raise
+
+
+def _output(lines: list[str]) -> str:
+    context = _hook.format_context(lines)
+    return '{"hookSpecificOutput":{"hookEventName":"UserPromptSubmit","additionalContext":' + _hook._quote(
+        context) + "}}"
+
+
+def _recollection(directory: str, session_id: str) -> dict | None:
+    try:
+        recollection = _hook._load_json_file(f"{directory}/{session_id}.json", _hook.RECOLLECTION_LIMIT)
+    except Exception:
+        return None
+    return recollection if isinstance(recollection, dict) else None
+
+
+def _text_blocks(content: object) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return []
+
+
+def prompt_line_uuid(transcript_path: object, prompt: str) -> str | None:
+    """The uuid of the prompt's own transcript line, if Claude Code has written it (it normally has)."""
+    if not isinstance(transcript_path, str) or not transcript_path.startswith("/"):
+        return None
+    flags = _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0)
+    try:
+        fd = _os.open(transcript_path, flags)
+    except OSError:
+        return None
+    try:
+        st = _os.fstat(fd)
+        if st.st_mode & _hook._S_IFMT != _hook._S_IFREG:
+            return None
+        start = max(0, st.st_size - TAIL_BYTES)
+        _os.lseek(fd, start, 0)
+        tail = _os.read(fd, TAIL_BYTES)
+    except OSError:
+        return None
+    finally:
+        _os.close(fd)
+    wanted = prompt.strip()
+    lines = tail.split(b"\n")[1 if start else 0:]  # the first line of a cut tail is partial
+    for raw in lines[::-1][:TAIL_LINES]:
+        if b'"user"' not in raw:
+            continue
+        try:
+            entry = _hook._loads(raw.decode("utf-8"))
+        except Exception:
+            continue
+        if not isinstance(entry, dict) or entry.get("type") != "user" or entry.get("isMeta"):
+            continue
+        message = entry.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        uid = entry.get("uuid")
+        if isinstance(uid, str) and any(text.strip() == wanted for text in _text_blocks(content)):
+            return uid
+    return None
+
+
+def _is_fresh(recollection: dict | None, prompt_uuid: str | None, state_path: str, started_ms: int) -> bool:
+    """Written for this prompt: its messageUuid is the prompt's line, or (that line not found) it is
+    newer than the hook's start minus FRESH_MS and not injected yet."""
+    if not recollection:
+        return False
+    message_uuid = recollection.get("messageUuid")
+    if prompt_uuid is not None:
+        return message_uuid == prompt_uuid
+    stamp = recollection.get("timestamp")
+    return (isinstance(stamp, int) and stamp >= started_ms - FRESH_MS
+            and _hook._last_injected(state_path) != message_uuid)
+
+
+def _inject_recollection(directory: str, session_id: str, recollection: dict) -> str | None:
+    """The processor's own answer for this prompt, claimed so the PreToolUse hook does not repeat it."""
+    message_uuid = recollection.get("messageUuid")
+    bites = recollection.get("bites")
+    if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list):
+        return None
+    lines = [line for line in map(_hook._bite_line, bites[: _hook.MAX_BITES]) if line is not None]
+    if not lines or not _hook._claim(directory, session_id, message_uuid):
+        return None
+    return _output(lines)
+
+
+def _bite_ids(recollection: dict | None) -> list[str]:
+    bites = recollection.get("bites") if recollection else None
+    if not isinstance(bites, list):
+        return []
+    return [b["id"] for b in bites if isinstance(b, dict) and isinstance(b.get("id"), str)]
+
+
+def run(stdin: bytes, started_ms: int | None = None, started: float | None = None) -> str | None:
+    """The hook's stdout for this stdin (None: print nothing). Raises on any bad input."""
+    started_ms = _now_ms() if started_ms is None else started_ms
+    started = time.monotonic() if started is None else started
+    event = _hook._loads(stdin.decode("utf-8"))
+    if not isinstance(event, dict):
+        return None
+    directory = _hook._recollections_dir()
+    if directory is None:
+        return None
+    home = directory.rpartition("/")[0]
+    if not enabled(home):
+        return None
+    session_id = event.get("session_id")
+    prompt = event.get("prompt")
+    cwd = event.get("cwd")
+    if not _hook._valid_session_id(session_id) or not isinstance(prompt, str) or not prompt.strip():
+        return None
+    deadline = started + budget_seconds(home)
+    prompt_uuid = prompt_line_uuid(event.get("transcript_path"), prompt)
+    state_path = f"{directory}/{session_id}.state"
+
+    # The processor's recollection for this prompt, if already written, is the better answer (topic
+    # gate, same-session exclusions, relevance floor), even when it says there is nothing to show.
+    recollection = _recollection(directory, session_id)
+    if _is_fresh(recollection, prompt_uuid, state_path, started_ms):
+        return _inject_recollection(directory, session_id, recollection)  # type: ignore[arg-type]
+    endpoint = _endpoint(home + "/run")
+    if endpoint is None:
+        return None
+    project = project_root(cwd) if isinstance(cwd, str) and cwd else None
+    try:
+        answer = post_recall(*endpoint, recall_body(prompt, project), deadline)
+    except OSError:  # refused, reset, or out of budget (TimeoutError)
+        answer = None
+    latest = _recollection(directory, session_id)  # it may have been written while /recall ran
+    if _is_fresh(latest, prompt_uuid, state_path, started_ms):
+        return _inject_recollection(directory, session_id, latest)  # type: ignore[arg-type]
+    bites = answer.get("bites") if isinstance(answer, dict) else None
+    if not isinstance(bites, list):
+        return None
+    shown = shown_ids(directory, session_id)
+    # Left out: what this hook showed earlier in the session, and the current recollection's bites
+    # (already injected, or about to be by the PreToolUse hook when the topic gate kept that file).
+    skip = set(shown) | set(_bite_ids(latest))
+    lines: list[str] = []
+    new_ids: list[str] = []
+    for bite in bites:
+        if not isinstance(bite, dict) or bite.get("id") in skip:
+            continue
+        relevance = bite.get("relevance")
+        if isinstance(relevance, (int, float)) and relevance < MIN_RELEVANCE:
+            continue
+        line = _hook._bite_line(bite)
+        if line is not None:
+            lines.append(line)
+            new_ids.append(bite["id"])
+            skip.add(bite["id"])
+        if len(lines) == BITES:
+            break
+    if not lines:
+        return None
+    write_marker(directory, session_id, new_ids + shown)
+    return _output(lines)
+
+
+def main() -> None:
+    started_ms, started = _now_ms(), time.monotonic()
+    try:
+        stdin = sys.stdin.buffer.read(_hook.STDIN_LIMIT + 1)
+        if len(stdin) > _hook.STDIN_LIMIT:
+            return
+        output = run(stdin, started_ms, started)
+        if output:
+            out = sys.stdout.buffer
+            out.write(output.encode("ascii") + b"\n")
+            out.flush()
+    except Exception:
+        return  # exit 0, silently: see the module docstring
+
+
+if __name__ == "__main__":
+    main()

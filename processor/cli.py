@@ -24,6 +24,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        from processor.jobs import dry_run
+
+        dry_run(_settings(args))
+        return 0
     if args.once:
         from processor.service.daemon import Processor
         from processor.service.logs import setup_logging
@@ -36,7 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     from processor.service.lifecycle import run_service
 
-    return run_service({"projects_dir": args.projects_dir})
+    return run_service({"projects_dir": args.projects_dir}, mock=args.mock)
 
 
 def _progress_printer() -> Callable[[int, int, Path], None]:
@@ -194,6 +199,13 @@ def cmd_service(args: argparse.Namespace) -> int:
     return 0 if result.returncode == 0 else 1
 
 
+def cmd_extract(args: argparse.Namespace) -> int:
+    from processor.jobs import run_once
+
+    run_once(_settings(args), mock=args.mock)
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     # Runs before load_settings: a broken config.toml is one of the things it reports.
     from processor.service.doctor import exit_code, format_report, run_checks
@@ -222,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = add("run", cmd_run, "run the processor in the foreground until SIGINT/SIGTERM")
     run.add_argument("--once", action="store_true", help="capture what is on disk now, then exit")
+    run.add_argument("--mock", action="store_true", help="LLM jobs use canned structured outputs (no network)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print which LLM jobs would be queued and why, then exit without running anything")
     backfill = add("backfill", cmd_backfill, "capture all transcript history once, then exit")
     backfill.add_argument("--since", type=float, default=None, metavar="DAYS",
                           help="only transcripts modified within DAYS days (default: all)")
@@ -261,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument("--print", action="store_true", help="install/uninstall: show, change nothing")
     service.add_argument("--follow", "-f", action="store_true", help="logs: keep following")
     add("mcp", cmd_mcp, "serve the MCP tools over stdio (what Claude Code starts)")
+    extract = add("extract", cmd_extract, "queue due extraction jobs and run the LLM queue until idle, then exit")
+    extract.add_argument("--mock", action="store_true", help="canned structured outputs, no network")
     add("doctor", cmd_doctor, "check the installation; prints the fix for every problem")
     return parser
 

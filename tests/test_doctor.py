@@ -21,6 +21,7 @@ from processor.service.control_http import ControlServer, write_private_file
 from processor.service.doctor import Check, exit_code, format_report, run_checks
 from processor.service.pidfile import PidFile
 from processor.store import open_store
+from processor.store.jobs import LLMCall, insert_llm_call
 from processor.store.migrations import MIGRATIONS
 
 from .conftest import run_engram
@@ -90,7 +91,7 @@ def test_healthy_home_is_all_green(healthy: Home) -> None:
     assert "✗" not in report and "!" not in report and report.rstrip().endswith("no problems")
     found = by_name(checks)
     assert "running" in found["processor"].detail and "up 42 s" in found["processor"].detail
-    assert found["LLM spend today"].detail == "no LLM spend recorded"
+    assert found["LLM spend today"].detail == "$0.00 of the $0.50 daily budget (UTC day)"
     assert found["stored vectors"].detail == f"made by {MODEL_NAME}, the configured model"
     assert "1 project" in found["transcripts"].detail
 
@@ -267,11 +268,11 @@ def test_service_unit_with_a_deleted_interpreter(healthy: Home) -> None:
 
 
 def _record_spend(db: Path, rows: list[tuple[float, float]]) -> None:
-    # The shape doctor expects from the job worker: epoch-ms created_at, cost_usd.
+    """LLM calls recorded the way the job worker records them."""
     conn = open_store(db)
-    conn.execute("CREATE TABLE llm_calls (id INTEGER PRIMARY KEY, created_at INTEGER NOT NULL, cost_usd REAL)")
     for at, cost in rows:
-        conn.execute("INSERT INTO llm_calls(created_at, cost_usd) VALUES (?, ?)", (int(at * 1000), cost))
+        insert_llm_call(conn, LLMCall(None, "extract", "openai", "gpt-4.1-nano", int(at * 1000), 100, 1000, 100,
+                                      cost, True, None))
     conn.close()
 
 

@@ -26,11 +26,14 @@ class TranscriptFilter:
 
     def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
         self.root = Path(os.path.abspath(root))
-        self._own_dir = encoded_project_dir(agent_workdir) if agent_workdir else None
+        # Claude Code names the folder after the resolved cwd: cover a symlinked ENGRAM_HOME too.
+        self._own_dirs = (
+            {encoded_project_dir(Path(os.path.abspath(agent_workdir))), encoded_project_dir(agent_workdir.resolve())}
+            if agent_workdir else set()
+        )
 
     def is_own_agent_dir(self, project_dir_name: str) -> bool:
-        own = self._own_dir
-        return own is not None and (project_dir_name == own or project_dir_name.startswith(own + "-"))
+        return any(project_dir_name == own or project_dir_name.startswith(own + "-") for own in self._own_dirs)
 
     def accepts(self, path: Path) -> bool:
         try:

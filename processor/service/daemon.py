@@ -20,8 +20,9 @@ from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, ensure_home
+from processor.jobs import JobRunner
 from processor.recall.writer import RecollectionWriter
-from processor.service.memory_worker import EPISODIZE, FINALIZE_IDLE, RECOLLECT, REMEMBER, MemoryWorker
+from processor.service.memory_worker import EPISODIZE, FINALIZE_IDLE, RECOLLECT, MemoryWorker
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ _IDLE_WAIT_SECONDS = 1.0
 
 
 class Processor:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, mock: bool = False) -> None:
         self.settings = settings
         self.stop_event = threading.Event()
         self.filter = TranscriptFilter(settings.transcripts_root, settings.agent_workdir)
@@ -41,6 +42,7 @@ class Processor:
         self.recollections = RecollectionWriter(settings)
         self.memory.handlers[RECOLLECT] = self.recollections.handle
         self.memory.periodic.append(self.recollections.remove_idle)
+        self.jobs = JobRunner(settings, self.stop_event, mock=mock)
         self.children = None  # ChildProcesses, set by the service lifecycle
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
@@ -60,6 +62,7 @@ class Processor:
             if line.role == "user":
                 self.memory.submit(RECOLLECT, (session_id, line))
         self.memory.submit(EPISODIZE, session_id)
+        self.jobs.on_messages_captured(session_id)
 
     # --- control from other threads and signal handlers ------------------------------------------
 
@@ -71,6 +74,7 @@ class Processor:
     def wake(self) -> bool:
         """Rescan the transcripts root and the remember queue now."""
         self._wake.set()
+        self.jobs.wake()
         self.paths.put(None)
         return True
 
@@ -82,7 +86,7 @@ class Processor:
     def ping_info(self) -> dict[str, object]:
         """GET /ping: what the processor is doing (seed 000), cheap enough to call often."""
         return {
-            "processing": self.memory.busy_with,
+            "processing": self.jobs.ping_info()["job"] or self.memory.busy_with,
             "queue_depth": self.paths.qsize() + self.memory.backlog,
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "episodes_paused": self.memory.problem,
@@ -103,9 +107,10 @@ class Processor:
             report = backfill(tailer, self.filter, since_days, progress)
         finally:
             tailer.conn.close()
+        # Remember requests are stored, but no LLM job runs in a one-shot pass.
+        JobRunner(self.settings, self.stop_event).run_until_idle(only={"remember"})
         self.memory.open()
         try:
-            self.memory.process_remember_queue()
             return report, self.memory.build_episodes(final=True)
         finally:
             self.memory.close()
@@ -119,9 +124,9 @@ class Processor:
         queue_marker = self.settings.queue_dir
         queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
         self.memory.start()
+        self.jobs.start()
         try:
             queue_watcher.start()
-            self.memory.submit(REMEMBER)
             watching = watcher.start()
             log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
             pending: set[Path] = set(discover(self.filter.root, self.filter, float(self.settings.recent_days)))
@@ -133,7 +138,7 @@ class Processor:
                     next_rescan = 0.0
                 if queue_marker in pending:
                     pending.discard(queue_marker)
-                    self.memory.submit(REMEMBER)
+                    self.jobs.on_remember_files()
                 locked = {path for path in sorted(pending) if not self.stop_event.is_set()
                           and not self._tail(tailer, path)}
                 # Paths that met a locked database are retried after a pause; nothing is dropped.
@@ -143,11 +148,12 @@ class Processor:
                     if not watcher.alive and watcher.start():
                         log.info("watching %s again", self.filter.root)
                     pending |= set(discover(self.filter.root, self.filter, float(self.settings.recent_days)))
-                    self.memory.submit(REMEMBER)
+                    self.jobs.on_remember_files()
                     self.memory.submit(FINALIZE_IDLE)
         finally:
             queue_watcher.stop()
             watcher.stop()
+            self.jobs.stop()
             self.memory.stop()
             tailer.conn.close()
             log.info("processor stopped")
@@ -161,6 +167,7 @@ class Processor:
         self.settings = new
         self.memory.settings = new
         self.recollections.settings = new
+        self.jobs.reconfigure(new)
         if self.memory.store is not None:
             self.memory.store.reconfigure(new)
 

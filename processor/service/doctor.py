@@ -26,13 +26,13 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import apsw
 
 from processor.config import OPTIONS, ConfigError, Settings, claude_config_dir, engram_home, load_settings
+from processor.jobs.costs import today_spend
 
 Severity = Literal["error", "warning"]
 
@@ -45,9 +45,6 @@ PING_TIMEOUT_SECONDS = 0.5
 
 # Where the LLM job worker records spend (processor/jobs, processor/store/jobs.py). Found by looking,
 # not assumed: the first existing table and the first cost / time columns it has, in this order.
-SPEND_TABLES = ("llm_calls", "llm_usage", "llm_spend")
-SPEND_COST_COLUMNS = ("cost_usd", "usd", "cost")
-SPEND_TIME_COLUMNS = ("created_at", "ts_ms", "called_at", "finished_at", "started_at", "at", "ts", "timestamp")
 
 # Files under the data directory that must be private: the conversations, the control token, API keys.
 _PRIVATE_FILES = ("engram.db", "engram.db-wal", "engram.db-shm", "run/token", "env")
@@ -552,23 +549,9 @@ def check_spend(probe: _Probe) -> Check | None:
     if probe.db is None:
         return None
     name = "LLM spend today"
-    tables = _tables(probe.db)
-    table = next((t for t in SPEND_TABLES if t in tables), None)
-    if table is None:
+    if "llm_calls" not in _tables(probe.db):  # a database from before the job queue existed
         return _ok(name, "no LLM spend recorded")
-    columns = {r[1] for r in probe.db.execute(f'PRAGMA table_info("{table}")')}
-    cost = next((c for c in SPEND_COST_COLUMNS if c in columns), None)
-    when = next((c for c in SPEND_TIME_COLUMNS if c in columns), None)
-    if cost is None or when is None:
-        return _warning(name, f"table {table} has no recognisable cost/time columns ({', '.join(sorted(columns))})",
-                        "upgrade engram doctor to match this database")
-    day_start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
-    # Times may be epoch milliseconds (Engram's convention), epoch seconds, or ISO-8601 text.
-    seconds = (f'CASE WHEN typeof("{when}") IN (\'integer\', \'real\') THEN '
-               f'(CASE WHEN "{when}" > 100000000000 THEN "{when}" / 1000.0 ELSE "{when}" END) '
-               f'ELSE CAST(strftime(\'%s\', "{when}") AS REAL) END')
-    spent = float(probe.db.execute(f'SELECT COALESCE(SUM("{cost}"), 0) FROM "{table}" WHERE {seconds} >= ?',
-                                   (day_start,)).fetchone()[0])
+    spent = today_spend(probe.db)[0]
     budget = float(probe.settings.daily_budget_usd)
     text = f"${spent:.2f} of the ${budget:.2f} daily budget (UTC day)"
     if spent >= budget:

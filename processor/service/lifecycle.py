@@ -38,7 +38,7 @@ def _recall_route(processor: Processor):
     return recall
 
 
-def run_service(overrides: dict[str, Any] | None = None) -> int:
+def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) -> int:
     settings = load_settings(overrides=overrides)
     ensure_home(settings)
     from processor.service.logs import setup_logging
@@ -55,13 +55,13 @@ def run_service(overrides: dict[str, Any] | None = None) -> int:
         names = load_env_file(settings.home / "env")
         if names:
             log.info("environment from %s: %s", settings.home / "env", ", ".join(names))
-        return _serve(settings, overrides)
+        return _serve(settings, overrides, mock)
     finally:
         lock.release()
 
 
-def _serve(settings: Settings, overrides: dict[str, Any] | None) -> int:
-    processor = Processor(settings)
+def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> int:
+    processor = Processor(settings, mock=mock)
     children = ChildProcesses()
     processor.children = children
     watchdog = MemoryWatchdog(

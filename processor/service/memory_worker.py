@@ -1,4 +1,4 @@
-"""The processor's memory thread: episodes, remember requests and recollections, off the capture path.
+"""The processor's memory thread: verbatim episodes and recollections, off the capture path.
 
 Capture must never wait for the embedding model, so captured sessions are handed
 to this thread, which owns its own connection and the loaded model. Requests are
@@ -20,12 +20,11 @@ import apsw
 from processor.config import Settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
-from processor.memory.remember import BadRememberFile, pending_remember_files, quarantine, read_remember_file
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
 
-RECOLLECT, REMEMBER, EPISODIZE, FINALIZE_IDLE = 0, 1, 2, 3  # priorities: lower runs first
+RECOLLECT, EPISODIZE, FINALIZE_IDLE = 0, 2, 3  # priorities: lower runs first
 
 Handler = Callable[[EpisodeStore, Any], None]
 
@@ -76,28 +75,6 @@ class MemoryWorker:
             log.info("episodes resumed")
             self.problem = None
         return added
-
-    def process_remember_queue(self) -> int:
-        """Store each queued memory_remember request; its file is deleted only after the commit."""
-        store = self.store
-        assert store is not None
-        stored = 0
-        for path in pending_remember_files(self.settings.queue_dir):
-            try:
-                request = read_remember_file(path)
-            except BadRememberFile as exc:
-                quarantine(path, str(exc))
-                continue
-            try:
-                episode_id, created = store.remember(request.text, kind=request.kind, scope=request.scope,
-                                                     project=request.project, session_id=request.session_id)
-            except (EmbedderError, apsw.BusyError) as exc:
-                log.warning("remember request %s kept for later: %s", path.name, exc)
-                break
-            path.unlink(missing_ok=True)
-            stored += created
-            log.info("remembered %s%s", episode_id, "" if created else " (already known)")
-        return stored
 
     def idle_sessions(self) -> set[str]:
         """Sessions quiet for idle_minutes: their last round is complete enough to become an episode."""
@@ -169,9 +146,7 @@ class MemoryWorker:
     def _handle(self, kind: int, arg: Any) -> None:
         store = self.store
         assert store is not None
-        if kind == REMEMBER:
-            self._busy("remember", self.process_remember_queue)
-        elif kind == FINALIZE_IDLE:
+        if kind == FINALIZE_IDLE:
             self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions(), final=True))
             for cleanup in self.periodic:
                 self._busy("cleanup", cleanup)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from processor.config import Settings
+from processor.jobs import format_jobs_status, jobs_status
 from processor.store import connect, migrate, queries
 from processor.store import episodes as episodes_sql
 
@@ -31,6 +32,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
         status["episodes"] = sum(by_status.values())
         status["episodes_by_status"] = by_status
         status["embedding_model"] = episodes_sql.get_meta(conn, "embedding_model")
+        status["jobs"] = jobs_status(conn, settings)
         status["db"] = str(settings.db_path)
         status["db_exists"] = True
         now_ms = int(time.time() * 1000)
@@ -62,6 +64,8 @@ def format_status(status: dict[str, Any]) -> str:
              f"episodes: {status['episodes']}", f"database: {status['db']}"]
     if not status.get("db_exists"):
         lines.append("nothing captured yet: run `engram run` (or `engram backfill`)")
+    if status.get("jobs"):
+        lines += format_jobs_status(status["jobs"])
     active = status.get("active_sessions") or []
     if active:
         lines.append(f"active in the last 24 h: {len(active)}")

@@ -44,12 +44,15 @@ class BackendError(Exception):
     """A backend call failed: transport, server, rate limit, unknown model, timeout.
 
     retry_after: seconds the server asked us to wait (HTTP 429 / 503 Retry-After), if any.
+    spent: what the failed call still cost, when the backend knows (it is recorded all the same).
     """
 
-    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None) -> None:
+    def __init__(self, message: str, *, retry_after: float | None = None, status: int | None = None,
+                 spent: LLMResponse | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.status = status
+        self.spent = spent
 
 
 class OutputError(BackendError):

@@ -7,7 +7,8 @@ The child must never become another Engram session (seed 000: recursive spawning
 - ``tools=[]``, every built-in tool disallowed, ``skills=[]``, ``permission_mode="dontAsk"``;
 - ``cwd`` = Engram's agent work dir (0700), so the child's transcript lands in
   ``<claude config>/projects/<encoded agent dir>/``, a folder the tailer excludes;
-- ``ENGRAM_AGENT_CHILD=1`` in its environment, for any Engram code that does get started in it.
+- ``ENGRAM_AGENT_CHILD=1`` in its environment, for any Engram code that does get started in it;
+- ``verbatim_prompts``: the transcript text is not expanded (no @file reads, no slash commands).
 The answer comes back as JSON-schema structured output (``output_format``), in few turns.
 The CLI reports what the call cost; that figure is what the budget counts.
 """
@@ -73,7 +74,8 @@ class ClaudeBackend:
         try:
             import claude_agent_sdk
         except ImportError as exc:  # pragma: no cover - a declared dependency
-            raise BackendUnavailable(f"claude-agent-sdk is not installed ({exc}); install Engram's dependencies")
+            raise BackendUnavailable(f"claude-agent-sdk is not installed ({exc}); install Engram's dependencies") \
+                from None
         self._sdk = claude_agent_sdk
         self.cli_model = str(settings.claude_model or "") or None
         self.model = self.cli_model or DEFAULT_PRICE_MODEL
@@ -102,6 +104,9 @@ class ClaudeBackend:
             output_format={"type": "json_schema", "schema": request.schema},
             thinking={"type": "disabled"},
             env={ENGRAM_CHILD_ENV: "1"},
+            # Transcript text goes in as written: an "@/path" in it must not make the child read a file,
+            # and a leading "/" must not run a slash command (ignored by CLIs older than 2.1.248).
+            verbatim_prompts=True,
             cli_path=str(self.cli_path) if self.cli_path else None,
             stderr=stderr,
         )
@@ -138,16 +143,16 @@ class ClaudeBackend:
                         ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
         tokens_out = int(usage.get("output_tokens") or 0)
         model = next(iter(result.model_usage or {}), None) or self.model
+        spent = LLMResponse(text="", tokens_in=tokens_in, tokens_out=tokens_out, model=model,
+                            cost_usd=result.total_cost_usd)
         if result.is_error:
             detail = "; ".join(result.errors or []) or (result.result or result.subtype)
             error_class = OutputError if "structured_output" in (result.subtype or "") else BackendError
             raise error_class(f"claude answered with an error ({result.subtype}"
                               f"{f', HTTP {result.api_error_status}' if result.api_error_status else ''}): "
-                              f"{str(detail)[:400]}", status=result.api_error_status)
-        if result.structured_output is not None:
-            text = json.dumps(result.structured_output)
-        else:
-            text = result.result or ""
+                              f"{str(detail)[:400]}", status=result.api_error_status, spent=spent)
+        structured = result.structured_output
+        text = json.dumps(structured) if structured is not None else (result.result or "")
         return LLMResponse(text=text, tokens_in=tokens_in, tokens_out=tokens_out, model=model,
                            cost_usd=result.total_cost_usd)
 

@@ -2,9 +2,9 @@
 
 ``llama_model`` is a path to the GGUF. Decoding is constrained by a grammar built from the
 request's *bounded* schema (maxItems / maxLength on every string and list), so the answer is
-always complete JSON that fits the output cap. The call is bounded in time by a stopping
-criterion that ends generation at ``llm_timeout_seconds``; a cut answer is then reported as
-a timeout. Local calls cost nothing.
+always complete JSON that fits the output cap. Tokens are streamed so the call can be cut at
+``llm_timeout_seconds`` (llama.cpp cannot be interrupted otherwise); a cut answer is reported
+as a timeout. Local calls cost nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +19,21 @@ from processor.config import Settings
 from processor.jobs.backends.base import BackendError, BackendUnavailable, LLMRequest, LLMResponse
 
 DEFAULT_CONTEXT_TOKENS = 16384
+# llama.cpp expands maxLength into nested rules; past about 1100 characters its grammar parser
+# gives up and sampling then crashes the process (measured with llama-cpp-python 0.3.36).
+MAX_GRAMMAR_STRING = 1000
+
+
+def grammar_safe(schema: Any) -> Any:
+    """The schema with every maxLength clamped to what llama.cpp's grammar parser accepts."""
+    if isinstance(schema, dict):
+        out = {k: grammar_safe(v) for k, v in schema.items()}
+        if isinstance(out.get("maxLength"), int):
+            out["maxLength"] = min(out["maxLength"], MAX_GRAMMAR_STRING)
+        return out
+    if isinstance(schema, list):
+        return [grammar_safe(v) for v in schema]
+    return schema
 
 
 class LlamaBackend:
@@ -40,6 +55,7 @@ class LlamaBackend:
         # Half the cores: llama.cpp threads spin-wait on each other (see the embedder's note).
         self.n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
         self.seed = seed
+        self._calls = 0
         self._llama: Any = None
         self._load_lock = threading.Lock()
 
@@ -61,15 +77,17 @@ class LlamaBackend:
     def complete(self, request: LLMRequest) -> LLMResponse:
         llama = self._model()
         deadline = time.monotonic() + request.timeout
-        schema = request.bounded_schema or request.schema
+        schema = grammar_safe(request.bounded_schema or request.schema)
         messages = [{"role": "system", "content": request.system}, {"role": "user", "content": request.prompt}]
         pieces: list[str] = []
         chunks = 0
+        # A new seed per call: a retry samples differently instead of repeating a bad answer exactly.
+        self._calls += 1
         try:
             # Streamed so the deadline is checked between tokens: llama.cpp cannot be interrupted otherwise.
             stream = llama.create_chat_completion(
                 messages=messages, response_format={"type": "json_object", "schema": schema},
-                max_tokens=request.max_output_tokens, temperature=0.2, stream=True,
+                max_tokens=request.max_output_tokens, temperature=0.2, stream=True, seed=self.seed + self._calls,
             )
             for chunk in stream:
                 delta = chunk["choices"][0].get("delta") or {}

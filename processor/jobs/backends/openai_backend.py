@@ -44,7 +44,8 @@ class OpenAIBackend:
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - a declared dependency
-            raise BackendUnavailable(f"the openai package is not installed ({exc}); install Engram's dependencies")
+            raise BackendUnavailable(f"the openai package is not installed ({exc}); install Engram's dependencies") \
+                from None
         self._openai = openai
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0,
                                      timeout=float(settings.llm_timeout_seconds))

@@ -1,0 +1,100 @@
+"""The retrieval benchmarks run end to end on tiny inputs and print their JSON figures last."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from processor.memory.gguf_convert import ensure_default_gguf
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models")
+    ensure_default_gguf(folder)
+    return folder
+
+
+def run_bench(script: str, *args: str, home: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env["ENGRAM_HOME"] = str(home)
+    done = subprocess.run([sys.executable, str(REPO / "bench" / script), *args, "--json"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def tiny_locomo(path: Path) -> Path:
+    def turn(speaker: str, dia_id: str, text: str, **extra: str) -> dict:
+        return {"speaker": speaker, "dia_id": dia_id, "text": text, **extra}
+
+    sample = {
+        "sample_id": "conv-tiny",
+        "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                turn("Ann", "D1:1", "I adopted a grey cat called Pixel last week."),
+                turn("Bob", "D1:2", "Lovely! I have been training for the Lisbon marathon."),
+                turn("Ann", "D1:3", "Look at my garden.", img_url="http://x/1.jpg", blip_caption="a photo of tulips"),
+                turn("Bob", "D1:4", "Those tulips are gorgeous."),
+            ],
+            "session_2_date_time": "10:02 am on 20 June, 2023",
+            "session_2": [
+                turn("Bob", "D2:1", "I finished the marathon in under four hours!"),
+                turn("Ann", "D2:2", "Congratulations! Pixel knocked over my coffee this morning."),
+                turn("Bob", "D2:3", "Cats will be cats."),
+            ],
+        },
+        "qa": [
+            {"question": "What is the name of Ann's cat?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
+            {"question": "Which marathon did Bob run?", "answer": "Lisbon", "evidence": ["D1:2; D2:1"],
+             "category": 1},
+            {"question": "What flowers grow in Ann's garden?", "answer": "tulips", "evidence": ["D:1:3"],
+             "category": 2},
+            {"question": "When did Pixel spill coffee?", "answer": "June 2023", "evidence": ["D2:2", "D", "D9:9"],
+             "category": 2},
+            {"question": "Would Bob run again?", "answer": "likely", "evidence": [], "category": 3},
+            {"question": "What is Bob's dog called?", "adversarial_answer": "Rex", "evidence": ["D1:2"],
+             "category": 5},
+        ],
+    }
+    path.write_text(json.dumps([sample]), encoding="utf-8")
+    return path
+
+
+def test_locomo_bench_reports_recall_and_baselines(tmp_path: Path, models_dir: Path) -> None:
+    data = tiny_locomo(tmp_path / "tiny-locomo.json")
+    report = run_bench("locomo.py", str(data), "--models-dir", str(models_dir), home=tmp_path / "home")
+    for key in ("questions", "recall@3", "recall@5", "recall@10", "bm25_recall@5", "vector_recall@5",
+                "hybrid_recall@5", "tokens_per_result", "tokens_per_turn", "tokens_per_result_vs_turn",
+                "tokens_per_turn_text", "bite_tokens", "by_category", "seconds", "data_stats", "pipeline"):
+        assert key in report, key
+    assert report["questions"] == 4  # category 5 is not asked; the question without evidence is not scored
+    stats = report["data_stats"]
+    assert stats["turns"] == 7 and stats["sessions"] == 2
+    assert stats["evidence_ids_scored"] == 5  # "D1:2; D2:1" is two ids, "D:1:3" is D1:3
+    assert stats["evidence_unparseable"] == ["D"]
+    assert stats["evidence_naming_no_turn"] == ["conv-tiny:D9:9"]
+    assert report["pipeline"]["messages"] == 7 and report["pipeline"]["episodes"] >= 4
+    # With a conversation this small, ten results cover every turn.
+    assert report["recall@10"] == 1.0
+    assert 0.0 <= report["recall@3"] <= report["recall@5"] <= report["recall@10"]
+
+
+def test_search_bench_reports_latency_against_the_bound(tmp_path: Path, models_dir: Path) -> None:
+    report = run_bench("search.py", "--sizes", "500", "--queries", "10", "--models-dir", str(models_dir),
+                       home=tmp_path / "home")
+    [result] = report["results"]
+    assert result["episodes"] == 500
+    for name in ("bound", "index_top", "search_episodes", "store_search"):
+        assert result[name]["p95_ms"] >= result[name]["p50_ms"] > 0
+    for key in ("p95_ms", "bound_p95_ms", "p95_vs_bound", "store_search_p95_ms"):
+        assert key in report

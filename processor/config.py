@@ -40,7 +40,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("models_dir", "", "folder of converted embedding models; empty = $ENGRAM_HOME/models"),
     Option("embedding_model", "default",
            "GGUF embedding model: 'default' (all-MiniLM-L6-v2, converted from its PyPI package) or a path"),
-    Option("verbatim_max_chars", 1200, "verbatim episodes hold at most about this many characters each"),
+    Option("verbatim_max_chars", 500, "verbatim episodes hold at most about this many characters each"),
     Option("recall_limit", 5, "memories returned by memory_recall / engram recall by default"),
     Option("weight_relevance", 0.5, "ranking weight of relevance (BM25 + cosine)"),
     Option("weight_recency", 0.3, "ranking weight of recency (exponential decay)"),

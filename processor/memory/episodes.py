@@ -160,7 +160,7 @@ class EpisodeStore:
         self.check_model()
         max_chars = int(self.settings.verbatim_max_chars)
         pieces = [p for r in rounds for p in round_pieces(r, max_chars)]
-        blobs = self._embed([f"{p.summary}\n{p.full_content}" for p in pieces])
+        blobs = self._embed([p.full_content for p in pieces])
         stamp = now_ms()
         added = 0
         with write_transaction(self.conn):
@@ -193,7 +193,7 @@ class EpisodeStore:
             return existing, False
         self.check_model()
         summary = summarize(text, "")
-        [blob] = self._embed([f"{summary}\n{text}"])
+        [blob] = self._embed([text])
         episode_id = "ep_" + uuidlib.uuid4().hex[:16]
         with write_transaction(self.conn):
             existing = sql.active_hash_exists(self.conn, digest)
@@ -223,7 +223,7 @@ class EpisodeStore:
         batch = 256
         for start in range(0, len(rows), batch):
             chunk = rows[start:start + batch]
-            blobs = self._embed([f"{summary}\n{content}" for _, summary, content in chunk])
+            blobs = self._embed([content for _, _, content in chunk])
             with write_transaction(self.conn):
                 for (rowid, _, _), blob in zip(chunk, blobs, strict=True):
                     sql.set_embedding(self.conn, rowid, blob)

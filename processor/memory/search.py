@@ -101,6 +101,18 @@ class VectorIndex:
             self._size = needed
             self._last_rowid = max(self._last_rowid, max(rowids))
 
+    def similarity(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]:
+        """Cosine of each given row the index holds (rowids are added in increasing order)."""
+        wanted = np.asarray(rowids, dtype=np.int64)
+        with self._lock:
+            if self._size == 0 or not len(wanted):
+                return {}
+            held = self._rowids[: self._size]
+            at = np.minimum(np.searchsorted(held, wanted), self._size - 1)
+            found = held[at] == wanted
+            sims = self._matrix[at[found]] @ query.astype(np.float32)
+        return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
+
     def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(rowid, cosine) of the k nearest vectors, best first."""
         with self._lock:
@@ -145,6 +157,11 @@ def search_episodes(
         best = max((-score for _, score in hits), default=0.0)
         if best > 0:
             bm25 = {rowid: max(-score, 0.0) / best for rowid, score in hits}
+    if query_vector is not None:
+        # A lexical match outside the vector top-k still has a cosine: use it rather than 0.
+        missing = [rowid for rowid in bm25 if rowid not in cosine]
+        if missing:
+            cosine.update(index.similarity(query_vector, missing))
     candidates = sql.episodes_by_rowid(conn, list(cosine.keys() | bm25.keys()))
 
     scored: list[Scored] = []

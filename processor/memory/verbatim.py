@@ -110,7 +110,12 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
                 pieces_text.append((current, current_uuids))
                 current, current_uuids = "", []
                 continue
-            taken, block = block[:room], block[room:]
+            cut = room
+            if len(block) > room:
+                # Cut at a word boundary when one is near, so no piece ends mid-word.
+                space = block.rfind(" ", room * 3 // 4, room)
+                cut = space + 1 if space > 0 else room
+            taken, block = block[:cut], block[cut:]
             current = f"{current}\n\n{taken}" if current else taken
             if message.uuid not in current_uuids:
                 current_uuids.append(message.uuid)

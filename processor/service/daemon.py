@@ -43,7 +43,6 @@ class Processor:
         self.memory.handlers[RECOLLECT] = self.recollections.handle
         self.memory.periodic.append(self.recollections.remove_idle)
         self.jobs = JobRunner(settings, self.stop_event, mock=mock)
-        self.children = None  # ChildProcesses, set by the service lifecycle
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
 

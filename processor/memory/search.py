@@ -19,7 +19,7 @@ import apsw
 import numpy as np
 
 from processor.store import episodes as sql
-from processor.store.episodes import Episode
+from processor.store.episodes import Episode, RankingFacts
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS = frozenset(
@@ -162,10 +162,10 @@ def search_episodes(
         missing = [rowid for rowid in bm25 if rowid not in cosine]
         if missing:
             cosine.update(index.similarity(query_vector, missing))
-    candidates = sql.episodes_by_rowid(conn, list(cosine.keys() | bm25.keys()))
+    facts = sql.ranking_facts(conn, list(cosine.keys() | bm25.keys()))
 
-    scored: list[Scored] = []
-    for rowid, ep in candidates.items():
+    relevant: list[tuple[float, float, float, int, RankingFacts]] = []
+    for rowid, ep in facts.items():
         if not include_inactive and ep.status != "active":
             continue
         if project is not None and ep.scope != "global" and ep.project != project:
@@ -178,16 +178,20 @@ def search_episodes(
         # The floor lifts important memories that are at least slightly relevant, not every one.
         if ep.importance == "high" and (lexical > 0 or cos >= weights.slight_relevance):
             relevance = max(relevance, weights.high_importance_floor)
-        scored.append(Scored(ep, 0.0, relevance, cos, lexical))
-    scored.sort(key=lambda s: s.relevance, reverse=True)
-    pool = scored[: max(weights.pool, limit)]
-    max_access = max((s.episode.access_count for s in pool), default=0)
-    ranked = []
-    for s in pool:
-        frequency = math.log1p(s.episode.access_count) / math.log1p(max_access) if max_access else 0.0
-        score = (weights.relevance * s.relevance
-                 + weights.recency * _recency(s.episode.created_at, now_ms, weights.recency_half_life_days)
+        relevant.append((relevance, cos, lexical, rowid, ep))
+    relevant.sort(key=lambda item: item[0], reverse=True)
+    pool = relevant[: max(weights.pool, limit)]
+    max_access = max((ep.access_count for *_, ep in pool), default=0)
+    ranked: list[tuple[float, float, float, float, int]] = []
+    for relevance, cos, lexical, rowid, ep in pool:
+        frequency = math.log1p(ep.access_count) / math.log1p(max_access) if max_access else 0.0
+        score = (weights.relevance * relevance
+                 + weights.recency * _recency(ep.created_at, now_ms, weights.recency_half_life_days)
                  + weights.frequency * frequency)
-        ranked.append(Scored(s.episode, score, s.relevance, s.cosine, s.bm25))
-    ranked.sort(key=lambda s: s.score, reverse=True)
-    return ranked[:limit]
+        ranked.append((score, relevance, cos, lexical, rowid))
+    ranked.sort(key=lambda item: item[0], reverse=True)
+    winners = ranked[:limit]
+    episodes = sql.episodes_by_rowid(conn, [rowid for *_, rowid in winners])
+    return [Scored(episodes[rowid], score, relevance, cos, lexical)
+            for score, relevance, cos, lexical, rowid in winners if rowid in episodes]
+

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 
@@ -98,6 +98,28 @@ def episodes_by_rowid(conn: apsw.Connection, rowids: list[int]) -> dict[int, Epi
     marks = ",".join("?" * len(rowids))
     rows = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE rowid IN ({marks})", rowids)
     return {row[0]: Episode.from_row(row) for row in rows}
+
+
+class RankingFacts(NamedTuple):
+    """The few columns ranking needs; full rows are read only for the winners."""
+
+    id: str
+    project: str | None
+    scope: str
+    status: str
+    importance: str
+    created_at: int
+    access_count: int
+
+
+def ranking_facts(conn: apsw.Connection, rowids: list[int]) -> dict[int, RankingFacts]:
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    rows = conn.execute(
+        f"SELECT rowid, id, project, scope, status, importance, created_at, access_count FROM episodes "
+        f"WHERE rowid IN ({marks})", rowids)
+    return {row[0]: RankingFacts(*row[1:]) for row in rows}
 
 
 def active_hash_exists(conn: apsw.Connection, content_hash: str) -> str | None:

@@ -40,23 +40,18 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
+from bench.synthetic import build_store, pseudo_words  # noqa: E402
 from processor.memory.embedder import load_embedder  # noqa: E402
-from processor.store import episodes as sql  # noqa: E402
-from processor.store import open_store, write_transaction  # noqa: E402
-from processor.store.episodes import NewEpisode  # noqa: E402
 from tests.transcripts import assistant_line, user_line  # noqa: E402
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 GOAL_P95_MS_AT_100K = 250.0
 TOPIC_GATE = 0.85  # the option's default; the processor runs with defaults
-PROJECTS = 20
-BATCH = 5_000
 PSEUDO_WORDS = 50_000
 SESSION = "f7e5b1a0-0000-4000-8000-00000000f00d"
 PROJECT = "/bench/project-0"  # the transcript's cwd; not on disk, so it is its own project root
 POLL_SECONDS = 0.0005
 TIMEOUT_SECONDS = 20.0
-_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
 
 TOPICS = [
     "rotate the TLS certificates on the staging load balancer", "the flaky checkout integration test",
@@ -89,57 +84,12 @@ TEMPLATES = ["How do we handle {}?", "Can you look into {} today?", "What did we
 
 
 def vocabulary(rng: np.random.Generator, english: list[str]) -> np.ndarray:
-    """Pseudo-words of 2-4 syllables with the messages' English words spread over ranks 20..3000."""
-    words: set[str] = set()
-    while len(words) < PSEUDO_WORDS:
-        lengths = rng.integers(2, 5, PSEUDO_WORDS)
-        picks = rng.integers(0, len(_SYLLABLES), (PSEUDO_WORDS, 4))
-        words.update("".join(_SYLLABLES[p] for p in row[:n]) for row, n in zip(picks, lengths, strict=True))
-    ranked = sorted(words)[:PSEUDO_WORDS]
+    """Pseudo-words with the messages' English words spread over ranks 20..3000."""
+    ranked = pseudo_words(rng, PSEUDO_WORDS)
     rng.shuffle(ranked)
     for word, rank in zip(english, rng.integers(20, 3000, len(english)), strict=True):
         ranked.insert(int(rank), word)
     return np.array(ranked)
-
-
-def zipf_words(rng: np.random.Generator, words: np.ndarray, count: int) -> np.ndarray:
-    p = 1.0 / np.arange(1, len(words) + 1, dtype=np.float64)
-    return words[rng.choice(len(words), size=count, p=p / p.sum())]
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    m = rng.standard_normal((n, dim), dtype=np.float32)
-    m /= np.linalg.norm(m, axis=1, keepdims=True)
-    return m
-
-
-def build_store(db: Path, n: int, dim: int, model_id: str, rng: np.random.Generator,
-                words: np.ndarray) -> tuple[float, np.ndarray]:
-    """N episodes in a fresh store; returns (seconds, their vectors)."""
-    conn = open_store(db)
-    vectors = unit_rows(rng, n, dim)
-    lengths = rng.integers(40, 120, n)
-    text = zipf_words(rng, words, int(lengths.sum()))
-    ends = np.cumsum(lengths)
-    started = time.perf_counter()
-    stamp = int(time.time() * 1000)
-    with write_transaction(conn):
-        sql.set_meta(conn, "embedding_model", model_id)
-        sql.set_meta(conn, "embedding_dim", str(dim))
-    for start in range(0, n, BATCH):
-        with write_transaction(conn):
-            for i in range(start, min(start + BATCH, n)):
-                content = " ".join(text[ends[i] - lengths[i]:ends[i]])
-                sql.insert_episode(conn, NewEpisode(
-                    id=f"ep_{i:016x}", session_id=f"s{i // 50}", project=f"/bench/project-{i % PROJECTS}",
-                    scope="global" if i % 200 == 0 else "project", summary=content[:160], entities=[],
-                    importance="high" if i % 40 == 0 else "normal", kind="other", source_type="verbatim",
-                    full_content=content, source_uuids=[f"u{i}"], content_hash=f"h{i}",
-                    created_at=stamp - int(rng.integers(0, 90 * 86_400_000)),
-                ), vectors[i].tobytes())
-    seconds = time.perf_counter() - started
-    conn.close()
-    return seconds, vectors
 
 
 def messages_under_the_gate(embedder, count: int, rng: np.random.Generator) -> list[str]:
@@ -209,7 +159,8 @@ def measure(n: int, count: int, workdir: Path, embedder, seed: int, verbose: boo
     english = sorted({w.strip("?.,").lower() for t in TOPICS for w in t.split() if len(w) > 3})
     words = vocabulary(rng, english)
     home, projects = workdir / f"home-{n}", workdir / f"projects-{n}"
-    build_seconds, vectors = build_store(home / "engram.db", n, embedder.dim, embedder.model_id, rng, words)
+    build_seconds, vectors = build_store(home / "engram.db", n, embedder.dim, embedder.model_id, rng, words,
+                                         varied=True)
     if verbose:
         print(f"[{n}] built in {build_seconds:.1f} s", file=sys.stderr)
 

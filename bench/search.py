@@ -15,7 +15,7 @@ Measured per query, after one warm-up search that loads the vector index
 - bound: `matrix @ q` + `np.argpartition` for the top `limit` over the same
   float32 matrix the index holds;
 - index_top: VectorIndex.top alone (the matmul plus locking and sorting);
-- fts_candidates, episode_rows: the FTS5 bm25 query and the candidate-row fetch
+- fts_candidates, ranking_facts: the FTS5 bm25 query and the fetch of the columns ranking reads
   inside search_episodes, timed alone to show where its time goes;
 - search_episodes: the hybrid search with a precomputed query vector (vector
   top-k, FTS5 bm25, episode rows, scoring), scoped to one project as recall is;
@@ -38,72 +38,18 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.synthetic import build_store, pseudo_words, unit_rows, zipf_words  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import load_embedder  # noqa: E402
 from processor.memory.episodes import EpisodeStore, now_ms  # noqa: E402
 from processor.memory.search import fts_query, search_episodes  # noqa: E402
 from processor.store import episodes as sql  # noqa: E402
-from processor.store import open_store, write_transaction  # noqa: E402
-from processor.store.episodes import NewEpisode  # noqa: E402
+from processor.store import open_store  # noqa: E402
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 GOAL_RATIO = 3.0
 GOAL_MS_AT_100K = 30.0
 VOCABULARY = 50_000
-PROJECTS = 20
-BATCH = 5_000
-_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
-
-
-def vocabulary(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Distinct pseudo-words of 2-4 syllables."""
-    words: set[str] = set()
-    while len(words) < size:
-        lengths = rng.integers(2, 5, size)
-        picks = rng.integers(0, len(_SYLLABLES), (size, 4))
-        words.update("".join(_SYLLABLES[p] for p in row[:n]) for row, n in zip(picks, lengths, strict=True))
-    return np.array(sorted(words)[:size])
-
-
-def zipf_words(rng: np.random.Generator, words: np.ndarray, count: int, skip: int = 0) -> np.ndarray:
-    """`count` words drawn with probability ~ 1/rank, leaving out the `skip` most frequent."""
-    ranks = np.arange(skip + 1, len(words) + 1, dtype=np.float64)
-    p = 1.0 / ranks
-    return words[skip + rng.choice(len(ranks), size=count, p=p / p.sum())]
-
-
-def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    m = rng.standard_normal((n, dim), dtype=np.float32)
-    m /= np.linalg.norm(m, axis=1, keepdims=True)
-    return m
-
-
-def build_store(db: Path, n: int, dim: int, model_id: str, rng: np.random.Generator,
-                words: np.ndarray) -> tuple[float, np.ndarray]:
-    """N episodes in a fresh store; returns (seconds, their vectors)."""
-    conn = open_store(db)
-    vectors = unit_rows(rng, n, dim)
-    lengths = rng.integers(40, 120, n)
-    text = zipf_words(rng, words, int(lengths.sum()))
-    ends = np.cumsum(lengths)
-    started = time.perf_counter()
-    stamp = now_ms()
-    with write_transaction(conn):
-        sql.set_meta(conn, "embedding_model", model_id)
-        sql.set_meta(conn, "embedding_dim", str(dim))
-    for start in range(0, n, BATCH):
-        with write_transaction(conn):
-            for i in range(start, min(start + BATCH, n)):
-                content = " ".join(text[ends[i] - lengths[i]:ends[i]])
-                sql.insert_episode(conn, NewEpisode(
-                    id=f"ep_{i:016x}", session_id=f"s{i // 50}", project=f"/bench/project-{i % PROJECTS}",
-                    scope="project", summary=content[:160], entities=[], importance="normal", kind="other",
-                    source_type="verbatim", full_content=content, source_uuids=[f"u{i}"], content_hash=f"h{i}",
-                    created_at=stamp - int(rng.integers(0, 90 * 86_400_000)),
-                ), vectors[i].tobytes())
-    seconds = time.perf_counter() - started
-    conn.close()
-    return seconds, vectors
 
 
 def stats(ms: list[float]) -> dict:
@@ -113,7 +59,7 @@ def stats(ms: list[float]) -> dict:
 
 def measure(n: int, queries: int, limit: int, workdir: Path, embedder, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    words = vocabulary(rng, VOCABULARY)
+    words = np.array(pseudo_words(rng, VOCABULARY))
     db = workdir / f"bench-{n}.db"
     build_seconds, vectors = build_store(db, n, embedder.dim, embedder.model_id, rng, words)
 
@@ -153,7 +99,7 @@ def measure(n: int, queries: int, limit: int, workdir: Path, embedder, seed: int
         "bound": bound,
         "index_top": lambda i: index.top(qvecs[i], fetch),
         "fts_candidates": lambda i: sql.fts_candidates(conn, matches[i], fetch),
-        "episode_rows": lambda i: sql.episodes_by_rowid(conn, candidates[i]),
+        "ranking_facts": lambda i: sql.ranking_facts(conn, candidates[i]),
         "search_episodes": given_vector,
     }
     times: dict[str, list[float]] = {name: [] for name in (*contenders, "store_search")}
@@ -206,7 +152,7 @@ def main() -> int:
     for r in results:
         print(f"{r['episodes']:>7} episodes (built in {r['build_seconds']} s, {r['db_megabytes']} MB, index load "
               f"{r['index_load_seconds']} s), {r['queries']} queries, p50/p95 ms:")
-        for name in ("bound", "index_top", "fts_candidates", "episode_rows", "search_episodes", "store_search"):
+        for name in ("bound", "index_top", "fts_candidates", "ranking_facts", "search_episodes", "store_search"):
             s = r[name]
             ratio = f"  p95 {s['p95_vs_bound']}x bound" if "p95_vs_bound" in s else ""
             print(f"  {name:>16}: {s['p50_ms']:8.2f} {s['p95_ms']:8.2f}{ratio}")

@@ -344,18 +344,23 @@ def run(stdin: bytes) -> str | None:
     return '{"hookSpecificOutput":{"hookEventName":"PreToolUse","additionalContext":' + _quote(context) + "}}"
 
 
-def main() -> None:
+def serve(run_hook: "Callable[[bytes], str | None]") -> None:  # noqa: F821 - no typing import on the hot path
+    """Read the event, print the hook's JSON if any; on any failure exit 0 with no output."""
     try:
         stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)
         if len(stdin) > STDIN_LIMIT:
             return
-        output = run(stdin)
+        output = run_hook(stdin)
         if output:
             out = sys.stdout.buffer
             out.write(output.encode("ascii") + b"\n")
             out.flush()
     except Exception:
         return  # exit 0, silently: see the module docstring
+
+
+def main() -> None:
+    serve(run)
 
 
 if __name__ == "__main__":

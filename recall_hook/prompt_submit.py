@@ -476,17 +476,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
 
 def main() -> None:
     started_ms, started = _now_ms(), time.monotonic()
-    try:
-        stdin = sys.stdin.buffer.read(_hook.STDIN_LIMIT + 1)
-        if len(stdin) > _hook.STDIN_LIMIT:
-            return
-        output = run(stdin, started_ms, started)
-        if output:
-            out = sys.stdout.buffer
-            out.write(output.encode("ascii") + b"\n")
-            out.flush()
-    except Exception:
-        return  # exit 0, silently: see the module docstring
+    _hook.serve(lambda stdin: run(stdin, started_ms, started))
 
 
 if __name__ == "__main__":

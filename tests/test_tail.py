@@ -39,7 +39,8 @@ def texts(conn: apsw.Connection) -> list[str]:
 
 
 def offset(conn: apsw.Connection) -> int:
-    return queries.session_offset(conn, SID) or 0
+    state = queries.session_state(conn, SID)
+    return state.byte_offset if state else 0
 
 
 def append(path: Path, data: str | bytes) -> None:

@@ -181,10 +181,6 @@ def supersede(conn: apsw.Connection, old_id: str, new_id: str, now_ms: int) -> N
     )
 
 
-def max_access_count(conn: apsw.Connection) -> int:
-    return conn.execute("SELECT COALESCE(MAX(access_count), 0) FROM episodes WHERE status = 'active'").fetchone()[0]
-
-
 def counts_by_status(conn: apsw.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT status, count(*) FROM episodes GROUP BY status").fetchall())
 

@@ -107,11 +107,6 @@ def store_line(conn: apsw.Connection, session_id: str, line: CapturedLine, line_
     return True
 
 
-def session_offset(conn: apsw.Connection, session_id: str) -> int | None:
-    row = conn.execute("SELECT byte_offset FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    return row[0] if row else None
-
-
 def counts(conn: apsw.Connection) -> dict[str, int]:
     sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
     messages = conn.execute("SELECT count(*) FROM messages").fetchone()[0]

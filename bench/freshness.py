@@ -16,7 +16,7 @@ For each size N:
   includes the capture path (watchdog → tailer → SQLite) and the memory thread's real work;
 - baseline, same run, same messages: embedding the message + `matrix @ q` + argpartition over the
   same N vectors, i.e. the least any recollection could cost. Ratios are p50/p50 and p95/p95.
-- also timed on the same database: the SessionStart hook (`python -I -m processor.recall.session_start`,
+- also timed on the same database: the SessionStart hook (`python -I -m recall_hook.session_start`,
   whole process, best and median of 5 runs; goal < 1 s).
 Goal: freshness p95 <= 250 ms at 100k. `--json` prints one JSON object as the last line.
 """
@@ -145,7 +145,7 @@ def time_session_start(home: Path, runs: int = 5) -> dict:
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-I", "-m", "processor.recall.session_start"], input=event,
+        out = subprocess.run([sys.executable, "-I", "-m", "recall_hook.session_start"], input=event,
                              capture_output=True, timeout=60, env=env, cwd="/")
         times.append((time.perf_counter() - started) * 1000)
         if out.returncode != 0 or not out.stdout:

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from processor.service.claude_settings import Registration, hook_python  # noqa: E402
+from processor.claude_code.settings import Registration, hook_python  # noqa: E402
 
 HOOK = REPO / "recall_hook" / "pretooluse.py"
 SESSION_ID = "5f1c9a52-7a43-4d0e-9f8e-3c1d2b7e6a10"

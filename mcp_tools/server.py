@@ -38,24 +38,16 @@ import apsw
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from processor.capture.project import project_root
+from processor.capture.remember_inbox import RememberRequest, pending_remember_files, write_remember_file
 from processor.config import ConfigError, Settings, load_settings
-from processor.memory.embedder import EmbedderError
-from processor.memory.episodes import (
-    KINDS,
-    SCOPES,
-    EmbeddingMismatch,
-    EpisodeStore,
-    Expansion,
-    Hit,
-    UnknownEpisode,
-    format_expansion,
-    format_hits,
-)
-from processor.memory.remember import RememberRequest, pending_remember_files, write_remember_file
-from processor.service.control_http import ping
+from processor.memory.episodes import EpisodeStore, Expansion, Hit
+from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
+from processor.memory.kinds import KINDS, SCOPES
+from processor.recall.format import format_expansion, format_hits
+from processor.service.control_client import ping
 from processor.service.pidfile import is_running
 from processor.store import open_store
 
@@ -80,45 +72,10 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 # --- structured output -----------------------------------------------------------------------
 
 
-class RecallHit(BaseModel):
-    id: str = Field(description="pass to memory_expand for the full memory")
-    bite: str = Field(description="one-line summary")
-    date: str = Field(description="YYYY-MM-DD the memory was made")
-    importance: str
-    kind: str
-    score: float
-    source: str = Field(description="'episode' (a stored memory) or 'message' (this session, not yet stored)")
-    project: str | None = None
-
-
 class RecallResult(BaseModel):
     query: str
     project: str | None = Field(description="project searched besides global memories; null = every project")
-    hits: list[RecallHit]
-
-
-class SourceMessage(BaseModel):
-    uuid: str
-    role: str | None = None
-    timestamp: str | None = None
-    session_id: str | None = None
-
-
-class ExpandResult(BaseModel):
-    id: str
-    summary: str
-    full_content: str
-    date: str
-    project: str | None
-    session_id: str | None
-    importance: str
-    kind: str
-    scope: str
-    source_type: str
-    status: str
-    entities: list[str]
-    source_messages: list[SourceMessage]
-    superseded_by: str | None = None
+    hits: list[Hit] = Field(description="best first; pass an id to memory_expand for the full memory")
 
 
 class RememberResult(BaseModel):
@@ -147,24 +104,10 @@ class StatusResult(BaseModel):
     database_error: str | None = None
 
 
-def _text_result(text: str, structured: BaseModel) -> CallToolResult:
+def _text_result(text: str, structured: Any) -> CallToolResult:
     # The text is what the model reads (seed 001's format); the structured copy is for programs.
     return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=structured.model_dump(mode="json"))
-
-
-def _hit_model(hit: Hit) -> RecallHit:
-    return RecallHit(id=hit.id, bite=hit.bite, date=hit.date, importance=hit.importance, kind=hit.kind,
-                     score=hit.score, source=hit.source, project=hit.project)
-
-
-def _expansion_model(e: Expansion) -> ExpandResult:
-    sources = [SourceMessage(uuid=str(m.get("uuid", "")), role=m.get("role"), timestamp=m.get("timestamp"),
-                             session_id=m.get("session_id")) for m in e.source_messages]
-    return ExpandResult(id=e.id, summary=e.summary, full_content=e.full_content, date=e.date, project=e.project,
-                        session_id=e.session_id, importance=e.importance, kind=e.kind, scope=e.scope,
-                        source_type=e.source_type, status=e.status, entities=list(e.entities),
-                        source_messages=sources, superseded_by=e.superseded_by)
+                          structured_content=TypeAdapter(type(structured)).dump_python(structured, mode="json"))
 
 
 # --- the database side: one thread, one connection --------------------------------------------
@@ -321,9 +264,9 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
                             "Pass a few key words or a short question instead of a whole text")
         scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
                                                       else service.project)
-        count = limit or int(service.settings.recall_limit)
+        count = limit or service.settings.recall_limit
         hits = await _guarded(service, lambda: service.recall(text, count, scope))
-        result = RecallResult(query=text, project=scope, hits=[_hit_model(h) for h in hits])
+        result = RecallResult(query=text, project=scope, hits=hits)
         return _text_result(format_hits(hits), result)
 
     @server.tool(
@@ -336,7 +279,7 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
     )
     async def memory_expand(
         id: Annotated[str, Field(description="a memory id from memory_recall, e.g. ep_0123abcd…")],
-    ) -> Annotated[CallToolResult, ExpandResult]:
+    ) -> Annotated[CallToolResult, Expansion]:
         item_id = id.strip()
         if not item_id:
             raise ToolError("memory_expand needs an id from memory_recall (they look like ep_…)")
@@ -344,7 +287,7 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
             raise ToolError(f"no memory with an id of {len(item_id)} characters; ids look like ep_… and come "
                             "from memory_recall")
         expansion = await _guarded(service, lambda: service.expand(item_id))
-        return _text_result(format_expansion(expansion), _expansion_model(expansion))
+        return _text_result(format_expansion(expansion), expansion)
 
     @server.tool(
         title="Remember",
@@ -411,7 +354,7 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
             processor_running=running, mode="normal" if running else "degraded", message=message,
             processor=answer, episodes=counts.get("episodes"), episodes_by_status=counts.get("episodes_by_status", {}),
             embedding_model=counts.get("embedding_model"), embedding_dim=counts.get("embedding_dim"),
-            configured_embedding_model=str(settings.embedding_model), db_path=str(settings.db_path),
+            configured_embedding_model=settings.embedding_model, db_path=str(settings.db_path),
             queue_dir=str(settings.queue_dir), pending_remember_files=pending, database_error=database_error,
         )
         return _text_result(_format_status(result), result)

@@ -13,14 +13,19 @@ from pathlib import Path
 
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.memory.errors import EmbedderError
+from processor.memory.kinds import KINDS, SCOPES
 
 EXIT_CONFIG = 78  # sysexits EX_CONFIG: the configuration cannot be used
 
 log = logging.getLogger("engram")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(overrides={"projects_dir": getattr(args, "projects_dir", None)})
+def _settings(args: argparse.Namespace, *, create_home: bool = True) -> Settings:
+    """The settings for this command; the data home is created here, once, for commands that write."""
+    settings = load_settings(overrides={"projects_dir": getattr(args, "projects_dir", None)})
+    if create_home:
+        ensure_home(settings)
+    return settings
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -30,13 +35,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         dry_run(_settings(args))
         return 0
     if args.once:
-        from processor.service.daemon import Processor
         from processor.service.logs import setup_logging
+        from processor.service.run_loop import Processor
 
         settings = _settings(args)
-        ensure_home(settings)
         setup_logging(settings)
-        report, episodes = Processor(settings).run_once(float(settings.recent_days))
+        report, episodes = Processor(settings).run_once(settings.recent_days)
         log.info("captured %d conversation lines; %d new episodes", report.messages, episodes)
         return 0
     from processor.service.lifecycle import run_service
@@ -60,11 +64,10 @@ def _progress_printer() -> Callable[[int, int, Path], None]:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from processor.service.daemon import Processor
     from processor.service.logs import setup_logging
+    from processor.service.run_loop import Processor
 
     settings = _settings(args)
-    ensure_home(settings)
     setup_logging(settings, to_stderr=False)
     report, episodes = Processor(settings).run_once(args.since, _progress_printer())
     print(f"backfill: {report.files} transcripts, {report.lines} lines read, {report.messages} new messages, "
@@ -73,10 +76,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from processor.service.status import collect_status, format_status
+    from processor.status import current_status, format_status
 
-    settings = _settings(args)
-    status = collect_status(settings)
+    status = current_status(_settings(args, create_home=False))
     if args.json:
         print(json.dumps(status, indent=2))
     else:
@@ -88,16 +90,15 @@ def _episode_store(settings: Settings):
     from processor.memory.episodes import EpisodeStore
     from processor.store import open_store
 
-    ensure_home(settings)
     return EpisodeStore(settings, open_store(settings.db_path))
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    from processor.memory.episodes import format_hits
+    from processor.recall.format import format_hits
 
     settings = _settings(args)
     store = _episode_store(settings)
-    limit = args.limit or int(settings.recall_limit)
+    limit = args.limit or settings.recall_limit
     hits = store.recall(args.query, limit=limit, project=args.project)
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
@@ -107,7 +108,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from processor.memory.episodes import format_expansion
+    from processor.recall.format import format_expansion
 
     store = _episode_store(_settings(args))
     expansion = store.expand(args.id)
@@ -131,7 +132,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 def cmd_remember(args: argparse.Namespace) -> int:
     from processor.capture.project import project_root
-    from processor.memory.remember import RememberRequest, write_remember_file
+    from processor.capture.remember_inbox import RememberRequest, write_remember_file
 
     settings = _settings(args)
     project = args.project or (project_root(os.getcwd()) if args.scope != "global" else None)
@@ -141,7 +142,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from processor.service.claude_settings import InstallError, default_registration, install, uninstall
+    from processor.claude_code.settings import InstallError, default_registration, install, uninstall
 
     try:
         if args.command == "uninstall":
@@ -157,7 +158,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_plugin(args: argparse.Namespace) -> int:
-    from processor.service.plugin import write_plugin
+    from processor.claude_code.plugin import write_plugin
 
     for path in write_plugin(Path(args.out)):
         print(path)
@@ -172,8 +173,8 @@ def cmd_service(args: argparse.Namespace) -> int:
     try:
         if args.action == "install":
             result = units.install(settings.home, settings.logs_dir, print_only=args.print,
-                                   restart_sec=int(settings.service_restart_seconds),
-                                   memory_max_mb=int(settings.service_memory_max_mb), nice=int(settings.service_nice))
+                                   restart_sec=settings.service_restart_seconds,
+                                   memory_max_mb=settings.service_memory_max_mb, nice=settings.service_nice)
         elif args.action == "uninstall":
             result = units.uninstall(print_only=args.print)
         elif args.action == "status":
@@ -208,7 +209,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     # Runs before load_settings: a broken config.toml is one of the things it reports.
-    from processor.service.doctor import exit_code, format_report, run_checks
+    from processor.doctor import exit_code, format_report, run_checks
 
     checks = run_checks()
     print(format_report(checks))
@@ -256,9 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("reindex", cmd_reindex, "re-embed every memory with the configured embedding model")
     remember = add("remember", cmd_remember, "queue a memory for the processor to store (like memory_remember)")
     remember.add_argument("text")
-    remember.add_argument("--kind", choices=["decision", "preference", "convention", "bugfix", "gotcha", "fact",
-                                             "task", "other"])
-    remember.add_argument("--scope", choices=["global", "project"])
+    remember.add_argument("--kind", choices=KINDS)
+    remember.add_argument("--scope", choices=SCOPES)
     remember.add_argument("--project", help="project root (default: the git root of the current directory)")
 
     for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code"),

@@ -1,4 +1,4 @@
-"""Engram's configuration: every default lives in OPTIONS, in this one place.
+"""Engram's configuration: every setting, its type and default live in the `Settings` class body, in one place.
 
 Precedence, lowest to highest: the defaults below, ``$ENGRAM_HOME/config.toml``
 (flat ``key = value`` lines, the names below), environment variables
@@ -19,95 +19,115 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
+
+from processor.files import ensure_private_dir
+
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Option:
-    name: str
-    default: Any
-    help: str
+class Option(Generic[T]):
+    """One setting: its default, whose type is the setting's type, and what it means.
 
+    Declared in the body of `Settings`, it reads the loaded value typed like its default
+    (`settings.recent_days` is a float), so call sites never cast.
+    """
 
-# The single table of tunables. Later features add rows here, never defaults elsewhere.
-OPTIONS: tuple[Option, ...] = (
-    Option("projects_dir", "", "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects"),
-    Option("recent_days", 7.0, "only transcripts modified within this many days are tailed by `engram run`"),
-    Option("rescan_seconds", 60.0, "safety-net rescan of the transcripts root, in case a watch event was missed"),
-    Option("max_line_bytes", 16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line"),
-    Option("batch_bytes", 4 * 1024 * 1024, "bytes of transcript consumed per store transaction"),
-    Option("idle_minutes", 5.0, "a session quiet this long has its last round turned into an episode"),
-    Option("models_dir", "", "folder of converted embedding models; empty = $ENGRAM_HOME/models"),
-    Option("embedding_model", "default",
-           "GGUF embedding model: 'default' (all-MiniLM-L6-v2, converted from its PyPI package) or a path"),
-    Option("verbatim_max_chars", 500, "verbatim episodes hold at most about this many characters each"),
-    Option("recall_limit", 5, "memories returned by memory_recall / engram recall by default"),
-    Option("weight_relevance", 0.5, "ranking weight of relevance (BM25 + cosine)"),
-    Option("weight_recency", 0.3, "ranking weight of recency (exponential decay)"),
-    Option("weight_frequency", 0.2, "ranking weight of access frequency"),
-    Option("high_importance_floor", 0.3, "minimum relevance of an importance=high memory that matched at all"),
-    Option("recency_half_life_days", 30.0, "age at which a memory's recency score halves"),
-    Option("bm25_share", 0.5, "share of relevance from BM25; the rest is cosine similarity"),
-    Option("http_port", 27326, "control plane port on 127.0.0.1; if taken, the OS picks one (run/engram.port)"),
-    Option("memory_warn_mb", 400.0, "log a warning when the processor's RSS exceeds this"),
-    Option("memory_limit_mb", 512.0, "above this RSS the processor shuts down cleanly with exit status 75"),
-    Option("memory_check_seconds", 30.0, "how often the memory watchdog samples RSS"),
-    Option("child_grace_seconds", 5.0, "on shutdown, seconds between SIGTERM and SIGKILL for child processes"),
-    Option("service_memory_max_mb", 2048, "systemd MemoryMax: hard cap for the processor plus its children"),
-    Option("service_restart_seconds", 10, "systemd RestartSec / launchd ThrottleInterval"),
-    Option("service_nice", 10, "systemd Nice= for the processor"),
-    Option("recollection_bites", 3, "memory bites precomputed per user message for the PreToolUse hook"),
-    Option("recollection_min_relevance", 0.15, "bites below this relevance are not shown"),
-    Option("topic_gate", 0.85, "a user message this similar (cosine) to the previous one keeps the old bites"),
-    Option("recollection_skip_recent", 6, "episodes from this many latest rounds of the same session are not bites"),
-    Option("recollection_idle_hours", 1.0, "recollection files of sessions idle this long are removed"),
-    Option("session_start_token_budget", 1500, "SessionStart digest size in estimated tokens (4 characters each)"),
-    Option("prompt_submit_enabled", False, "the UserPromptSubmit hook (engram install --prompt-submit) injects bites"),
-    Option("prompt_submit_budget_ms", 150, "time limit of the UserPromptSubmit hook's request to the processor"),
-    Option("extractor", "auto", "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)"),
-    Option("openai_base_url", "", "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI"),
-    Option("openai_model", "gpt-4.1-nano", "model for the openai backend"),
-    Option("openai_api_key_env", "OPENAI_API_KEY", "environment variable holding the openai backend's API key"),
-    Option("claude_model", "", "model for the claude backend (Claude Agent SDK); empty = the CLI's default"),
-    Option("llama_model", "", "instruct GGUF for the llama backend (local, no API key)"),
-    Option("daily_budget_usd", 0.50, "LLM spend per UTC day; when reached, LLM jobs pause until tomorrow"),
-    Option("model_prices", {"gpt-4.1-nano": [0.10, 0.40], "gpt-4.1-mini": [0.40, 1.60], "gpt-4o-mini": [0.15, 0.60],
-                            "claude-haiku-4-5": [1.00, 5.00], "claude-sonnet-4-5": [3.00, 15.00]},
-           "USD per million input and output tokens, by model (a TOML table; unknown models cost 0)"),
-    Option("extract_min_messages", 15, "an extract job is queued after this many new messages in a session"),
-    Option("extract_max_minutes", 20.0, "…or this long after the last extraction, with at least one new message"),
-    Option("extract_idle_minutes", 5.0, "…or when the session has been idle this long"),
-    Option("llm_timeout_seconds", 60.0, "time limit of one LLM call"),
-    Option("max_prompt_tokens", 12000, "an extraction prompt is cut to about this many tokens"),
-    Option("max_message_chars", 4000, "each message in a prompt keeps its head and tail up to this many characters"),
-    Option("retry_base_seconds", 30.0, "first retry delay of a failed job; doubles per attempt"),
-    Option("retry_max_seconds", 3600.0, "longest retry delay"),
-    Option("breaker_failures", 5, "consecutive backend failures that open the circuit breaker"),
-    Option("breaker_cooldown_seconds", 300.0, "how long an open breaker pauses LLM jobs"),
-    Option("log_level", "INFO", "logging level for ~/.engram/logs/engram.log"),
-    Option("log_max_bytes", 5 * 1024 * 1024, "size at which the log file rotates"),
-    Option("log_backups", 3, "rotated log files kept"),
-)
+    def __init__(self, default: T, help: str, *, key: str | None = None) -> None:
+        self.default = default
+        self.help = help
+        self.name = key or ""  # the key in config.toml and ENGRAM_<KEY>; the attribute's name unless given
 
-_DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        self.name = self.name or attribute
 
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the file, the key and the fix."""
+    @overload
+    def __get__(self, obj: None, owner: type) -> Option[T]: ...
+    @overload
+    def __get__(self, obj: Settings, owner: type) -> T: ...
+    def __get__(self, obj: Settings | None, owner: type) -> Option[T] | T:
+        if obj is None:
+            return self
+        return obj.values[self.name]
 
 
 @dataclass(frozen=True)
 class Settings:
+    """Loaded settings: the data home, the transcripts root, and every option's value.
+
+    The options below are the single table of tunables: later features add rows here, never
+    defaults elsewhere (the stdlib hooks keep copies, pinned equal by tests/test_config.py).
+    """
+
     home: Path
     transcripts_root: Path
     values: Mapping[str, Any] = field(default_factory=dict)
 
-    def __getattr__(self, name: str) -> Any:
-        # Dataclass fields are found normally; this is only reached for option names.
-        values = object.__getattribute__(self, "values")
-        if name in values:
-            return values[name]
-        raise AttributeError(f"no Engram setting named {name!r}")
+    projects_dir = Option('', "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
+    recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
+    rescan_seconds = Option(60.0, "safety-net rescan of the transcripts root, in case a watch event was missed")
+    max_line_bytes = Option(16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line")
+    batch_bytes = Option(4 * 1024 * 1024, "bytes of transcript consumed per store transaction")
+    idle_minutes = Option(5.0, "a session quiet this long has its last round turned into an episode")
+    configured_models_dir = Option(
+        '',
+        "folder of converted embedding models; empty = $ENGRAM_HOME/models", key="models_dir")
+    embedding_model = Option(
+        'default',
+        "GGUF embedding model: 'default' (all-MiniLM-L6-v2, converted from its PyPI package) or a path")
+    verbatim_max_chars = Option(500, "verbatim episodes hold at most about this many characters each")
+    recall_limit = Option(5, "memories returned by memory_recall / engram recall by default")
+    weight_relevance = Option(0.5, "ranking weight of relevance (BM25 + cosine)")
+    weight_recency = Option(0.3, "ranking weight of recency (exponential decay)")
+    weight_frequency = Option(0.2, "ranking weight of access frequency")
+    high_importance_floor = Option(0.3, "minimum relevance of an importance=high memory that matched at all")
+    recency_half_life_days = Option(30.0, "age at which a memory's recency score halves")
+    bm25_share = Option(0.5, "share of relevance from BM25; the rest is cosine similarity")
+    http_port = Option(27326, "control plane port on 127.0.0.1; if taken, the OS picks one (run/engram.port)")
+    memory_warn_mb = Option(400.0, "log a warning when the processor's RSS exceeds this")
+    memory_limit_mb = Option(512.0, "above this RSS the processor shuts down cleanly with exit status 75")
+    memory_check_seconds = Option(30.0, "how often the memory watchdog samples RSS")
+    child_grace_seconds = Option(5.0, "on shutdown, seconds between SIGTERM and SIGKILL for child processes")
+    service_memory_max_mb = Option(2048, "systemd MemoryMax: hard cap for the processor plus its children")
+    service_restart_seconds = Option(10, "systemd RestartSec / launchd ThrottleInterval")
+    service_nice = Option(10, "systemd Nice= for the processor")
+    recollection_bites = Option(3, "memory bites precomputed per user message for the PreToolUse hook")
+    recollection_min_relevance = Option(0.15, "bites below this relevance are not shown")
+    topic_gate = Option(0.85, "a user message this similar (cosine) to the previous one keeps the old bites")
+    recollection_skip_recent = Option(6, "episodes from this many latest rounds of the same session are not bites")
+    recollection_idle_hours = Option(1.0, "recollection files of sessions idle this long are removed")
+    session_start_token_budget = Option(1500, "SessionStart digest size in estimated tokens (4 characters each)")
+    prompt_submit_enabled = Option(False, "the UserPromptSubmit hook (engram install --prompt-submit) injects bites")
+    prompt_submit_budget_ms = Option(150, "time limit of the UserPromptSubmit hook's request to the processor")
+    extractor = Option('auto', "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)")
+    openai_base_url = Option('', "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI")
+    openai_model = Option('gpt-4.1-nano', "model for the openai backend")
+    openai_api_key_env = Option('OPENAI_API_KEY', "environment variable holding the openai backend's API key")
+    claude_model = Option('', "model for the claude backend (Claude Agent SDK); empty = the CLI's default")
+    llama_model = Option('', "instruct GGUF for the llama backend (local, no API key)")
+    daily_budget_usd = Option(0.5, "LLM spend per UTC day; when reached, LLM jobs pause until tomorrow")
+    model_prices = Option(
+        {"gpt-4.1-nano": [0.10, 0.40], "gpt-4.1-mini": [0.40, 1.60], "gpt-4o-mini": [0.15, 0.60],
+         "claude-haiku-4-5": [1.00, 5.00], "claude-sonnet-4-5": [3.00, 15.00]},
+        "USD per million input and output tokens, by model (a TOML table; unknown models cost 0)")
+    extract_min_messages = Option(15, "an extract job is queued after this many new messages in a session")
+    extract_max_minutes = Option(20.0, "…or this long after the last extraction, with at least one new message")
+    extract_idle_minutes = Option(5.0, "…or when the session has been idle this long")
+    llm_timeout_seconds = Option(60.0, "time limit of one LLM call")
+    max_prompt_tokens = Option(12000, "an extraction prompt is cut to about this many tokens")
+    max_message_chars = Option(4000, "each message in a prompt keeps its head and tail up to this many characters")
+    retry_base_seconds = Option(30.0, "first retry delay of a failed job; doubles per attempt")
+    retry_max_seconds = Option(3600.0, "longest retry delay")
+    breaker_failures = Option(5, "consecutive backend failures that open the circuit breaker")
+    breaker_cooldown_seconds = Option(300.0, "how long an open breaker pauses LLM jobs")
+    log_level = Option('INFO', "logging level for ~/.engram/logs/engram.log")
+    log_max_bytes = Option(5 * 1024 * 1024, "size at which the log file rotates")
+    log_backups = Option(3, "rotated log files kept")
+
+    @property
+    def current(self) -> Settings:
+        """Itself: a component given fixed settings reads them exactly as one given a SettingsHolder."""
+        return self
 
     # Locations under the data home: one place that names them.
     @property
@@ -132,7 +152,7 @@ class Settings:
 
     @property
     def models_dir(self) -> Path:
-        configured = str(self.values.get("models_dir") or "")
+        configured = self.configured_models_dir
         return Path(configured).expanduser() if configured else self.home / "models"
 
     @property
@@ -144,6 +164,35 @@ class Settings:
     def config_path(self) -> Path:
         return self.home / "config.toml"
 
+
+OPTIONS: tuple[Option[Any], ...] = tuple(v for v in vars(Settings).values() if isinstance(v, Option))
+_DEFAULTS: dict[str, Any] = {o.name: o.default for o in OPTIONS}
+
+
+class SettingsHolder:
+    """The processor's current settings, replaced whole on reload (SIGHUP).
+
+    Every long-lived component keeps the holder, not a copy, and reads ``.current`` when it
+    acts, so a reload reaches every thread at once without anyone chasing copies.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._current = settings
+
+    @property
+    def current(self) -> Settings:
+        return self._current
+
+    def replace(self, settings: Settings) -> None:
+        self._current = settings
+
+
+# What a component may be given: fixed settings, or the holder that follows reloads.
+SettingsSource = Settings | SettingsHolder
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file, the key and the fix."""
 
 
 def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -219,15 +268,8 @@ def load_settings(
     return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values)
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create a directory readable by the owner only (0700) and fix a looser existing one."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
-    return path
-
-
 def ensure_home(settings: Settings) -> Path:
+    """Create the data home and its folders, private (0700); called once when a command starts."""
     ensure_private_dir(settings.home)
     for sub in (settings.logs_dir, settings.run_dir, settings.recollections_dir, settings.queue_dir):
         ensure_private_dir(sub)

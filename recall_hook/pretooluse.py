@@ -27,295 +27,32 @@ no output: memory is a nicety, a broken tool call is not.
 
 import sys
 
-try:
-    import posix as _os  # built in and already loaded: importing `os` costs ~1.5 ms more
-except ImportError:  # not a POSIX system
-    import os as _os
+if __package__:  # imported as recall_hook.pretooluse (tests, tools)
+    from . import hook_io as _io
+else:  # run through LAUNCHER, or as a script: this file's folder is on sys.path
+    _here = __file__.rpartition("/")[0]
+    if _here not in sys.path:
+        sys.path.insert(0, _here)
+    import hook_io as _io
 
-# The registered command: `python -I -S -c LAUNCHER /abs/path/pretooluse.py`. -I leaves the
-# script's directory off sys.path, so the launcher puts it back and imports this module.
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;pretooluse.main()'
-
-# Copied from recall_hook/fence.py rather than imported: one module load less per tool call, and
-# the plain-script form has no sys.path entry for it. tests/test_pretooluse_hook.py keeps them equal.
-FENCE_OPEN = "<engram-recollection>"
-FENCE_CLOSE = "</engram-recollection>"
-
-STDIN_LIMIT = 1 << 20  # a Write of a huge file makes a huge event; skip it, the next call injects
-RECOLLECTION_LIMIT = 64 * 1024
-STATE_LIMIT = 4 * 1024
-MAX_BITES = 10
-MAX_BITE_CHARS = 600
-MAX_ID_CHARS = 128
-LOCK_NAME = ".pretooluse.lock"  # leading dot: never mistaken for a recollection file
-
-_SESSION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-_WHITESPACE = " \t\n\r"
-_S_IFMT = 0o170000
-_S_IFREG = 0o100000
-
-
-def _reject_constant(name: str) -> None:
-    raise ValueError(name)  # NaN/Infinity are not JSON
-
-
-try:
-    import _json
-
-    class _ScanContext:
-        # The attributes _json.make_scanner reads; same values as json.JSONDecoder's defaults.
-        strict = True
-        object_hook = None
-        object_pairs_hook = None
-        parse_float = float
-        parse_int = int
-        parse_constant = staticmethod(_reject_constant)
-
-    _scan = _json.make_scanner(_ScanContext())
-    _quote = _json.encode_basestring_ascii
-
-    def _loads(text: str) -> object:
-        text = text.strip(_WHITESPACE)
-        value, end = _scan(text, 0)  # StopIteration / JSONDecodeError on bad input
-        if end != len(text):
-            raise ValueError("trailing data")
-        return value
-
-except (ImportError, AttributeError, TypeError):  # not CPython: take the slow, plain route
-    import json as _json_module
-
-    def _loads(text: str) -> object:
-        return _json_module.loads(text, parse_constant=_reject_constant)
-
-    def _quote(text: str) -> str:
-        return _json_module.dumps(text)
-
-
-def _getenv(name: str) -> str | None:
-    env = _os.environ
-    if _os.__name__ == "posix":  # posix.environ is bytes -> bytes
-        value = env.get(name.encode())
-        return None if value is None else value.decode("utf-8", "surrogateescape")
-    return env.get(name)
-
-
-def _home() -> str | None:
-    home = _getenv("HOME")
-    if home:
-        return home
-    try:
-        import pwd
-
-        return pwd.getpwuid(_os.getuid()).pw_dir
-    except (ImportError, KeyError, AttributeError):
-        return None
-
-
-def _recollections_dir() -> str | None:
-    """$ENGRAM_HOME/recollections, with ENGRAM_HOME defaulting to ~/.engram like processor.config."""
-    root = _getenv("ENGRAM_HOME")
-    if not root:
-        home = _home()
-        return None if home is None else home + "/.engram/recollections"
-    if root == "~" or root.startswith("~/"):
-        home = _home()
-        if home is None:
-            return None
-        root = home + root[1:]
-    elif root.startswith("~"):
-        import pwd
-
-        user, _, rest = root[1:].partition("/")
-        root = pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
-    return root.rstrip("/") + "/recollections"
-
-
-def _valid_session_id(value: object) -> bool:
-    # Session ids become file names: no separators, no "..", no hidden files, bounded length.
-    return (
-        isinstance(value, str)
-        and 0 < len(value) <= 128
-        and value[0] != "."
-        and _SESSION_CHARS.issuperset(value)
-    )
-
-
-def _read_limited(path: str, limit: int) -> bytes | None:
-    """The file's bytes if it is a regular file of at most `limit` bytes, else None."""
-    # O_NONBLOCK: a FIFO planted at the path must not hang the hook (ignored for regular files).
-    fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0))
-    try:
-        st = _os.fstat(fd)
-        if st.st_mode & _S_IFMT != _S_IFREG or st.st_size > limit:
-            return None
-        chunks = []
-        total = 0
-        while True:
-            chunk = _os.read(fd, limit + 1 - total)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:  # grew since fstat
-                return None
-        return b"".join(chunks)
-    finally:
-        _os.close(fd)
-
-
-def _load_json_file(path: str, limit: int) -> object:
-    data = _read_limited(path, limit)
-    return None if data is None else _loads(data.decode("utf-8"))
-
-
-def _newest_session(directory: str) -> str | None:
-    best_name = None
-    best_mtime = -1
-    with _os.scandir(directory) as entries:
-        for entry in entries:
-            name = entry.name
-            if not name.endswith(".json") or name.startswith("."):
-                continue
-            try:
-                mtime = entry.stat().st_mtime_ns
-            except OSError:
-                continue
-            if mtime > best_mtime:
-                best_name, best_mtime = name, mtime
-    if best_name is None:
-        return None
-    session_id = best_name[:-5]
-    return session_id if _valid_session_id(session_id) else None
-
-
-def _one_line(text: str, limit: int) -> str:
-    # One line per bite, and a bite can never close (or reopen) the fence around it.
-    text = " ".join(text.replace(FENCE_OPEN, "").replace(FENCE_CLOSE, "").split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _bite_line(bite: object) -> str | None:
-    if not isinstance(bite, dict):
-        return None
-    bite_id = bite.get("id")
-    text = bite.get("bite")
-    date = bite.get("date")
-    importance = bite.get("importance")
-    if not (isinstance(bite_id, str) and isinstance(text, str) and isinstance(date, str)):
-        return None
-    if importance not in ("high", "normal"):
-        return None
-    # The id is passed back verbatim to memory_expand: one that would need cleaning is unusable.
-    if not bite_id or len(bite_id) > MAX_ID_CHARS or _one_line(bite_id, MAX_ID_CHARS) != bite_id:
-        return None
-    text = _one_line(text, MAX_BITE_CHARS)
-    if not text:
-        return None
-    date = _one_line(date, 32)
-    if len(date) >= 10 and date[4:5] == "-" and date[7:8] == "-":
-        date = date[:10]  # a datetime is shown as its day
-    return f"- [{date or 'undated'}, {importance}] {text} (id: {bite_id})"
-
-
-def format_context(lines: list[str]) -> str:
-    body = "\n".join(
-        [
-            "You have memories related to this conversation:",
-            *lines,
-            "If any of these are relevant, call memory_expand(id) (a tool of the engram MCP server)"
-            " with its id for the full context. Otherwise, continue your work.",
-        ]
-    )
-    return f"{FENCE_OPEN}\n{body}\n{FENCE_CLOSE}"  # the shape of recall_hook.fence.fence()
-
-
-def _last_injected(state_path: str) -> str | None:
-    try:
-        state = _load_json_file(state_path, STATE_LIMIT)
-    except Exception:
-        return None  # a corrupt state file must not block injection forever: it is rewritten
-    if isinstance(state, dict):
-        value = state.get("lastInjectedMessageUuid")
-        if isinstance(value, str):
-            return value
-    return None
-
-
-def _write_state(directory: str, session_id: str, message_uuid: str) -> None:
-    """Record the injected message: a complete temp file in the same directory, renamed into place.
-
-    Called with the lock held (see _claim). The old state file is unlinked first instead of being
-    replaced: on ext4 (auto_da_alloc) a rename over a file with data forces the new file's blocks
-    to disk, ~1.5 ms on every injection. Readers still never see a partial file; one that finds no
-    state in that instant takes the lock and reads again.
-    """
-    final = f"{directory}/{session_id}.state"
-    temp = f"{directory}/.{session_id}.state.{_os.getpid()}.tmp"
-    data = b'{"lastInjectedMessageUuid":' + _quote(message_uuid).encode() + b"}\n"
-    fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[_os.write(fd, view) :]
-        finally:
-            _os.close(fd)
-        _remove(final)
-        _os.replace(temp, final)
-    except BaseException:
-        _remove(temp)
-        raise
-
-
-def _remove(path: str) -> None:
-    try:  # not contextlib.suppress: one more import on the hook's hot path
-        _os.unlink(path)
-    except OSError:
-        return
-
-
-def _claim(directory: str, session_id: str, message_uuid: str) -> bool:
-    """Record `message_uuid` as injected; False if another hook process already did.
-
-    Claude Code runs the hooks of parallel tool calls concurrently, so the read-compare-write is
-    done under an exclusive lock; without it both calls of a parallel batch would inject. The lock
-    is a POSIX record lock (posix.lockf) on one dedicated file, opened once: fcntl.flock would
-    cost an extension-module load, and a record lock is only dropped early if the process closes
-    another descriptor of the same file, which never happens to this one.
-    """
-    lock_fd = -1
-    if hasattr(_os, "lockf"):  # elsewhere: accept the rare double injection
-        lock_fd = _os.open(
-            f"{directory}/{LOCK_NAME}", _os.O_RDWR | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0), 0o600
-        )
-    try:
-        if lock_fd >= 0:
-            _os.lockf(lock_fd, _os.F_LOCK, 0)
-        if _last_injected(f"{directory}/{session_id}.state") == message_uuid:
-            return False
-        _write_state(directory, session_id, message_uuid)
-        return True
-    finally:
-        if lock_fd >= 0:
-            _os.close(lock_fd)  # releases the lock
-
 
 def run(stdin: bytes) -> str | None:
     """The hook's stdout for this stdin (None: print nothing). Raises on any bad input."""
-    event = _loads(stdin.decode("utf-8"))
+    event = _io.loads(stdin.decode("utf-8"))
     if not isinstance(event, dict):
         return None
-    directory = _recollections_dir()
+    directory = _io.recollections_dir()
     if directory is None:
         return None
 
     session_id = event.get("session_id")
     if session_id is None:
-        session_id = _getenv("CLAUDE_SESSION_ID") or _newest_session(directory)
-    if not _valid_session_id(session_id):
+        session_id = _io.getenv("CLAUDE_SESSION_ID") or _io.newest_session(directory)
+    if not _io.valid_session_id(session_id):
         return None
 
-    recollection = _load_json_file(f"{directory}/{session_id}.json", RECOLLECTION_LIMIT)
+    recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
     if not isinstance(recollection, dict):
         return None
     message_uuid = recollection.get("messageUuid")
@@ -324,43 +61,28 @@ def run(stdin: bytes) -> str | None:
         return None
 
     # Cheap check first, without the lock: most tool calls of a message end here.
-    if _last_injected(f"{directory}/{session_id}.state") == message_uuid:
+    if _io.last_injected(f"{directory}/{session_id}.state") == message_uuid:
         return None
 
     lines = []
     for bite in bites:
-        line = _bite_line(bite)
+        line = _io.bite_line(bite)
         if line is not None:
             lines.append(line)
-            if len(lines) == MAX_BITES:
+            if len(lines) == _io.MAX_BITES:
                 break
     if not lines:
         # Nothing to say; state is left alone, so a rewrite of this message's file still counts.
         return None
 
-    if not _claim(directory, session_id, message_uuid):
+    if not _io.claim(directory, session_id, message_uuid):
         return None
-    context = format_context(lines)
-    return '{"hookSpecificOutput":{"hookEventName":"PreToolUse","additionalContext":' + _quote(context) + "}}"
-
-
-def serve(run_hook: "Callable[[bytes], str | None]") -> None:  # noqa: F821 - no typing import on the hot path
-    """Read the event, print the hook's JSON if any; on any failure exit 0 with no output."""
-    try:
-        stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)
-        if len(stdin) > STDIN_LIMIT:
-            return
-        output = run_hook(stdin)
-        if output:
-            out = sys.stdout.buffer
-            out.write(output.encode("ascii") + b"\n")
-            out.flush()
-    except Exception:
-        return  # exit 0, silently: see the module docstring
+    context = _io.format_context(lines)
+    return '{"hookSpecificOutput":{"hookEventName":"PreToolUse","additionalContext":' + _io.quote(context) + "}}"
 
 
 def main() -> None:
-    serve(run)
+    _io.serve(run)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ When enabled, within ``prompt_submit_budget_ms`` (default 150 ms; env
 
 Output: ``{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": ...}}``
 fenced like every Engram injection. Never a ``decision``: a "block" would erase the user's prompt.
-Like the PreToolUse hook it imports nothing from Engram or site-packages (it reuses that hook's
-helpers) and any failure — disabled, no processor, timeout, bad answer, bad stdin — ends in exit 0
-with no output.
+Like the PreToolUse hook it imports nothing from Engram or site-packages (the hooks' stdlib
+helpers are recall_hook/hook_io.py) and any failure — disabled, no processor, timeout, bad answer,
+bad stdin — ends in exit 0 with no output.
 
 Registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/prompt_submit.py``.
 """
@@ -41,14 +41,14 @@ import sys
 import time
 
 if __package__:  # imported as recall_hook.prompt_submit (tests, tools)
-    from . import pretooluse as _hook
+    from . import hook_io as _io
 else:  # run through LAUNCHER, or as a script (-I leaves the script's folder off sys.path)
     _here = __file__.rpartition("/")[0]
     if _here not in sys.path:
         sys.path.insert(0, _here)
-    import pretooluse as _hook
+    import hook_io as _io
 
-_os = _hook._os
+_os = _io.os_api
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import prompt_submit;prompt_submit.main()'
 
@@ -82,7 +82,7 @@ def _now_ms() -> int:
 
 def _config_value(home: str, name: str) -> object:
     try:
-        data = _hook._read_limited(home + "/config.toml", CONFIG_LIMIT)
+        data = _io.read_limited(home + "/config.toml", CONFIG_LIMIT)
     except OSError:
         return None
     if data is None:
@@ -106,14 +106,14 @@ def _flag(value: object) -> bool | None:
 
 
 def enabled(home: str) -> bool:
-    from_env = _flag(_hook._getenv(ENABLED_ENV))
+    from_env = _flag(_io.getenv(ENABLED_ENV))
     if from_env is not None:
         return from_env
     return _flag(_config_value(home, "prompt_submit_enabled")) is True
 
 
 def budget_seconds(home: str) -> float:
-    raw: object = _hook._getenv(BUDGET_ENV)
+    raw: object = _io.getenv(BUDGET_ENV)
     if not raw:
         raw = _config_value(home, "prompt_submit_budget_ms")
     try:
@@ -128,7 +128,7 @@ def budget_seconds(home: str) -> float:
 
 def _read_text(path: str, limit: int = 4096) -> str | None:
     try:
-        data = _hook._read_limited(path, limit)
+        data = _io.read_limited(path, limit)
     except OSError:
         return None
     return None if data is None else data.decode("utf-8", "replace")
@@ -187,7 +187,7 @@ def _private_text(path: str) -> str | None:
         return None
     try:
         st = _os.fstat(fd)
-        if st.st_mode & _hook._S_IFMT != _hook._S_IFREG or st.st_uid != _os.getuid() or st.st_mode & 0o077:
+        if not _io.is_regular(st.st_mode) or st.st_uid != _os.getuid() or st.st_mode & 0o077:
             return None
         return _os.read(fd, 4096).decode("ascii", "replace").strip()
     finally:
@@ -273,13 +273,13 @@ def post_recall(port: int, token: str, body: bytes, deadline: float) -> object:
     status = head.split(b"\r\n", 1)[0].split()
     if not sep or len(status) < 2 or status[1] != b"200":
         return None
-    return _hook._loads(payload.decode("utf-8"))
+    return _io.loads(payload.decode("utf-8"))
 
 
 def recall_body(prompt: str, project: str | None) -> bytes:
-    parts = ['{"query":', _hook._quote(prompt[:QUERY_CHARS]), ',"limit":', str(BITES)]
+    parts = ['{"query":', _io.quote(prompt[:QUERY_CHARS]), ',"limit":', str(BITES)]
     if project:
-        parts += [',"project":', _hook._quote(project)]
+        parts += [',"project":', _io.quote(project)]
     return ("".join(parts) + "}").encode("ascii")
 
 
@@ -288,7 +288,7 @@ def recall_body(prompt: str, project: str | None) -> bytes:
 
 def shown_ids(directory: str, session_id: str) -> list[str]:
     try:
-        marker = _hook._load_json_file(f"{directory}/{session_id}{MARKER_SUFFIX}", MARKER_LIMIT)
+        marker = _io.load_json_file(f"{directory}/{session_id}{MARKER_SUFFIX}", MARKER_LIMIT)
     except Exception:
         return []
     ids = marker.get("shown") if isinstance(marker, dict) else None
@@ -297,7 +297,7 @@ def shown_ids(directory: str, session_id: str) -> list[str]:
 
 def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
     """<session>.prompt, atomically: a complete temp file renamed into place."""
-    data = ('{"shown":[' + ",".join(_hook._quote(i) for i in ids[:MARKER_IDS]) + '],"timestamp":'
+    data = ('{"shown":[' + ",".join(_io.quote(i) for i in ids[:MARKER_IDS]) + '],"timestamp":'
             + str(_now_ms()) + "}\n").encode("ascii")
     final = f"{directory}/{session_id}{MARKER_SUFFIX}"
     temp = f"{directory}/.{session_id}{MARKER_SUFFIX}.{_os.getpid()}.tmp"
@@ -311,19 +311,19 @@ def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
             _os.close(fd)
         _os.replace(temp, final)
     except BaseException:
-        _hook._remove(temp)
+        _io.remove(temp)
         raise
 
 
 def _output(lines: list[str]) -> str:
-    context = _hook.format_context(lines)
-    return '{"hookSpecificOutput":{"hookEventName":"UserPromptSubmit","additionalContext":' + _hook._quote(
+    context = _io.format_context(lines)
+    return '{"hookSpecificOutput":{"hookEventName":"UserPromptSubmit","additionalContext":' + _io.quote(
         context) + "}}"
 
 
 def _recollection(directory: str, session_id: str) -> dict | None:
     try:
-        recollection = _hook._load_json_file(f"{directory}/{session_id}.json", _hook.RECOLLECTION_LIMIT)
+        recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
     except Exception:
         return None
     return recollection if isinstance(recollection, dict) else None
@@ -348,7 +348,7 @@ def prompt_line_uuid(transcript_path: object, prompt: str) -> str | None:
         return None
     try:
         st = _os.fstat(fd)
-        if st.st_mode & _hook._S_IFMT != _hook._S_IFREG:
+        if not _io.is_regular(st.st_mode):
             return None
         start = max(0, st.st_size - TAIL_BYTES)
         _os.lseek(fd, start, 0)
@@ -363,7 +363,7 @@ def prompt_line_uuid(transcript_path: object, prompt: str) -> str | None:
         if b'"user"' not in raw:
             continue
         try:
-            entry = _hook._loads(raw.decode("utf-8"))
+            entry = _io.loads(raw.decode("utf-8"))
         except Exception:
             continue
         if not isinstance(entry, dict) or entry.get("type") != "user" or entry.get("isMeta"):
@@ -386,7 +386,7 @@ def _is_fresh(recollection: dict | None, prompt_uuid: str | None, state_path: st
         return message_uuid == prompt_uuid
     stamp = recollection.get("timestamp")
     return (isinstance(stamp, int) and stamp >= started_ms - FRESH_MS
-            and _hook._last_injected(state_path) != message_uuid)
+            and _io.last_injected(state_path) != message_uuid)
 
 
 def _inject_recollection(directory: str, session_id: str, recollection: dict) -> str | None:
@@ -395,8 +395,8 @@ def _inject_recollection(directory: str, session_id: str, recollection: dict) ->
     bites = recollection.get("bites")
     if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list):
         return None
-    lines = [line for line in map(_hook._bite_line, bites[: _hook.MAX_BITES]) if line is not None]
-    if not lines or not _hook._claim(directory, session_id, message_uuid):
+    lines = [line for line in map(_io.bite_line, bites[: _io.MAX_BITES]) if line is not None]
+    if not lines or not _io.claim(directory, session_id, message_uuid):
         return None
     return _output(lines)
 
@@ -412,10 +412,10 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     """The hook's stdout for this stdin (None: print nothing). Raises on any bad input."""
     started_ms = _now_ms() if started_ms is None else started_ms
     started = time.monotonic() if started is None else started
-    event = _hook._loads(stdin.decode("utf-8"))
+    event = _io.loads(stdin.decode("utf-8"))
     if not isinstance(event, dict):
         return None
-    directory = _hook._recollections_dir()
+    directory = _io.recollections_dir()
     if directory is None:
         return None
     home = directory.rpartition("/")[0]
@@ -424,7 +424,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     session_id = event.get("session_id")
     prompt = event.get("prompt")
     cwd = event.get("cwd")
-    if not _hook._valid_session_id(session_id) or not isinstance(prompt, str) or not prompt.strip():
+    if not _io.valid_session_id(session_id) or not isinstance(prompt, str) or not prompt.strip():
         return None
     deadline = started + budget_seconds(home)
     prompt_uuid = prompt_line_uuid(event.get("transcript_path"), prompt)
@@ -461,7 +461,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
         relevance = bite.get("relevance")
         if isinstance(relevance, (int, float)) and relevance < MIN_RELEVANCE:
             continue
-        line = _hook._bite_line(bite)
+        line = _io.bite_line(bite)
         if line is not None:
             lines.append(line)
             new_ids.append(bite["id"])
@@ -476,7 +476,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
 
 def main() -> None:
     started_ms, started = _now_ms(), time.monotonic()
-    _hook.serve(lambda stdin: run(stdin, started_ms, started))
+    _io.serve(lambda stdin: run(stdin, started_ms, started))
 
 
 if __name__ == "__main__":

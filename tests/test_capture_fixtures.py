@@ -59,7 +59,7 @@ def independent_counts(root: Path) -> dict[str, int]:
 def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     home = tmp_path_factory.mktemp("home")
     env = {"ENGRAM_HOME": str(home)}
-    run_engram("backfill", "--projects-dir", str(FIXTURE_PROJECTS), env=env)
+    run_engram("backfill", "--projects-dir", str(FIXTURE_PROJECTS), env=env, timeout=600)  # embeds ~600 episodes
     status = json.loads(run_engram("status", "--json", "--projects-dir", str(FIXTURE_PROJECTS), env=env).stdout)
     return home, status
 

@@ -54,3 +54,24 @@ def test_data_dirs_are_private(tmp_path: Path) -> None:
     ensure_home(settings)
     for path in (home, settings.logs_dir, settings.run_dir, settings.recollections_dir, settings.queue_dir):
         assert path.stat().st_mode & 0o777 == 0o700, path
+
+
+def test_the_stdlib_hooks_copies_of_defaults_equal_the_options() -> None:
+    """The hooks cannot import processor.config (their start-up is their cost): their copies are pinned here."""
+    from processor.config import Settings
+    from recall_hook import prompt_submit
+
+    assert Settings.prompt_submit_budget_ms.default == prompt_submit.DEFAULT_BUDGET_MS
+    assert Settings.recollection_bites.default == prompt_submit.BITES
+    assert Settings.recollection_min_relevance.default == prompt_submit.MIN_RELEVANCE
+
+
+def test_every_option_is_typed_by_its_default(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "config.toml").write_text("recent_days = 3\nrecollection_bites = 2\nprompt_submit_enabled = true\n")
+    settings = load_settings(env={"ENGRAM_HOME": str(home)})
+    for option in OPTIONS:
+        assert isinstance(settings.values[option.name], type(option.default)), option.name
+    assert settings.recent_days == 3.0 and isinstance(settings.recent_days, float)
+    assert settings.recollection_bites == 2 and settings.prompt_submit_enabled is True

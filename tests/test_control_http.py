@@ -15,17 +15,9 @@ from typing import Any
 
 import pytest
 
-from processor.service.control_http import (
-    ControlRequestFailed,
-    ControlServer,
-    NotRunning,
-    RequestRejected,
-    ensure_token,
-    ping,
-    read_port,
-    read_token,
-    request,
-)
+from processor.service.control_client import ControlRequestFailed, NotRunning, ping, request
+from processor.service.control_files import ensure_token, read_port, read_token
+from processor.service.control_server import ControlServer, RequestRejected
 from processor.service.pidfile import PidFile
 
 TIMEOUT = 1.0  # the server's whole-request deadline in these tests

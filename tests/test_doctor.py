@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from processor import doctor
+from processor.claude_code import settings as claude_settings
 from processor.config import ensure_home, load_settings
+from processor.doctor import Check, exit_code, format_report, run_checks
+from processor.files import write_atomic
 from processor.memory.gguf_convert import GGUF_FILENAME, MODEL_NAME, ensure_default_gguf
-from processor.service import claude_settings, doctor, units
-from processor.service.control_http import ControlServer, write_private_file
-from processor.service.doctor import Check, exit_code, format_report, run_checks
+from processor.service import units
+from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
 from processor.store import open_store
 from processor.store.jobs import LLMCall, insert_llm_call
@@ -255,7 +258,7 @@ def test_processor_holding_the_lock_but_not_answering_is_an_error(tmp_path: Path
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     with PidFile(settings.run_dir):
-        write_private_file(settings.run_dir / "engram.port", f"{port}\n")
+        write_atomic(settings.run_dir / "engram.port", f"{port}\n")
         processor = by_name(run_checks(env))["processor"]
     assert not processor.ok and processor.severity == "error" and "not answering" in processor.detail
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.service import claude_settings as cs
-from processor.service.claude_settings import InstallError, Registration, install, uninstall
-from processor.service.plugin import plugin_files, write_plugin
-from recall_hook import fence
+from processor.claude_code import settings as cs
+from processor.claude_code.plugin import plugin_files, write_plugin
+from processor.claude_code.settings import InstallError, Registration, install, uninstall
+from recall_hook import hook_io as fence
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
@@ -365,7 +365,7 @@ def test_registered_commands(registration: Registration) -> None:
     assert argv[-1] == str(HOOK) and os.path.isabs(argv[-1])
     assert pre.matcher == "*" and pre.timeout == 10
     start = registration.hook("SessionStart")
-    assert shlex.split(start.command) == [PYTHON, "-I", "-m", "processor.recall.session_start"]
+    assert shlex.split(start.command) == [PYTHON, "-I", "-m", "recall_hook.session_start"]
     assert start.matcher is None
     assert registration.mcp_server.config()["args"] == ["-I", "-m", "mcp_tools.server"]
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from processor.capture.remember_inbox import RememberRequest, write_remember_file
+from processor.config import SettingsHolder
 from processor.jobs import JobRunner, format_jobs_status, jobs_status
 from processor.jobs.costs import next_utc_day_ms, price_for, utc_day_start_ms
-from processor.memory.remember import RememberRequest, write_remember_file
 from processor.store import open_store
 from tests.fake_openai_server import FakeOpenAI
 from tests.jobs_fixtures import add_messages, conversation, drain, make_settings, now_ms, query
@@ -38,7 +39,8 @@ def test_budget_reached_mid_batch_pauses_llm_jobs_only(engram_home: Path, monkey
         settings = make_settings(**values)
         ids = add_messages(settings, "s1", [(r, t + " " + "v" * 250) for r, t in conversation(6)],
                            activity_ms=now_ms() - 600_000)
-        runner = JobRunner(settings)
+        holder = SettingsHolder(settings)
+        runner = JobRunner(holder)
         runner.open()
         runner.wake()
         runner.run_until_idle()
@@ -66,7 +68,8 @@ def test_budget_reached_mid_batch_pauses_llm_jobs_only(engram_home: Path, monkey
         assert query(settings, "SELECT count(*) FROM episodes WHERE source_type = 'manual'")[0][0] == 1
 
         # A bigger budget (config reload) resumes from the committed marker: nothing twice, nothing skipped.
-        runner.reconfigure(make_settings(**{**values, "daily_budget_usd": 1.0}))
+        holder.replace(make_settings(**{**values, "daily_budget_usd": 1.0}))
+        runner.settings_changed()
         conn = runner.conn
         conn.execute("UPDATE jobs SET next_attempt_at = 0 WHERE state = 'pending'")  # tomorrow, as it were
         drain(runner)

@@ -18,6 +18,7 @@ from processor.jobs import JobRunner, OutputLimits
 from processor.jobs.backends import BackendError, choose_backend, create_backend
 from processor.jobs.backends.llama_backend import LlamaBackend
 from processor.jobs.extraction import Extractor
+from processor.jobs.registry import built_in_job_types
 from tests.jobs_fixtures import add_messages, drain, make_settings, now_ms, query
 
 # Small enough that even a token per character fits the output cap: the JSON always closes.
@@ -50,7 +51,7 @@ def test_smollm2_extracts_through_the_queue_into_episodes(engram_home: Path, smo
         ("user", "Let's keep memories in SQLite with WAL mode so readers never block the writer."),
         ("assistant", "Done: connection.py now sets journal_mode=WAL and synchronous=NORMAL."),
     ], activity_ms=now_ms() - 600_000)
-    runner = JobRunner(settings, backend=smollm2, output_limits=SMALL)
+    runner = JobRunner(settings, backend=smollm2, types=built_in_job_types(SMALL))
     started = time.monotonic()
     drain(runner, timeout=150)
     elapsed = time.monotonic() - started

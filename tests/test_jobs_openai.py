@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from processor.config import SettingsHolder
 from processor.jobs import JobRunner
 from processor.jobs.backends.openai_backend import OpenAIBackend
 from tests.fake_openai_server import FakeOpenAI, closed_port
@@ -95,7 +96,7 @@ def test_rate_limit_honours_retry_after(engram_home: Path, server: FakeOpenAI,
     runner.run_until_idle()
     job = query(settings, "SELECT state, next_attempt_at - updated_at, last_error FROM jobs")[0]
     assert job[0] == "pending" and job[1] >= 990 and "429" in job[2]
-    assert runner.llm_paused_until >= now_ms() + 800  # every LLM job waits, not just this one
+    assert runner.gate.paused_until >= now_ms() + 800  # every LLM job waits, not just this one
     drain(runner)
     runner.close()
     assert time.monotonic() - started >= 1.0
@@ -107,13 +108,15 @@ def test_connection_refused_then_server_comes_up(engram_home: Path, server: Fake
     dead = f"http://127.0.0.1:{closed_port()}/v1"
     settings = _settings(server, monkeypatch, openai_base_url=dead)
     ids = _seed(settings)
-    runner = JobRunner(settings)
+    holder = SettingsHolder(settings)
+    runner = JobRunner(holder)
     runner.open()
     runner.wake()
     runner.run_until_idle()
     assert "cannot reach" in query(settings, "SELECT last_error FROM jobs")[0][0]
     assert query(settings, "SELECT count(*) FROM episodes")[0][0] == 0
-    runner.reconfigure(_settings(server, monkeypatch))  # e.g. the user started the server and sent SIGHUP
+    holder.replace(_settings(server, monkeypatch))  # e.g. the user started the server and sent SIGHUP
+    runner.settings_changed()
     drain(runner)
     runner.close()
     _assert_recovered(settings, ids, server)
@@ -123,7 +126,8 @@ def test_unknown_model_is_a_clear_error_retried_not_dropped(engram_home: Path, s
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     settings = _settings(server, monkeypatch, openai_model="gpt-does-not-exist", breaker_failures=2)
     ids = _seed(settings)
-    runner = JobRunner(settings)
+    holder = SettingsHolder(settings)
+    runner = JobRunner(holder)
     runner.open()
     for _ in range(3):
         runner.wake()
@@ -131,10 +135,11 @@ def test_unknown_model_is_a_clear_error_retried_not_dropped(engram_home: Path, s
         time.sleep(0.1)
     error = query(settings, "SELECT last_error FROM jobs")[0][0]
     assert "no model 'gpt-does-not-exist'" in error and "set openai_model" in error
-    assert runner.breaker.is_open(now_ms()) and len(server.calls) == 2  # the breaker stopped the hammering
+    assert runner.gate.breaker.is_open(now_ms()) and len(server.calls) == 2  # the breaker stopped the hammering
     assert query(settings, "SELECT state FROM jobs") == [("pending",)]
-    runner.breaker.open_until_ms = 0  # as after the cool-down
-    runner.reconfigure(_settings(server, monkeypatch))
+    runner.gate.breaker.open_until_ms = 0  # as after the cool-down
+    holder.replace(_settings(server, monkeypatch))
+    runner.settings_changed()
     drain(runner)
     runner.close()
     _assert_recovered(settings, ids, server)

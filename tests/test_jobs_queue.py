@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from processor.capture.remember_inbox import RememberRequest, write_remember_file
 from processor.jobs import JobRejected, JobRunner, WorkerBusy, format_jobs_status, jobs_status
 from processor.jobs.backends import BackendError, LLMRequest
 from processor.jobs.backends.mock_backend import MockBackend
-from processor.memory.remember import RememberRequest, write_remember_file
 from processor.store import jobs as sql
 from processor.store import open_store, write_transaction
 from tests.fake_openai_server import FakeOpenAI
@@ -167,14 +167,14 @@ def test_breaker_opens_after_consecutive_failures_pauses_llm_jobs_only_and_close
     for _ in range(3):
         runner.run_until_idle()
         time.sleep(0.02)
-    assert len(backend.requests) == 3 and runner.breaker.is_open(now_ms())
+    assert len(backend.requests) == 3 and runner.gate.breaker.is_open(now_ms())
     status = jobs_status(runner.conn, settings)
     assert status["breaker"]["state"] == "open" and "exploded" in status["breaker"]["last_error"]
     assert any("circuit breaker: OPEN" in line for line in format_jobs_status(status))
 
     # While open: no LLM call is attempted, but a remember request is stored.
     write_remember_file(settings.queue_dir, RememberRequest("Always run ruff before committing.", kind="convention"))
-    runner.on_remember_files()
+    runner.wake()
     time.sleep(0.05)
     runner.run_until_idle()
     assert len(backend.requests) == 3
@@ -184,14 +184,15 @@ def test_breaker_opens_after_consecutive_failures_pauses_llm_jobs_only_and_close
     # The breaker survives a restart of the worker.
     reopened = JobRunner(settings, backend=backend)
     reopened.open()
-    assert reopened.breaker.is_open(now_ms())
+    assert reopened.gate.breaker.is_open(now_ms())
     reopened.close()
 
     # Cool-down over: the trial call succeeds and closes it.
-    time.sleep(max(runner.breaker.open_until_ms - now_ms(), 0) / 1000 + 0.05)
+    time.sleep(max(runner.gate.breaker.open_until_ms - now_ms(), 0) / 1000 + 0.05)
     drain(runner)
     runner.close()
-    assert len(backend.requests) == 4 and runner.breaker.failures == 0 and not runner.breaker.is_open(now_ms())
+    breaker = runner.gate.breaker
+    assert len(backend.requests) == 4 and breaker.failures == 0 and not breaker.is_open(now_ms())
     assert query(settings, "SELECT count(*) FROM episodes WHERE source_type = 'auto'")[0][0] == 1
     assert query(settings, "SELECT ok FROM llm_calls ORDER BY id") == [(0,), (0,), (0,), (1,)]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from processor.capture.remember_inbox import RememberRequest, write_remember_file
 from processor.jobs import JobRunner
 from processor.jobs.backends.mock_backend import MockBackend
-from processor.memory.remember import RememberRequest, write_remember_file
 from tests.jobs_fixtures import drain, make_settings, query
 
 

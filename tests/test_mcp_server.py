@@ -25,11 +25,11 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
 from mcp_tools.server import MAX_QUERY_CHARS, build_server
+from processor.capture.remember_inbox import SUFFIX
 from processor.config import Settings, load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.gguf_convert import ensure_default_gguf
-from processor.memory.remember import SUFFIX
-from processor.service.control_http import ControlServer
+from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
 from processor.store import episodes as sql
 from processor.store import open_store

@@ -15,10 +15,11 @@ import pytest
 
 from processor.capture.tailer import Tailer
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore, format_expansion, format_hits
+from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
 from processor.memory.verbatim import SUMMARY_TOKENS, estimate_tokens, group_rounds, round_pieces
+from processor.recall.format import format_expansion, format_hits
 from processor.store import episodes as sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import StoredMessage

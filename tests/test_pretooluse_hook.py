@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.service.claude_settings import Registration, hook_python
-from recall_hook import fence, pretooluse
+from processor.claude_code.settings import Registration, hook_python
+from recall_hook import hook_io, pretooluse
+from recall_hook import hook_io as fence
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
@@ -152,10 +153,9 @@ def test_context_is_fenced_and_formatted(home: Path, env: dict[str, str]) -> Non
     )
 
 
-def test_fence_markers_match_the_capture_layer() -> None:
-    assert (pretooluse.FENCE_OPEN, pretooluse.FENCE_CLOSE) == (fence.FENCE_OPEN, fence.FENCE_CLOSE)
-    assert pretooluse.format_context(["- a", "- b"]).startswith(fence.FENCE_OPEN + "\n")
-    assert pretooluse.format_context(["- a"]).endswith("\n" + fence.FENCE_CLOSE)
+def test_the_context_is_fenced_as_the_capture_layer_expects() -> None:
+    assert hook_io.format_context(["- a", "- b"]).startswith(fence.FENCE_OPEN + "\n")
+    assert hook_io.format_context(["- a"]).endswith("\n" + fence.FENCE_CLOSE)
 
 
 def test_a_bite_cannot_break_out_of_the_fence(home: Path, env: dict[str, str]) -> None:
@@ -176,7 +176,7 @@ def test_state_file_records_the_message_atomically(home: Path, env: dict[str, st
     assert state.stat().st_mode & 0o777 == 0o600
     # No temp file left behind: only the recollection, the state and the (hidden) lock file.
     assert sorted(p.name for p in recollections(home).iterdir()) == sorted(
-        [f"{SESSION}.json", f"{SESSION}.state", pretooluse.LOCK_NAME]
+        [f"{SESSION}.json", f"{SESSION}.state", hook_io.LOCK_NAME]
     )
 
 
@@ -213,7 +213,7 @@ def test_injection_is_decided_under_the_lock(home: Path, env: dict[str, str]) ->
     write_recollection(home, "msg-1")
     injected(run_hook(event(), env))
     write_recollection(home, "msg-2")
-    fd = os.open(recollections(home) / pretooluse.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(recollections(home) / hook_io.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         os.lockf(fd, os.F_LOCK, 0)
         waiting = subprocess.Popen(LAUNCHER_ARGV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -228,7 +228,7 @@ def test_injection_is_decided_under_the_lock(home: Path, env: dict[str, str]) ->
     done = subprocess.CompletedProcess(waiting.args, 0, waiting.stdout.read(), waiting.stderr.read())
     assert "ep_abc123" in injected(done)
     # With msg-2 recorded, later calls take the lock-free path even while the lock is held.
-    fd = os.open(recollections(home) / pretooluse.LOCK_NAME, os.O_RDWR)
+    fd = os.open(recollections(home) / hook_io.LOCK_NAME, os.O_RDWR)
     try:
         os.lockf(fd, os.F_LOCK, 0)
         silent(run_hook(event(), env, timeout=5))
@@ -267,8 +267,8 @@ def test_bites_are_capped_in_number_and_length(home: Path, env: dict[str, str]) 
     write_recollection(home, bites=bites)
     context = injected(run_hook(event(), env))
     bite_lines = [line for line in context.splitlines() if line.startswith("- ")]
-    assert len(bite_lines) == pretooluse.MAX_BITES
-    assert all(len(line) < pretooluse.MAX_BITE_CHARS + 60 for line in bite_lines)
+    assert len(bite_lines) == hook_io.MAX_BITES
+    assert all(len(line) < hook_io.MAX_BITE_CHARS + 60 for line in bite_lines)
     assert all("…" in line for line in bite_lines)
 
 
@@ -354,7 +354,7 @@ def test_bad_stdin_is_silent(home: Path, env: dict[str, str], stdin: bytes) -> N
 def test_oversized_stdin_is_skipped(home: Path, env: dict[str, str]) -> None:
     """A Write of a huge file makes a huge event: skipped; the next tool call injects."""
     write_recollection(home)
-    content = "x" * (pretooluse.STDIN_LIMIT + 10)
+    content = "x" * (hook_io.STDIN_LIMIT + 10)
     big = event(tool_name="Write", tool_input={"file_path": "/x", "content": content})
     silent(run_hook(big, env))
     injected(run_hook(event(), env))
@@ -414,8 +414,8 @@ def test_corrupt_or_misshapen_recollection_is_silent(home: Path, env: dict[str, 
 
 def test_huge_recollection_file_is_silent(home: Path, env: dict[str, str]) -> None:
     # Valid JSON, valid shape, but over the read cap: never parsed.
-    write_recollection(home, padding="x" * (pretooluse.RECOLLECTION_LIMIT + 1))
-    assert (recollections(home) / f"{SESSION}.json").stat().st_size > pretooluse.RECOLLECTION_LIMIT
+    write_recollection(home, padding="x" * (hook_io.RECOLLECTION_LIMIT + 1))
+    assert (recollections(home) / f"{SESSION}.json").stat().st_size > hook_io.RECOLLECTION_LIMIT
     silent(run_hook(event(), env))
 
 
@@ -478,14 +478,15 @@ def test_state_cannot_be_recorded_means_no_injection(home: Path, env: dict[str, 
 
 
 def test_hook_imports_only_the_standard_library() -> None:
-    tree = ast.parse(HOOK.read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert imported <= {"sys", "posix", "os", "_json", "json", "fcntl", "pwd"}
+    for source in (HOOK, HOOK.with_name("hook_io.py")):
+        tree = ast.parse(source.read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add((node.module or "").split(".")[0])
+        assert imported <= {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "", "hook_io"}, source
 
 
 def test_hook_run_loads_no_heavy_modules(home: Path, env: dict[str, str]) -> None:
@@ -497,5 +498,5 @@ def test_hook_run_loads_no_heavy_modules(home: Path, env: dict[str, str]) -> Non
     assert done.returncode == 0
     injected(subprocess.CompletedProcess(done.args, 0, done.stdout, b""))
     modules = set(done.stderr.decode().split())
-    assert "pretooluse" in modules
+    assert {"pretooluse", "hook_io"} <= modules
     assert not modules & {"json", "re", "enum", "os", "processor", "recall_hook", "site"}

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from processor.capture.project import project_root as processor_project_root
-from processor.service.claude_settings import (
+from processor.claude_code.plugin import plugin_files
+from processor.claude_code.settings import (
     PROMPT_SUBMIT_MARKER,
     Registration,
     add_hooks,
@@ -29,10 +30,11 @@ from processor.service.claude_settings import (
     remove_hooks,
     uninstall,
 )
-from processor.service.control_http import ControlServer, write_private_file
+from processor.files import write_atomic
+from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
-from processor.service.plugin import plugin_files
-from recall_hook import fence, pretooluse, prompt_submit
+from recall_hook import hook_io, prompt_submit
+from recall_hook import hook_io as fence
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
@@ -325,8 +327,8 @@ def stray_listener(home: Path) -> Iterator[socket.socket]:
     listener.setblocking(False)
     run_dir = home / "run"
     run_dir.mkdir(mode=0o700)
-    write_private_file(run_dir / "engram.port", f"{listener.getsockname()[1]}\n")
-    write_private_file(run_dir / "token", "t" * 43 + "\n")
+    write_atomic(run_dir / "engram.port", f"{listener.getsockname()[1]}\n")
+    write_atomic(run_dir / "token", "t" * 43 + "\n")
     yield listener
     listener.close()
 
@@ -385,8 +387,8 @@ def test_a_garbage_speaking_server_prints_nothing(home: Path, env: dict[str, str
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
-    write_private_file(home / "run" / "engram.port", f"{listener.getsockname()[1]}\n")
-    write_private_file(home / "run" / "token", "t" * 43 + "\n")
+    write_atomic(home / "run" / "engram.port", f"{listener.getsockname()[1]}\n")
+    write_atomic(home / "run" / "token", "t" * 43 + "\n")
 
     def serve() -> None:
         for _ in range(2):
@@ -499,6 +501,6 @@ def test_the_registered_command_is_silent_on_empty_stdin(env: dict[str, str]) ->
     silent(run(env, b""))
 
 
-def test_fence_and_format_come_from_the_pretooluse_hook() -> None:
-    assert prompt_submit._hook is pretooluse
-    assert pretooluse.format_context(["- x"]).startswith(fence.FENCE_OPEN)
+def test_fence_and_format_are_the_hooks_shared_ones() -> None:
+    assert prompt_submit._io is hook_io
+    assert hook_io.format_context(["- x"]).startswith(fence.FENCE_OPEN)

@@ -21,11 +21,11 @@ from typing import Any
 import apsw
 import pytest
 
+from processor.claude_code.settings import Registration, hook_python
 from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
-from processor.service.claude_settings import Registration, hook_python
 from processor.store import open_store
-from recall_hook.fence import FENCE_CLOSE, FENCE_OPEN
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 from tests.conftest import REPO
 from tests.transcripts import user_line
 

@@ -15,9 +15,10 @@ import pytest
 
 from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
-from processor.config import load_settings
+from processor.config import SettingsHolder, load_settings
+from processor.files import write_atomic
 from processor.memory.episodes import EpisodeStore
-from processor.recall.writer import RecollectionWriter, recollection_path, write_atomically
+from processor.recall.recollections import RecollectionWriter, recollection_path
 from processor.store import open_store
 from tests.transcripts import user_line
 
@@ -37,10 +38,14 @@ def iso_now(offset_s: float = 0.0) -> str:
 
 
 @pytest.fixture
-def store(engram_home: Path) -> EpisodeStore:
-    settings = load_settings()
-    conn = open_store(settings.db_path)
-    yield EpisodeStore(settings, conn)
+def holder(engram_home: Path) -> SettingsHolder:
+    return SettingsHolder(load_settings())
+
+
+@pytest.fixture
+def store(holder: SettingsHolder) -> EpisodeStore:
+    conn = open_store(holder.current.db_path)
+    yield EpisodeStore(holder, conn)
     conn.close()
 
 
@@ -50,8 +55,8 @@ def ids(store: EpisodeStore) -> dict[str, str]:
 
 
 @pytest.fixture
-def writer(store: EpisodeStore) -> RecollectionWriter:
-    return RecollectionWriter(store.settings)
+def writer(holder: SettingsHolder) -> RecollectionWriter:
+    return RecollectionWriter(holder)
 
 
 def read(path: Path) -> dict:
@@ -151,7 +156,7 @@ def test_handle_uses_the_sessions_project_and_skips_other_projects(
     transcript.parent.mkdir(parents=True)
     [line] = capture(store, transcript, user_line("how do I run the tests?", session_id=SID, cwd=str(repo / "src"),
                                                   timestamp=iso_now()))
-    path = writer.handle(store, (SID, line))
+    path = writer.handle(store, SID, line)
     assert path is not None and read(path)["messageUuid"] == line.uuid
     assert mine in bite_ids(path) and theirs not in bite_ids(path)
 
@@ -162,31 +167,32 @@ def test_handle_skips_old_and_superseded_messages(store: EpisodeStore, writer: R
     transcript.parent.mkdir(parents=True)
     path = recollection_path(store.settings.recollections_dir, SID)
     [old] = capture(store, transcript, user_line("staging database?", session_id=SID, timestamp=iso_now(-3 * 3600)))
-    assert writer.handle(store, (SID, old)) is None and not path.exists()  # a backfilled past: nobody reads it
+    assert writer.handle(store, SID, old) is None and not path.exists()  # a backfilled past: nobody reads it
     first, second = capture(store, transcript,
                             user_line("How do I connect to the staging database?", session_id=SID,
                                       timestamp=iso_now()),
                             user_line("What is the brand colour?", session_id=SID, timestamp=iso_now()))
-    assert writer.handle(store, (SID, first)) is None and not path.exists()  # a later message is waiting
-    assert writer.handle(store, (SID, second)) == path and read(path)["messageUuid"] == second.uuid
+    assert writer.handle(store, SID, first) is None and not path.exists()  # a later message is waiting
+    assert writer.handle(store, SID, second) == path and read(path)["messageUuid"] == second.uuid
     # Claude Code's own interrupt notice is no prompt: it neither gets bites nor supersedes one.
     third, interrupt = capture(store, transcript,
                                user_line("How do we deploy on Fridays?", session_id=SID, timestamp=iso_now()),
                                user_line([{"type": "text", "text": "[Request interrupted by user]"}],
                                          session_id=SID, timestamp=iso_now()))
-    assert writer.handle(store, (SID, interrupt)) is None and read(path)["messageUuid"] == second.uuid
-    assert writer.handle(store, (SID, third)) == path and read(path)["messageUuid"] == third.uuid
+    assert writer.handle(store, SID, interrupt) is None and read(path)["messageUuid"] == second.uuid
+    assert writer.handle(store, SID, third) == path and read(path)["messageUuid"] == third.uuid
 
 
 def test_handle_follows_reloaded_settings(store: EpisodeStore, writer: RecollectionWriter, ids: dict[str, str],
-                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                          holder: SettingsHolder, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENGRAM_RECOLLECTION_BITES", "1")
-    store.reconfigure(load_settings())
+    holder.replace(load_settings())
     transcript = tmp_path / "projects" / "-app" / f"{SID}.jsonl"
     transcript.parent.mkdir(parents=True)
     [line] = capture(store, transcript, user_line("staging database and deploys", session_id=SID,
                                                   timestamp=iso_now()))
-    assert len(bite_ids(writer.handle(store, (SID, line)))) == 1
+    assert len(bite_ids(writer.handle(store, SID, line))) == 1
 
 
 # --- atomic replacement ---------------------------------------------------------------------------
@@ -224,9 +230,9 @@ def test_a_concurrent_reader_never_sees_a_partial_file(store: EpisodeStore, writ
     deadline = time.monotonic() + 2.5
     while time.monotonic() < deadline:
         written += 1
-        write_atomically(path, {"messageUuid": f"u{written}", "timestamp": written,
-                                "bites": [{"id": f"ep_{i}", "bite": big_bite, "date": "2026-11-22",
-                                           "importance": "normal"} for i in range(3)]})
+        write_atomic(path, json.dumps({"messageUuid": f"u{written}", "timestamp": written,
+                                       "bites": [{"id": f"ep_{i}", "bite": big_bite, "date": "2026-11-22",
+                                                  "importance": "normal"} for i in range(3)]}))
     out, _ = reader.communicate(timeout=30)
     result = json.loads(out)
     assert result["bad"] == 0, result

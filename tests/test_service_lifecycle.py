@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from processor.service.control_http import ping, request
+from processor.service.control_client import ping, request
 from tests.conftest import REPO, run_engram
 from tests.test_processor_live import message_texts, wait_for
 from tests.transcripts import user_line
@@ -112,3 +112,30 @@ def test_config_errors_name_the_line_and_sighup_keeps_the_old_config(tmp_path: P
         code, err = stop(proc)
     assert code == 0, err
     assert json.loads(run_engram("status", "--json", env={"ENGRAM_HOME": str(home)}).stdout)["sessions"] == 0
+
+
+def test_sighup_reaches_the_control_plane_recall_with_new_ranking_weights(tmp_path: Path) -> None:
+    home, projects = tmp_path / "home", tmp_path / "projects"
+    projects.mkdir()
+    env = {"ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects)}
+    for text in ("The staging database is PostgreSQL 16 on port 5433",
+                 "Deploys go through the release branch, never from main"):
+        run_engram("remember", text, "--kind", "fact", "--scope", "global", env=env)
+    proc = start(home, projects)
+    run_dir = home / "run"
+
+    def hits() -> list[dict]:
+        return request(run_dir, "POST", "/recall", {"query": "staging database port", "limit": 2}, timeout=10)["bites"]
+
+    try:
+        wait_for(lambda: ping(run_dir, timeout=0.5) is not None, timeout=60, interval=0.1)
+        wait_for(lambda: len(hits()) == 2, timeout=60, interval=0.2)
+        # The defaults mix relevance with recency and frequency: a score is not its relevance.
+        assert all(abs(h["score"] - h["relevance"]) > 1e-3 for h in hits())
+        (home / "config.toml").write_text("weight_relevance = 1.0\nweight_recency = 0.0\nweight_frequency = 0.0\n")
+        proc.send_signal(signal.SIGHUP)
+        # Ranking by relevance alone: every thread's store reads the reloaded settings, the HTTP reader's too.
+        wait_for(lambda: all(abs(h["score"] - h["relevance"]) < 1e-3 for h in hits()), timeout=15, interval=0.2)
+    finally:
+        code, err = stop(proc)
+    assert code == 0, err

@@ -1,7 +1,7 @@
 """The SessionStart hook: a token-budgeted digest of global preferences, the project's important and
 recent memories and pending reviews; indexed queries that stay fast at 100k episodes; and nothing at
 all (exit 0, empty stdout, no traceback) when the database is missing, locked or the input is bad.
-Every run is the real `python -I -m processor.recall.session_start` process with Claude Code's stdin."""
+Every run is the real `python -I -m recall_hook.session_start` process with Claude Code's stdin."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from pathlib import Path
 import apsw
 import pytest
 
-from processor.config import load_settings
-from processor.memory.remember import RememberRequest, write_remember_file
+from processor.capture.remember_inbox import RememberRequest, write_remember_file
+from processor.config import Settings, load_settings
 from processor.memory.verbatim import estimate_tokens
-from processor.recall import session_start
-from processor.recall.session_start import Digest, Memory, Pending, render
+from processor.recall.digest import Digest, Memory, Pending, render
+from processor.store import digest as digest_sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import NewEpisode, insert_episode
-from recall_hook.fence import FENCE_CLOSE, FENCE_OPEN
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 
 HOUR_MS = 3_600_000
 SESSION = "0d4b7c2e-1111-4a5b-9c8d-7e6f5a4b3c2d"
@@ -48,7 +48,7 @@ def start_event(cwd: Path | str, **extra: object) -> bytes:
 def run_hook(home: Path, stdin: bytes, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env["ENGRAM_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-I", "-m", "processor.recall.session_start"], input=stdin,
+    return subprocess.run([sys.executable, "-I", "-m", "recall_hook.session_start"], input=stdin,
                           capture_output=True, timeout=timeout, env=env, cwd="/")
 
 
@@ -135,7 +135,7 @@ def test_digest_holds_preferences_project_memories_and_pending_reviews(seeded: P
         assert left_out not in context
     assert "Pending reviews: 2 — 1 rejected memory request(s)" in context
     assert "1 memory request(s) not stored yet" in context
-    assert estimate_tokens(context) <= session_start.DEFAULT_TOKEN_BUDGET
+    assert estimate_tokens(context) <= Settings.session_start_token_budget.default
 
 
 def test_a_memory_in_two_sections_is_shown_once(seeded: Path, repo: Path) -> None:
@@ -280,9 +280,9 @@ def test_digest_queries_read_indexes_not_the_table(big_home: tuple[Path, str]) -
     home, project = big_home
     conn = apsw.Connection(str(home / "engram.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        for sql, params in ((session_start.GLOBAL_SQL, (20,)),
-                            (session_start.PROJECT_IMPORTANT_SQL, (project, 20)),
-                            (session_start.PROJECT_RECENT_SQL, (project, now_ms() - 48 * HOUR_MS, 20))):
+        for sql, params in ((digest_sql.GLOBAL_SQL, (20,)),
+                            (digest_sql.PROJECT_IMPORTANT_SQL, (project, 20)),
+                            (digest_sql.PROJECT_RECENT_SQL, (project, now_ms() - 48 * HOUR_MS, 20))):
             plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert plan.startswith("SEARCH episodes USING INDEX idx_episodes_active_"), plan
             assert "TEMP B-TREE" not in plan and "SCAN" not in plan, plan  # rows come out in LIMIT order
@@ -299,7 +299,7 @@ def test_digest_at_100k_episodes_is_fast(big_home: tuple[Path, str]) -> None:
         timings.append(time.monotonic() - started)
         context = context_of(proc)
     assert "Important in this project (project7):" in context and "This project, last 48 hours:" in context
-    assert estimate_tokens(context) <= session_start.DEFAULT_TOKEN_BUDGET
+    assert estimate_tokens(context) <= Settings.session_start_token_budget.default
     # The goal is < 1 s for the whole process; on a busy shared 2-core runner allow head-room.
     print(f"SessionStart hook at 100k episodes: best {min(timings) * 1000:.0f} ms of {len(timings)} runs")
     assert min(timings) < 3.0, timings

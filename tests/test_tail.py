@@ -14,7 +14,7 @@ import apsw
 import pytest
 
 from processor.capture.tailer import Tailer
-from processor.store import open_store, queries
+from processor.store import open_store, sessions
 from tests.transcripts import assistant_line, user_line
 
 SID = "aaaaaaaa-0000-0000-0000-000000000001"
@@ -39,7 +39,7 @@ def texts(conn: apsw.Connection) -> list[str]:
 
 
 def offset(conn: apsw.Connection) -> int:
-    state = queries.session_state(conn, SID)
+    state = sessions.session_state(conn, SID)
     return state.byte_offset if state else 0
 
 

@@ -311,9 +311,11 @@ def test_a_secret_inside_a_copied_value_is_refused(home: Path, env: dict[str, st
         units.service_file(home, home / "logs", platform="systemd", env=env)
 
 
-def test_templates_ship_in_the_source_tree() -> None:
-    for platform, relative in units.TEMPLATES.items():
-        text = (units.REPO_ROOT / relative).read_text()
+def test_templates_ship_in_the_package_and_the_top_level_folders_show_them() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    for platform, name in units.TEMPLATES.items():
+        text = (units.TEMPLATE_DIR / name).read_text()
+        assert (repo / platform / name).read_text() == text  # launchd/ and systemd/ link to the shipped file
         assert "{" in text, platform
         assert "sk-" not in text and "API_KEY=" not in text
     with pytest.raises(ServiceError, match="template"):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from processor.capture.redact import redact
-from recall_hook.fence import FENCE_CLOSE, FENCE_OPEN
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,10 @@ import apsw
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.parse import CapturedLine, Skipped, parse_line
 from processor.capture.project import project_root
-from processor.store import queries, write_transaction
+from processor.clock import now_ms as clock_now_ms
+from processor.config import Settings
+from processor.store import sessions as session_sql
+from processor.store import write_transaction
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,8 @@ class Tailer:
         self,
         conn: apsw.Connection,
         *,
-        batch_bytes: int = 4 * 1024 * 1024,
-        max_line_bytes: int = 16 * 1024 * 1024,
+        batch_bytes: int = Settings.batch_bytes.default,
+        max_line_bytes: int = Settings.max_line_bytes.default,
         listeners: list[CapturedListener] | None = None,
     ) -> None:
         self.conn = conn
@@ -95,7 +97,6 @@ class Tailer:
                 self._tail_open_file(path, f, st, result)
             except OSError as exc:
                 self._warn_once(path, f"cannot read transcript ({exc.strerror or exc})")
-        self._reported.discard((str(path), "cannot open"))
         if result.captured:
             for listener in self.listeners:
                 try:
@@ -104,7 +105,7 @@ class Tailer:
                     log.exception("listener failed after capturing %s", path)
         return result
 
-    def _start_offset(self, path: Path, f, st: os.stat_result, state: queries.SessionState | None) -> int:
+    def _start_offset(self, path: Path, f, st: os.stat_result, state: session_sql.SessionState | None) -> int:
         if state is None:
             return 0
         reason = None
@@ -123,7 +124,7 @@ class Tailer:
         return state.byte_offset
 
     def _tail_open_file(self, path: Path, f, st: os.stat_result, result: TailResult) -> None:
-        state = queries.session_state(self.conn, result.session_id)
+        state = session_sql.session_state(self.conn, result.session_id)
         offset = self._start_offset(path, f, st, state)
         result.restarted = state is not None and offset == 0 and state.byte_offset > 0
         if offset == st.st_size and not result.restarted:
@@ -163,9 +164,9 @@ class Tailer:
             parsed.append((line, outcome))
         digest, window = _window_hash(f, end) if end else (None, 0)
         first_cwd = next((c.cwd for _, c in parsed if c.cwd), None)
-        now_ms = int(time.time() * 1000)
+        now_ms = clock_now_ms()
         with write_transaction(self.conn):
-            queries.upsert_session(
+            session_sql.upsert_session(
                 self.conn,
                 session_id=result.session_id,
                 transcript_path=str(path),
@@ -178,6 +179,6 @@ class Tailer:
                 now_ms=now_ms,
             )
             for line, captured in parsed:
-                if queries.store_line(self.conn, result.session_id, captured, line.offset):
+                if session_sql.store_line(self.conn, result.session_id, captured, line.offset):
                     result.captured.append(captured)
         result.lines += len(batch)

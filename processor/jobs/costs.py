@@ -9,7 +9,6 @@ call's worst-case cost (prompt estimate + the output cap) would pass the budget.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +16,7 @@ from typing import Any
 
 import apsw
 
+from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.memory.verbatim import estimate_tokens
 from processor.store import jobs as sql
@@ -93,13 +93,13 @@ def next_utc_day_ms(now_ms: int) -> int:
 
 def today_spend(conn: apsw.Connection, now_ms: int | None = None) -> tuple[float, int, int, int]:
     """(usd, calls, tokens in, tokens out) spent today (UTC)."""
-    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    now_ms = now_ms if now_ms is not None else clock_now_ms()
     return sql.spend_since(conn, utc_day_start_ms(now_ms))
 
 
 def ensure_budget(conn: apsw.Connection, settings: Settings, estimate_usd: float, now_ms: int) -> float:
     """Raise BudgetExhausted unless a call that may cost estimate_usd still fits today; returns today's spend."""
-    budget = float(settings.daily_budget_usd)
+    budget = settings.daily_budget_usd
     spent = today_spend(conn, now_ms)[0]
     if spent + estimate_usd > budget + 1e-12 or (estimate_usd > 0 and spent >= budget):
         raise BudgetExhausted(spent, budget, estimate_usd, next_utc_day_ms(now_ms))

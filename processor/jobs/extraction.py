@@ -21,21 +21,21 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import apsw
 
+from processor.clock import now_ms
 from processor.config import Settings
 from processor.jobs.backends.base import LLMRequest, OutputError
-from processor.jobs.dedupe import Candidate
-from processor.memory.episodes import KINDS, SCOPES
+from processor.jobs.base import DueCheck, DueJob, JobContext, JobRejected, JobType, RetryLater
+from processor.memory.dedupe import Candidate
+from processor.memory.kinds import KINDS, SCOPES
 from processor.memory.verbatim import CHARS_PER_TOKEN
 from processor.store import episodes as episodes_sql
 from processor.store import jobs as sql
+from processor.store import sessions
 from processor.store.episodes import StoredMessage
-
-if TYPE_CHECKING:
-    from processor.jobs.queue import JobContext
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +147,8 @@ def build_prompt(project: str | None, rolling_summary: str, messages: list[Store
         raise ValueError("build_prompt needs at least one message")
     summary = head_tail(rolling_summary.strip(), 4000) or "(none: this is the start of the session)"
     header = f"Project: {project or 'unknown'}\n\nSummary of the session so far:\n{summary}\n\nNew messages:\n"
-    budget = int(settings.max_prompt_tokens) * CHARS_PER_TOKEN - len(SYSTEM_PROMPT) - len(header)
-    per_message = max(int(settings.max_message_chars), 200)
+    budget = settings.max_prompt_tokens * CHARS_PER_TOKEN - len(SYSTEM_PROMPT) - len(header)
+    per_message = max(settings.max_message_chars, 200)
     parts: list[str] = []
     taken: list[StoredMessage] = []
     used = 0
@@ -253,7 +253,7 @@ class Due:
 
 
 def due_reason(c: sql.ExtractionCandidate, settings: Settings, now_ms: int) -> Due:
-    idle_ms = float(settings.extract_idle_minutes) * 60_000
+    idle_ms = settings.extract_idle_minutes * 60_000
     idle_for = now_ms - c.activity_ms if c.activity_ms is not None else None
     idle = idle_for is not None and idle_for >= idle_ms
     eligible = c.new_messages if idle else c.complete_messages
@@ -265,9 +265,9 @@ def due_reason(c: sql.ExtractionCandidate, settings: Settings, now_ms: int) -> D
               + (f"idle {idle_for / 60_000:.0f} min" if idle_for is not None else "activity unknown"))
     reason = None
     if eligible > 0:
-        if eligible >= int(settings.extract_min_messages):
+        if eligible >= settings.extract_min_messages:
             reason = f"{eligible} new messages (>= extract_min_messages {settings.extract_min_messages})"
-        elif since_min is not None and since_min >= float(settings.extract_max_minutes):
+        elif since_min is not None and since_min >= settings.extract_max_minutes:
             reason = (f"{since_min:.0f} minutes since the last extraction "
                       f"(>= extract_max_minutes {settings.extract_max_minutes:g})")
         elif idle:
@@ -279,12 +279,22 @@ def due_reason(c: sql.ExtractionCandidate, settings: Settings, now_ms: int) -> D
 def evaluate_sessions(conn: apsw.Connection, settings: Settings, now_ms: int,
                       session_ids: list[str] | None = None) -> list[Due]:
     """Every recently active session with unextracted messages, due or not (recent_days bounds the scan)."""
-    since = now_ms - int(float(settings.recent_days) * 86_400_000)
+    since = now_ms - int(settings.recent_days * 86_400_000)
     return [due_reason(c, settings, now_ms) for c in sql.extraction_candidates(conn, since, session_ids)]
 
 
 def dedupe_key(session_id: str) -> str:
     return f"{EXTRACT}:{session_id}"
+
+
+def find_due(check: DueCheck) -> list[DueJob]:
+    """An extract job for each session whose triggers fire; only when an LLM backend is usable."""
+    if not check.llm_available:
+        return []
+    sessions_ = sorted(check.sessions) if check.sessions is not None else None
+    return [DueJob(dedupe_key(d.session_id), {"session_id": d.session_id},
+                   f"session {d.session_id} ({d.project or 'no project'}): {d.reason}")
+            for d in evaluate_sessions(check.conn, check.settings, check.now_ms, sessions_) if d.reason]
 
 
 # --- the job -----------------------------------------------------------------------------------
@@ -299,7 +309,7 @@ class Extractor:
         return LLMRequest(
             system=SYSTEM_PROMPT, prompt=prompt, schema=output_schema(self.limits, bounded=False),
             schema_name="engram_memories", max_output_tokens=self.limits.max_output_tokens,
-            timeout=float(settings.llm_timeout_seconds), bounded_schema=output_schema(self.limits, bounded=True),
+            timeout=settings.llm_timeout_seconds, bounded_schema=output_schema(self.limits, bounded=True),
         )
 
     def next_batch(self, conn: apsw.Connection, settings: Settings, session_id: str,
@@ -313,9 +323,8 @@ class Extractor:
         messages = episodes_sql.messages_after(conn, session_id, progress.extracted_through, MAX_SCAN_MESSAGES)
         if not messages:
             return None
-        activity = conn.execute("SELECT COALESCE(last_activity, updated_at) FROM sessions WHERE session_id = ?",
-                                (session_id,)).fetchone()[0]
-        idle = activity is not None and now_ms - activity >= float(settings.extract_idle_minutes) * 60_000
+        activity = sessions.session_activity(conn, session_id)
+        idle = activity is not None and now_ms - activity >= settings.extract_idle_minutes * 60_000
         if not idle and len(messages) < MAX_SCAN_MESSAGES:
             last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
             messages = messages[:last_user] if last_user is not None else []
@@ -324,8 +333,6 @@ class Extractor:
         return build_prompt(project, progress.rolling_summary, messages, settings), project
 
     def __call__(self, ctx: JobContext, job: sql.JobRow) -> None:
-        from processor.jobs.queue import JobRejected, RetryLater
-
         session_id = job.payload.get("session_id")
         if not isinstance(session_id, str) or not session_id:
             raise JobRejected(f"extract job #{job.id} has no session_id in its payload {job.payload!r}")
@@ -333,7 +340,7 @@ class Extractor:
         while True:
             if ctx.stop_requested():
                 raise RetryLater("the processor is stopping; the rest of the session is extracted later", 0)
-            found = self.next_batch(ctx.conn, ctx.settings, session_id, int(time.time() * 1000))
+            found = self.next_batch(ctx.conn, ctx.settings, session_id, now_ms())
             if found is None:
                 if batches == 0:
                     log.info("extract %s: nothing eligible (yet)", session_id)
@@ -347,14 +354,18 @@ class Extractor:
                 importance=m["importance"], kind=m["kind"], scope=m["scope"], source_type="auto",
                 session_id=session_id, project=project, source_uuids=uuids,
             ) for m in result.memories]
-            stamp = int(time.time() * 1000)
+            stamp = now_ms()
             through = batch.last_id
 
             def advance(conn: apsw.Connection, through: int = through, summary: str = result.rolling_summary,
                         stamp: int = stamp) -> None:
                 sql.set_extraction_progress(conn, session_id, through, summary, stamp)
 
-            outcomes = ctx.deduper.apply(candidates, progress=advance)
+            outcomes = ctx.store.add_memories(candidates, progress=advance)
             batches += 1
             log.info("extract %s: %d message(s) through #%d -> %s", session_id, len(batch.messages), through,
                      ", ".join(f"{o.action} {o.episode_id}" for o in outcomes) or "no memories")
+
+
+def job_type(limits: OutputLimits | None = None) -> JobType:
+    return JobType(EXTRACT, Extractor(limits), priority=0, uses_llm=True, due=find_due)

@@ -111,11 +111,6 @@ class Embedder:
         """Vector for a search query, shape (dim,), float32, unit length."""
         return self._embed([self.query_prefix + text])[0]
 
-    def count_tokens(self, text: str) -> int:
-        """Tokens the model sees for text, including its [CLS]/[SEP]-style markers."""
-        with self._lock:
-            return len(self._tokenize(self._normalise(text)))
-
     def close(self) -> None:
         """Free the model; a later load_embedder() for it loads it again."""
         with _loaded_lock:

@@ -7,38 +7,29 @@ progress marker that produced them, so a crash redoes work and never skips it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
-import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 import numpy as np
 
-from processor.config import Settings
+from processor.clock import now_ms, utc_date
+from processor.config import Settings, SettingsSource
+from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
+from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.search import Scored, SearchWeights, VectorIndex, search_episodes
 from processor.memory.verbatim import group_rounds, round_pieces, summarize
 from processor.store import episodes as sql
-from processor.store import retry_when_busy, write_transaction
+from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store.episodes import Episode, NewEpisode
 
 log = logging.getLogger(__name__)
 
-KINDS = ("decision", "preference", "convention", "bugfix", "gotcha", "fact", "task", "other")
-SCOPES = ("global", "project")
 SAME_SESSION_LIMIT = 50
-
-
-def content_hash(text: str) -> str:
-    return hashlib.sha256(" ".join(text.split()).lower().encode()).hexdigest()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -74,33 +65,46 @@ class Expansion:
     superseded_by: str | None = None
 
 
-def _date(ms: int | None) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime((ms or 0) / 1000))
-
-
 def weights_from(settings: Settings) -> SearchWeights:
     return SearchWeights(
-        relevance=float(settings.weight_relevance),
-        recency=float(settings.weight_recency),
-        frequency=float(settings.weight_frequency),
-        high_importance_floor=float(settings.high_importance_floor),
-        recency_half_life_days=float(settings.recency_half_life_days),
-        bm25_share=float(settings.bm25_share),
+        relevance=settings.weight_relevance,
+        recency=settings.weight_recency,
+        frequency=settings.weight_frequency,
+        high_importance_floor=settings.high_importance_floor,
+        recency_half_life_days=settings.recency_half_life_days,
+        bm25_share=settings.bm25_share,
     )
 
 
 class EpisodeStore:
-    def __init__(self, settings: Settings, conn: apsw.Connection, embedder: Embedder | None = None,
+    """Memories for one thread: its connection, the embedder (loaded once) and the vector index.
+
+    ``settings`` may be a SettingsHolder: ranking weights are read from it at every search, so a
+    reload (SIGHUP) reaches every thread's store at once.
+    """
+
+    def __init__(self, settings: SettingsSource, conn: apsw.Connection, embedder: Embedder | None = None,
                  index: VectorIndex | None = None) -> None:
-        self.settings = settings
+        self._settings = settings
         self.conn = conn
         self._embedder = embedder
         self._index = index  # may be shared by several threads' stores: it locks itself
-        self.weights = weights_from(settings)
+        self._deduper: Deduper | None = None
 
-    def reconfigure(self, settings: Settings) -> None:
-        self.settings = settings
-        self.weights = weights_from(settings)
+    @property
+    def settings(self) -> Settings:
+        return self._settings.current
+
+    @property
+    def weights(self) -> SearchWeights:
+        return weights_from(self.settings)
+
+    @property
+    def deduper(self) -> Deduper:
+        """ADD/UPDATE/NOOP over this store's memories: the one way memories (not rounds) are written."""
+        if self._deduper is None:
+            self._deduper = Deduper(self)
+        return self._deduper
 
     # --- the embedder and the vectors it made ------------------------------------------------
 
@@ -123,7 +127,8 @@ class EpisodeStore:
                 "every episode with the configured model, or set embedding_model back"
             )
 
-    def _record_model(self) -> None:
+    def record_model(self) -> None:
+        """Note which model made the stored vectors (inside the caller's write transaction)."""
         if sql.get_meta(self.conn, "embedding_model") is None:
             sql.set_meta(self.conn, "embedding_model", self.embedder.model_id)
             sql.set_meta(self.conn, "embedding_dim", str(self.embedder.dim))
@@ -158,13 +163,13 @@ class EpisodeStore:
         if not rounds:
             return 0
         self.check_model()
-        max_chars = int(self.settings.verbatim_max_chars)
+        max_chars = self.settings.verbatim_max_chars
         pieces = [p for r in rounds for p in round_pieces(r, max_chars)]
         blobs = self._embed([p.full_content for p in pieces])
         stamp = now_ms()
         added = 0
         with write_transaction(self.conn):
-            self._record_model()
+            self.record_model()
             for piece, blob in zip(pieces, blobs, strict=True):
                 if sql.get_episode(self.conn, piece.id) is not None:
                     continue  # written before a crash that lost the progress marker
@@ -181,33 +186,26 @@ class EpisodeStore:
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,
                  importance: str | None = None) -> tuple[str, bool]:
-        """Store a manual memory; returns (episode id, created). An exact duplicate is not stored twice."""
+        """Store a manual memory through ADD/UPDATE/NOOP; returns (episode id, whether it is new).
+
+        The remember job (memory_remember, `engram remember`) and tests both come through here.
+        """
         text = text.strip()
         if not text:
             raise ValueError("a memory needs some text")
-        kind = kind if kind in KINDS else "other"
-        scope = scope if scope in SCOPES else ("project" if project else "global")
-        digest = content_hash(text)
-        existing = sql.active_hash_exists(self.conn, digest)
-        if existing:
-            return existing, False
-        self.check_model()
-        summary = summarize(text, "")
-        [blob] = self._embed([text])
-        episode_id = "ep_" + uuidlib.uuid4().hex[:16]
-        with write_transaction(self.conn):
-            existing = sql.active_hash_exists(self.conn, digest)
-            if existing:
-                return existing, False
-            self._record_model()
-            sql.insert_episode(self.conn, NewEpisode(
-                id=episode_id, session_id=session_id, project=project if scope == "project" else None,
-                scope=scope, summary=summary, entities=[], importance=importance or
-                ("high" if kind in ("preference", "convention", "decision") else "normal"), kind=kind,
-                source_type="manual", full_content=text, source_uuids=[], content_hash=digest,
-                created_at=now_ms(),
-            ), blob)
-        return episode_id, True
+        kind = kind_or_other(kind)
+        scope = scope_for(scope, project)
+        [outcome] = self.add_memories([Candidate(
+            summary=summarize(text, ""), full_content=text, entities=[],
+            importance=importance or default_importance(kind), kind=kind, scope=scope, source_type="manual",
+            session_id=session_id, project=project if scope == "project" else None,
+        )])
+        return outcome.episode_id, outcome.action != "noop"
+
+    def add_memories(self, candidates: list[Candidate], *,
+                     progress: Callable[[apsw.Connection], None] | None = None) -> list[Outcome]:
+        """Merge candidate memories (and the caller's progress marker) in one transaction."""
+        return self.deduper.apply(candidates, progress=progress)
 
     def forget(self, episode_id: str) -> Episode:
         ep = sql.get_episode(self.conn, episode_id)
@@ -253,7 +251,7 @@ class EpisodeStore:
                touch: bool = True) -> list[Hit]:
         limit = max(1, min(int(limit), 50))
         scored = self.search(query, limit=limit, project=project)
-        hits = [Hit(s.episode.id, s.episode.summary, _date(s.episode.created_at), s.episode.importance,
+        hits = [Hit(s.episode.id, s.episode.summary, utc_date(s.episode.created_at), s.episode.importance,
                     s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4))
                 for s in scored]
         if session_id:
@@ -273,7 +271,7 @@ class EpisodeStore:
         for message, sim in zip(recent, sims, strict=True):
             score = self.weights.relevance * max(float(sim), 0.0) + self.weights.recency
             extra.append(Hit(f"msg_{message.uuid}", f"(this session, {message.role}) "
-                             + message.text[:160].replace("\n", " "), _date(message.ts_ms), "normal", "other",
+                             + message.text[:160].replace("\n", " "), utc_date(message.ts_ms), "normal", "other",
                              round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4)))
         merged = sorted(hits + [h for h in extra if h.score > self.weights.recency + 0.2],
                         key=lambda h: h.score, reverse=True)
@@ -297,28 +295,23 @@ class EpisodeStore:
         if ep is None:
             raise UnknownEpisode(f"no memory with id {item_id!r}; ids look like ep_… and come from memory_recall")
         if ep.status == "forgotten":
-            raise UnknownEpisode(f"memory {item_id} was forgotten on {_date(ep.valid_to)}; its content is gone")
+            raise UnknownEpisode(f"memory {item_id} was forgotten on {utc_date(ep.valid_to)}; its content is gone")
         if touch:
             self._touch([ep.id])
-        sources = []
-        for uuid in ep.source_uuids:
-            row = self.conn.execute("SELECT role, timestamp, session_id FROM messages WHERE uuid = ?",
-                                    (uuid,)).fetchone()
-            if row:
-                sources.append({"uuid": uuid, "role": row[0], "timestamp": row[1], "session_id": row[2]})
-        return Expansion(ep.id, ep.summary, ep.full_content, _date(ep.created_at), ep.project, ep.session_id,
+        sources = [{"uuid": m.uuid, "role": m.role, "timestamp": m.timestamp, "session_id": m.session_id}
+                   for m in sessions.message_sources(self.conn, ep.source_uuids)]
+        return Expansion(ep.id, ep.summary, ep.full_content, utc_date(ep.created_at), ep.project, ep.session_id,
                          ep.importance, ep.kind, ep.scope, ep.source_type, ep.status, ep.entities, sources,
                          ep.superseded_by)
 
     def _expand_message(self, item_id: str) -> Expansion:
-        row = self.conn.execute("SELECT uuid, session_id, role, text, ts_ms, timestamp FROM messages WHERE uuid = ?",
-                                (item_id[4:],)).fetchone()
-        if row is None:
+        found = sessions.message_sources(self.conn, [item_id[4:]])
+        if not found:
             raise UnknownEpisode(f"no captured message with id {item_id!r}")
-        uuid, session_id, role, text, ts_ms, timestamp = row
-        return Expansion(item_id, text[:160], text, _date(ts_ms), None, session_id, "normal", "other", "project",
-                         "message", "active", [], [{"uuid": uuid, "role": role, "timestamp": timestamp,
-                                                    "session_id": session_id}])
+        m = found[0]
+        return Expansion(item_id, m.text[:160], m.text, utc_date(m.ts_ms), None, m.session_id, "normal", "other",
+                         "project", "message", "active", [], [{"uuid": m.uuid, "role": m.role,
+                                                               "timestamp": m.timestamp, "session_id": m.session_id}])
 
     def status(self) -> dict[str, Any]:
         by_status = sql.counts_by_status(self.conn)
@@ -328,26 +321,3 @@ class EpisodeStore:
             "embedding_model": sql.get_meta(self.conn, "embedding_model"),
             "embedding_dim": int(sql.get_meta(self.conn, "embedding_dim") or 0) or None,
         }
-
-
-def format_hits(hits: list[Hit]) -> str:
-    """Seed 001's recall format: `[1] (2026-02-20, high) summary — ID: ep_abc`."""
-    if not hits:
-        return "No memories found."
-    return "\n".join(f"[{i}] ({h.date}, {h.importance}) {h.bite} — ID: {h.id}" for i, h in enumerate(hits, 1))
-
-
-def format_expansion(e: Expansion) -> str:
-    lines = [f"## Memory {e.id}", f"**Date:** {e.date}", f"**Project:** {e.project or '(global)'}",
-             f"**Importance:** {e.importance}  **Kind:** {e.kind}  **Source:** {e.source_type}",
-             "", f"**Summary:** {e.summary}", "", "**Full context:**", e.full_content]
-    if e.entities:
-        lines += ["", "**Entities:** " + ", ".join(e.entities)]
-    if e.source_messages:
-        first, last = e.source_messages[0], e.source_messages[-1]
-        lines += ["", f"**From session** {first['session_id']} ({first['timestamp']} – {last['timestamp']}), "
-                  f"{len(e.source_messages)} message(s)"]
-    if e.superseded_by:
-        lines += ["", f"Superseded by {e.superseded_by}."]
-    return "\n".join(lines)
-

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import apsw
 import numpy as np
 
+from processor.config import Settings
 from processor.store import episodes as sql
 from processor.store.episodes import Episode, RankingFacts
 
@@ -32,12 +33,12 @@ _MAX_TERMS = 64
 
 @dataclass(frozen=True)
 class SearchWeights:
-    relevance: float = 0.5
-    recency: float = 0.3
-    frequency: float = 0.2
-    high_importance_floor: float = 0.3
-    recency_half_life_days: float = 30.0
-    bm25_share: float = 0.5  # of relevance; the rest is cosine
+    relevance: float = Settings.weight_relevance.default
+    recency: float = Settings.weight_recency.default
+    frequency: float = Settings.weight_frequency.default
+    high_importance_floor: float = Settings.high_importance_floor.default
+    recency_half_life_days: float = Settings.recency_half_life_days.default
+    bm25_share: float = Settings.bm25_share.default  # of relevance; the rest is cosine
     pool: int = 20  # candidates re-ranked by the full formula
     slight_relevance: float = 0.25  # cosine from which an important memory counts as related at all
 
@@ -64,10 +65,15 @@ def fts_query(text: str) -> str:
 
 
 class VectorIndex:
-    """Unit vectors of every embedded episode, loaded once and appended incrementally."""
+    """Unit vectors of every embedded episode, loaded once and appended incrementally.
 
-    def __init__(self, dim: int) -> None:
+    ``memories_only`` leaves verbatim rounds out (ADD/UPDATE/NOOP compares against memories only);
+    such an index must be refreshed inside a transaction, so that no row appears between its reads.
+    """
+
+    def __init__(self, dim: int, *, memories_only: bool = False) -> None:
         self.dim = dim
+        self.memories_only = memories_only
         self._rowids = np.empty(0, dtype=np.int64)
         self._matrix = np.empty((0, dim), dtype=np.float32)
         self._size = 0
@@ -80,9 +86,11 @@ class VectorIndex:
     def refresh(self, conn: apsw.Connection) -> int:
         """Load vectors of episodes added since the last refresh; returns how many."""
         with self._lock:  # read and append as one step, so two threads never add the same rows
-            rows = sql.vectors_after(conn, self._last_rowid)
+            rows = sql.vectors_after(conn, self._last_rowid, memories_only=self.memories_only)
             if rows:
                 self.add([r for r, _ in rows], np.vstack([np.frombuffer(b, dtype=np.float32) for _, b in rows]))
+            if self.memories_only:  # the verbatim rows just skipped are never memories: skip them for good
+                self._last_rowid = max(self._last_rowid, sql.max_rowid(conn))
             return len(rows)
 
     def add(self, rowids: list[int], vectors: np.ndarray) -> None:

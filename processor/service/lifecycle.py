@@ -14,12 +14,12 @@ import time
 from typing import Any
 
 from processor.config import ConfigError, Settings, ensure_home, load_settings
-from processor.service.control_http import ControlServer, RequestRejected
-from processor.service.daemon import Processor
+from processor.service.control_server import ControlServer, RequestRejected
 from processor.service.pidfile import EXIT_ALREADY_RUNNING, AlreadyRunning, PidFile
 from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog
-from processor.service.status import collect_status
+from processor.service.run_loop import Processor
 from processor.service.units import load_env_file
+from processor.status import collect_status
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,13 @@ def _recall_route(processor: Processor):
         hits = processor.recall_for_http(query[:4000], limit=limit, project=project)
         return {"bites": [h.__dict__ for h in hits]}
     return recall
+
+
+def _status(processor: Processor) -> dict[str, Any]:
+    """The database's counts, with the job worker's own view (its extractor, problem, current job) on top."""
+    status = collect_status(processor.settings)
+    status["jobs"] = processor.jobs.status()
+    return status
 
 
 def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) -> int:
@@ -65,13 +72,13 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> 
     # The claude backend's CLI and anything it starts: found by walking our process tree at shutdown.
     children = ChildProcesses()
     watchdog = MemoryWatchdog(
-        warn_mb=float(settings.memory_warn_mb), limit_mb=float(settings.memory_limit_mb),
-        on_limit=lambda rss: processor.stop(), interval=float(settings.memory_check_seconds),
+        warn_mb=settings.memory_warn_mb, limit_mb=settings.memory_limit_mb,
+        on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds,
     )
     control = ControlServer(
-        settings.run_dir, port=int(settings.http_port), ping=processor.ping_info,
+        settings.run_dir, port=settings.http_port, ping=processor.ping_info,
         routes={
-            ("GET", "/status"): lambda _body: collect_status(processor.settings),
+            ("GET", "/status"): lambda _body: _status(processor),
             ("POST", "/recall"): _recall_route(processor),
             ("POST", "/wake"): lambda _body: {"woken": processor.wake()},
         },
@@ -101,7 +108,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> 
     finally:
         watchdog.stop()
         control.stop()
-        outcome = children.shutdown(grace=float(settings.child_grace_seconds))
+        outcome = children.shutdown(grace=settings.child_grace_seconds)
         if outcome.killed or outcome.survivors:
             log.warning("child processes at shutdown: killed %s, survivors %s", outcome.killed, outcome.survivors)
         log.info("processor exited after %.1f s", time.monotonic() - started)

@@ -16,14 +16,14 @@ def setup_logging(settings: Settings, *, to_file: bool = True, to_stderr: bool =
     for handler in list(root.handlers):
         root.removeHandler(handler)
         handler.close()
-    root.setLevel(str(settings.log_level).upper())
+    root.setLevel(settings.log_level.upper())
     formatter = logging.Formatter(_FORMAT)
     if to_file:
         ensure_private_dir(settings.logs_dir)
         file_handler = logging.handlers.RotatingFileHandler(
             settings.logs_dir / "engram.log",
-            maxBytes=int(settings.log_max_bytes),
-            backupCount=int(settings.log_backups),
+            maxBytes=settings.log_max_bytes,
+            backupCount=settings.log_backups,
             encoding="utf-8",
         )
         file_handler.setFormatter(formatter)

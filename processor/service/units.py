@@ -6,8 +6,8 @@ function that changes the system runs its commands through ``run`` (a plain func
 default ``run_command``), and ``print_only=True`` renders and validates without writing a file or
 running anything.
 
-The templates are the files ``launchd/com.engram.processor.plist`` and ``systemd/engram.service`` at
-the top of the source tree, filled with ``str.format``. Every path in them is absolute, because
+The templates ship inside the package (``processor/service/templates/``; the source tree's
+``launchd/`` and ``systemd/`` folders link to them), filled with ``str.format``. Every path in them is absolute, because
 neither launchd nor systemd runs a login shell: the interpreter is the one running this code (a venv's
 ``bin/python`` is kept as is, since resolving its symlink would lose the venv; a pyenv shim is asked
 for the real interpreter). API keys never go into a definition: the systemd unit names an optional
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import escape as xml_escape
 
-from processor.config import ensure_private_dir
+from processor.config import Settings
+from processor.files import ensure_private_dir, write_atomic
 from processor.service.pidfile import EXIT_ALREADY_RUNNING
 from processor.service.resources import EXIT_MEMORY_LIMIT
 
@@ -47,10 +48,10 @@ LOG_FILE_NAME = "engram.log"
 LAUNCHD_STDOUT_NAME = "launchd.stdout.log"
 LAUNCHD_STDERR_NAME = "launchd.stderr.log"
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 TEMPLATES: dict[Platform, str] = {
-    "launchd": f"launchd/{LAUNCHD_LABEL}.plist",
-    "systemd": f"systemd/{SYSTEMD_UNIT}",
+    "launchd": f"{LAUNCHD_LABEL}.plist",
+    "systemd": SYSTEMD_UNIT,
 }
 
 # Names whose values must never be copied into a service definition.
@@ -161,12 +162,12 @@ def unit_path(platform: Platform, env: Mapping[str, str] | None = None) -> Path:
 
 
 def template_text(platform: Platform, template_dir: Path | None = None) -> str:
-    path = (template_dir or REPO_ROOT) / TEMPLATES[platform]
+    path = (template_dir or TEMPLATE_DIR) / TEMPLATES[platform]
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ServiceError(f"service template {path} is missing ({exc}); reinstall Engram from its source tree "
-                           "(`pip install -e .`)") from None
+        raise ServiceError(f"service template {path} is missing ({exc}); reinstall Engram "
+                           "(`pip install --force-reinstall engram`)") from None
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -242,9 +243,9 @@ def render_systemd(
     home: Path,
     environment: Mapping[str, str],
     env_file: Path,
-    restart_sec: int = 10,
-    memory_max_mb: int = 2048,
-    nice: int = 10,
+    restart_sec: int = Settings.service_restart_seconds.default,
+    memory_max_mb: int = Settings.service_memory_max_mb.default,
+    nice: int = Settings.service_nice.default,
     stop_timeout: int = 30,
     template_dir: Path | None = None,
 ) -> str:
@@ -312,9 +313,9 @@ def service_file(
     platform: Platform | None = None,
     python: str | None = None,
     env: Mapping[str, str] | None = None,
-    restart_sec: int = 10,
-    memory_max_mb: int = 2048,
-    nice: int = 10,
+    restart_sec: int = Settings.service_restart_seconds.default,
+    memory_max_mb: int = Settings.service_memory_max_mb.default,
+    nice: int = Settings.service_nice.default,
     template_dir: Path | None = None,
 ) -> ServiceFile:
     """Render the definition for this machine (nothing is written)."""
@@ -363,9 +364,9 @@ def install(
     run: Runner = run_command,
     python: str | None = None,
     env: Mapping[str, str] | None = None,
-    restart_sec: int = 10,
-    memory_max_mb: int = 2048,
-    nice: int = 10,
+    restart_sec: int = Settings.service_restart_seconds.default,
+    memory_max_mb: int = Settings.service_memory_max_mb.default,
+    nice: int = Settings.service_nice.default,
     template_dir: Path | None = None,
 ) -> ServiceResult:
     """Write the definition and (re)start the service so that the new definition is the one running.
@@ -398,7 +399,7 @@ def install(
     ensure_private_dir(Path(os.path.abspath(home)))
     ensure_private_dir(Path(os.path.abspath(logs_dir)))  # launchd does not create log directories
     unit.path.parent.mkdir(parents=True, exist_ok=True)
-    _write_text_atomic(unit.path, unit.text)
+    write_unit_file(unit.path, unit.text)
     for argv, must_succeed in steps:
         if argv[:2] == ["launchctl", "bootstrap"]:
             _bootstrap(result, run, argv)
@@ -496,13 +497,6 @@ def logs(logs_dir: Path, *, platform: Platform | None = None, lines: int = 200,
     return result
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.chmod(tmp, 0o644)  # service managers read it; it holds no secrets
-    os.replace(tmp, path)
-
-
 # --- the environment file ----------------------------------------------------------------------
 
 
@@ -543,3 +537,7 @@ def load_env_file(path: Path, environ: MutableMapping[str, str] | None = None) -
             target[name] = value
             loaded.append(name)
     return loaded
+
+
+def write_unit_file(path: Path, text: str) -> None:
+    write_atomic(path, text, mode=0o644)  # service managers read it; it holds no secrets

@@ -122,9 +122,11 @@ def ranking_facts(conn: apsw.Connection, rowids: list[int]) -> dict[int, Ranking
     return {row[0]: RankingFacts(*row[1:]) for row in rows}
 
 
-def active_hash_exists(conn: apsw.Connection, content_hash: str) -> str | None:
+def active_with_hash(conn: apsw.Connection, content_hash: str, *, memories_only: bool = False) -> str | None:
+    """The id of an active episode with this content hash; memories_only leaves verbatim rounds out."""
+    verbatim = " AND source_type != 'verbatim'" if memories_only else ""
     row = conn.execute(
-        "SELECT id FROM episodes WHERE content_hash = ? AND status = 'active' LIMIT 1", (content_hash,)
+        f"SELECT id FROM episodes WHERE content_hash = ? AND status = 'active'{verbatim} LIMIT 1", (content_hash,)
     ).fetchone()
     return row[0] if row else None
 
@@ -142,11 +144,17 @@ def fts_candidates(conn: apsw.Connection, match: str, limit: int) -> list[tuple[
     ).fetchall()
 
 
-def vectors_after(conn: apsw.Connection, after_rowid: int) -> list[tuple[int, bytes]]:
+def vectors_after(conn: apsw.Connection, after_rowid: int, *, memories_only: bool = False) -> list[tuple[int, bytes]]:
+    """(rowid, vector) of episodes added after a rowid; memories_only leaves verbatim rounds out."""
+    verbatim = " AND source_type != 'verbatim'" if memories_only else ""
     return conn.execute(
-        "SELECT rowid, embedding FROM episodes WHERE rowid > ? AND embedding IS NOT NULL ORDER BY rowid",
+        f"SELECT rowid, embedding FROM episodes WHERE rowid > ? AND embedding IS NOT NULL{verbatim} ORDER BY rowid",
         (after_rowid,),
     ).fetchall()
+
+
+def max_rowid(conn: apsw.Connection) -> int:
+    return conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0]
 
 
 def all_embeddable(conn: apsw.Connection) -> list[tuple[int, str, str]]:
@@ -164,6 +172,13 @@ def touch(conn: apsw.Connection, episode_ids: list[str], now_ms: int) -> None:
         "UPDATE episodes SET accessed_at = ?, access_count = access_count + 1 WHERE id = ?",
         [(now_ms, eid) for eid in episode_ids],
     )
+
+
+def carry_access(conn: apsw.Connection, new_id: str, old_id: str, now_ms: int) -> None:
+    """A new version keeps its predecessor's access history, plus this touch."""
+    conn.execute(
+        "UPDATE episodes SET access_count = (SELECT access_count FROM episodes WHERE id = ?) + 1, accessed_at = ? "
+        "WHERE id = ?", (old_id, now_ms, new_id))
 
 
 def forget(conn: apsw.Connection, episode_id: str, now_ms: int) -> None:
@@ -244,3 +259,22 @@ def recent_unepisodized(conn: apsw.Connection, session_id: str, limit: int) -> l
         (session_id, limit),
     ).fetchall()
     return [StoredMessage(*row) for row in rows]
+
+
+def idle_sessions_with_new_messages(conn: apsw.Connection, captured_before_ms: int) -> set[str]:
+    """Sessions not captured into since a time that still have messages outside episodes."""
+    rows = conn.execute(
+        "SELECT s.session_id FROM sessions s WHERE s.updated_at < ? AND EXISTS "
+        "(SELECT 1 FROM messages m WHERE m.session_id = s.session_id AND m.id > s.episodized_through)",
+        (captured_before_ms,),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def newest_session_episode_ids(conn: apsw.Connection, session_id: str, limit: int) -> frozenset[str]:
+    """The ids of a session's newest episodes."""
+    rows = conn.execute(
+        "SELECT id FROM episodes WHERE session_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+        (session_id, limit),
+    ).fetchall()
+    return frozenset(row[0] for row in rows)

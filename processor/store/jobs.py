@@ -259,30 +259,3 @@ def extraction_candidates(conn: apsw.Connection, active_since_ms: int,
                                     (session_id, through, last_user)).fetchone()[0]
         out.append(ExtractionCandidate(session_id, project, through, last_at, activity, new, complete, first_ts))
     return out
-
-
-# --- memories (non-verbatim episodes) for ADD/UPDATE/NOOP ----------------------------------------
-
-def memory_vectors_after(conn: apsw.Connection, after_rowid: int) -> list[tuple[int, bytes]]:
-    """Vectors of extracted and manual episodes (not verbatim rounds) added after a rowid."""
-    return conn.execute(
-        "SELECT rowid, embedding FROM episodes WHERE rowid > ? AND embedding IS NOT NULL "
-        "AND source_type != 'verbatim' ORDER BY rowid", (after_rowid,)).fetchall()
-
-
-def max_episode_rowid(conn: apsw.Connection) -> int:
-    return conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM episodes").fetchone()[0]
-
-
-def active_memory_with_hash(conn: apsw.Connection, content_hash: str) -> str | None:
-    row = conn.execute(
-        "SELECT id FROM episodes WHERE content_hash = ? AND status = 'active' AND source_type != 'verbatim' LIMIT 1",
-        (content_hash,)).fetchone()
-    return row[0] if row else None
-
-
-def carry_access(conn: apsw.Connection, new_id: str, old_id: str, now_ms: int) -> None:
-    """A new version keeps its predecessor's access history, plus this touch."""
-    conn.execute(
-        "UPDATE episodes SET access_count = (SELECT access_count FROM episodes WHERE id = ?) + 1, accessed_at = ? "
-        "WHERE id = ?", (old_id, now_ms, new_id))

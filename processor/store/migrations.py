@@ -6,11 +6,11 @@ write transaction together with the row that records it.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import apsw
 
+from processor.clock import now_ms
 from processor.store.connection import write_transaction
 
 Migration = Callable[[apsw.Connection], None]
@@ -161,7 +161,7 @@ def m006_episode_progress_and_meta(conn: apsw.Connection) -> None:
 
 
 def m007_episode_digest_indexes(conn: apsw.Connection) -> None:
-    # The SessionStart digest (processor/recall/session_start.py) reads the newest active episodes of
+    # The SessionStart digest (processor/recall/digest.py) reads the newest active episodes of
     # one scope/project/importance in index order and stops at its LIMIT: < 1 s even at 100k episodes.
     conn.execute(
         """
@@ -259,7 +259,7 @@ def migrate(conn: apsw.Connection) -> list[str]:
             migration(conn)
             conn.execute(
                 "INSERT INTO schema_migrations(name, applied_at) VALUES (?, ?)",
-                (name, int(time.time() * 1000)),
+                (name, now_ms()),
             )
         applied_now.append(name)
     return applied_now

@@ -58,7 +58,7 @@ def _openai(settings: Settings) -> Backend:
 
 
 def _detect_openai(settings: Settings, env: Mapping[str, str]) -> str | None:
-    if env.get(str(settings.openai_api_key_env)):
+    if env.get(settings.openai_api_key_env):
         return f"${settings.openai_api_key_env} is set"
     if settings.openai_base_url:
         return f"openai_base_url is {settings.openai_base_url}"
@@ -93,7 +93,7 @@ register("claude", _claude, _detect_claude)
 def choose_backend(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[str, str]:
     """(backend name, why) for the configured extractor; `auto` resolved."""
     env = os.environ if env is None else env
-    wanted = str(settings.extractor or "auto").strip().lower()
+    wanted = (settings.extractor or "auto").strip().lower()
     if wanted == "auto":
         for spec in _REGISTRY.values():
             reason = spec.detect(settings, env)

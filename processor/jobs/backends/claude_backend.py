@@ -77,7 +77,7 @@ class ClaudeBackend:
             raise BackendUnavailable(f"claude-agent-sdk is not installed ({exc}); install Engram's dependencies") \
                 from None
         self._sdk = claude_agent_sdk
-        self.cli_model = str(settings.claude_model or "") or None
+        self.cli_model = settings.claude_model or None
         self.model = self.cli_model or DEFAULT_PRICE_MODEL
         self.workdir = Path(settings.agent_workdir)
         self.transport_factory = transport_factory

@@ -51,7 +51,7 @@ class LlamaBackend:
         self.path = path
         self.model = path.name
         # The prompt is bounded by max_prompt_tokens; leave room for the answer and the chat template.
-        self.n_ctx = n_ctx or max(2048, min(DEFAULT_CONTEXT_TOKENS, int(settings.max_prompt_tokens) + 4096))
+        self.n_ctx = n_ctx or max(2048, min(DEFAULT_CONTEXT_TOKENS, settings.max_prompt_tokens + 4096))
         # Half the cores: llama.cpp threads spin-wait on each other (see the embedder's note).
         self.n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
         self.seed = seed

@@ -22,7 +22,7 @@ _LOCAL_PLACEHOLDER_KEY = "not-needed-for-a-local-server"
 
 def api_key_from(settings: Settings, env: dict[str, str] | None = None) -> str | None:
     env = dict(os.environ) if env is None else env
-    return env.get(str(settings.openai_api_key_env)) or None
+    return env.get(settings.openai_api_key_env) or None
 
 
 class OpenAIBackend:
@@ -30,8 +30,8 @@ class OpenAIBackend:
     billed = True
 
     def __init__(self, settings: Settings, *, api_key: str | None = None, env: dict[str, str] | None = None) -> None:
-        self.model = str(settings.openai_model)
-        self.base_url = str(settings.openai_base_url or "") or None
+        self.model = settings.openai_model
+        self.base_url = settings.openai_base_url or None
         key = api_key or api_key_from(settings, env)
         if key is None:
             if self.base_url is None:
@@ -40,7 +40,7 @@ class OpenAIBackend:
                     "openai_api_key_env to the variable that holds it), or set openai_base_url to a local server")
             key = _LOCAL_PLACEHOLDER_KEY
         self._secret = key
-        self._key_env = str(settings.openai_api_key_env)
+        self._key_env = settings.openai_api_key_env
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - a declared dependency
@@ -48,7 +48,7 @@ class OpenAIBackend:
                 from None
         self._openai = openai
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, max_retries=0,
-                                     timeout=float(settings.llm_timeout_seconds))
+                                     timeout=settings.llm_timeout_seconds)
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text

@@ -1,4 +1,4 @@
-"""The SQL that captures and reports on sessions and messages.
+"""The SQL of sessions and their messages: capture's writes, and the reads that report on them.
 
 Callers own the transaction (see write_transaction); these functions only run statements.
 """
@@ -6,12 +6,23 @@ Callers own the transaction (see write_transaction); these functions only run st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import apsw
 
-if TYPE_CHECKING:
-    from processor.capture.parse import CapturedLine
+
+class MessageLine(Protocol):
+    """What storing a captured transcript line needs (capture's CapturedLine has these fields)."""
+
+    uuid: str
+    parent_uuid: str | None
+    role: str
+    timestamp: str | None
+    ts_ms: int | None
+    cwd: str | None
+    git_branch: str | None
+    text: str
+    api_message_id: str | None
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ def upsert_session(
     )
 
 
-def store_line(conn: apsw.Connection, session_id: str, line: CapturedLine, line_offset: int) -> bool:
+def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int) -> bool:
     """Store one captured line; returns False when it was already stored.
 
     Assistant lines sharing message.id are parts of one message: later parts are
@@ -135,3 +146,41 @@ def recent_sessions(conn: apsw.Connection, since_ms: int) -> list[SessionSummary
         (since_ms, since_ms),
     ).fetchall()
     return [SessionSummary(*row) for row in rows]
+
+
+def session_activity(conn: apsw.Connection, session_id: str) -> int | None:
+    """The session's last message time (or, before one is known, when it was last captured)."""
+    row = conn.execute("SELECT COALESCE(last_activity, updated_at) FROM sessions WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    return row[0] if row else None
+
+
+def newest_prompt_uuid(conn: apsw.Connection, session_id: str, not_prefix: str) -> str | None:
+    """The uuid of the session's newest user message that does not start with `not_prefix`."""
+    row = conn.execute(
+        "SELECT uuid FROM messages WHERE session_id = ? AND role = 'user' AND substr(text, 1, ?) != ? "
+        "ORDER BY id DESC LIMIT 1",
+        (session_id, len(not_prefix), not_prefix),
+    ).fetchone()
+    return row[0] if row else None
+
+
+@dataclass(frozen=True)
+class MessageSource:
+    uuid: str
+    session_id: str
+    role: str
+    text: str
+    ts_ms: int | None
+    timestamp: str | None
+
+
+def message_sources(conn: apsw.Connection, uuids: list[str]) -> list[MessageSource]:
+    """The stored messages with these uuids, in the order given (missing ones left out)."""
+    found = {}
+    for uuid in uuids:
+        row = conn.execute("SELECT uuid, session_id, role, text, ts_ms, timestamp FROM messages WHERE uuid = ?",
+                           (uuid,)).fetchone()
+        if row:
+            found[uuid] = MessageSource(*row)
+    return [found[u] for u in uuids if u in found]

@@ -15,18 +15,20 @@ progress marker, commits in one transaction: a crash redoes the batch, never hal
 from __future__ import annotations
 
 import difflib
+import hashlib
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import apsw
 import numpy as np
 
-from processor.memory.episodes import EpisodeStore, content_hash, now_ms
+from processor.clock import now_ms
+from processor.memory.embedder import Embedder
 from processor.memory.search import VectorIndex
 from processor.store import episodes as episodes_sql
-from processor.store import jobs as sql
 from processor.store import write_transaction
 from processor.store.episodes import NewEpisode
 
@@ -38,6 +40,24 @@ UPDATE_SIMILARITY = 0.85
 NEIGHBOURS = 5
 MERGED_MAX_CHARS = 4000
 MAX_ENTITIES = 20
+
+
+def content_hash(text: str) -> str:
+    """A memory's identity for exact duplicates: case and whitespace do not make a new memory."""
+    return hashlib.sha256(" ".join(text.split()).lower().encode()).hexdigest()
+
+
+class VectorStore(Protocol):
+    """What the deduper needs of an EpisodeStore: its connection and the model its vectors come from."""
+
+    conn: apsw.Connection
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def check_model(self) -> None: ...
+
+    def record_model(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -117,10 +137,9 @@ def _merge_content(new: str, old: str) -> str:
 class Deduper:
     """Applies candidates to the episodes table; owns a vector index of memories only (no verbatim rounds)."""
 
-    def __init__(self, store: EpisodeStore) -> None:
+    def __init__(self, store: VectorStore) -> None:
         self.store = store
         self._index: VectorIndex | None = None
-        self._cursor = 0  # episodes up to this rowid have been looked at
 
     @property
     def conn(self) -> apsw.Connection:
@@ -128,15 +147,9 @@ class Deduper:
 
     def _refresh(self) -> VectorIndex:
         if self._index is None:
-            self._index = VectorIndex(self.store.embedder.dim)
-        index = self._index
-        rows = sql.memory_vectors_after(self.conn, self._cursor)
-        if rows:
-            index.add([r for r, _ in rows], np.vstack([np.frombuffer(b, dtype=np.float32) for _, b in rows]))
-        # Called inside the write transaction, so no row can appear between the two reads; verbatim
-        # rows past the cursor are skipped for good.
-        self._cursor = max(self._cursor, sql.max_episode_rowid(self.conn))
-        return index
+            self._index = VectorIndex(self.store.embedder.dim, memories_only=True)
+        self._index.refresh(self.conn)  # called inside the write transaction, as a memories-only index needs
+        return self._index
 
     def apply(self, candidates: list[Candidate], *,
               progress: Callable[[apsw.Connection], None] | None = None) -> list[Outcome]:
@@ -147,9 +160,8 @@ class Deduper:
         stamp = now_ms()
         outcomes: list[Outcome] = []
         with write_transaction(self.conn):
-            if candidates and episodes_sql.get_meta(self.conn, "embedding_model") is None:
-                episodes_sql.set_meta(self.conn, "embedding_model", store.embedder.model_id)
-                episodes_sql.set_meta(self.conn, "embedding_dim", str(store.embedder.dim))
+            if candidates:
+                store.record_model()
             index = self._refresh() if candidates else None
             written: list[_Memory] = []  # this batch's rows: not in the index until committed
             for candidate, vector in zip(candidates, vectors, strict=True):
@@ -185,7 +197,7 @@ class Deduper:
                    written: list[_Memory], stamp: int) -> Outcome:
         conn = self.conn
         digest = content_hash(candidate.full_content)
-        existing = sql.active_memory_with_hash(conn, digest)
+        existing = episodes_sql.active_with_hash(conn, digest, memories_only=True)
         if existing is None:
             existing = next((m.id for m in written if m.digest == digest), None)
         if existing is not None:
@@ -220,7 +232,7 @@ class Deduper:
         if target is None:
             return Outcome("add", new_id, similarity=best_sim if best is not None else None)
         episodes_sql.supersede(conn, target.id, new_id, stamp)
-        sql.carry_access(conn, new_id, target.id, stamp)
+        episodes_sql.carry_access(conn, new_id, target.id, stamp)
         written[:] = [m for m in written if m.id != target.id]
         return Outcome("update", new_id, previous_id=target.id, similarity=next(
             sim for sim, m in neighbours if m is target))

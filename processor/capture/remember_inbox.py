@@ -15,7 +15,8 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from processor.config import ensure_private_dir
+from processor.clock import now_ms
+from processor.files import ensure_private_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,9 @@ def write_remember_file(queue_dir: Path, request: RememberRequest) -> Path:
     ensure_private_dir(queue_dir)
     name = f"{time.time_ns()}-{uuidlib.uuid4().hex[:8]}{SUFFIX}"
     payload = {"text": text, "kind": request.kind, "scope": request.scope, "project": request.project,
-               "session_id": request.session_id, "requested_at": int(time.time() * 1000)}
-    tmp = queue_dir / f".{name}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(payload, f)
-    os.replace(tmp, queue_dir / name)  # the processor only ever sees complete files
+               "session_id": request.session_id, "requested_at": now_ms()}
+    # The processor only ever sees complete files: the temp file's name does not end in SUFFIX.
+    write_atomic(queue_dir / name, json.dumps(payload))
     return queue_dir / name
 
 

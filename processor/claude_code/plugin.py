@@ -19,7 +19,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from processor.service.claude_settings import Registration, default_registration, write_atomic
+from processor.claude_code.settings import Registration, default_registration
+from processor.files import write_atomic
 
 PLUGIN_NAME = "engram"
 DESCRIPTION = (
@@ -67,7 +68,7 @@ def write_plugin(directory: Path, registration: Registration | None = None) -> l
     written = []
     for relative, content in plugin_files(registration).items():
         path = directory / relative
-        write_atomic(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
+        write_atomic(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n", keep_existing=True)
         path.chmod(0o644)  # nothing secret in these three files, unlike settings.json
         written.append(path)
     return written

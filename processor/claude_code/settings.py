@@ -3,7 +3,7 @@
 What gets registered (see ``Registration``):
 - ``PreToolUse`` (matcher ``*``): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/pretooluse.py``
   (the launcher imports the hook so its bytecode is cached: see recall_hook/pretooluse.py);
-- ``SessionStart`` (every source): ``<engram's python> -I -m processor.recall.session_start``;
+- ``SessionStart`` (every source): ``<engram's python> -I -m recall_hook.session_start``;
 - optionally (``Registration.prompt_submit``, ``engram install --prompt-submit``) ``UserPromptSubmit``:
   ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/prompt_submit.py``; the hook itself stays
   inert unless the ``prompt_submit_enabled`` setting is on (see recall_hook/prompt_submit.py);
@@ -51,16 +51,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from processor.files import write_atomic
 from recall_hook.pretooluse import LAUNCHER
 from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
 
 MCP_SERVER_NAME = "engram"
 PRETOOLUSE_MARKER = "recall_hook/pretooluse.py"
-SESSION_START_MARKER = "-m processor.recall.session_start"
+SESSION_START_MARKER = "-m recall_hook.session_start"
+# What versions before 0.2 registered for SessionStart: still Engram's, replaced on install, removed on uninstall.
+LEGACY_SESSION_START_MARKER = "-m processor.recall.session_start"
 PROMPT_SUBMIT_MARKER = "recall_hook/prompt_submit.py"
 MCP_SERVER_MODULE = "mcp_tools.server"
 # Any hook command containing one of these is Engram's: install replaces it, uninstall removes it.
-HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, PROMPT_SUBMIT_MARKER)
+HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, LEGACY_SESSION_START_MARKER, PROMPT_SUBMIT_MARKER)
 BACKUP_SUFFIX = ".engram-backup-"
 
 JsonObject = dict[str, Any]
@@ -154,7 +157,7 @@ class HookSpec:
     event: str
     command: str
     timeout: int
-    marker: str
+    markers: tuple[str, ...]  # any hook command containing one of these is this hook (older versions' too)
     matcher: str | None = None  # None: the group has no matcher, so it fires for every source
 
     def entry(self) -> JsonObject:
@@ -199,7 +202,7 @@ class Registration:
             event="UserPromptSubmit",
             command=f"{q(self.hook_python)} -I -S -c {q(PROMPT_SUBMIT_LAUNCHER)} {q(str(script))}",
             timeout=self.prompt_submit_timeout,
-            marker=PROMPT_SUBMIT_MARKER,
+            markers=(PROMPT_SUBMIT_MARKER,),
         )
 
     @property
@@ -218,13 +221,13 @@ class Registration:
                 # Imported through a launcher, not run as a script, so its cached bytecode is used.
                 command=f"{q(self.hook_python)} -I -S -c {q(LAUNCHER)} {q(str(self.hook_script))}",
                 timeout=self.pretooluse_timeout,
-                marker=PRETOOLUSE_MARKER,
+                markers=(PRETOOLUSE_MARKER,),
             ),
             HookSpec(
                 event="SessionStart",
                 command=f"{q(self.engram_python)} -I {SESSION_START_MARKER}",
                 timeout=self.session_start_timeout,
-                marker=SESSION_START_MARKER,
+                markers=(SESSION_START_MARKER, LEGACY_SESSION_START_MARKER),
             ),
         )
 
@@ -364,12 +367,12 @@ def add_hooks(settings: JsonObject, registration: Registration, path: Path) -> J
         new_groups = []
         for group in groups:
             inner = group.get("hooks") if isinstance(group, dict) else None
-            if not isinstance(inner, list) or not any(is_engram_hook(h, (spec.marker,)) for h in inner):
+            if not isinstance(inner, list) or not any(is_engram_hook(h, spec.markers) for h in inner):
                 new_groups.append(group)
                 continue
             kept = []
             for hook in inner:
-                if not is_engram_hook(hook, (spec.marker,)):
+                if not is_engram_hook(hook, spec.markers):
                     kept.append(hook)
                 elif not placed:
                     kept.append(spec.entry())
@@ -575,35 +578,6 @@ def _backup_path(target: Path) -> Path:
     return candidate
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` (through a symlink, its target) via a temp file in the same directory.
-
-    Keeps an existing file's mode and owner; a new file is private (0600), since Claude Code's
-    files can hold credentials.
-    """
-    target = Path(os.path.realpath(path))  # a dotfiles symlink stays a symlink
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        st: os.stat_result | None = target.stat()
-    except FileNotFoundError:
-        st = None
-    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-            os.fchmod(f.fileno(), (st.st_mode & 0o7777) if st else 0o600)
-            if st is not None:
-                with contextlib.suppress(PermissionError):  # only root can give a file away
-                    os.fchown(f.fileno(), st.st_uid, st.st_gid)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
 def _apply(change: FileChange) -> FileChange:
     if not change.changed:
         return change
@@ -612,7 +586,9 @@ def _apply(change: FileChange) -> FileChange:
         target = Path(os.path.realpath(change.path))
         backup = _backup_path(target)
         shutil.copy2(target, backup)
-    write_atomic(change.path, change.after_text)
+    # Through a dotfiles symlink to its target, keeping the file's mode and owner; a new file is 0600,
+    # since Claude Code's files can hold credentials.
+    write_atomic(change.path, change.after_text, keep_existing=True, durable=True)
     return dataclasses.replace(change, backup=backup, written=True)
 
 

@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import os
-import time
 from datetime import UTC, datetime
 from typing import Any
 
+from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.jobs import format_jobs_status, jobs_status
-from processor.store import connect, migrate, queries
+from processor.store import connect, migrate, sessions
 from processor.store import episodes as episodes_sql
 
 ACTIVE_WINDOW_MS = 24 * 3600 * 1000
+STATUS_TIMEOUT_SECONDS = 5.0
 
 
 def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds") if ms else None
+
+
+def current_status(settings: Settings) -> dict[str, Any]:
+    """The running processor's view when it answers (its job worker's extractor, problem and current job
+    included), else the database's."""
+    from processor.service.control_client import ControlError, request
+
+    try:
+        return request(settings.run_dir, "GET", "/status", timeout=STATUS_TIMEOUT_SECONDS)
+    except ControlError:
+        return collect_status(settings)
 
 
 def collect_status(settings: Settings) -> dict[str, Any]:
@@ -27,7 +39,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
     conn = connect(settings.db_path)
     try:
         migrate(conn)
-        status: dict[str, Any] = dict(queries.counts(conn))
+        status: dict[str, Any] = dict(sessions.counts(conn))
         by_status = episodes_sql.counts_by_status(conn)
         status["episodes"] = sum(by_status.values())
         status["episodes_by_status"] = by_status
@@ -35,9 +47,9 @@ def collect_status(settings: Settings) -> dict[str, Any]:
         status["jobs"] = jobs_status(conn, settings)
         status["db"] = str(settings.db_path)
         status["db_exists"] = True
-        now_ms = int(time.time() * 1000)
+        now_ms = clock_now_ms()
         active = []
-        for s in queries.recent_sessions(conn, now_ms - ACTIVE_WINDOW_MS):
+        for s in sessions.recent_sessions(conn, now_ms - ACTIVE_WINDOW_MS):
             try:
                 st = os.stat(s.transcript_path)
                 size, mtime_ms = st.st_size, int(st.st_mtime * 1000)

@@ -26,9 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from processor.capture.parse import CapturedLine
-from processor.config import Settings, ensure_private_dir
+from processor.clock import now_ms, utc_date
+from processor.config import Settings, SettingsSource
+from processor.files import ensure_private_dir, write_atomic
 from processor.memory.episodes import EpisodeStore
-from processor.store import episodes as sql
+from processor.store import episodes as episodes_sql
+from processor.store import sessions
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +53,6 @@ def recollection_path(recollections_dir: Path, session_id: str) -> Path:
 _MIN_TOPIC_WORDS = 3
 
 
-def write_atomically(path: Path, data: dict) -> None:
-    """Temp file in the same folder, then rename: a reader sees the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def prompt_shown_ids(recollections_dir: Path, session_id: str) -> frozenset[str]:
     """Ids the UserPromptSubmit hook injected in this session (its ``<session>.prompt`` marker)."""
     try:
@@ -75,36 +65,34 @@ def prompt_shown_ids(recollections_dir: Path, session_id: str) -> frozenset[str]
 
 
 class RecollectionWriter:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, settings: SettingsSource) -> None:
+        self._settings = settings
         self._last_vector: dict[str, np.ndarray] = {}  # session id → embedding of its previous user message
 
-    def handle(self, store: EpisodeStore, payload: tuple[str, CapturedLine]) -> Path | None:
-        """The memory thread's RECOLLECT request: one captured user message."""
-        session_id, line = payload
-        self.settings = store.settings  # the store follows configuration reloads (SIGHUP)
+    @property
+    def settings(self) -> Settings:
+        return self._settings.current
+
+    def handle(self, store: EpisodeStore, session_id: str, line: CapturedLine) -> Path | None:
+        """The memory thread's Recollect request: one captured user message."""
         if line.text.startswith(_NOT_PROMPTS) or self._stale(line) or self._superseded(store, session_id, line.uuid):
             return None
         return self.write(store, session_id, line.uuid, line.text, project=self._project(store, session_id))
 
     def _stale(self, line: CapturedLine) -> bool:
         """A message from an idle session's past (a backfill or the first pass): no hook will read it."""
-        cutoff = time.time() - float(self.settings.recollection_idle_hours) * 3600
+        cutoff = time.time() - self.settings.recollection_idle_hours * 3600
         return line.ts_ms is not None and line.ts_ms / 1000 < cutoff
 
     @staticmethod
     def _superseded(store: EpisodeStore, session_id: str, message_uuid: str) -> bool:
         """A later user message of the session is already captured; its own request follows this one."""
-        row = store.conn.execute(
-            "SELECT uuid FROM messages WHERE session_id = ? AND role = 'user' AND substr(text, 1, ?) != ? "
-            "ORDER BY id DESC LIMIT 1",
-            (session_id, len(_NOT_PROMPTS[0]), _NOT_PROMPTS[0]),
-        ).fetchone()
-        return row is not None and row[0] != message_uuid
+        newest = sessions.newest_prompt_uuid(store.conn, session_id, not_prefix=_NOT_PROMPTS[0])
+        return newest is not None and newest != message_uuid
 
     @staticmethod
     def _project(store: EpisodeStore, session_id: str) -> str | None:
-        progress = sql.session_progress(store.conn, session_id)
+        progress = episodes_sql.session_progress(store.conn, session_id)
         return progress[0] if progress else None
 
     def write(self, store: EpisodeStore, session_id: str, message_uuid: str, text: str,
@@ -122,29 +110,26 @@ class RecollectionWriter:
         vector = store.embedder.embed_query(text)
         previous = self._last_vector.get(session_id)
         self._last_vector[session_id] = vector
-        if previous is not None and float(previous @ vector) > float(self.settings.topic_gate) and path.exists():
+        if previous is not None and float(previous @ vector) > self.settings.topic_gate and path.exists():
             os.utime(path)  # the session is active: keep its file from the idle cleanup
             return None
         exclude = self._recent_episode_ids(store, session_id) | prompt_shown_ids(folder, session_id)
-        scored = store.search(text, limit=int(self.settings.recollection_bites), project=project,
+        scored = store.search(text, limit=self.settings.recollection_bites, project=project,
                               exclude_ids=exclude, query_vector=vector)
         # Read the marker again: the prompt hook may have shown some of these during the search.
         shown = prompt_shown_ids(folder, session_id)
         bites = [{"id": s.episode.id, "bite": s.episode.summary,
-                  "date": time.strftime("%Y-%m-%d", time.gmtime(s.episode.created_at / 1000)),
+                  "date": utc_date(s.episode.created_at),
                   "importance": s.episode.importance}
                  for s in scored
-                 if s.relevance >= float(self.settings.recollection_min_relevance) and s.episode.id not in shown]
-        write_atomically(path, {"messageUuid": message_uuid, "timestamp": int(time.time() * 1000), "bites": bites})
+                 if s.relevance >= self.settings.recollection_min_relevance and s.episode.id not in shown]
+        write_atomic(path, json.dumps({"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites},
+                                      ensure_ascii=False))
         return path
 
     def _recent_episode_ids(self, store: EpisodeStore, session_id: str) -> frozenset[str]:
         """Episodes made from this session's last few turns: the agent has just seen them."""
-        rows = store.conn.execute(
-            "SELECT id FROM episodes WHERE session_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
-            (session_id, int(self.settings.recollection_skip_recent)),
-        ).fetchall()
-        return frozenset(row[0] for row in rows)
+        return episodes_sql.newest_session_episode_ids(store.conn, session_id, self.settings.recollection_skip_recent)
 
     def remove_idle(self, now: float | None = None) -> int:
         """Delete the files of sessions idle longer than recollection_idle_hours; returns sessions removed.
@@ -153,7 +138,7 @@ class RecollectionWriter:
         when the topic gate keeps it). Temp files left by a crash are removed once as old.
         """
         now = time.time() if now is None else now
-        cutoff = now - float(self.settings.recollection_idle_hours) * 3600
+        cutoff = now - self.settings.recollection_idle_hours * 3600
         try:
             entries = list(os.scandir(self.settings.recollections_dir))
         except FileNotFoundError:

@@ -1,10 +1,10 @@
-"""Engram's SessionStart hook: a short, token-budgeted digest of what Engram remembers.
+"""The SessionStart digest: a short, token-budgeted summary of what Engram remembers for a project.
 
-Claude Code runs ``<engram python> -I -m processor.recall.session_start`` once per session start
-(sources startup, resume, clear, compact) with the event JSON on stdin
-(``{"session_id", "transcript_path", "cwd", "hook_event_name", "source", ...}``) and adds the
-``additionalContext`` we print to the conversation (seeds 002 and 004: preferences, recent
-learnings and pending actions at session start). The digest holds, in this order:
+The SessionStart hook (``recall_hook/session_start.py``, run as ``<engram python> -I -m
+recall_hook.session_start`` once per session start: sources startup, resume, clear, compact) prints
+``hook_output(event)``; Claude Code adds its ``additionalContext`` to the conversation (seeds 002
+and 004: preferences, recent learnings and pending actions at session start). The digest holds, in
+this order:
 
 1. preferences and conventions for all projects: active ``scope='global'`` episodes of
    importance high, newest first;
@@ -24,59 +24,38 @@ budget, so neither can crowd out the others; section 3 gets the rest. A memory t
 is left out whole, never cut mid-line, and a memory already shown in an earlier section is not
 repeated.
 
-Speed: three indexed queries (``m007_episode_digest_indexes``: each reads the newest rows of one
+Speed: three indexed queries (``processor/store/digest.py``: each reads the newest rows of one
 index range and stops at its LIMIT) plus two directory listings; no embedding model is loaded.
-A progress handler interrupts SQLite at ``DEADLINE_SECONDS`` as a last resort.
-
-Failure: a missing database, a locked one (waits at most ``BUSY_TIMEOUT_MS``), an unreadable
-stdin, a bad config — anything — ends in exit 0 with nothing on stdout; unexpected errors leave
-one line on stderr, never a traceback. The database is opened read-only and never created.
+A progress handler interrupts SQLite at ``DEADLINE_SECONDS`` as a last resort. The database is
+opened read-only and never created.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import apsw
+from typing import TYPE_CHECKING
 
 from processor.capture.project import project_root
+from processor.capture.remember_inbox import pending_remember_files
+from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings, load_settings
-from processor.memory.remember import pending_remember_files
 from processor.memory.verbatim import estimate_tokens
-from recall_hook.fence import FENCE_CLOSE, FENCE_OPEN, fence
+from processor.store import digest as digest_sql
+from processor.store.digest import Memory
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence
 
-# Read through Settings when the option exists (processor/config.py OPTIONS), else this default.
-DEFAULT_TOKEN_BUDGET = 1500
+if TYPE_CHECKING:
+    import apsw
+
 RECENT_HOURS = 48
 SECTION_SHARE = 0.4  # of the budget, for each of the first two sections
 ROWS_PER_SECTION = 20
 MAX_LINE_CHARS = 320
-BUSY_TIMEOUT_MS = 200
 DEADLINE_SECONDS = 0.8
-STDIN_LIMIT = 1 << 20
-
-_COLUMNS = "id, summary, created_at, importance"
-# Each query reads one index range of m007_episode_digest_indexes newest-first and stops at LIMIT.
-# `status = 'active'` must appear literally for SQLite to use those partial indexes.
-GLOBAL_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND scope = 'global' "
-              "AND importance = 'high' ORDER BY created_at DESC LIMIT ?")
-PROJECT_IMPORTANT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? "
-                         "AND importance = 'high' ORDER BY created_at DESC LIMIT ?")
-PROJECT_RECENT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? "
-                      "AND created_at >= ? ORDER BY created_at DESC LIMIT ?")
-
-
-@dataclass(frozen=True)
-class Memory:
-    id: str
-    summary: str
-    created_at: int
-    importance: str
 
 
 @dataclass(frozen=True)
@@ -98,24 +77,6 @@ class Digest:
     project: str | None
 
 
-def token_budget(settings: Settings) -> int:
-    return int(getattr(settings, "session_start_token_budget", DEFAULT_TOKEN_BUDGET))
-
-
-def open_readonly(db_path: Path, deadline: float) -> apsw.Connection | None:
-    """A read-only connection that gives up on locks quickly and on queries at `deadline`; None if no DB."""
-    if not db_path.is_file():
-        return None
-    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # True interrupts the statement
-    return conn
-
-
-def _memories(conn: apsw.Connection, sql: str, params: tuple) -> list[Memory]:
-    return [Memory(*row) for row in conn.execute(sql, params)]
-
-
 def count_pending(settings: Settings) -> Pending:
     try:
         rejected = sum(1 for p in (settings.queue_dir / "rejected").iterdir() if p.is_file())
@@ -126,13 +87,13 @@ def count_pending(settings: Settings) -> Pending:
 
 def collect(conn: apsw.Connection, settings: Settings, project: str | None, now_ms: int) -> Digest:
     limit = ROWS_PER_SECTION
-    global_high = _memories(conn, GLOBAL_SQL, (limit,))
+    global_high = digest_sql.global_important(conn, limit)
     project_high: list[Memory] = []
     project_recent: list[Memory] = []
     if project:
-        project_high = _memories(conn, PROJECT_IMPORTANT_SQL, (project, limit))
+        project_high = digest_sql.project_important(conn, project, limit)
         since = now_ms - RECENT_HOURS * 3_600_000
-        project_recent = _memories(conn, PROJECT_RECENT_SQL, (project, since, limit))
+        project_recent = digest_sql.project_recent(conn, project, since, limit)
     return Digest(global_high, project_high, project_recent, count_pending(settings), project)
 
 
@@ -205,34 +166,14 @@ def hook_output(event: object, settings: Settings | None = None, now_ms: int | N
     settings = settings or load_settings()
     cwd = event.get("cwd")
     project = project_root(cwd) if isinstance(cwd, str) and cwd else None
-    conn = open_readonly(settings.db_path, started + DEADLINE_SECONDS)
+    conn = digest_sql.open_readonly(settings.db_path, started + DEADLINE_SECONDS)
     if conn is None:
         return None
     try:
-        digest = collect(conn, settings, project, int(time.time() * 1000) if now_ms is None else now_ms)
+        digest = collect(conn, settings, project, clock_now_ms() if now_ms is None else now_ms)
     finally:
         conn.close()
-    context = render(digest, token_budget(settings), settings.queue_dir)
+    context = render(digest, settings.session_start_token_budget, settings.queue_dir)
     if context is None:
         return None
     return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
-
-
-def main() -> int:
-    try:
-        raw = sys.stdin.buffer.read(STDIN_LIMIT + 1)
-        if len(raw) > STDIN_LIMIT:
-            return 0
-        output = hook_output(json.loads(raw))
-        if output:
-            sys.stdout.write(output + "\n")
-            sys.stdout.flush()
-    except (ValueError, apsw.BusyError, apsw.InterruptError, apsw.SQLError, apsw.CantOpenError, OSError):
-        pass  # bad stdin, locked/slow/old/missing database: start the session without a digest
-    except Exception as exc:  # never a traceback: the session must start regardless
-        print(f"engram session_start: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,8 @@
-"""The long-running processor: discover, watch and tail every transcript until told to stop.
+"""The running processor (`Processor`): discover, watch and tail every transcript until told to stop.
 
-The capture loop runs in the calling thread and owns its connection; everything
-that needs the embedding model happens in the MemoryWorker's thread.
+The capture loop runs in the calling thread and owns its connection; everything that needs the
+embedding model happens in the memory thread, and every LLM call in the job worker. All of them read
+one SettingsHolder, so a reload (SIGHUP) reaches every thread at once.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from processor.capture.discover import TranscriptFilter, discover
 from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
-from processor.config import Settings, ensure_home
+from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
-from processor.recall.writer import RecollectionWriter
-from processor.service.memory_worker import EPISODIZE, FINALIZE_IDLE, RECOLLECT, MemoryWorker
+from processor.recall.recollections import RecollectionWriter
+from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, Recollect
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -33,25 +34,27 @@ _IDLE_WAIT_SECONDS = 1.0
 
 class Processor:
     def __init__(self, settings: Settings, *, mock: bool = False) -> None:
-        self.settings = settings
+        self.holder = SettingsHolder(settings)
         self.stop_event = threading.Event()
         self.filter = TranscriptFilter(settings.transcripts_root, settings.agent_workdir)
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.started_at = time.time()
-        self.memory = MemoryWorker(settings)
-        self.recollections = RecollectionWriter(settings)
-        self.memory.handlers[RECOLLECT] = self.recollections.handle
+        self.recollections = RecollectionWriter(self.holder)
+        self.memory = MemoryThread(self.holder, recollect=self.recollections.handle)
         self.memory.periodic.append(self.recollections.remove_idle)
-        self.jobs = JobRunner(settings, self.stop_event, mock=mock)
+        self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
 
+    @property
+    def settings(self) -> Settings:
+        return self.holder.current
+
     def _open_tailer(self) -> Tailer:
-        ensure_home(self.settings)
         return Tailer(
             open_store(self.settings.db_path),
-            batch_bytes=int(self.settings.batch_bytes),
-            max_line_bytes=int(self.settings.max_line_bytes),
+            batch_bytes=self.settings.batch_bytes,
+            max_line_bytes=self.settings.max_line_bytes,
             listeners=[self._on_captured],
         )
 
@@ -59,8 +62,8 @@ class Processor:
         # A new user message asks for fresh recollections before anything else.
         for line in lines:
             if line.role == "user":
-                self.memory.submit(RECOLLECT, (session_id, line))
-        self.memory.submit(EPISODIZE, session_id)
+                self.memory.submit(Recollect(session_id, line))
+        self.memory.submit(BuildEpisodes(session_id))
         self.jobs.on_messages_captured(session_id)
 
     # --- control from other threads and signal handlers ------------------------------------------
@@ -128,8 +131,8 @@ class Processor:
             queue_watcher.start()
             watching = watcher.start()
             log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
-            pending: set[Path] = set(discover(self.filter.root, self.filter, float(self.settings.recent_days)))
-            next_rescan = time.monotonic() + float(self.settings.rescan_seconds)
+            pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days))
+            next_rescan = time.monotonic() + self.settings.rescan_seconds
             while not self.stop_event.is_set():
                 self._apply_pending_settings()
                 if self._wake.is_set():
@@ -137,18 +140,18 @@ class Processor:
                     next_rescan = 0.0
                 if queue_marker in pending:
                     pending.discard(queue_marker)
-                    self.jobs.on_remember_files()
+                    self.jobs.wake()
                 locked = {path for path in sorted(pending) if not self.stop_event.is_set()
                           and not self._tail(tailer, path)}
                 # Paths that met a locked database are retried after a pause; nothing is dropped.
                 pending = self._drain(timeout=_IDLE_WAIT_SECONDS) | locked
                 if time.monotonic() >= next_rescan:
-                    next_rescan = time.monotonic() + float(self.settings.rescan_seconds)
+                    next_rescan = time.monotonic() + self.settings.rescan_seconds
                     if not watcher.alive and watcher.start():
                         log.info("watching %s again", self.filter.root)
-                    pending |= set(discover(self.filter.root, self.filter, float(self.settings.recent_days)))
-                    self.jobs.on_remember_files()
-                    self.memory.submit(FINALIZE_IDLE)
+                    pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days))
+                    self.jobs.wake()
+                    self.memory.submit(FinalizeIdle())
         finally:
             queue_watcher.stop()
             watcher.stop()
@@ -163,12 +166,8 @@ class Processor:
             return
         if new.transcripts_root != self.settings.transcripts_root:
             log.warning("projects_dir changed to %s; restart Engram to watch it", new.transcripts_root)
-        self.settings = new
-        self.memory.settings = new
-        self.recollections.settings = new
-        self.jobs.reconfigure(new)
-        if self.memory.store is not None:
-            self.memory.store.reconfigure(new)
+        self.holder.replace(new)  # every thread reads the holder: nothing else to chase
+        self.jobs.settings_changed()
 
     def _drain(self, timeout: float) -> set[Path]:
         dirty: set[Path] = set()

@@ -1,7 +1,7 @@
-"""What the CLI calls: `--dry-run` (say what would be queued and why, run nothing) and one-shot runs.
+"""Planning without running: what `engram run --dry-run` would queue and why; and `engram extract`'s one-shot run.
 
-``dry_run(settings)`` reads the database and the remember folder and prints, per session, whether
-an extract job would be queued and which trigger fired; it writes no job and calls no model.
+``dry_run(settings)`` asks every job type what is due, exactly as the worker does, and prints it;
+sessions that are not due are listed with what was measured. It writes no job and calls no model.
 ``run_once(settings, mock=True)`` queues what is due and works the queue in the calling thread
 until nothing is ready, with canned outputs instead of an LLM when ``mock`` is set.
 """
@@ -9,15 +9,17 @@ until nothing is ready, with canned outputs instead of an LLM when ``mock`` is s
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.jobs.backends import BackendUnavailable, choose_backend
-from processor.jobs.extraction import EXTRACT, evaluate_sessions
-from processor.jobs.queue import JobRunner, format_jobs_status, jobs_status
-from processor.jobs.remember import REMEMBER, pending_files
+from processor.jobs.base import DueCheck
+from processor.jobs.extraction import evaluate_sessions
+from processor.jobs.queue import JobRunner
+from processor.jobs.registry import built_in_job_types
+from processor.jobs.status import format_jobs_status, jobs_status
 from processor.store import jobs as sql
 from processor.store import open_store
 
@@ -32,7 +34,7 @@ class PlannedJob:
 
 def plan(settings: Settings, now_ms: int | None = None) -> tuple[list[PlannedJob], list[str]]:
     """(jobs that would be queued, notes on sessions that are not due), without writing anything."""
-    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    now_ms = now_ms if now_ms is not None else clock_now_ms()
     conn = open_store(settings.db_path)
     planned: list[PlannedJob] = []
     notes: list[str] = []
@@ -41,20 +43,18 @@ def plan(settings: Settings, now_ms: int | None = None) -> tuple[list[PlannedJob
             backend, _ = choose_backend(settings)
         except BackendUnavailable:
             backend = "verbatim"
-        for name in pending_files(settings):
-            key = f"{REMEMBER}:{name}"
-            planned.append(PlannedJob(REMEMBER, key, f"request file {settings.queue_dir / name}",
-                                      sql.live_job(conn, key) is not None))
+        llm = backend != "verbatim"
+        check = DueCheck(conn, settings, now_ms, None, llm_available=llm)
+        for job_type in built_in_job_types():
+            for job in job_type.due(check):
+                planned.append(PlannedJob(job_type.name, job.dedupe_key, job.reason,
+                                          sql.live_job(conn, job.dedupe_key) is not None))
         for due in evaluate_sessions(conn, settings, now_ms):
             if due.reason is None:
                 notes.append(f"not due: session {due.session_id} ({due.project or 'no project'}): {due.detail}")
-            elif backend == "verbatim":
+            elif not llm:
                 notes.append(f"no extraction (extractor is verbatim): session {due.session_id} would be due: "
                              f"{due.reason}")
-            else:
-                key = f"{EXTRACT}:{due.session_id}"
-                planned.append(PlannedJob(EXTRACT, key, f"session {due.session_id} ({due.project or 'no project'}): "
-                                          f"{due.reason}", sql.live_job(conn, key) is not None))
     finally:
         conn.close()
     return planned, notes

@@ -389,7 +389,7 @@ def _missing_programs(argv: list[str]) -> list[str]:
 
 
 def check_claude_hooks(probe: _Probe) -> Check:
-    from processor.service import claude_settings as cs
+    from processor.claude_code import settings as cs
 
     name = "Claude Code hooks"
     path = cs.default_settings_path(probe.env)
@@ -413,7 +413,7 @@ def check_claude_hooks(probe: _Probe) -> Check:
             for group in hooks.get(spec.event) or []
             if isinstance(group, dict) and isinstance(group.get("hooks"), list)
             for h in group["hooks"]
-            if cs.is_engram_hook(h, (spec.marker,))
+            if cs.is_engram_hook(h, spec.markers)
         ]
         if not commands:
             missing.append(spec.event)
@@ -431,7 +431,7 @@ def check_claude_hooks(probe: _Probe) -> Check:
 
 
 def check_claude_mcp(probe: _Probe) -> Check:
-    from processor.service import claude_settings as cs
+    from processor.claude_code import settings as cs
 
     name = "Claude Code MCP server"
     path = cs.default_mcp_config_path(probe.env)
@@ -494,7 +494,8 @@ def check_service(probe: _Probe) -> Check:
 
 
 def check_processor(probe: _Probe) -> Check:
-    from processor.service.control_http import ping, read_port
+    from processor.service.control_client import ping
+    from processor.service.control_files import read_port
     from processor.service.pidfile import is_running, read_record
 
     name = "processor"

@@ -1,8 +1,8 @@
 """The processor's memory thread: verbatim episodes and recollections, off the capture path.
 
-Capture must never wait for the embedding model, so captured sessions are handed
-to this thread, which owns its own connection and the loaded model. Requests are
-prioritised: a recollection for a new user message goes before episode building.
+Capture must never wait for the embedding model, so captured sessions are handed to this thread,
+which owns its own connection and the loaded model. Requests are small typed objects; each kind has
+a priority: a recollection for a new user message goes before episode building.
 """
 
 from __future__ import annotations
@@ -13,31 +13,63 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import apsw
 
-from processor.config import Settings
+from processor.capture.parse import CapturedLine
+from processor.config import Settings, SettingsSource
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
+from processor.store import episodes as episodes_sql
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
 
-RECOLLECT, EPISODIZE, FINALIZE_IDLE = 0, 2, 3  # priorities: lower runs first
 
-Handler = Callable[[EpisodeStore, Any], None]
+@dataclass(frozen=True)
+class Recollect:
+    """A new user message: precompute the session's recollection (first: the hook is waiting for it)."""
+
+    session_id: str
+    line: CapturedLine
+    priority: ClassVar[int] = 0
 
 
-class MemoryWorker:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+@dataclass(frozen=True)
+class BuildEpisodes:
+    """A session captured new messages: turn its complete rounds into episodes."""
+
+    session_id: str
+    priority: ClassVar[int] = 2
+
+
+@dataclass(frozen=True)
+class FinalizeIdle:
+    """The periodic sweep: idle sessions' last rounds become episodes; housekeeping runs."""
+
+    priority: ClassVar[int] = 3
+
+
+@dataclass(frozen=True)
+class _Stop:
+    priority: ClassVar[int] = -1
+
+
+MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | _Stop
+RecollectHandler = Callable[[EpisodeStore, str, CapturedLine], object]
+
+
+class MemoryThread:
+    def __init__(self, settings: SettingsSource, recollect: RecollectHandler | None = None) -> None:
+        self._settings = settings
         self.store: EpisodeStore | None = None
         self.problem: str | None = None  # why episodes are paused, if they are
         self.busy_with: str | None = None
-        self.handlers: dict[int, Handler] = {}  # extra request kinds (recollections) register here
+        self.recollect = recollect  # the recollection writer's handler, if the processor writes them
         self.periodic: list[Callable[[], object]] = []  # run with each idle-session sweep
-        self._requests: queue.PriorityQueue[tuple[int, int, Any]] = queue.PriorityQueue()
+        self._requests: queue.PriorityQueue[tuple[int, int, MemoryRequest]] = queue.PriorityQueue()
         self._order = itertools.count()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -45,8 +77,12 @@ class MemoryWorker:
 
     # --- used inline (backfill) or by the thread ----------------------------------------------
 
+    @property
+    def settings(self) -> Settings:
+        return self._settings.current
+
     def open(self) -> EpisodeStore:
-        self.store = EpisodeStore(self.settings, open_store(self.settings.db_path))
+        self.store = EpisodeStore(self._settings, open_store(self.settings.db_path))
         return self.store
 
     def close(self) -> None:
@@ -79,18 +115,13 @@ class MemoryWorker:
     def idle_sessions(self) -> set[str]:
         """Sessions quiet for idle_minutes: their last round is complete enough to become an episode."""
         assert self.store is not None
-        cutoff = int((time.time() - float(self.settings.idle_minutes) * 60) * 1000)
-        rows = self.store.conn.execute(
-            "SELECT s.session_id FROM sessions s WHERE s.updated_at < ? AND EXISTS "
-            "(SELECT 1 FROM messages m WHERE m.session_id = s.session_id AND m.id > s.episodized_through)",
-            (cutoff,),
-        ).fetchall()
-        return {row[0] for row in rows}
+        cutoff = int((time.time() - self.settings.idle_minutes * 60) * 1000)
+        return episodes_sql.idle_sessions_with_new_messages(self.store.conn, cutoff)
 
     # --- the thread --------------------------------------------------------------------------
 
-    def submit(self, priority: int, payload: Any = None) -> None:
-        self._requests.put((priority, next(self._order), payload))
+    def submit(self, request: MemoryRequest) -> None:
+        self._requests.put((request.priority, next(self._order), request))
 
     @property
     def backlog(self) -> int:
@@ -102,7 +133,7 @@ class MemoryWorker:
 
     def stop(self, timeout: float = 8.0) -> None:
         self._stop.set()
-        self.submit(-1)
+        self.submit(_Stop())
         if self._thread is not None:
             self._thread.join(timeout=timeout)
             if self._thread.is_alive():
@@ -118,40 +149,36 @@ class MemoryWorker:
                 self.problem = str(exc)
                 log.error("episodes are paused (capture continues): %s", exc)
             while not self._stop.is_set():
-                priority, _, payload = self._requests.get()
-                if priority < 0:
-                    continue
-                episodize: set[str] = set()
-                batch = [(priority, payload)]
+                batch = [self._requests.get()[2]]
                 while True:  # take everything queued now, so one pass serves many events
                     try:
-                        more = self._requests.get_nowait()
+                        batch.append(self._requests.get_nowait()[2])
                     except queue.Empty:
                         break
-                    if more[0] >= 0:
-                        batch.append((more[0], more[2]))
-                batch.sort(key=lambda item: item[0])
-                for kind, arg in batch:
+                batch.sort(key=lambda request: request.priority)
+                episodize: set[str] = set()
+                for request in batch:
                     if self._stop.is_set():
                         break
-                    if kind == EPISODIZE:
-                        episodize.add(arg)
+                    if isinstance(request, BuildEpisodes):
+                        episodize.add(request.session_id)
                     else:
-                        self._handle(kind, arg)
+                        self._handle(request)
                 if episodize and not self._stop.is_set():
                     self._busy("episodes", lambda sessions=episodize: self.build_episodes(sessions=sessions))
         finally:
             self.close()
 
-    def _handle(self, kind: int, arg: Any) -> None:
+    def _handle(self, request: MemoryRequest) -> None:
         store = self.store
         assert store is not None
-        if kind == FINALIZE_IDLE:
+        if isinstance(request, FinalizeIdle):
             self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions(), final=True))
             for cleanup in self.periodic:
                 self._busy("cleanup", cleanup)
-        elif kind in self.handlers:
-            self._busy(f"handler {kind}", lambda: self.handlers[kind](store, arg))
+        elif isinstance(request, Recollect) and self.recollect is not None:
+            recollect = self.recollect
+            self._busy("recollection", lambda: recollect(store, request.session_id, request.line))
 
     def _busy(self, what: str, fn: Callable[[], object]) -> None:
         self.busy_with = what
@@ -169,7 +196,7 @@ class MemoryWorker:
             main = self.store
             if main is None:
                 raise EmbedderError("the memory thread is not running")
-            store = EpisodeStore(self.settings, open_store(self.settings.db_path), embedder=main.embedder,
+            store = EpisodeStore(self._settings, open_store(self.settings.db_path), embedder=main.embedder,
                                  index=main.index)
             self._readers.store = store
         return store

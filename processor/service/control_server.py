@@ -1,16 +1,16 @@
-"""The processor's control plane: a small authenticated JSON API on 127.0.0.1, and its client.
+"""The processor's control plane server: a small authenticated JSON API on 127.0.0.1.
 
-Server side (the run loop)::
+Used by ``service/lifecycle.py``::
 
-    server = ControlServer(settings.run_dir, port=settings.http_port, ping=daemon.ping_status,
-                           routes={("GET", "/status"): daemon.status,
-                                   ("POST", "/recall"): daemon.recall,
-                                   ("POST", "/wake"): daemon.wake})
+    server = ControlServer(settings.run_dir, port=settings.http_port, ping=processor.ping_info,
+                           routes={("GET", "/status"): status_route,
+                                   ("POST", "/recall"): recall_route,
+                                   ("POST", "/wake"): wake_route})
     server.start()   # binds, writes run/engram.port, serves from a background thread
     ...
     server.stop()    # stops serving, removes run/engram.port
 
-Client side (CLI, hooks): ``ping(run_dir)`` and ``request(run_dir, "POST", "/recall", {...})``.
+Client side: ``processor/service/control_client.py``; the token and port files: ``control_files.py``.
 
 Security model, in the order a request meets it:
 - the socket is bound to 127.0.0.1 only, never 0.0.0.0;
@@ -30,16 +30,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import hmac
-import http.client
 import io
 import json
 import logging
-import os
 import re
-import secrets
 import socket
 import socketserver
-import stat
 import sys
 import threading
 import time
@@ -50,14 +46,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from processor.config import ensure_private_dir
-from processor.service.pidfile import is_running
+from processor.config import Settings
+from processor.files import write_atomic
+from processor.service.control_files import PORT_FILE, ensure_token, read_port
 
 log = logging.getLogger(__name__)
 
-PORT_FILE = "engram.port"
-TOKEN_FILE = "token"
-DEFAULT_PORT = 27326
 MAX_BODY_BYTES = 64 * 1024
 REQUEST_TIMEOUT_SECONDS = 5.0
 MAX_CONNECTIONS = 32
@@ -67,7 +61,6 @@ Route = Callable[[JSONDict], JSONDict]
 
 # Loopback names only, optionally with a port. Anything else is a name some other party controls.
 _LOOPBACK_HOST = re.compile(r"(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?", re.IGNORECASE)
-_TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]{32,256}")
 _METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS")
 
 
@@ -78,86 +71,6 @@ class RequestRejected(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-# --- files: token and port ---------------------------------------------------------------------
-
-
-def write_private_file(path: Path, text: str) -> None:
-    """Write atomically (temp file + rename) with mode 0600 from the first byte."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-
-
-def _read_private_file(path: Path) -> str | None:
-    """Contents of an owner-only regular file; None if missing, a symlink, or readable by others."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            return None
-        return fh.read(4096).decode("ascii", "replace").strip()
-
-
-def ensure_token(run_dir: Path) -> str:
-    """The control token, creating ``run/token`` (0600) if missing.
-
-    A token file that others could read (group/world bits, another owner, a symlink) may have leaked,
-    so it is not tightened in place but replaced by a new random token, and the fix is logged.
-    """
-    ensure_private_dir(run_dir)
-    path = run_dir / TOKEN_FILE
-    reason = None
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
-        if not stat.S_ISREG(st.st_mode):
-            reason = "was not a regular file"
-        elif st.st_uid != os.getuid():
-            reason = f"was owned by uid {st.st_uid}"
-        elif st.st_mode & 0o077:
-            reason = f"was readable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-        else:
-            token = _read_private_file(path)
-            if token is not None and _TOKEN_CHARS.fullmatch(token):
-                return token
-            reason = "did not contain a valid token"
-    token = secrets.token_urlsafe(32)
-    write_private_file(path, token + "\n")
-    if reason:
-        log.warning("%s %s; replaced it with a new private token (mode 600)", path, reason)
-    else:
-        log.info("created control token %s", path)
-    return token
-
-
-def read_token(run_dir: Path) -> str | None:
-    """The token as a client sees it (never created or repaired here); None if missing or unsafe."""
-    token = _read_private_file(run_dir / TOKEN_FILE)
-    return token if token and _TOKEN_CHARS.fullmatch(token) else None
-
-
-def read_port(run_dir: Path) -> int | None:
-    try:
-        text = (run_dir / PORT_FILE).read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
 
 
 # --- server ------------------------------------------------------------------------------------
@@ -375,7 +288,7 @@ class ControlServer:
     def __init__(
         self,
         run_dir: Path,
-        port: int = DEFAULT_PORT,
+        port: int = Settings.http_port.default,
         routes: Mapping[tuple[str, str], Route] | None = None,
         ping: Callable[[], JSONDict] | None = None,
         *,
@@ -420,7 +333,7 @@ class ControlServer:
         httpd = self._bind()
         port = httpd.server_address[1]
         try:
-            write_private_file(self.port_file, f"{port}\n")
+            write_atomic(self.port_file, f"{port}\n", durable=True)
         except BaseException:
             httpd.server_close()
             raise
@@ -468,82 +381,3 @@ class ControlServer:
 
 def _address_in_use(exc: OSError) -> bool:
     return exc.errno == errno.EADDRINUSE
-
-
-# --- client ------------------------------------------------------------------------------------
-
-
-class ControlError(Exception):
-    """A control request could not be answered."""
-
-
-class NotRunning(ControlError):
-    """No processor is running for this run directory (or it has not published its port yet)."""
-
-
-class ControlRequestFailed(ControlError):
-    """The processor answered with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-def request(
-    run_dir: Path, method: str, path: str, body: JSONDict | None = None, *, timeout: float = 5.0
-) -> JSONDict:
-    """Call the running processor; raises NotRunning, ControlRequestFailed or ControlError.
-
-    The token is only sent to a port published by a live instance (the pid lock is held): after a
-    crash, another local program could have taken over the stale port and would receive the token.
-    """
-    port = _live_port(run_dir)
-    headers = {"Accept": "application/json"}
-    if path != "/ping":
-        token = read_token(run_dir)
-        if token is None:
-            raise ControlError(f"no usable token in {run_dir / TOKEN_FILE}; restart the processor")
-        headers["Authorization"] = f"Bearer {token}"
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method.upper(), path, body=data, headers=headers)
-        response = conn.getresponse()
-        raw = response.read(MAX_BODY_BYTES * 16)
-    except ConnectionRefusedError:
-        raise NotRunning(f"nothing listens on 127.0.0.1:{port}; the processor may be restarting") from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise ControlError(f"control request {method} {path} failed: {exc}") from None
-    finally:
-        conn.close()
-    try:
-        payload = json.loads(raw) if raw else {}
-    except ValueError:
-        payload = {"error": raw[:200].decode("utf-8", "replace")}
-    if response.status != 200:
-        message = payload.get("error", "") if isinstance(payload, dict) else ""
-        raise ControlRequestFailed(response.status, message or response.reason)
-    if not isinstance(payload, dict):
-        raise ControlError(f"control request {method} {path}: expected a JSON object")
-    return payload
-
-
-def ping(run_dir: Path, *, timeout: float = 1.0) -> JSONDict | None:
-    """``GET /ping`` for status lines and hooks: the answer, or None if no processor answers."""
-    try:
-        return request(run_dir, "GET", "/ping", timeout=timeout)
-    except ControlError:
-        return None
-
-
-def _live_port(run_dir: Path) -> int:
-    if not is_running(run_dir):
-        raise NotRunning(f"the Engram processor is not running (no lock held in {run_dir})")
-    port = read_port(run_dir)
-    if port is None:
-        raise NotRunning(f"the processor has not published a port in {run_dir / PORT_FILE}")
-    return port

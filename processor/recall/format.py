@@ -1,0 +1,28 @@
+"""How recall results read as text: the lines `memory_recall` and `engram recall` print, and an expansion."""
+
+from __future__ import annotations
+
+from processor.memory.episodes import Expansion, Hit
+
+
+def format_hits(hits: list[Hit]) -> str:
+    """Seed 001's recall format: `[1] (2026-02-20, high) summary — ID: ep_abc`."""
+    if not hits:
+        return "No memories found."
+    return "\n".join(f"[{i}] ({h.date}, {h.importance}) {h.bite} — ID: {h.id}" for i, h in enumerate(hits, 1))
+
+
+def format_expansion(e: Expansion) -> str:
+    lines = [f"## Memory {e.id}", f"**Date:** {e.date}", f"**Project:** {e.project or '(global)'}",
+             f"**Importance:** {e.importance}  **Kind:** {e.kind}  **Source:** {e.source_type}",
+             "", f"**Summary:** {e.summary}", "", "**Full context:**", e.full_content]
+    if e.entities:
+        lines += ["", "**Entities:** " + ", ".join(e.entities)]
+    if e.source_messages:
+        first, last = e.source_messages[0], e.source_messages[-1]
+        lines += ["", f"**From session** {first['session_id']} ({first['timestamp']} – {last['timestamp']}), "
+                  f"{len(e.source_messages)} message(s)"]
+    if e.superseded_by:
+        lines += ["", f"Superseded by {e.superseded_by}."]
+    return "\n".join(lines)
+

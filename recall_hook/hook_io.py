@@ -1,0 +1,311 @@
+"""What every Engram hook shares: reading the event and Engram's files, the fence, and the answer.
+
+Stdlib only, and careful about it: a hook's whole-process time is its cost, so this module avoids
+even ``os`` and ``json`` (``json`` pulls in ``re``/``enum``, which alone doubles interpreter
+start-up). It uses the built-in ``posix`` module and the ``_json`` C accelerator, with plain
+``os``/``json`` as a fallback. Imported as ``recall_hook.hook_io`` from the processor and tests, and
+as plain ``hook_io`` by hooks run through their launchers (which put this folder on ``sys.path``).
+"""
+
+import sys
+
+try:
+    import posix as _os  # built in and already loaded: importing `os` costs ~1.5 ms more
+except ImportError:  # not a POSIX system
+    import os as _os
+
+# The registered command: `python -I -S -c LAUNCHER /abs/path/pretooluse.py`. -I leaves the
+# script's directory off sys.path, so the launcher puts it back and imports this module.
+FENCE_OPEN = "<engram-recollection>"
+FENCE_CLOSE = "</engram-recollection>"
+
+
+def fence(text: str) -> str:
+    """The marker around every text Engram injects: capture drops what is inside it, so Engram never
+    captures, and so never remembers, its own recollections."""
+    return f"{FENCE_OPEN}\n{text}\n{FENCE_CLOSE}"
+
+STDIN_LIMIT = 1 << 20  # a Write of a huge file makes a huge event; skip it, the next call injects
+RECOLLECTION_LIMIT = 64 * 1024
+STATE_LIMIT = 4 * 1024
+# The operating system module: the built-in posix where there is one (see the module docstring).
+os_api = _os
+
+LOCK_NAME = ".pretooluse.lock"  # leading dot: never mistaken for a recollection file
+
+_SESSION_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+_WHITESPACE = " \t\n\r"
+_S_IFMT = 0o170000
+_S_IFREG = 0o100000
+
+
+def is_regular(st_mode: int) -> bool:
+    """stat.S_ISREG without importing stat."""
+    return st_mode & _S_IFMT == _S_IFREG
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(name)  # NaN/Infinity are not JSON
+
+
+try:
+    import _json
+
+    class _ScanContext:
+        # The attributes _json.make_scanner reads; same values as json.JSONDecoder's defaults.
+        strict = True
+        object_hook = None
+        object_pairs_hook = None
+        parse_float = float
+        parse_int = int
+        parse_constant = staticmethod(_reject_constant)
+
+    _scan = _json.make_scanner(_ScanContext())
+    quote = _json.encode_basestring_ascii
+
+    def loads(text: str) -> object:
+        text = text.strip(_WHITESPACE)
+        value, end = _scan(text, 0)  # StopIteration / JSONDecodeError on bad input
+        if end != len(text):
+            raise ValueError("trailing data")
+        return value
+
+except (ImportError, AttributeError, TypeError):  # not CPython: take the slow, plain route
+    import json as _json_module
+
+    def loads(text: str) -> object:
+        return _json_module.loads(text, parse_constant=_reject_constant)
+
+    def quote(text: str) -> str:
+        return _json_module.dumps(text)
+
+
+def getenv(name: str) -> str | None:
+    env = _os.environ
+    if _os.__name__ == "posix":  # posix.environ is bytes -> bytes
+        value = env.get(name.encode())
+        return None if value is None else value.decode("utf-8", "surrogateescape")
+    return env.get(name)
+
+
+def user_home() -> str | None:
+    home = getenv("HOME")
+    if home:
+        return home
+    try:
+        import pwd
+
+        return pwd.getpwuid(_os.getuid()).pw_dir
+    except (ImportError, KeyError, AttributeError):
+        return None
+
+
+def recollections_dir() -> str | None:
+    """$ENGRAM_HOME/recollections, with ENGRAM_HOME defaulting to ~/.engram like processor.config."""
+    root = getenv("ENGRAM_HOME")
+    if not root:
+        home = user_home()
+        return None if home is None else home + "/.engram/recollections"
+    if root == "~" or root.startswith("~/"):
+        home = user_home()
+        if home is None:
+            return None
+        root = home + root[1:]
+    elif root.startswith("~"):
+        import pwd
+
+        user, _, rest = root[1:].partition("/")
+        root = pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
+    return root.rstrip("/") + "/recollections"
+
+
+def valid_session_id(value: object) -> bool:
+    # Session ids become file names: no separators, no "..", no hidden files, bounded length.
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 128
+        and value[0] != "."
+        and _SESSION_CHARS.issuperset(value)
+    )
+
+
+def read_limited(path: str, limit: int) -> bytes | None:
+    """The file's bytes if it is a regular file of at most `limit` bytes, else None."""
+    # O_NONBLOCK: a FIFO planted at the path must not hang the hook (ignored for regular files).
+    fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0))
+    try:
+        st = _os.fstat(fd)
+        if not is_regular(st.st_mode) or st.st_size > limit:
+            return None
+        chunks = []
+        total = 0
+        while True:
+            chunk = _os.read(fd, limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # grew since fstat
+                return None
+        return b"".join(chunks)
+    finally:
+        _os.close(fd)
+
+
+def load_json_file(path: str, limit: int) -> object:
+    data = read_limited(path, limit)
+    return None if data is None else loads(data.decode("utf-8"))
+
+
+def newest_session(directory: str) -> str | None:
+    """The session of the newest recollection file: the hooks' fallback when Claude Code names none."""
+    best_name = None
+    best_mtime = -1
+    with _os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                mtime = entry.stat().st_mtime_ns
+            except OSError:
+                continue
+            if mtime > best_mtime:
+                best_name, best_mtime = name, mtime
+    if best_name is None:
+        return None
+    session_id = best_name[:-5]
+    return session_id if valid_session_id(session_id) else None
+
+
+def one_line(text: str, limit: int) -> str:
+    # One line per bite, and a bite can never close (or reopen) the fence around it.
+    text = " ".join(text.replace(FENCE_OPEN, "").replace(FENCE_CLOSE, "").split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+MAX_BITES = 10
+MAX_BITE_CHARS = 600
+MAX_ID_CHARS = 128
+
+
+def bite_line(bite: object) -> str | None:
+    """One bite of a recollection file as the line the agent reads; None for a malformed bite."""
+    if not isinstance(bite, dict):
+        return None
+    bite_id = bite.get("id")
+    text = bite.get("bite")
+    date = bite.get("date")
+    importance = bite.get("importance")
+    if not (isinstance(bite_id, str) and isinstance(text, str) and isinstance(date, str)):
+        return None
+    if importance not in ("high", "normal"):
+        return None
+    # The id is passed back verbatim to memory_expand: one that would need cleaning is unusable.
+    if not bite_id or len(bite_id) > MAX_ID_CHARS or one_line(bite_id, MAX_ID_CHARS) != bite_id:
+        return None
+    text = one_line(text, MAX_BITE_CHARS)
+    if not text:
+        return None
+    date = one_line(date, 32)
+    if len(date) >= 10 and date[4:5] == "-" and date[7:8] == "-":
+        date = date[:10]  # a datetime is shown as its day
+    return f"- [{date or 'undated'}, {importance}] {text} (id: {bite_id})"
+
+
+def format_context(lines: list[str]) -> str:
+    body = "\n".join(
+        [
+            "You have memories related to this conversation:",
+            *lines,
+            "If any of these are relevant, call memory_expand(id) (a tool of the engram MCP server)"
+            " with its id for the full context. Otherwise, continue your work.",
+        ]
+    )
+    return fence(body)
+
+
+def last_injected(state_path: str) -> str | None:
+    try:
+        state = load_json_file(state_path, STATE_LIMIT)
+    except Exception:
+        return None  # a corrupt state file must not block injection forever: it is rewritten
+    if isinstance(state, dict):
+        value = state.get("lastInjectedMessageUuid")
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def write_state(directory: str, session_id: str, message_uuid: str) -> None:
+    """Record the injected message: a complete temp file in the same directory, renamed into place.
+
+    Called with the lock held (see claim). The old state file is unlinked first instead of being
+    replaced: on ext4 (auto_da_alloc) a rename over a file with data forces the new file's blocks
+    to disk, ~1.5 ms on every injection. Readers still never see a partial file; one that finds no
+    state in that instant takes the lock and reads again.
+    """
+    final = f"{directory}/{session_id}.state"
+    temp = f"{directory}/.{session_id}.state.{_os.getpid()}.tmp"
+    data = b'{"lastInjectedMessageUuid":' + quote(message_uuid).encode() + b"}\n"
+    fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[_os.write(fd, view) :]
+        finally:
+            _os.close(fd)
+        remove(final)
+        _os.replace(temp, final)
+    except BaseException:
+        remove(temp)
+        raise
+
+
+def remove(path: str) -> None:
+    try:  # not contextlib.suppress: one more import on the hook's hot path
+        _os.unlink(path)
+    except OSError:
+        return
+
+
+def claim(directory: str, session_id: str, message_uuid: str) -> bool:
+    """Record `message_uuid` as injected; False if another hook process already did.
+
+    Claude Code runs the hooks of parallel tool calls concurrently, so the read-compare-write is
+    done under an exclusive lock; without it both calls of a parallel batch would inject. The lock
+    is a POSIX record lock (posix.lockf) on one dedicated file, opened once: fcntl.flock would
+    cost an extension-module load, and a record lock is only dropped early if the process closes
+    another descriptor of the same file, which never happens to this one.
+    """
+    lock_fd = -1
+    if hasattr(_os, "lockf"):  # elsewhere: accept the rare double injection
+        lock_fd = _os.open(
+            f"{directory}/{LOCK_NAME}", _os.O_RDWR | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0), 0o600
+        )
+    try:
+        if lock_fd >= 0:
+            _os.lockf(lock_fd, _os.F_LOCK, 0)
+        if last_injected(f"{directory}/{session_id}.state") == message_uuid:
+            return False
+        write_state(directory, session_id, message_uuid)
+        return True
+    finally:
+        if lock_fd >= 0:
+            _os.close(lock_fd)  # releases the lock
+
+
+def serve(run_hook: "Callable[[bytes], str | None]") -> None:  # noqa: F821 - no typing import on the hot path
+    """Read the event, print the hook's JSON if any; on any failure exit 0 with no output."""
+    try:
+        stdin = sys.stdin.buffer.read(STDIN_LIMIT + 1)
+        if len(stdin) > STDIN_LIMIT:
+            return
+        output = run_hook(stdin)
+        if output:
+            out = sys.stdout.buffer
+            out.write(output.encode("ascii") + b"\n")
+            out.flush()
+    except Exception:
+        return  # exit 0, silently: see the module docstring

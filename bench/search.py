@@ -39,9 +39,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.synthetic import build_store, pseudo_words, unit_rows, zipf_words  # noqa: E402
+from processor.clock import now_ms  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import load_embedder  # noqa: E402
-from processor.memory.episodes import EpisodeStore, now_ms  # noqa: E402
+from processor.memory.episodes import EpisodeStore  # noqa: E402
 from processor.memory.search import fts_query, search_episodes  # noqa: E402
 from processor.store import episodes as sql  # noqa: E402
 from processor.store import open_store  # noqa: E402

@@ -466,3 +466,43 @@ def test_plugin_output_must_be_a_directory(tmp_path: Path, registration: Registr
     target.write_text("x")
     with pytest.raises(NotADirectoryError):
         write_plugin(target, registration)
+
+
+# What Engram 0.1.0 (620a465) wrote, to the letter: install must replace it, uninstall remove it.
+V010_LAUNCHER = ('import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;'
+                 'pretooluse.main()')
+V010_SETTINGS = {
+    "model": "opus",
+    "hooks": {
+        "PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "timeout": 10, "command":
+                        f"/old/venv/bin/python3 -I -S -c '{V010_LAUNCHER}' /old/checkout/recall_hook/pretooluse.py"}]}],
+        "SessionStart": [{"hooks": [{"type": "command", "timeout": 30,
+                                     "command": "/old/venv/bin/python -I -m processor.recall.session_start"}]}],
+        "UserPromptSubmit": [{"hooks": [{"type": "command", "timeout": 5, "command":
+                              "/old/venv/bin/python3 -I -S -c 'import sys;sys.path.insert(0,sys.argv[1].rpartition("
+                              "\"/\")[0]);import prompt_submit;prompt_submit.main()' "
+                              "/old/checkout/recall_hook/prompt_submit.py"}]}],
+    },
+}
+V010_CLAUDE_JSON = {"numStartups": 3, "mcpServers": {"engram": {
+    "type": "stdio", "command": "/old/venv/bin/python", "args": ["-I", "-m", "mcp_tools.server"], "env": {}}}}
+
+
+def test_entries_written_by_engram_0_1_0_are_replaced_by_install_and_removed_by_uninstall(
+        claude_dir: Path, registration: Registration) -> None:
+    settings_path, mcp_path = claude_dir / "settings.json", claude_dir / ".claude.json"
+    settings_path.write_text(json.dumps(V010_SETTINGS, indent=2) + "\n")
+    mcp_path.write_text(json.dumps(V010_CLAUDE_JSON, indent=2) + "\n")
+    do_install(settings_path, mcp_path, registration)
+    hooks = load(settings_path)["hooks"]
+    assert hooks["SessionStart"] == [{"hooks": [registration.hook("SessionStart").entry()]}]
+    assert hooks["PreToolUse"] == [{"matcher": "*", "hooks": [registration.hook("PreToolUse").entry()]}]
+    assert hooks["UserPromptSubmit"] == [{"hooks": [registration.hook("UserPromptSubmit").entry()]}]
+    assert "processor.recall.session_start" not in settings_path.read_text()
+    assert load(mcp_path)["mcpServers"]["engram"]["command"] == registration.engram_python
+
+    settings_path.write_text(json.dumps(V010_SETTINGS, indent=2) + "\n")
+    mcp_path.write_text(json.dumps(V010_CLAUDE_JSON, indent=2) + "\n")
+    uninstall(settings_path, mcp_path)
+    assert load(settings_path) == {"model": "opus"}
+    assert load(mcp_path) == {"numStartups": 3}

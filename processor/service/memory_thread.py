@@ -135,6 +135,10 @@ class PendingWork:
     def _size(self) -> int:
         return len(self._recollect) + len(self._build) + int(self._finalize)
 
+    def size_besides(self, building: list[str]) -> int:
+        with self._ready:
+            return len(self._recollect) + len(self._build.keys() | set(building)) + int(self._finalize)
+
     def __len__(self) -> int:
         with self._ready:
             return self._size()
@@ -213,7 +217,8 @@ class MemoryThread:
 
     @property
     def backlog(self) -> int:
-        return len(self.pending) + len(self._building)
+        """Requests waiting, counting a session once per kind: a build in progress and a new one are one."""
+        return self.pending.size_besides(self._building)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="engram-memory", daemon=True)

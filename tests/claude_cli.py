@@ -254,7 +254,10 @@ class EngramClaude:
     def wait_for_memories(self, count: int, timeout: float = 30) -> dict[str, str]:
         """Wait until `count` active memories are stored; full content → id."""
         def stored() -> dict[str, str] | None:
-            rows = self.query("SELECT full_content, id FROM episodes WHERE status = 'active'")
+            try:
+                rows = self.query("SELECT full_content, id FROM episodes WHERE status = 'active'")
+            except apsw.SQLError:  # the processor is still creating the schema
+                return None
             return dict(rows) if len(rows) >= count else None
         return wait_for(stored, timeout, f"{count} memories stored")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -216,6 +217,31 @@ class EngramClaude:
 
     def install(self) -> None:
         self.engram("install")
+
+    def record_hook_inputs(self, *events: str) -> Path:
+        """Add a hook of the user's own for `events`, next to Engram's, that keeps every event's stdin.
+
+        Returns the folder; `hook_inputs()` reads it back.
+        """
+        folder = self.root / "hook-inputs"
+        folder.mkdir(exist_ok=True)
+        path = self.home / ".claude" / "settings.json"
+        settings = json.loads(path.read_text())
+        command = f'cat > "$(mktemp -p {shlex.quote(str(folder))} XXXXXXXX.json)"'
+        for event in events:
+            settings.setdefault("hooks", {}).setdefault(event, []).append(
+                {"hooks": [{"type": "command", "command": command}]})
+        path.write_text(json.dumps(settings, indent=2))
+        return folder
+
+    def hook_inputs(self, event: str) -> list[dict[str, Any]]:
+        """The stdin of every `event` hook call recorded by `record_hook_inputs`, oldest first."""
+        inputs = []
+        for path in (self.root / "hook-inputs").glob("*.json"):
+            data = json.loads(path.read_text())
+            if data.get("hook_event_name") == event:
+                inputs.append((path.stat().st_mtime_ns, data))
+        return [data for _, data in sorted(inputs, key=lambda pair: pair[0])]
 
     def remember(self, text: str, *, kind: str, scope: str) -> None:
         self.engram("remember", text, "--kind", kind, "--scope", scope)

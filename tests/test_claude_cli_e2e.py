@@ -85,6 +85,7 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         hooks = json.loads((world.home / ".claude" / "settings.json").read_text())["hooks"]
         assert {"PreToolUse", "SessionStart"} <= set(hooks)
         assert "engram" in json.loads((world.home / ".claude.json").read_text())["mcpServers"]
+        world.record_hook_inputs("SessionStart", "PreToolUse")  # a hook of the user's own, next to Engram's
         for text, kind, scope in MEMORIES.values():
             world.remember(text, kind=kind, scope=scope)
         world.start_processor()
@@ -159,6 +160,19 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         assert f"(id: {ids['flaky']})" not in "".join(t for _, t in second_message[0].texts() if BITES_HEADER in t)
         assert any(f"(id: {ids['flaky']})" in t for _, t in second_message[1].texts() if BITES_HEADER in t)
         assert not world.server.unscripted
+
+        # The hook input fields Engram relies on, as this Claude Code sends them.
+        transcript = str(world.transcript(session))
+        starts = world.hook_inputs("SessionStart")
+        assert [e["source"] for e in starts] == ["startup", "resume"]
+        for event in starts:
+            assert (event["session_id"], event["transcript_path"], event["cwd"]) == (session, transcript,
+                                                                                       str(world.repo))
+        pre = world.hook_inputs("PreToolUse")
+        assert len(pre) == sum(len(r.reply.tool_use_ids) for r in world.server.conversation if r.reply)
+        for event in pre:
+            assert (event["session_id"], event["transcript_path"]) == (session, transcript)
+            assert event["tool_use_id"].startswith("toolu_") and isinstance(event["tool_input"], dict)
 
         # ---- nothing Engram injected was captured back into its database
         wait_for(lambda: ANSWER_2 in world.captured_texts(), 30, "the second answer captured")

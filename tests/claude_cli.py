@@ -162,7 +162,7 @@ class EngramClaude:
             world.install()
             world.remember("...", kind="preference", scope="global")
             world.start_processor()
-            world.wait_for_memories(1)
+            world.wait_for_memories("...")
             run = world.ask("a prompt", [Reply.tool(...), Reply.text("...")])
 
     Layout under `root`: ``home/`` (HOME: ``.claude/settings.json``, ``.claude.json``,
@@ -261,7 +261,12 @@ class EngramClaude:
         """SIGTERM the processor; its exit status and stderr."""
         assert self.processor is not None
         self.processor.send_signal(signal.SIGTERM)
-        _out, err = self.processor.communicate(timeout=30)
+        try:
+            _out, err = self.processor.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.processor.kill()
+            _out, err = self.processor.communicate()
+            err += "\n(the processor did not stop within 30 s of SIGTERM; killed)"
         return self.processor.returncode, err
 
     # -- the database, read-only
@@ -277,15 +282,16 @@ class EngramClaude:
         finally:
             conn.close()
 
-    def wait_for_memories(self, count: int, timeout: float = 30) -> dict[str, str]:
-        """Wait until `count` active memories are stored; full content → id."""
+    def wait_for_memories(self, *texts: str, timeout: float = 30) -> dict[str, str]:
+        """Wait until a memory with each of `texts` as its full content is stored; text → id."""
         def stored() -> dict[str, str] | None:
             try:
                 rows = self.query("SELECT full_content, id FROM episodes WHERE status = 'active'")
             except apsw.SQLError:  # the processor is still creating the schema
                 return None
-            return dict(rows) if len(rows) >= count else None
-        return wait_for(stored, timeout, f"{count} memories stored")
+            found = {text: episode_id for text, episode_id in rows if text in texts}
+            return found if len(found) == len(set(texts)) else None
+        return wait_for(stored, timeout, f"memories stored: {texts}")
 
     def captured_texts(self) -> list[str]:
         """Every message text the processor captured, in order."""

@@ -24,13 +24,15 @@ from processor.memory.search import Scored, SearchWeights, VectorIndex, search_e
 from processor.memory.verbatim import group_rounds, round_pieces, summarize
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, write_transaction
-from processor.store.episodes import Episode, NewEpisode
+from processor.store.episodes import Episode, NewEpisode, StoredMessage
 
 log = logging.getLogger(__name__)
 
 KINDS = ("decision", "preference", "convention", "bugfix", "gotcha", "fact", "task", "other")
 SCOPES = ("global", "project")
 SAME_SESSION_LIMIT = 50
+# Messages read per step when turning a session's backlog into episodes.
+_PAGE_MESSAGES = 2_000
 
 
 def content_hash(text: str) -> str:
@@ -150,13 +152,26 @@ class EpisodeStore:
         return added
 
     def _episodize_session(self, session_id: str, final: bool) -> int:
-        progress = sql.session_progress(self.conn, session_id)
-        if progress is None:
-            return 0
-        project, through = progress
-        rounds = group_rounds(sql.messages_after(self.conn, session_id, through), final)
-        if not rounds:
-            return 0
+        # Messages are read a page at a time; a backlog longer than a page (a catch-up after
+        # downtime) is worked through page by page, each committed with its progress marker.
+        added = 0
+        while True:
+            progress = sql.session_progress(self.conn, session_id)
+            if progress is None:
+                return added
+            messages = sql.messages_after(self.conn, session_id, progress[1], limit=_PAGE_MESSAGES)
+            more = len(messages) == _PAGE_MESSAGES
+            # Within a full page the last round may go on in the next page: only `final` on the last page.
+            rounds = group_rounds(messages, final and not more)
+            if not rounds and more:
+                rounds = [messages]  # one round longer than a page: store it rather than stall on it
+            if not rounds:
+                return added
+            added += self._store_rounds(session_id, progress[0], rounds)
+            if not more:
+                return added
+
+    def _store_rounds(self, session_id: str, project: str | None, rounds: list[list[StoredMessage]]) -> int:
         self.check_model()
         max_chars = int(self.settings.verbatim_max_chars)
         pieces = [p for r in rounds for p in round_pieces(r, max_chars)]

@@ -117,6 +117,10 @@ class MemoryWorker:
             except EmbedderError as exc:
                 self.problem = str(exc)
                 log.error("episodes are paused (capture continues): %s", exc)
+            # Rounds captured before a restart or a crash get their episodes now, not when their
+            # session next writes; sessions idle since then get their last round too.
+            self._busy("episodes", self.build_episodes)
+            self._handle(FINALIZE_IDLE, None)
             while not self._stop.is_set():
                 priority, _, payload = self._requests.get()
                 if priority < 0:

@@ -573,7 +573,23 @@ def check_transcripts(probe: _Probe) -> Check:
     if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
         return _warning(name, f"{shown} is not a readable directory", f"chmod u+rx {shown}, or {hint}")
     projects = sum(1 for entry in os.scandir(root) if entry.is_dir())
-    return _ok(name, f"{shown} ({projects} project{'s' if projects != 1 else ''})")
+    found = f"{shown} ({projects} project{'s' if projects != 1 else ''})"
+    problems = _capture_problems(probe)
+    if problems:
+        listed = "; ".join(f"{probe.show(Path(str(p['path'])))}: {p['detail']}" for p in problems)
+        return _warning(name, f"{found}; {len(problems)} cannot be captured: {listed}",
+                        "fix or remove each file named (each says what is wrong)")
+    return _ok(name, found)
+
+
+def _capture_problems(probe: _Probe) -> list[dict[str, Any]]:
+    from processor.capture.discover import TranscriptFilter, survey
+    from processor.capture.problems import PROBLEMS_FILE
+    from processor.service.pidfile import is_running
+
+    settings = probe.settings
+    saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
+    return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
 
 
 # --------------------------------------------------------------------------- running and reporting

@@ -6,9 +6,12 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from processor.capture.discover import TranscriptFilter, survey
+from processor.capture.problems import PROBLEMS_FILE
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.jobs import format_jobs_status, jobs_status
+from processor.service.pidfile import is_running
 from processor.store import connect, migrate, sessions
 from processor.store import episodes as episodes_sql
 
@@ -32,10 +35,10 @@ def current_status(settings: Settings) -> dict[str, Any]:
 
 
 def collect_status(settings: Settings) -> dict[str, Any]:
-    """Counts first (the integers scripts read), then per-session capture lag."""
+    """Counts first (the integers scripts read), then per-session capture lag and capture problems."""
     if not settings.db_path.exists():
         return {"sessions": 0, "messages": 0, "episodes": 0, "db": str(settings.db_path), "db_exists": False,
-                "active_sessions": []}
+                "active_sessions": [], "capture_problems": capture_problems(settings)}
     conn = connect(settings.db_path)
     try:
         migrate(conn)
@@ -66,9 +69,16 @@ def collect_status(settings: Settings) -> dict[str, Any]:
                 "transcript_modified": _iso(mtime_ms),
             })
         status["active_sessions"] = active
+        status["capture_problems"] = capture_problems(settings)
         return status
     finally:
         conn.close()
+
+
+def capture_problems(settings: Settings) -> list[dict[str, Any]]:
+    """What keeps transcripts from being captured now (a stale list from a dead processor is ignored)."""
+    saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
+    return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -85,4 +95,8 @@ def format_status(status: dict[str, Any]) -> str:
             lag = "file gone" if s["capture_lag_bytes"] is None else f"lag {s['capture_lag_bytes']} B"
             lines.append(f"  {s['session_id']}  {s['messages']:>5} msgs  {s['last_activity'] or '-'}  {lag}"
                          f"  {s['project'] or ''}")
+    problems = status.get("capture_problems") or []
+    if problems:
+        lines.append(f"capture problems: {len(problems)}")
+        lines += [f"  {p['path']}: {p['detail']}" for p in problems]
     return "\n".join(lines)

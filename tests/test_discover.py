@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
 from pathlib import Path
 
 from processor.capture.discover import TranscriptFilter, discover, encoded_project_dir
+from processor.capture.problems import CaptureProblems
 from processor.capture.project import project_root
 
 
@@ -74,3 +76,44 @@ def test_project_identity_is_the_git_root_shared_by_worktrees(tmp_path: Path) ->
     plain.mkdir()
     assert project_root(str(plain)) == str(plain)  # not a repo: the cwd itself, not "api"
     assert project_root("/Users/someone/not/on/this/machine") == "/Users/someone/not/on/this/machine"
+
+
+def test_each_problem_is_logged_once_across_rescans_then_once_when_resolved(tmp_path: Path, caplog) -> None:
+    root = tmp_path / "projects"
+    keep = touch(root / "-w-app" / "s1.jsonl")
+    os.symlink(root / "-w-app" / "loop.jsonl", root / "-w-app" / "loop.jsonl")
+    os.symlink(tmp_path / "target.jsonl", root / "-w-app" / "dangling.jsonl")
+    os.mkfifo(root / "-w-app" / "pipe.jsonl")
+    os.symlink(root / "-w-loop", root / "-w-loop")  # a project folder that is a link to itself
+    flt = TranscriptFilter(root)
+    problems = CaptureProblems()
+    with caplog.at_level(logging.INFO):
+        for _ in range(5):
+            assert discover(root, flt, since_days=None, problems=problems) == [keep]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 4, warned
+    assert {p["kind"] for p in problems.current()} == {"symlink_loop", "dangling_link", "not_regular"}
+    assert len(problems.current()) == 4
+    caplog.clear()
+    touch(tmp_path / "target.jsonl")  # the link is fixed: captured, and said once
+    (root / "-w-app" / "pipe.jsonl").unlink()
+    fixed = root / "-w-app" / "dangling.jsonl"
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            assert set(discover(root, flt, since_days=None, problems=problems)) == {keep, fixed}
+    assert sorted(r.getMessage().split(": ")[-1] for r in caplog.records) == [
+        "resolved (dangling_link)", "resolved (not_regular)"]
+    assert len(problems.current()) == 2
+
+
+def test_missing_root_is_one_problem_until_it_appears(tmp_path: Path, caplog) -> None:
+    root = tmp_path / "projects"
+    flt = TranscriptFilter(root)
+    problems = CaptureProblems()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(5):
+            assert discover(root, flt, since_days=None, problems=problems) == []
+    assert caplog.text.count("does not exist") == 1
+    root.mkdir()
+    discover(root, flt, since_days=None, problems=problems)
+    assert problems.current() == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import socket
 import sys
@@ -351,3 +352,21 @@ def test_cli_doctor_exit_status(healthy: Home) -> None:
     done = run_engram("doctor", env=healthy.env, check=False)
     assert done.returncode != 0
     assert "✗ database" in done.stdout and "✗ Claude Code hooks" in done.stdout
+
+
+def test_doctor_lists_files_that_cannot_be_captured_and_the_processors_own_list(healthy: Home) -> None:
+    project = Path(healthy.env["CLAUDE_CONFIG_DIR"]) / "projects" / "-home-me-project"
+    (project / "good.jsonl").write_text("{}\n")
+    os.mkfifo(project / "pipe.jsonl")
+    os.symlink(project / "gone", project / "dangling.jsonl")
+    # What only reading reveals comes from the running processor's published list.
+    write_atomic(healthy.home / "run" / "capture-problems.json", json.dumps([{
+        "path": str(project / "good.jsonl"), "kind": "long_line", "since": 0.0,
+        "detail": "line at byte 0 is 20000000 bytes, over max_line_bytes=16777216; skipped"}]))
+    check = by_name(run_checks(healthy.env))["transcripts"]
+    assert not check.ok and check.severity == "warning"
+    assert "3 cannot be captured" in check.detail
+    assert "pipe.jsonl: is a named pipe (FIFO)" in check.detail
+    assert "dangling.jsonl: symbolic link to missing" in check.detail
+    assert "over max_line_bytes" in check.detail
+    assert (project / "pipe.jsonl").exists()  # doctor changed nothing

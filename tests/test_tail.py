@@ -228,3 +228,50 @@ def test_database_locked_longer_than_busy_timeout_is_retried_not_dropped(
     Tailer(conn).tail(transcript)  # the retry after the lock is gone captures everything
     assert texts(conn) == ["must survive"]
     conn.close()
+
+
+def test_backlog_over_batch_bytes_with_a_50_mb_line_keeps_offset_in_step(
+    conn: apsw.Connection, transcript: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Several 4 MB batches in one pass: hashing each batch's window must not move the reader.
+    rounds = []
+    while sum(map(len, rounds)) < 10 * 1024 * 1024:
+        i = len(rounds)
+        rounds.append(user_line(f"question {i} " + "q" * 2000, session_id=SID, uid=f"u{i}")
+                      + assistant_line(f"answer {i} " + "a" * 3000, session_id=SID, uid=f"a{i}",
+                                       message_id=f"msg_{i}"))
+    huge = user_line("x" * (50 * 1024 * 1024), session_id=SID, uid="huge")
+    append(transcript, "".join(rounds[: len(rounds) // 2]) + huge + "".join(rounds[len(rounds) // 2:]))
+    tailer = Tailer(conn)  # the defaults: 4 MB batches, 16 MB line limit
+    with caplog.at_level(logging.WARNING):
+        first = tailer.tail(transcript)
+        for _ in range(5):  # rescans: nothing new, nothing re-read, nothing re-warned
+            assert tailer.tail(transcript).lines == 0
+    size = transcript.stat().st_size
+    assert offset(conn) == size
+    assert first.problems == 1
+    stored = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert stored == 2 * len(rounds)
+    assert caplog.text.count("over max_line_bytes") == 1
+    assert "invalid JSON" not in caplog.text
+    assert [p["kind"] for p in tailer.problems.current()] == ["long_line"]
+    append(transcript, user_line("one more", session_id=SID, uid="late"))
+    assert tailer.tail(transcript).lines == 1  # the append is read from the old end, not from byte 0
+    assert offset(conn) == transcript.stat().st_size
+
+
+def test_fifo_named_jsonl_is_skipped_without_opening_it(
+    conn: apsw.Connection, transcript: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fifo = transcript.parent / "dddddddd-0000-0000-0000-000000000004.jsonl"
+    os.mkfifo(fifo)
+    tailer = Tailer(conn)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert tailer.tail(fifo).lines == 0  # would block forever in open() without the stat check
+    assert time.monotonic() - started < 5
+    assert caplog.text.count("named pipe") == 1
+    append(transcript, user_line("still captured", session_id=SID))
+    tailer.tail(transcript)
+    assert texts(conn) == ["still captured"]

@@ -30,7 +30,7 @@ def backfill(
     since_days: float | None,
     progress: Progress | None = None,
 ) -> BackfillReport:
-    paths = discover(transcript_filter.root, transcript_filter, since_days)
+    paths = discover(transcript_filter.root, transcript_filter, since_days, tailer.problems)
     report = BackfillReport(files=len(paths))
     for index, path in enumerate(paths, 1):
         result = retry_when_busy(lambda p=path: tailer.tail(p), what=f"capturing {path}")

@@ -12,14 +12,24 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import apsw
 
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.parse import CapturedLine, Skipped, parse_line
+from processor.capture.problems import (
+    CANNOT_OPEN,
+    CANNOT_READ,
+    LONG_LINE,
+    CaptureProblems,
+    not_regular,
+    stat_problem,
+)
 from processor.capture.project import project_root
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
@@ -30,6 +40,8 @@ log = logging.getLogger(__name__)
 
 # Bytes before the saved offset whose hash tells whether the file was rewritten.
 _CHECK_WINDOW = 4096
+# Problems that a successful open shows are over.
+_OPEN_KINDS = (CANNOT_OPEN, "not_regular", "dangling_link", "symlink_loop", "cannot_stat")
 
 
 @dataclass
@@ -49,10 +61,11 @@ def session_id_for(path: Path) -> str:
     return path.stem
 
 
-def _window_hash(f, end: int) -> tuple[str, int]:
+def _window_hash(fd: int, end: int) -> tuple[str, int]:
+    # pread, not seek + read: the line reader is suspended mid-file on the same descriptor and
+    # counts positions itself, so moving the file position under it would desync every offset.
     size = min(_CHECK_WINDOW, end)
-    f.seek(end - size)
-    return hashlib.sha1(f.read(size)).hexdigest(), size
+    return hashlib.sha1(os.pread(fd, size, end - size)).hexdigest(), size
 
 
 class Tailer:
@@ -65,38 +78,67 @@ class Tailer:
         batch_bytes: int = Settings.batch_bytes.default,
         max_line_bytes: int = Settings.max_line_bytes.default,
         listeners: list[CapturedListener] | None = None,
+        problems: CaptureProblems | None = None,
     ) -> None:
         self.conn = conn
         self.batch_bytes = batch_bytes
         self.max_line_bytes = max_line_bytes
         self.listeners = listeners if listeners is not None else []
-        self._reported: set[tuple[str, str]] = set()
+        self.problems = problems if problems is not None else CaptureProblems()
 
-    def _warn_once(self, path: Path, problem: str) -> None:
-        # A file that stays unreadable is retried on every event; say so once, not every time.
-        key = (str(path), problem)
-        if key not in self._reported:
-            self._reported.add(key)
-            log.warning("%s: %s", path, problem)
+    def _open(self, path: Path) -> BinaryIO | None:
+        """The transcript opened for reading, or None (gone, or a problem that is recorded).
+
+        stat first: a FIFO, socket or device named *.jsonl must never be opened, since opening a
+        FIFO blocks until a writer appears and would stall capture and shutdown. O_NONBLOCK is the
+        second guard, for a file swapped for a FIFO between the stat and the open.
+        """
+        try:
+            st = os.stat(path)
+        except FileNotFoundError as exc:
+            if os.path.islink(path):
+                self.problems.report(path, *stat_problem(path, exc))
+            else:
+                log.info("%s: transcript is gone (deleted or moved); its captured messages are kept", path)
+            return None
+        except OSError as exc:
+            self.problems.report(path, *stat_problem(path, exc))
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            self.problems.report(path, *not_regular(path, st.st_mode))
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            log.info("%s: transcript is gone (deleted or moved); its captured messages are kept", path)
+            return None
+        except OSError as exc:
+            self.problems.report(path, CANNOT_OPEN,
+                                 f"cannot open transcript ({exc.strerror}); check its permissions")
+            return None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            self.problems.report(path, *not_regular(path, mode))
+            return None
+        self.problems.resolve(path, _OPEN_KINDS)
+        return os.fdopen(fd, "rb")
 
     def tail(self, path: Path) -> TailResult:
         """Capture everything new in `path`; returns what was captured."""
         session_id = session_id_for(path)
         result = TailResult(session_id)
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - closed below, after fstat
-        except FileNotFoundError:
-            log.info("%s: transcript is gone (deleted or moved); its captured messages are kept", path)
-            return result
-        except OSError as exc:
-            self._warn_once(path, f"cannot open transcript ({exc.strerror}); check its permissions")
+        f = self._open(path)
+        if f is None:
             return result
         with f:
             try:
                 st = os.fstat(f.fileno())
                 self._tail_open_file(path, f, st, result)
             except OSError as exc:
-                self._warn_once(path, f"cannot read transcript ({exc.strerror or exc})")
+                self.problems.report(path, CANNOT_READ, f"cannot read transcript ({exc.strerror or exc})")
+            else:
+                self.problems.resolve(path, (CANNOT_READ,))
         if result.captured:
             for listener in self.listeners:
                 try:
@@ -114,7 +156,7 @@ class Tailer:
         elif st.st_size < state.byte_offset:
             reason = f"shrank below the captured offset ({st.st_size} < {state.byte_offset})"
         elif state.byte_offset and state.last_line_hash:
-            digest, _ = _window_hash(f, state.byte_offset)
+            digest, _ = _window_hash(f.fileno(), state.byte_offset)
             if digest != state.last_line_hash:
                 reason = "was rewritten before the captured offset"
         if reason:
@@ -151,9 +193,11 @@ class Tailer:
         for line in batch:
             if line.data is None:
                 result.problems += 1
-                log.warning("%s: line at byte %d is %d bytes, over max_line_bytes=%d; skipped "
-                            "(raise max_line_bytes in config.toml to capture such lines)",
-                            path, line.offset, line.end - line.offset, self.max_line_bytes)
+                # Keyed by file, the detail naming the line: the same line read again is not news.
+                self.problems.report(path, LONG_LINE,
+                                     f"line at byte {line.offset} is {line.end - line.offset} bytes, over "
+                                     f"max_line_bytes={self.max_line_bytes}; skipped (raise max_line_bytes "
+                                     "in config.toml to capture such lines)")
                 continue
             outcome = parse_line(line.data)
             if isinstance(outcome, Skipped):
@@ -162,7 +206,7 @@ class Tailer:
                     log.warning("%s: line at byte %d skipped: %s", path, line.offset, outcome.reason)
                 continue
             parsed.append((line, outcome))
-        digest, window = _window_hash(f, end) if end else (None, 0)
+        digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
         first_cwd = next((c.cwd for _, c in parsed if c.cwd), None)
         now_ms = clock_now_ms()
         with write_transaction(self.conn):

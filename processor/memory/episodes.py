@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SAME_SESSION_LIMIT = 50
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
+PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
 
 
 @dataclass(frozen=True)
@@ -164,13 +165,19 @@ class EpisodeStore:
         committed with the progress marker; returns (episodes added, whether complete rounds remain).
 
         Slices keep each embedding call short: the memory thread serves recollections between them
-        (and, inside one huge round, between its chunks, through `between`).
+        (and, inside one huge round, between its chunks, through `between`). Messages are read a page
+        at a time, so a backlog of any length (a catch-up after downtime) is worked through in steps.
         """
         progress = sql.session_progress(self.conn, session_id)
         if progress is None:
             return 0, False
         project, through = progress
-        rounds = group_rounds(sql.messages_after(self.conn, session_id, through), final)
+        messages = sql.messages_after(self.conn, session_id, through, limit=PAGE_MESSAGES)
+        full_page = len(messages) == PAGE_MESSAGES
+        # Within a full page the last round may go on in the next page: only `final` on the last page.
+        rounds = group_rounds(messages, final and not full_page)
+        if not rounds and full_page:
+            rounds = [messages]  # one round longer than a page: store it rather than stall on it
         if not rounds:
             return 0, False
         self.check_model()
@@ -203,7 +210,7 @@ class EpisodeStore:
                 ), blob)
                 added += 1
             sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
-        return added, taken < len(rounds)
+        return added, taken < len(rounds) or full_page
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,

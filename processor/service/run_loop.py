@@ -18,10 +18,12 @@ import apsw
 from processor.capture.backfill import BackfillReport, Progress, backfill
 from processor.capture.discover import TranscriptFilter, discover
 from processor.capture.parse import CapturedLine
+from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
 from processor.capture.tailer import Tailer
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
+from processor.memory.gguf_convert import remove_stale_conversions
 from processor.recall.recollections import RecollectionWriter
 from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, Recollect
 from processor.store import open_store
@@ -45,6 +47,8 @@ class Processor:
         self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
+        self.problems = CaptureProblems()  # capture problems, each logged once; listed by `engram status`
+        self.rescans = 0
 
     @property
     def settings(self) -> Settings:
@@ -56,6 +60,7 @@ class Processor:
             batch_bytes=self.settings.batch_bytes,
             max_line_bytes=self.settings.max_line_bytes,
             listeners=[self._on_captured],
+            problems=self.problems,
         )
 
     def _on_captured(self, session_id: str, lines: list[CapturedLine]) -> None:
@@ -93,6 +98,8 @@ class Processor:
             "memory_backlog": self.memory.backlog,
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "episodes_paused": self.memory.problem,
+            "capture_problems": len(self.problems.current()),
+            "rescans": self.rescans,
         }
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None) -> list:
@@ -123,6 +130,8 @@ class Processor:
     def run(self) -> None:
         """Capture until stop(): an initial pass, then watch events and periodic rescans."""
         tailer = self._open_tailer()
+        self.problems.save_to = self.settings.run_dir / PROBLEMS_FILE
+        remove_stale_conversions(self.settings.models_dir)
         watcher = TranscriptWatcher(self.filter, self.paths)
         queue_marker = self.settings.queue_dir
         queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
@@ -132,7 +141,8 @@ class Processor:
             queue_watcher.start()
             watching = watcher.start()
             log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
-            pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days))
+            pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days,
+                                              self.problems))
             next_rescan = time.monotonic() + self.settings.rescan_seconds
             while not self.stop_event.is_set():
                 self._apply_pending_settings()
@@ -150,7 +160,9 @@ class Processor:
                     next_rescan = time.monotonic() + self.settings.rescan_seconds
                     if not watcher.alive and watcher.start():
                         log.info("watching %s again", self.filter.root)
-                    pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days))
+                    pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days,
+                                            self.problems))
+                    self.rescans += 1
                     self.jobs.wake()
                     self.memory.submit(FinalizeIdle())
         finally:
@@ -159,6 +171,7 @@ class Processor:
             self.jobs.stop()
             self.memory.stop()
             tailer.conn.close()
+            self.problems.discard_saved()
             log.info("processor stopped")
 
     def _apply_pending_settings(self) -> None:

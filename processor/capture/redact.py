@@ -328,11 +328,44 @@ def _class_bytes(char_class: str) -> frozenset[int]:
     return frozenset(b for b in range(128) if members.fullmatch(bytes([b])))
 
 
-def _gitleaks_rules() -> list[_Rule | _HeadRule]:
+class _GatedRules:
+    """Rules whose prefixes share their first two bytes, behind one scan for any of the prefixes.
+    Each scan of the text costs about the same whatever it looks for, and most text holds none of
+    the generated prefixes: one scan per shared start (``gl`` for the GitLab tokens, ``sh`` for
+    Shopify's) rather than one per rule keeps the generated rules' cost down."""
+
+    def __init__(self, kind: str, gate: re.Pattern[bytes], rules: list[_Rule | _HeadRule]) -> None:
+        self.kind, self._gate, self.rules = kind, gate, rules
+
+    def apply(self, data: bytes) -> bytes:
+        if self._gate.search(data) is None:
+            return data
+        for rule in self.rules:
+            data = rule.apply(data)
+        return data
+
+
+def _gated(rules: list[tuple[str, _Rule | _HeadRule]]) -> list[_Rule | _HeadRule | _GatedRules]:
+    """``rules`` (each with its literal) grouped by the literal's first two bytes."""
+    groups: dict[str, list[tuple[str, _Rule | _HeadRule]]] = {}
+    for literal, rule in rules:
+        groups.setdefault(literal[:2], []).append((literal, rule))
+    gated: list[_Rule | _HeadRule | _GatedRules] = []
+    for start, members in groups.items():
+        if len(members) == 1:
+            gated.append(members[0][1])
+            continue
+        rests = "|".join(sorted({re.escape(literal[2:]) for literal, _ in members}, key=len, reverse=True))
+        gate = re.compile(f"{re.escape(start)}(?:{rests})".encode())
+        gated.append(_GatedRules(members[0][1].kind, gate, [rule for _, rule in members]))
+    return gated
+
+
+def _gitleaks_rules() -> list[_Rule | _HeadRule | _GatedRules]:
     """The rules generated from gitleaks (processor/capture/secret_rules): one per prefix, each
     starting with its literal prefix, only at the start of a run of token characters, and ending
     where the run ends. gitleaks' entropy floor turns down placeholders such as ``hvs.xxxx...``."""
-    rules: list[_Rule | _HeadRule] = []
+    rules: list[tuple[str, _Rule | _HeadRule]] = []
     for kind, prefix, body, head_width, head_class, entropy in _GITLEAKS_RULES:
         literal = re.escape(prefix)
         # The token ends where its run does. A dot may follow (the end of a sentence), but not a
@@ -340,14 +373,14 @@ def _gitleaks_rules() -> list[_Rule | _HeadRule]:
         tail = f"{body}(?![{_TOKEN_CHARS}]|\\.[A-Za-z0-9])"
         if head_width:
             head = _class_bytes(head_class)
-            rules.append(_HeadRule(kind, literal + tail, head, (head_width, head_width), entropy=entropy))
+            rules.append((prefix, _HeadRule(kind, literal + tail, head, (head_width, head_width), entropy=entropy)))
             continue
 
         def check(token: str, floor: float = entropy) -> bool:
             return _entropy(token.encode()) > floor
 
-        rules.append(_rule(kind, _token(literal, tail), check=check if entropy else None))
-    return rules
+        rules.append((prefix, _rule(kind, _token(literal, tail), check=check if entropy else None)))
+    return _gated(rules)
 
 
 # ---- assignments: password=..., "token": "...", api_key: ..., --token ... -------------------
@@ -456,7 +489,7 @@ _AUTH_SCHEME = "|".join(_ci(s) for s in ("bearer", "basic", "token", "bot", "dig
 
 # Order matters: specific formats come first, so `Authorization: Bearer eyJ...` is reported as a
 # jwt, and generic assignments last. No rule matches a marker, so a second pass changes nothing.
-_RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule, ...] = (
+_RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _GatedRules, ...] = (
     # The whole PEM block. A block cut off before its END line loses its base64 lines.
     _rule(
         "private-key",
@@ -621,7 +654,15 @@ _ASSIGNMENT_KINDS = (
 )
 REDACTION_KINDS: tuple[str, ...] = tuple(
     dict.fromkeys(  # a generated kind can have several rules, one per prefix
-        [*(rule.kind for rule in _RULES if rule is not _ASSIGNMENTS), *_ASSIGNMENT_KINDS]
+        [
+            *(
+                member.kind
+                for rule in _RULES
+                if rule is not _ASSIGNMENTS
+                for member in (rule.rules if isinstance(rule, _GatedRules) else [rule])
+            ),
+            *_ASSIGNMENT_KINDS,
+        ]
     )
 )
 

@@ -16,6 +16,7 @@ import uuid
 import pytest
 
 from processor.capture.redact import REDACTION_KINDS, redact
+from processor.capture.secret_rules.gitleaks_rules import RULES as GITLEAKS_RULES
 
 ALNUM = string.ascii_letters + string.digits
 TOKEN = ALNUM + "-_"
@@ -301,6 +302,34 @@ POSITIVE = [
     ("api-key-assignment", "api_key=" + fake(32), "api_key=" + m("api-key-assignment")),
     ("api-key-assignment-apikey", "apikey: " + fake(24), "apikey: " + m("api-key-assignment")),
     ("api-key-assignment-header", "X-Api-Key: " + fake(24), "X-Api-Key: " + m("api-key-assignment")),
+    # Issue 13: formats and contexts a held-out corpus found stored in clear.
+    ("docker-hub-token", "docker login -u me -p dckr_" + "pat_" + fake(27, TOKEN), "docker login -u me -p "
+     + m("docker-hub-token")),
+    ("mailgun-api-key", "api:key" + "-" + fake(32, HEX), "api:" + m("mailgun-api-key")),
+    ("mailgun-key", "Mailgun signing key is " + fake(32, HEX) + "-" + fake(8, HEX) + "-" + fake(8, HEX),
+     "Mailgun signing key is " + m("mailgun-key")),
+    ("twilio-auth-token", "AC" + fake(32, HEX) + ":" + fake(32, HEX, "t"), "AC" + fake(32, HEX) + ":"
+     + m("twilio-auth-token")),
+    ("twilio-key", "the Twilio auth token is " + fake(32, HEX), "the Twilio auth token is " + m("twilio-key")),
+    ("datadog-key", "datadog api key: " + fake(32, HEX), "datadog api key: " + m("datadog-key")),
+    ("datadog-key-env", "DATADOG_APP_KEY=" + fake(40, HEX), "DATADOG_APP_KEY=" + m("datadog-key")),
+    ("api-key-assignment-dd-app-key", "export DD_APP_KEY=" + fake(40, HEX), "export DD_APP_KEY="
+     + m("api-key-assignment")),
+    ("api-key-assignment-laravel", "APP_KEY=base64:" + fake(43, B64) + "=", "APP_KEY=" + m("api-key-assignment")),
+    ("api-key-assignment-encryption", "ENCRYPTION_KEY=" + fake(32), "ENCRYPTION_KEY=" + m("api-key-assignment")),
+    ("api-key-assignment-header-curl", "curl -H 'X-API-Key: " + fake(40, HEX) + "' https://api.example.com",
+     "curl -H 'X-API-Key: " + m("api-key-assignment") + "' https://api.example.com"),
+    ("telegram-bot-token", "bot 123456789:AA" + fake(33, TOKEN), "bot " + m("telegram-bot-token")),
+    ("telegram-bot-token-url", "https://api.telegram.org/bot987654321:AA" + fake(33, TOKEN) + "/getMe",
+     "https://api.telegram.org/bot" + m("telegram-bot-token") + "/getMe"),
+    ("mysql-password", "mysql -h db -u app -p" + fake(12) + " shop", "mysql -h db -u app -p"
+     + m("mysql-password") + " shop"),
+    ("mysql-password-quoted", "mysqldump -uroot -p'" + fake(10) + "' shop", "mysqldump -uroot -p'"
+     + m("mysql-password") + "' shop"),
+    ("connection-string-password-slash", "postgres://app:" + fake(8) + "/" + fake(8, seed="s") + "@db:5432/x",
+     "postgres://app:" + m("connection-string-password") + "@db:5432/x"),
+    ("password-assignment-dotted", "password=hunter2.abc", "password=" + m("password-assignment")),
+    ("secret-assignment-dotted", "secret=abc.def9", "secret=" + m("secret-assignment")),
     (
         "api-key-assignment-camel",
         "{apiKey: '" + fake(24) + "'}",
@@ -315,8 +344,11 @@ def test_redacts_secret(text: str, expected: str) -> None:
 
 
 def test_every_kind_has_a_case() -> None:
+    """Every hand-written kind here; the generated ones in test_redact_gitleaks.py."""
+    generated = {kind for kind, *_ in GITLEAKS_RULES}
     covered = {kind for kind in REDACTION_KINDS for case_id, _, _ in POSITIVE if case_id.startswith(kind)}
-    assert set(REDACTION_KINDS) == covered
+    assert set(REDACTION_KINDS) - generated == covered - generated
+    assert generated <= set(REDACTION_KINDS)
     assert len(REDACTION_KINDS) >= 20
 
 
@@ -389,6 +421,16 @@ NEGATIVE = [
     '_SK_START = b"-----BEGIN OPENSSH ' + 'PRIVATE KEY-----"',
     '{"PWD": "/home/me/src", "OLDPWD": "/home/me"}',
     "The PRIVATE KEY section of the docs explains the format.",
+    # Issue 13: dotted values that are attribute paths, and near misses of the new rules.
+    "password = config.settings.value\ntoken=os.environ.get\nsecret: self.token\napi_key=settings.db2_api_key",
+    "app_key = None\nencryption_key: bytes\nAPP_KEY=${APP_KEY}",
+    "mysql -u root -p mydb\nmysql -h db -P 3306 -p",
+    "https://example.com:8080/@user and http://localhost:3000/api/users/@me",
+    "monkey-" + hashlib.md5(b"engram").hexdigest() + " and the datadog agent at commit "
+    + hashlib.sha1(b"engram").hexdigest(),
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+    "const h = 0x" + hashlib.sha256(b"x").hexdigest() + hashlib.sha256(b"y").hexdigest() + ";",
+    "git checkout " + hashlib.sha1(b"a").hexdigest() + " && echo " + str(uuid.UUID(int=7)),
     "",
 ]
 

@@ -21,14 +21,21 @@ Case-insensitive keys are spelled with character classes and anchored on a rare 
 of ``token``), because ``(?i)`` loses the fast search too. Matching runs on UTF-8 bytes, one byte
 per character rather than the two or four of a ``str`` holding emoji. Repeats are possessive or
 bounded and tokens are tried only from the start of a run, so the cost stays linear on any input.
+
+Beyond the hand-written rules, the prefix-anchored token formats of gitleaks' rule set (MIT) are
+generated into ``secret_rules/gitleaks_rules.py`` by ``secret_rules/generate.py``; rules whose
+prefixes share their first two bytes sit behind one scan, since every scan of the text costs alike.
 """
 
 from __future__ import annotations
 
 import binascii
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from processor.capture.secret_rules.gitleaks_rules import RULES as _GITLEAKS_RULES
 
 __all__ = ["REDACTION_KINDS", "redact"]
 
@@ -63,16 +70,23 @@ _PLACEHOLDER = re.compile(
       | \[REDACTED:[a-z0-9-]+\]
       | \*+|x+|X+|-+|_+|\#+|\#[0-9a-fA-F]{3,8}                          # masks, colours
       | .*(?:\.\.\.|…).*                                             # elided: sk-..., abc…
+      | .*(?:XXXXXX|xxxxxx).*                                        # pnu_XXXXXXXX, sha256~xxxx_PUT_...
+      | [\w.~-]{0,16}?(\w)\1{15,}=*                                  # glc_1111111111111111...
       | -?\d+(?:\.\d+)?
       | (?i:none|null|nil|undefined|true|false)
     )\s*""",
     re.VERBOSE,
 )
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+# Token prefixes with a dot (``dp.pt.``, ``hvs.``): a value starting so is a token, not a path.
+_DOTTED_TOKEN_PREFIXES = ("SG.", *sorted({prefix for _, prefix, *_ in _GITLEAKS_RULES if "." in prefix}))
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _PATH = re.compile(r"(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?")
 _AWS_SECRET_KEY_NAME = re.compile(r"(?:se)?cret[_-]?access[_-]?key", re.IGNORECASE)
 _AWS_SECRET_VALUE = re.compile(r"[A-Za-z0-9/+]{40}")
+# An HTTP header (``-H "X-API-Key: ..."``) is a key mid-line; the match starts at its ``k``.
+_API_KEY_HEADER = re.compile(rb"[Aa][Pp][Ii]-\Z")
+_STRING_PREFIXES = frozenset({"f", "r", "b", "u", "rb", "br", "fr", "rf"})
 _MORE_WORDS = re.compile(rb" [A-Za-z]")
 _LINE_KEY = re.compile(rb"""[ \t]*(?:[-*][ \t]+)?["']?[\w.-]*""")
 _NAME_PARTS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
@@ -117,25 +131,41 @@ def _key_starts_line(data: bytes, pos: int) -> bool:
     return _LINE_KEY.fullmatch(data, newline + 1, pos) is not None
 
 
+def _is_attribute_path(value: str) -> bool:
+    """``settings.DB_PASSWORD``, ``os.environ.get``, ``self.token``: an attribute path, not a
+    literal. Every part must read as a name a programmer wrote: no digit, unless it is snake_case
+    (``db2_password``) or names a secret (``self.token2``), and not a long mixed-case run. Secrets
+    with dots fail that: ``hunter2.abc`` (a digit glued into a word), ``hvs.CAESIP...``, and a value
+    that starts with a token prefix (``dp.pt.``, ``hvs.``) is never a path, whatever its letters."""
+    if not _DOTTED.fullmatch(value) or value.startswith(_DOTTED_TOKEN_PREFIXES):
+        return False
+    for part in value.split("."):
+        if _has_digit(part) and "_" not in part and not _names_a_secret(part):
+            return False
+        if len(part) > 24 and _looks_random(part):
+            return False
+    return True
+
+
 def _is_reference(m: re.Match[bytes], value: str) -> bool:
     """Whether an unquoted assignment value is code or config plumbing rather than a literal
     secret: ``token=token``, ``password=self.password``, ``token = None``, ``password: str``,
     ``api_key=os.environ["KEY"]``, ``pwd=/home/me``, ``secret=${SECRET}``, ``f(password=pw)``."""
     sep = m["sep"].decode("latin-1")
     following = m.string[m.end() : m.end() + 1].decode("latin-1")
-    if following in ("(", "[", '"', "'"):  # a call, a subscript, a string prefix (f"...")
-        return True
+    if following in ("(", "[") or (following in "\"'" and value.lower() in _STRING_PREFIXES):
+        return True  # a call, a subscript, a string prefix (f"...")
     lowered = value.lower()
     if lowered in _LITERAL_WORDS or value[0] in "$%/~.*-" or value[-1] == ":" or _is_placeholder(value):
         return True
-    if _DOTTED.fullmatch(value):
+    if _is_attribute_path(value):
         return True
     prose_word = value.rstrip(".,;:!?")
     if not sep.strip() and prose_word.isalpha() and prose_word.islower():
         return True  # "pass --token for a non-interactive login": a flag named in prose
     if ":" in sep and "=" not in sep:
-        if not _key_starts_line(m.string, m.start()):
-            return True  # a colon mid-line is prose or a type annotation, not a YAML key
+        if not _key_starts_line(m.string, m.start()) and not _API_KEY_HEADER.search(m.string, 0, m.start()):
+            return True  # a colon mid-line is prose or a type annotation, not a YAML key or a header
         if value.isalpha() and value.islower() and _MORE_WORDS.match(m.string, m.end()):
             return True  # "token: uses an existing ...": a sentence
     if _IDENTIFIER.fullmatch(value):
@@ -250,6 +280,113 @@ class _DiscordBotTokenRule:
             return False
 
 
+def _entropy(value: bytes) -> float:
+    """Shannon entropy in bits per character, as gitleaks computes it."""
+    counts = [value.count(c) for c in set(value)]
+    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts)
+
+
+class _HeadRule:
+    """A token whose distinctive literal comes after a fixed run of characters, such as HashiCorp's
+    ``<14 chars>.atlasv1.<rest>`` or Telegram's ``<bot id>:AA<rest>``. The pattern starts at the
+    literal (so ``re`` can scan for it); the head is checked by walking back, as the Discord rule
+    does, and must start a run of token characters (or follow one of ``allowed_before``)."""
+
+    def __init__(
+        self,
+        kind: str,
+        pattern: str,
+        head: frozenset[int],
+        widths: tuple[int, int],
+        *,
+        entropy: float = 0.0,
+        allowed_before: tuple[bytes, ...] = (),
+    ) -> None:
+        self.kind = kind
+        self._pattern = re.compile(pattern.encode())
+        self._head, self._widths, self._entropy = head, widths, entropy
+        self._allowed_before = allowed_before
+
+    def apply(self, data: bytes) -> bytes:
+        pieces, done = [], 0
+        low, high = self._widths
+        for m in self._pattern.finditer(data):
+            start = head = m.start()
+            while head > max(done, start - high) and data[head - 1] in self._head:
+                head -= 1
+            if not low <= start - head <= high or head < done:
+                continue
+            before = data[max(0, head - 8) : head]
+            glued = head > 0 and data[head - 1] in _TOKEN_BYTES and not before.endswith(self._allowed_before)
+            if glued or (head > done and data[head - 1] in self._head):
+                continue  # mid-token, or a head longer than the format allows
+            if self._entropy and _entropy(data[head : m.end()]) <= self._entropy:
+                continue
+            pieces += [data[done:head], _marker(self.kind)]
+            done = m.end()
+        return b"".join([*pieces, data[done:]]) if pieces else data
+
+
+def _class_bytes(char_class: str) -> frozenset[int]:
+    members = re.compile(char_class.encode())
+    return frozenset(b for b in range(128) if members.fullmatch(bytes([b])))
+
+
+class _GatedRules:
+    """Rules whose prefixes share their first two bytes, behind one scan for any of the prefixes.
+    Each scan of the text costs about the same whatever it looks for, and most text holds none of
+    the generated prefixes: one scan per shared start (``gl`` for the GitLab tokens, ``sh`` for
+    Shopify's) rather than one per rule keeps the generated rules' cost down."""
+
+    def __init__(self, kind: str, gate: re.Pattern[bytes], rules: list[_Rule | _HeadRule]) -> None:
+        self.kind, self._gate, self.rules = kind, gate, rules
+
+    def apply(self, data: bytes) -> bytes:
+        if self._gate.search(data) is None:
+            return data
+        for rule in self.rules:
+            data = rule.apply(data)
+        return data
+
+
+def _gated(rules: list[tuple[str, _Rule | _HeadRule]]) -> list[_Rule | _HeadRule | _GatedRules]:
+    """``rules`` (each with its literal) grouped by the literal's first two bytes."""
+    groups: dict[str, list[tuple[str, _Rule | _HeadRule]]] = {}
+    for literal, rule in rules:
+        groups.setdefault(literal[:2], []).append((literal, rule))
+    gated: list[_Rule | _HeadRule | _GatedRules] = []
+    for start, members in groups.items():
+        if len(members) == 1:
+            gated.append(members[0][1])
+            continue
+        rests = "|".join(sorted({re.escape(literal[2:]) for literal, _ in members}, key=len, reverse=True))
+        gate = re.compile(f"{re.escape(start)}(?:{rests})".encode())
+        gated.append(_GatedRules(members[0][1].kind, gate, [rule for _, rule in members]))
+    return gated
+
+
+def _gitleaks_rules() -> list[_Rule | _HeadRule | _GatedRules]:
+    """The rules generated from gitleaks (processor/capture/secret_rules): one per prefix, each
+    starting with its literal prefix, only at the start of a run of token characters, and ending
+    where the run ends. gitleaks' entropy floor turns down placeholders such as ``hvs.xxxx...``."""
+    rules: list[tuple[str, _Rule | _HeadRule]] = []
+    for kind, prefix, body, head_width, head_class, entropy in _GITLEAKS_RULES:
+        literal = re.escape(prefix)
+        # The token ends where its run does. A dot may follow (the end of a sentence), but not a
+        # dot and a word (``video_box.ico-<hex>.png`` is a file name, as gitleaks' trailer knows).
+        tail = f"{body}(?![{_TOKEN_CHARS}]|\\.[A-Za-z0-9])"
+        if head_width:
+            head = _class_bytes(head_class)
+            rules.append((prefix, _HeadRule(kind, literal + tail, head, (head_width, head_width), entropy=entropy)))
+            continue
+
+        def check(token: str, floor: float = entropy) -> bool:
+            return _entropy(token.encode()) > floor
+
+        rules.append((prefix, _rule(kind, _token(literal, tail), check=check if entropy else None)))
+    return _gated(rules)
+
+
 # ---- assignments: password=..., "token": "...", api_key: ..., --token ... -------------------
 
 # After the keyword: an optional suffix (secret_key, access_token, SecretAccessKey), the key's end.
@@ -303,6 +440,14 @@ def _is_type_name(value: str, m: re.Match[bytes]) -> bool:
     return _IDENTIFIER.fullmatch(value) is not None
 
 
+def _replace_quoted(m: re.Match[bytes], kind: str) -> bytes | None:
+    """The ``sq``, ``dq`` or ``bare`` value of ``m`` replaced, unless it is a placeholder."""
+    group = next(g for g in ("dq", "sq", "bare") if m[g] is not None)
+    if _is_placeholder(_decode(m[group])):
+        return None
+    return _splice(m, group, _marker(kind))
+
+
 def _replace_assignment(m: re.Match[bytes]) -> bytes | None:
     group = next(g for g in ("dq", "sq", "bare") if m[g] is not None)
     value = _decode(m[group])
@@ -323,7 +468,16 @@ _ASSIGNMENTS = _Rule(
             ("w", [("pass", "ord"), ("pass", "d"), ("p", "d")]),  # password, passwd, pwd
             ("ass", [("p", "")]),  # DB_PASS; "password" fails at the key's end
             ("c", [("se", "ret")]),
-            ("k", [("to", "en"), ("api_", "ey"), ("api-", "ey"), ("api", "ey")]),
+            # api_key, app_key (Laravel's APP_KEY, Datadog's DD_APP_KEY), application_key,
+            # encryption_key: each a name given only to a secret.
+            (
+                "k",
+                [
+                    *(("to", "en"), ("api_", "ey"), ("api-", "ey"), ("api", "ey")),
+                    *(("app_", "ey"), ("app-", "ey"), ("app", "ey"), ("application_", "ey")),
+                    *(("encryption_", "ey"), ("encryption", "ey")),
+                ],
+            ),
         ]
         for pattern in _keyword_patterns(anchor, keywords)
     )
@@ -339,7 +493,7 @@ _AUTH_SCHEME = "|".join(_ci(s) for s in ("bearer", "basic", "token", "bot", "dig
 
 # Order matters: specific formats come first, so `Authorization: Bearer eyJ...` is reported as a
 # jwt, and generic assignments last. No rule matches a marker, so a second pass changes nothing.
-_RULES: tuple[_Rule | _DiscordBotTokenRule, ...] = (
+_RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _GatedRules, ...] = (
     # The whole PEM block. A block cut off before its END line loses its base64 lines.
     _rule(
         "private-key",
@@ -363,7 +517,8 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule, ...] = (
         _token("gh[pousr]_", "[A-Za-z0-9_]{30,}+"),
         _token("github_pat_", "[A-Za-z0-9_]{30,}+"),
     ),
-    _rule("gitlab-token", _token("gl", rf"(?:pat|ptt|dt|rt)-{_T}{{20,}}+")),
+    # With the routable form's ``.<version><checksum>`` suffix (glpat-<27..300>.01abcdefg).
+    _rule("gitlab-token", _token("gl", rf"(?:pat|ptt|dt|rt)-{_T}{{20,}}+(?:\.[0-9a-z]{{9}}(?![{_TOKEN_CHARS}]))?")),
     _rule("slack-token", _token("xox[abposer]-", "(?P<v>[A-Za-z0-9-]{10,}+)"), check=_has_digit, checked="v"),
     _rule(
         "slack-webhook",
@@ -402,6 +557,52 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule, ...] = (
         r"Key=(?:(?<=AccountKey=)|(?<=SharedAccessKey=))(?P<v>[A-Za-z0-9+/]{20,}+={0,2})",
         group="v",
     ),
+    _rule("docker-hub-token", _token("dckr_", rf"(?:pat|oat)_{_T}{{20,}}+")),
+    _rule(
+        "mailgun-api-key",
+        *(_token(prefix, "[a-f0-9]{32}(?![A-Za-z0-9])") for prefix in ("key-", "pubkey-")),
+        check=_has_digit,
+    ),
+    # AC<account sid>:<auth token>, as curl -u and the Twilio CLI take them.
+    _rule("twilio-auth-token", _token("AC", "[a-f0-9]{32}:(?P<v>[a-f0-9]{32})(?![A-Za-z0-9])"), group="v"),
+    # <bot id>:AA<33 chars>, bare or in https://api.telegram.org/bot<token>/.
+    _HeadRule(
+        "telegram-bot-token",
+        rf":AA{_T}{{33}}(?!{_T})",
+        frozenset(b"0123456789"),
+        (6, 12),
+        allowed_before=(b"bot",),
+    ),
+    # A key next to its service's name in prose or config: "Twilio auth token is <hex>",
+    # "datadog api key: <hex>". Both services issue 32 (Datadog app keys: 40) hex digits.
+    *(
+        _rule(
+            f"{service}-key",
+            *(
+                rf"{tail}(?<={lead}{tail})[\w .:=\"'-]{{0,30}}?(?:{_ci('key')}|{_ci('token')}|{_ci('secret')})"
+                rf"\w{{0,20}}+[^\w\n]{{1,8}}+(?:(?:is|was)[^\w\n]{{1,4}}+)?(?P<v>[a-f0-9]{{32}}(?:[a-f0-9]{{8}}|(?:-[a-f0-9]{{8}}){{2}})?)(?![A-Za-z0-9])"
+                for lead, tail in (
+                    (f"[{service[0]}{service[0].upper()}]", service[1:]),
+                    (service[0].upper(), service[1:].upper()),
+                )
+            ),
+            group="v",
+            check=_has_digit,
+        )
+        for service in ("datadog", "twilio", "mailgun")
+    ),
+    # mysql -pPASSWORD (no space: with one, mysql prompts and the next word is the database).
+    _Rule(
+        "mysql-password",
+        (
+            re.compile(
+                rf"""mysql(?<![{_TOKEN_CHARS}]mysql)[^\n|;&]{{0,200}}?[ \t]-p"""
+                r"""(?:'(?P<sq>[^'\n]+)'|"(?P<dq>[^"\n]+)"|(?P<bare>[^\s'"`;|&]+))""".encode()
+            ),
+        ),
+        lambda m: _replace_quoted(m, "mysql-password"),
+    ),
+    *_gitleaks_rules(),
     # curl -u user:password, --user user:password
     _rule(
         "cli-user-password",
@@ -417,6 +618,12 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule, ...] = (
     _rule(
         "connection-string-password",
         r"""://[^\s:/?#@'"`<>\[\]]*+:(?P<v>[^\s/?#'"`<>]+)@(?=[^\s/?#@'"`<>])""",
+        # A password holding "/" (base64 often does). A port and path before an "@" in the path
+        # (https://host:8080/@user) are not one: the value may not start with digits and "/". The
+        # lookahead bounds the scan for the "@", which keeps "://a:" repeated linear.
+        r"""://[^\s:/?#@'"`<>\[\]]*+:(?=[^\s?#'"`<>@]{1,128}@)"""
+        r"""(?P<v>(?!\d*/)[^\s/?#'"`<>@]*+(?:/[^\s/?#'"`<>@]*+)++)"""
+        r"""@(?=[^\s/?#@'"`<>])""",
         group="v",
         check=lambda value: not _is_placeholder(value),
     ),
@@ -449,9 +656,18 @@ _ASSIGNMENT_KINDS = (
     "token-assignment",
     "api-key-assignment",
 )
-REDACTION_KINDS: tuple[str, ...] = (
-    *(rule.kind for rule in _RULES if rule is not _ASSIGNMENTS),
-    *_ASSIGNMENT_KINDS,
+REDACTION_KINDS: tuple[str, ...] = tuple(
+    dict.fromkeys(  # a generated kind can have several rules, one per prefix
+        [
+            *(
+                member.kind
+                for rule in _RULES
+                if rule is not _ASSIGNMENTS
+                for member in (rule.rules if isinstance(rule, _GatedRules) else [rule])
+            ),
+            *_ASSIGNMENT_KINDS,
+        ]
+    )
 )
 
 

@@ -15,6 +15,7 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from processor.capture.redact import redact
 from processor.clock import now_ms
 from processor.files import ensure_private_dir, write_atomic
 
@@ -38,7 +39,7 @@ class RememberRequest:
 
 
 def write_remember_file(queue_dir: Path, request: RememberRequest) -> Path:
-    text = request.text.strip()
+    text = redact(request.text).strip()  # the one way in: a secret never reaches the queue or the store
     if not text:
         raise ValueError("nothing to remember: the text is empty")
     if len(text) > MAX_REMEMBER_CHARS:

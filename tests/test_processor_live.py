@@ -125,10 +125,11 @@ def test_sigkill_at_random_moments_during_replay_ends_with_the_rows_of_a_clean_r
         proc.wait(timeout=10)
         kills += 1
     assert kills >= 3
-    run_engram("run", "--once", env={"ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(replay_root)})
+    run_engram("run", "--once", env={"ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(replay_root)},
+               timeout=600)
 
     clean_home = tmp_path / "clean"
-    run_engram("backfill", "--projects-dir", str(replay_root), env={"ENGRAM_HOME": str(clean_home)})
+    run_engram("backfill", "--projects-dir", str(replay_root), env={"ENGRAM_HOME": str(clean_home)}, timeout=600)
     killed_rows = snapshot(home / "engram.db")
     clean_rows = snapshot(clean_home / "engram.db")
     assert len(clean_rows) > 50

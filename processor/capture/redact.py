@@ -35,6 +35,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ahocorasick_rs
+
 from processor.capture.secret_rules.gitleaks_rules import RULES as _GITLEAKS_RULES
 
 __all__ = ["REDACTION_KINDS", "redact"]
@@ -332,40 +334,28 @@ def _class_bytes(char_class: str) -> frozenset[int]:
     return frozenset(b for b in range(128) if members.fullmatch(bytes([b])))
 
 
-class _GatedRules:
-    """Rules whose prefixes share their first two bytes, behind one scan for any of the prefixes.
-    Each scan of the text costs about the same whatever it looks for, and most text holds none of
-    the generated prefixes: one scan per shared start (``gl`` for the GitLab tokens, ``sh`` for
-    Shopify's) rather than one per rule keeps the generated rules' cost down."""
+class _PrefixIndex:
+    """Rules each anchored on a literal prefix, behind one multi-prefix scan of the text.
 
-    def __init__(self, kind: str, gate: re.Pattern[bytes], rules: list[_Rule | _HeadRule]) -> None:
-        self.kind, self._gate, self.rules = kind, gate, rules
+    Each ``re`` scan of the text costs about the same whatever it looks for, so one scan per
+    generated rule (85 of them) tripled redaction's cost. One Aho-Corasick pass (``ahocorasick_rs``,
+    SIMD-prefiltered, several GB/s) finds every prefix at once; only the rules whose prefix occurs
+    then run, and most text holds none."""
+
+    kind = "gitleaks-prefixes"
+
+    def __init__(self, rules: list[tuple[str, _Rule | _HeadRule]]) -> None:
+        self.rules = [rule for _, rule in rules]
+        self._automaton = ahocorasick_rs.BytesAhoCorasick([prefix.encode() for prefix, _ in rules])
 
     def apply(self, data: bytes) -> bytes:
-        if self._gate.search(data) is None:
-            return data
-        for rule in self.rules:
-            data = rule.apply(data)
+        found = {index for index, _, _ in self._automaton.find_matches_as_indexes(data, overlapping=True)}
+        for index in sorted(found):
+            data = self.rules[index].apply(data)
         return data
 
 
-def _gated(rules: list[tuple[str, _Rule | _HeadRule]]) -> list[_Rule | _HeadRule | _GatedRules]:
-    """``rules`` (each with its literal) grouped by the literal's first two bytes."""
-    groups: dict[str, list[tuple[str, _Rule | _HeadRule]]] = {}
-    for literal, rule in rules:
-        groups.setdefault(literal[:2], []).append((literal, rule))
-    gated: list[_Rule | _HeadRule | _GatedRules] = []
-    for start, members in groups.items():
-        if len(members) == 1:
-            gated.append(members[0][1])
-            continue
-        rests = "|".join(sorted({re.escape(literal[2:]) for literal, _ in members}, key=len, reverse=True))
-        gate = re.compile(f"{re.escape(start)}(?:{rests})".encode())
-        gated.append(_GatedRules(members[0][1].kind, gate, [rule for _, rule in members]))
-    return gated
-
-
-def _gitleaks_rules() -> list[_Rule | _HeadRule | _GatedRules]:
+def _gitleaks_rules() -> _PrefixIndex:
     """The rules generated from gitleaks (processor/capture/secret_rules): one per prefix, each
     starting with its literal prefix, only at the start of a run of token characters, and ending
     where the run ends. gitleaks' entropy floor turns down placeholders such as ``hvs.xxxx...``."""
@@ -384,7 +374,7 @@ def _gitleaks_rules() -> list[_Rule | _HeadRule | _GatedRules]:
             return _entropy(token.encode()) > floor
 
         rules.append((prefix, _rule(kind, _token(literal, tail), check=check if entropy else None)))
-    return _gated(rules)
+    return _PrefixIndex(rules)
 
 
 # ---- assignments: password=..., "token": "...", api_key: ..., --token ... -------------------
@@ -493,7 +483,7 @@ _AUTH_SCHEME = "|".join(_ci(s) for s in ("bearer", "basic", "token", "bot", "dig
 
 # Order matters: specific formats come first, so `Authorization: Bearer eyJ...` is reported as a
 # jwt, and generic assignments last. No rule matches a marker, so a second pass changes nothing.
-_RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _GatedRules, ...] = (
+_RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _PrefixIndex, ...] = (
     # The whole PEM block. A block cut off before its END line loses its base64 lines.
     _rule(
         "private-key",
@@ -602,7 +592,7 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _GatedRules, ...] = (
         ),
         lambda m: _replace_quoted(m, "mysql-password"),
     ),
-    *_gitleaks_rules(),
+    _gitleaks_rules(),
     # curl -u user:password, --user user:password
     _rule(
         "cli-user-password",
@@ -663,7 +653,7 @@ REDACTION_KINDS: tuple[str, ...] = tuple(
                 member.kind
                 for rule in _RULES
                 if rule is not _ASSIGNMENTS
-                for member in (rule.rules if isinstance(rule, _GatedRules) else [rule])
+                for member in (rule.rules if isinstance(rule, _PrefixIndex) else [rule])
             ),
             *_ASSIGNMENT_KINDS,
         ]

@@ -440,11 +440,16 @@ def test_plugin_layout_is_generated_from_the_same_source(tmp_path: Path, setting
     (out / "README.md").write_text("mine")
     written = write_plugin(out, registration)
     assert sorted(p.relative_to(out).as_posix() for p in written) == [
-        ".claude-plugin/plugin.json", ".mcp.json", "hooks/hooks.json"]
+        ".claude-plugin/marketplace.json", ".claude-plugin/plugin.json", ".mcp.json", "hooks/hooks.json"]
     assert (out / "README.md").read_text() == "mine"
 
     manifest = load(out / ".claude-plugin" / "plugin.json")
     assert manifest["name"] == "engram" and manifest["description"]
+    # A one-plugin local marketplace whose plugin is this very folder (checked with the real CLI in
+    # tests/test_claude_cli_e2e.py).
+    market = load(out / ".claude-plugin" / "marketplace.json")
+    assert market["name"] == "engram-local" and market["owner"]["name"]
+    assert [(p["name"], p["source"]) for p in market["plugins"]] == [("engram", "./")]
     hooks = load(out / "hooks" / "hooks.json")
     assert hooks["hooks"] == registration.hooks_table()
     mcp = load(out / ".mcp.json")

@@ -95,8 +95,9 @@ class Processor:
             "episodes_paused": self.memory.problem,
         }
 
-    def recall_for_http(self, query: str, *, limit: int, project: str | None) -> list:
-        return self.memory.reader().recall(query, limit=limit, project=project, touch=False)
+    def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None,
+                        touch: bool = False) -> list:
+        return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id, touch=touch)
 
     # --- one pass ----------------------------------------------------------------------------
 

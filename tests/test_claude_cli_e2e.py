@@ -6,7 +6,9 @@ session's transcript as Claude Code writes it.
 What the model is sent is the proof: every request body the CLI posts is recorded, so the test sees
 exactly what reached the model — the SessionStart digest, the PreToolUse bites (once per user message,
 also with parallel tool calls), Engram's MCP tools and their results — and, from the database, that
-nothing Engram injected was captured back into it.
+nothing Engram injected was captured back into it; what the user is shown (the hooks' one-line
+`systemMessage`, from the transcript and the stream-json events); and that the plugin folder `engram plugin`
+writes is a local marketplace the CLI installs from.
 """
 
 from __future__ import annotations
@@ -168,9 +170,6 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
             Reply.text(ANSWER_2),
         ], resume=session, output_format="stream-json")
         assert run_2.text == ANSWER_2 and run_2.session_id == session
-        import sys as _sys
-        print("EVENTS", json.dumps(run_2.events)[:20000], file=_sys.stderr)
-        print("TRANSCRIPT", [line for line in world.transcript(session).read_text().splitlines() if "Engram: " in line], file=_sys.stderr)
         second_message = world.server.conversation[len(first_message):]
         assert len(second_message) == 3
 
@@ -183,6 +182,20 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         assert f"(id: {ids['flaky']})" not in "".join(t for _, t in second_message[0].texts() if BITES_HEADER in t)
         assert any(f"(id: {ids['flaky']})" in t for _, t in second_message[1].texts() if BITES_HEADER in t)
         assert not world.server.unscripted
+
+        # The user sees one line per injection naming what was injected (the hooks' systemMessage): in the
+        # transcript as a hook_system_message attachment, in stream-json as an informational system event;
+        # the model never gets it.
+        shown = [(entry["attachment"]["hookName"], entry["attachment"]["content"])
+                 for entry in map(json.loads, world.transcript(session).read_text().splitlines())
+                 if entry.get("attachment", {}).get("type") == "hook_system_message"]
+        assert shown[0] == ("SessionStart:startup", f"Engram: 1 memory — {ids['pref']}"), shown
+        assert ("PreToolUse:Bash", f"Engram: 1 memory — {ids['staging']}") in shown, shown
+        assert ("SessionStart:resume", f"Engram: 2 memories — {ids['pref']}, {new_id}") in shown, shown
+        notices = [e["content"] for e in run_2.events
+                   if e.get("type") == "system" and e.get("subtype") == "informational"]
+        assert f"PreToolUse:Bash says: Engram: 1 memory — {ids['flaky']}" in notices, notices
+        assert not any("Engram: 1 memory" in text for r in world.server.conversation for _, text in r.texts())
 
         # The hook input fields Engram relies on, as this Claude Code sends them.
         transcript = str(world.transcript(session))

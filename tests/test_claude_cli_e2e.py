@@ -116,6 +116,11 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         ])
         assert run_1.text == ANSWER_1
         session = run_1.session_id
+        # The finished turn (end_turn on its last line) becomes a memory at once, not on the 5-minute idle
+        # timer: a decision of a one-shot `claude -p` session is recallable from the next session.
+        wait_for(lambda: any(ANSWER_1 in content for (content,) in world.query(
+            "SELECT full_content FROM episodes WHERE session_id = ?", (run_1.session_id,))), 20,
+            "the finished round stored as a memory")
         first_message = world.server.conversation
         assert all(r.session_id == session for r in first_message)
 

@@ -63,7 +63,9 @@ class Processor:
         for line in lines:
             if line.role == "user":
                 self.memory.submit(Recollect(session_id, line))
-        self.memory.submit(BuildEpisodes(session_id))
+        # A finished turn (Claude Code's end_turn on the last line) makes its round an episode at once,
+        # so a decision of a one-shot `claude -p` session is recallable from the next session.
+        self.memory.submit(BuildEpisodes(session_id, final=bool(lines) and lines[-1].end_turn))
         self.jobs.on_messages_captured(session_id)
 
     # --- control from other threads and signal handlers ------------------------------------------

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from recall_hook.hook_io import injected_line
 from tests.claude_cli import (
     BITES_HEADER,
     DIGEST_HEADER,
@@ -196,7 +198,11 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
                  if entry.get("attachment", {}).get("type") == "hook_system_message"]
         assert shown[0] == ("SessionStart:startup", f"Engram: 1 memory — {ids['pref']}"), shown
         assert ("PreToolUse:Bash", f"Engram: 1 memory — {ids['staging']}") in shown, shown
-        assert ("SessionStart:resume", f"Engram: 2 memories — {ids['pref']}, {new_id}") in shown, shown
+        resumed = [text for _, text in second_message[0].texts() if DIGEST_HEADER in text][-1]  # the newest
+        resumed = resumed[resumed.rindex(DIGEST_HEADER):]
+        resumed_ids = re.findall(r"\(id: ([^)]+)\)", resumed[:resumed.index(FENCE_CLOSE)])
+        assert ids["pref"] in resumed_ids and new_id in resumed_ids, resumed
+        assert ("SessionStart:resume", injected_line(resumed_ids)) in shown, shown
         notices = [e["content"] for e in run_2.events
                    if e.get("type") == "system" and e.get("subtype") == "informational"]
         assert f"PreToolUse:Bash says: Engram: 1 memory — {ids['flaky']}" in notices, notices

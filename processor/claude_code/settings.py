@@ -231,7 +231,7 @@ class Registration:
                 event="SessionStart",
                 # Stdlib only, like PreToolUse: the base interpreter with -S (see recall_hook/session_start.py).
                 command=f"{q(self.hook_python)} -I -S -c {q(SESSION_START_LAUNCHER)} "
-                        f"{q(str(self.hook_script.with_name('session_start.py')))}",
+                        f"{q(str(self.hook_script.parent / 'session_start.py'))}",
                 timeout=self.session_start_timeout,
                 markers=(SESSION_START_MARKER, MODULE_SESSION_START_MARKER, LEGACY_SESSION_START_MARKER),
             ),

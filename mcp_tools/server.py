@@ -17,6 +17,17 @@ threads. So the tools are async and hand all database work to one dedicated thre
 connection, the ``EpisodeStore`` and its in-memory vector index. Loading the embedding model (seconds,
 on the first recall) then blocks only that thread, never the protocol loop.
 
+What the model reads: Claude Code passes a tool's ``structuredContent`` to the model instead of its
+text when there is one (1.5–1.8× the characters of the text), so the server Claude Code starts
+(``main``) declares no output schemas and returns the compact text only; ``build_server(...,
+structured=True)`` (the default, for programs and tests) adds the structured copy.
+
+Recall while the processor runs goes over its control plane (``POST /recall``), where the embedding
+model is already warm: the first recall costs a request, not a model load. When the processor is down,
+or does not answer, the server searches in-process as before. The calling session (Claude Code's
+``claudecode/sessionId`` request meta, else ``$CLAUDE_CODE_SESSION_ID``) is passed along, so messages of
+the same session not yet in a memory are found too.
+
 Stdout: the SDK's stdio transport moves the wire to a private descriptor and points fd 1 at stderr
 while serving, so llama.cpp or a stray print can never corrupt the protocol stream.
 """
@@ -35,7 +46,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 import apsw
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter
@@ -104,10 +115,34 @@ class StatusResult(BaseModel):
     database_error: str | None = None
 
 
-def _text_result(text: str, structured: Any) -> CallToolResult:
+def _text_result(text: str, structured: Any, with_structured: bool = True) -> CallToolResult:
     # The text is what the model reads (seed 001's format); the structured copy is for programs.
+    if not with_structured:
+        return CallToolResult(content=[TextContent(type="text", text=text)])
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=TypeAdapter(type(structured)).dump_python(structured, mode="json"))
+
+
+SESSION_META = "claudecode/sessionId"
+SESSION_ENV = "CLAUDE_CODE_SESSION_ID"
+# The processor answers /recall from memory in milliseconds; past this, search here instead.
+RECALL_TIMEOUT_SECONDS = 2.0
+
+
+def calling_session(ctx: Context | None) -> str | None:
+    """The Claude Code session that called the tool: its request meta, else the server's environment."""
+    meta = None
+    try:
+        meta = ctx.request_context.meta if ctx is not None else None
+    except (ValueError, AttributeError):  # no request (a direct call)
+        meta = None
+    value = None
+    if meta is not None:
+        extra = meta.model_dump(by_alias=True) if hasattr(meta, "model_dump") else dict(meta)
+        value = extra.get(SESSION_META)
+    if not isinstance(value, str) or not value:
+        value = os.environ.get(SESSION_ENV)
+    return value if isinstance(value, str) and 0 < len(value) <= 128 else None
 
 
 # --- the database side: one thread, one connection --------------------------------------------
@@ -169,8 +204,25 @@ class MemoryService:
 
     # Each call below runs on the DB thread.
 
-    def recall(self, query: str, limit: int, project: str | None) -> list[Hit]:
-        return self._episodes().recall(query, limit=limit, project=project, touch=True)
+    def recall(self, query: str, limit: int, project: str | None, session_id: str | None = None) -> list[Hit]:
+        return self._episodes().recall(query, limit=limit, project=project, session_id=session_id, touch=True)
+
+    def recall_by_processor(self, query: str, limit: int, project: str | None,
+                            session_id: str | None) -> list[Hit] | None:
+        """The running processor's answer (its model is warm); None when it is down or does not answer."""
+        from processor.service.control_client import ControlError, request
+
+        body: dict[str, Any] = {"query": query, "limit": limit, "touch": True}
+        if project is not None:  # absent: every project
+            body["project"] = project
+        if session_id:
+            body["session_id"] = session_id
+        try:
+            answer = request(self.settings.run_dir, "POST", "/recall", body, timeout=RECALL_TIMEOUT_SECONDS)
+            return [Hit(**bite) for bite in answer["bites"]]
+        except (ControlError, KeyError, TypeError) as exc:
+            log.info("recall through the processor failed (%s); searching here", exc)
+            return None
 
     def expand(self, item_id: str) -> Expansion:
         return self._episodes().expand(item_id, touch=True)
@@ -214,13 +266,27 @@ async def _guarded(service: MemoryService, fn: Callable[[], T]) -> T:
 # --- tools -----------------------------------------------------------------------------------
 
 
-def build_server(settings: Settings | None = None, cwd: str | None = None) -> MCPServer:
+def build_server(settings: Settings | None = None, cwd: str | None = None, *, structured: bool = True) -> MCPServer:
     """The MCP server object; tests connect to it in-process with ``mcp.Client(server)``.
 
     settings: default ``load_settings()`` (ENGRAM_HOME and friends), read on the first tool call.
     cwd: the directory whose git root is the default project for recall and remember.
+    structured: declare output schemas and return ``structuredContent`` beside the text (see the
+    module docstring: not for Claude Code).
     """
     service = MemoryService(settings, cwd)
+
+    def result(text: str, data: Any) -> CallToolResult:
+        return _text_result(text, data, structured)
+
+    def tool(**kwargs: Any) -> Callable[[Callable[..., Any]], Any]:
+        register = server.tool(**kwargs)
+
+        def decorate(fn: Callable[..., Any]) -> Any:
+            if not structured:  # a bare CallToolResult: no outputSchema is declared
+                fn.__annotations__["return"] = "CallToolResult"
+            return register(fn)
+        return decorate
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[MemoryService]:
@@ -240,7 +306,7 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
         lifespan=lifespan,
     )
 
-    @server.tool(
+    @tool(
         title="Recall memories",
         description=(
             "Get brief memory recollections for a topic: short dated 'memory bites' with ids, best first. "
@@ -255,6 +321,7 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
                          Field(description="how many memories (default: the recall_limit setting, 5)")] = None,
         project: Annotated[str | None, Field(description="project root path; default: the git root of the "
                                              f"current directory; '{ALL_PROJECTS}' for all projects")] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RecallResult]:
         text = query.strip()
         if not text:
@@ -265,11 +332,13 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
         scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
                                                       else service.project)
         count = limit or service.settings.recall_limit
-        hits = await _guarded(service, lambda: service.recall(text, count, scope))
-        result = RecallResult(query=text, project=scope, hits=hits)
-        return _text_result(format_hits(hits), result)
+        session_id = calling_session(ctx)
+        hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id))
+        if hits is None:
+            hits = await _guarded(service, lambda: service.recall(text, count, scope, session_id))
+        return result(format_hits(hits), RecallResult(query=text, project=scope, hits=hits))
 
-    @server.tool(
+    @tool(
         title="Expand a memory",
         description=(
             "Expand a memory recollection to its full context: the whole content, when and in which session and "
@@ -287,9 +356,9 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
             raise ToolError(f"no memory with an id of {len(item_id)} characters; ids look like ep_… and come "
                             "from memory_recall")
         expansion = await _guarded(service, lambda: service.expand(item_id))
-        return _text_result(format_expansion(expansion), expansion)
+        return result(format_expansion(expansion), expansion)
 
-    @server.tool(
+    @tool(
         title="Remember",
         description=(
             "Store something worth remembering in future sessions: a decision, preference, convention, fix or "
@@ -322,11 +391,11 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
         else:
             message = (f"Queued as {path}, but the Engram processor is not running, so it is stored when the "
                        f"processor next starts; {START_HINT}.")
-        result = RememberResult(queued=True, file=str(path), kind=kind, scope=scope or "project", project=project,
-                                processor_running=running, message=message)
-        return _text_result(message, result)
+        remembered = RememberResult(queued=True, file=str(path), kind=kind, scope=scope or "project", project=project,
+                                    processor_running=running, message=message)
+        return result(message, remembered)
 
-    @server.tool(
+    @tool(
         title="Memory status",
         description=("Is Engram's processor running (or are memories answered from the database only), how many "
                      "memories are stored, which embedding model made them, and how many remember requests wait."),
@@ -350,14 +419,14 @@ def build_server(settings: Settings | None = None, cwd: str | None = None) -> MC
                        "database only. Check `engram status` or restart it")
         else:
             message = f"degraded: the Engram processor is not running; answering from the database only; {START_HINT}"
-        result = StatusResult(
+        status = StatusResult(
             processor_running=running, mode="normal" if running else "degraded", message=message,
             processor=answer, episodes=counts.get("episodes"), episodes_by_status=counts.get("episodes_by_status", {}),
             embedding_model=counts.get("embedding_model"), embedding_dim=counts.get("embedding_dim"),
             configured_embedding_model=settings.embedding_model, db_path=str(settings.db_path),
             queue_dir=str(settings.queue_dir), pending_remember_files=pending, database_error=database_error,
         )
-        return _text_result(_format_status(result), result)
+        return result(_format_status(status), status)
 
     return server
 
@@ -381,7 +450,7 @@ def main() -> None:
     # Logs go to stderr, which Claude Code keeps in its MCP log; stdout carries only the protocol.
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    build_server(cwd=os.getcwd()).run("stdio")
+    build_server(cwd=os.getcwd(), structured=False).run("stdio")
 
 
 if __name__ == "__main__":

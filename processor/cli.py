@@ -162,7 +162,9 @@ def cmd_plugin(args: argparse.Namespace) -> int:
 
     for path in write_plugin(Path(args.out)):
         print(path)
-    print(f"start Claude Code with: claude --plugin-dir {Path(args.out).resolve()}")
+    folder = Path(args.out).resolve()
+    print(f"start Claude Code with: claude --plugin-dir {folder}")
+    print(f"or keep it installed: /plugin marketplace add {folder}  then  /plugin install engram@engram-local")
     return 0
 
 

@@ -98,6 +98,7 @@ class Settings:
     recollection_idle_hours = Option(1.0, "recollection files of sessions idle this long are removed")
     session_start_token_budget = Option(1500, "SessionStart digest size in estimated tokens (4 characters each)")
     prompt_submit_enabled = Option(False, "the UserPromptSubmit hook (engram install --prompt-submit) injects bites")
+    show_injected = Option(True, "the hooks show the user one line naming the memories they injected (systemMessage)")
     prompt_submit_budget_ms = Option(150, "time limit of the UserPromptSubmit hook's request to the processor")
     extractor = Option("auto", "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)")
     openai_base_url = Option("", "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI")

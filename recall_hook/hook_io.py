@@ -102,21 +102,8 @@ def user_home() -> str | None:
 
 def recollections_dir() -> str | None:
     """$ENGRAM_HOME/recollections, with ENGRAM_HOME defaulting to ~/.engram like processor.config."""
-    root = getenv("ENGRAM_HOME")
-    if not root:
-        home = user_home()
-        return None if home is None else home + "/.engram/recollections"
-    if root == "~" or root.startswith("~/"):
-        home = user_home()
-        if home is None:
-            return None
-        root = home + root[1:]
-    elif root.startswith("~"):
-        import pwd
-
-        user, _, rest = root[1:].partition("/")
-        root = pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
-    return root.rstrip("/") + "/recollections"
+    root = engram_home()
+    return None if root is None else root.rstrip("/") + "/recollections"
 
 
 def valid_session_id(value: object) -> bool:
@@ -184,9 +171,145 @@ def one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+CONFIG_LIMIT = 256 * 1024
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def engram_home() -> str | None:
+    """$ENGRAM_HOME (``~`` expanded), default ~/.engram, like processor.config.engram_home."""
+    root = getenv("ENGRAM_HOME")
+    if not root:
+        home = user_home()
+        return None if home is None else home + "/.engram"
+    if root == "~" or root.startswith("~/"):
+        home = user_home()
+        if home is None:
+            return None
+        root = home + root[1:]
+    elif root.startswith("~"):
+        import pwd
+
+        user, _, rest = root[1:].partition("/")
+        root = pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
+    return root.rstrip("/") or "/"
+
+
+def config_value(home: str, name: str) -> object:
+    """`name` from $ENGRAM_HOME/config.toml; None when absent, unreadable or not TOML."""
+    try:
+        data = read_limited(home + "/config.toml", CONFIG_LIMIT)
+    except OSError:
+        return None
+    if data is None:
+        return None
+    import tomllib  # only when there is a config file: ~8 ms
+
+    try:
+        return tomllib.loads(data.decode("utf-8")).get(name)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def flag(value: object) -> bool | None:
+    """A boolean setting's value from TOML or the environment (1/true/yes/on, 0/false/no/off)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE:
+        return True
+    if isinstance(value, str) and value.strip().lower() in _FALSE:
+        return False
+    return None
+
+
+SHOW_INJECTED_ENV = "ENGRAM_SHOW_INJECTED"
+SHOW_INJECTED_DEFAULT = True  # processor.config Settings.show_injected (pinned by tests/test_config.py)
+SHOWN_IDS = 3  # ids named in the user's line; the rest are counted
+
+
+def show_injected(home: str | None) -> bool:
+    """The `show_injected` setting: environment first, then config.toml, then the default."""
+    from_env = flag(getenv(SHOW_INJECTED_ENV))
+    if from_env is not None:
+        return from_env
+    from_file = flag(config_value(home, "show_injected")) if home else None
+    return SHOW_INJECTED_DEFAULT if from_file is None else from_file
+
+
+def injected_line(ids: list[str]) -> str:
+    """The one line the user sees: "Engram: 2 memories — ep_1, ep_2" (more than SHOWN_IDS: "+N more")."""
+    noun = "memory" if len(ids) == 1 else "memories"
+    shown = ", ".join(ids[:SHOWN_IDS])
+    more = f" +{len(ids) - SHOWN_IDS} more" if len(ids) > SHOWN_IDS else ""
+    return f"Engram: {len(ids)} {noun} — {shown}{more}"
+
+
+def hook_json(event: str, context: str, ids: list[str], home: str | None) -> str:
+    """The hook's stdout: additionalContext for the model, and the injected-memories line for the user."""
+    out = '{"hookSpecificOutput":{"hookEventName":"' + event + '","additionalContext":' + quote(context) + "}"
+    if ids and show_injected(home):
+        # systemMessage is shown to the user in the terminal, never sent to the model.
+        out += ',"systemMessage":' + quote(injected_line(ids))
+    return out + "}"
+
+
+def _read_text(path: str, limit: int = 4096) -> str | None:
+    try:
+        data = read_limited(path, limit)
+    except OSError:
+        return None
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _common_dir(dot_git: str) -> str | None:
+    import os.path
+
+    if os.path.isdir(dot_git):
+        return dot_git
+    text = _read_text(dot_git)  # a worktree's .git file: "gitdir: <repo>/.git/worktrees/<name>"
+    first = text.splitlines()[0] if text else ""
+    if not first.startswith("gitdir:"):
+        return None
+    git_dir = first[len("gitdir:"):].strip()
+    if not git_dir.startswith("/"):
+        git_dir = os.path.dirname(dot_git) + "/" + git_dir
+    common = _read_text(git_dir + "/commondir")
+    if common is None:
+        return git_dir
+    common = common.strip()
+    return common if common.startswith("/") else git_dir + "/" + common
+
+
+def project_root(cwd: str) -> str:
+    """The repository root for cwd (shared by its worktrees), else cwd itself."""
+    import os.path
+
+    if not cwd.startswith("/") or not os.path.exists(cwd):
+        return cwd
+    folder = os.path.normpath(cwd)
+    if folder.startswith("//"):
+        folder = "/" + folder.lstrip("/")
+    while True:
+        dot_git = folder.rstrip("/") + "/.git"
+        if os.path.lexists(dot_git):
+            common = _common_dir(dot_git)
+            if common is None:
+                return folder
+            common = os.path.normpath(common)
+            return os.path.dirname(common) if os.path.basename(common) == ".git" else common
+        if folder == "/":
+            return cwd
+        folder = os.path.dirname(folder)
+
+
+
 MAX_BITES = 10
 MAX_BITE_CHARS = 600
 MAX_ID_CHARS = 128
+
+
+def bite_id(bite: object) -> str:
+    return bite["id"] if isinstance(bite, dict) and isinstance(bite.get("id"), str) else ""
 
 
 def bite_line(bite: object) -> str | None:
@@ -213,16 +336,62 @@ def bite_line(bite: object) -> str | None:
     return f"- [{date or 'undated'}, {importance}] {text} (id: {bite_id})"
 
 
+# The tools' full names as Claude Code lists them: it defers MCP tools behind ToolSearch, where
+# the model finds a tool by the name it was told, so the bare "memory_expand" is not enough.
+EXPAND_TOOL = "mcp__engram__memory_expand"
+RECALL_TOOL = "mcp__engram__memory_recall"
+
+
 def format_context(lines: list[str]) -> str:
     body = "\n".join(
         [
             "You have memories related to this conversation:",
             *lines,
-            "If any of these are relevant, call memory_expand(id) (a tool of the engram MCP server)"
+            f"If any of these are relevant, call {EXPAND_TOOL}(id) (the engram MCP server's memory_expand)"
             " with its id for the full context. Otherwise, continue your work.",
         ]
     )
     return fence(body)
+
+
+# --- what the session's digest showed: the bites leave those memories out ------------------------
+
+SESSION_START_BUDGET_DEFAULT = 1500  # processor.config Settings.session_start_token_budget (pinned by tests)
+DIGEST_SUFFIX = ".digest"  # <session>.digest: {"shown": [ids]}, written by the SessionStart hook
+DIGEST_IDS = 200
+
+
+def write_digest_ids(directory: str, session_id: str, ids: list[str]) -> None:
+    """Record the ids the session's digest showed; the recollection writer leaves them out of bites.
+
+    A complete temp file renamed into place (readers never see half of it). A resume, clear or
+    compact writes the file again with what that digest showed.
+    """
+    final = f"{directory}/{session_id}{DIGEST_SUFFIX}"
+    temp = f"{directory}/.{session_id}{DIGEST_SUFFIX}.{_os.getpid()}.tmp"
+    data = ('{"shown":[' + ",".join(quote(i) for i in ids[:DIGEST_IDS]) + "]}\n").encode()
+    fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[_os.write(fd, view) :]
+        finally:
+            _os.close(fd)
+        _os.replace(temp, final)
+    except BaseException:
+        remove(temp)
+        raise
+
+
+def digest_ids(directory: str, session_id: str) -> list[str]:
+    """The ids the session's digest showed ([] when none, or the file is unreadable)."""
+    try:
+        data = load_json_file(f"{directory}/{session_id}{DIGEST_SUFFIX}", 64 * 1024)
+    except Exception:
+        return []
+    shown = data.get("shown") if isinstance(data, dict) else None
+    return [i for i in shown if isinstance(i, str)] if isinstance(shown, list) else []
 
 
 def last_injected(state_path: str) -> str | None:

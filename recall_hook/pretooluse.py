@@ -18,7 +18,9 @@ Input: the PreToolUse event JSON on stdin. The session is ``session_id`` from th
     {"messageUuid": str, "timestamp": ms, "bites": [{"id", "bite", "date", "importance"}]}
 
 The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state``) as
-``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}}`` and never
+``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
+"Engram: 2 memories — ep_…, ep_…"}`` (the line the user sees; off with the ``show_injected``
+setting, which costs a config.toml read only when the environment does not decide) and never
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
 Every failure (bad stdin, missing/corrupt/huge file, unreadable directory) ends in exit 0 with
@@ -65,10 +67,12 @@ def run(stdin: bytes) -> str | None:
         return None
 
     lines = []
+    ids = []
     for bite in bites:
         line = _io.bite_line(bite)
         if line is not None:
             lines.append(line)
+            ids.append(bite["id"])  # bite_line checked it
             if len(lines) == _io.MAX_BITES:
                 break
     if not lines:
@@ -77,8 +81,7 @@ def run(stdin: bytes) -> str | None:
 
     if not _io.claim(directory, session_id, message_uuid):
         return None
-    context = _io.format_context(lines)
-    return '{"hookSpecificOutput":{"hookEventName":"PreToolUse","additionalContext":' + _io.quote(context) + "}}"
+    return _io.hook_json("PreToolUse", _io.format_context(lines), ids, directory.rpartition("/")[0])
 
 
 def main() -> None:

@@ -66,10 +66,7 @@ MARKER_SUFFIX = ".prompt"  # <session>.prompt: {"shown": [ids, newest first], "t
 MARKER_IDS = 50
 MARKER_LIMIT = 16 * 1024
 RESPONSE_LIMIT = 256 * 1024
-CONFIG_LIMIT = 256 * 1024
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 _TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
@@ -80,29 +77,10 @@ def _now_ms() -> int:
 # --- settings: environment first, then config.toml, then the default ----------------------------
 
 
-def _config_value(home: str, name: str) -> object:
-    try:
-        data = _io.read_limited(home + "/config.toml", CONFIG_LIMIT)
-    except OSError:
-        return None
-    if data is None:
-        return None
-    import tomllib  # only when the environment did not decide: ~8 ms
-
-    try:
-        return tomllib.loads(data.decode("utf-8")).get(name)
-    except (ValueError, UnicodeDecodeError):
-        return None
+_config_value = _io.config_value
 
 
-def _flag(value: object) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE:
-        return True
-    if isinstance(value, str) and value.strip().lower() in _FALSE:
-        return False
-    return None
+_flag = _io.flag
 
 
 def enabled(home: str) -> bool:
@@ -123,56 +101,9 @@ def budget_seconds(home: str) -> float:
     return max(1, min(ms, MAX_BUDGET_MS)) / 1000
 
 
-# --- the project: processor.capture.project.project_root without pathlib --------------------------
+# --- the project: hook_io.project_root (processor.capture.project.project_root without pathlib) ---
 
-
-def _read_text(path: str, limit: int = 4096) -> str | None:
-    try:
-        data = _io.read_limited(path, limit)
-    except OSError:
-        return None
-    return None if data is None else data.decode("utf-8", "replace")
-
-
-def _common_dir(dot_git: str) -> str | None:
-    import os.path
-
-    if os.path.isdir(dot_git):
-        return dot_git
-    text = _read_text(dot_git)  # a worktree's .git file: "gitdir: <repo>/.git/worktrees/<name>"
-    first = text.splitlines()[0] if text else ""
-    if not first.startswith("gitdir:"):
-        return None
-    git_dir = first[len("gitdir:"):].strip()
-    if not git_dir.startswith("/"):
-        git_dir = os.path.dirname(dot_git) + "/" + git_dir
-    common = _read_text(git_dir + "/commondir")
-    if common is None:
-        return git_dir
-    common = common.strip()
-    return common if common.startswith("/") else git_dir + "/" + common
-
-
-def project_root(cwd: str) -> str:
-    """The repository root for cwd (shared by its worktrees), else cwd itself."""
-    import os.path
-
-    if not cwd.startswith("/") or not os.path.exists(cwd):
-        return cwd
-    folder = os.path.normpath(cwd)
-    if folder.startswith("//"):
-        folder = "/" + folder.lstrip("/")
-    while True:
-        dot_git = folder.rstrip("/") + "/.git"
-        if os.path.lexists(dot_git):
-            common = _common_dir(dot_git)
-            if common is None:
-                return folder
-            common = os.path.normpath(common)
-            return os.path.dirname(common) if os.path.basename(common) == ".git" else common
-        if folder == "/":
-            return cwd
-        folder = os.path.dirname(folder)
+project_root = _io.project_root
 
 
 # --- the processor's control endpoint -----------------------------------------------------------
@@ -302,10 +233,8 @@ def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
     _io.write_private(directory, f"{session_id}{MARKER_SUFFIX}", data)
 
 
-def _output(lines: list[str]) -> str:
-    context = _io.format_context(lines)
-    return '{"hookSpecificOutput":{"hookEventName":"UserPromptSubmit","additionalContext":' + _io.quote(
-        context) + "}}"
+def _output(directory: str, lines: list[str], ids: list[str]) -> str:
+    return _io.hook_json("UserPromptSubmit", _io.format_context(lines), ids, directory.rpartition("/")[0])
 
 
 def _recollection(directory: str, session_id: str) -> dict | None:
@@ -382,10 +311,10 @@ def _inject_recollection(directory: str, session_id: str, recollection: dict) ->
     bites = recollection.get("bites")
     if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list):
         return None
-    lines = [line for line in map(_io.bite_line, bites[: _io.MAX_BITES]) if line is not None]
-    if not lines or not _io.claim(directory, session_id, message_uuid):
+    kept = [(line, _io.bite_id(b)) for b in bites[: _io.MAX_BITES] if (line := _io.bite_line(b)) is not None]
+    if not kept or not _io.claim(directory, session_id, message_uuid):
         return None
-    return _output(lines)
+    return _output(directory, [line for line, _ in kept], [bite_id for _, bite_id in kept])
 
 
 def _bite_ids(recollection: dict | None) -> list[str]:
@@ -458,7 +387,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     if not lines:
         return None
     write_marker(directory, session_id, new_ids + shown)
-    return _output(lines)
+    return _output(directory, lines, new_ids)
 
 
 def main() -> None:

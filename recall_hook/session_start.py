@@ -1,18 +1,34 @@
 """Engram's SessionStart hook: print the digest of what Engram remembers for this session's project.
 
-Claude Code runs ``<engram python> -I -m recall_hook.session_start`` with the event JSON on stdin
-(``{"session_id", "transcript_path", "cwd", "hook_event_name", "source", ...}``); the digest itself
-is ``processor.recall.digest``. Failure: a missing database, a locked one, an unreadable stdin, a
-bad config — anything — ends in exit 0 with nothing on stdout; unexpected errors leave one line on
-stderr, never a traceback: the session must start regardless.
+Claude Code runs it on every start, resume, clear and compact, so its whole-process time is a
+delay before the session starts. Registered like the other hooks as ``<real python> -I -S -c
+LAUNCHER /abs/path/recall_hook/session_start.py``: no site-packages, no apsw, no processor.config;
+the digest (``processor.recall.digest``) reads the database with stdlib ``sqlite3``, read-only, and
+the settings it needs (``$ENGRAM_HOME``, config.toml) through ``hook_io``. The launcher puts the
+folder holding ``recall_hook`` and ``processor`` on ``sys.path`` (the repository of an editable
+install, site-packages of a wheel). It also runs as ``python -I -m recall_hook.session_start``
+(earlier registrations, tests).
+
+Input: the event JSON on stdin (``{"session_id", "transcript_path", "cwd", "hook_event_name",
+"source", ...}``). Output: ``{"hookSpecificOutput": {"hookEventName": "SessionStart",
+"additionalContext": ...}, "systemMessage": "Engram: N memories — …"}``; the ids shown are
+recorded in ``recollections/<session>.digest`` so the session's bites do not repeat them.
+
+Failure: a missing database, a locked one, an unreadable stdin, a bad config — anything — ends in
+exit 0 with nothing on stdout; unexpected errors leave one line on stderr, never a traceback: the
+session must start regardless.
 """
 
 import sys
 
-try:
-    from recall_hook.hook_io import STDIN_LIMIT
-except ImportError:  # run from this folder as a script
-    from hook_io import STDIN_LIMIT
+if not __package__:  # run through LAUNCHER: the package root goes on sys.path (see the docstring)
+    _root = __file__.rpartition("/")[0].rpartition("/")[0]
+    if _root not in sys.path:
+        sys.path.insert(0, _root)
+
+from recall_hook.hook_io import STDIN_LIMIT, loads  # noqa: E402 - after the path set-up above
+
+LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import session_start;session_start.main()'
 
 
 def main() -> int:
@@ -20,15 +36,12 @@ def main() -> int:
         raw = sys.stdin.buffer.read(STDIN_LIMIT + 1)
         if len(raw) > STDIN_LIMIT:
             return 0
-        import json
-
-        import apsw
-
         from processor.recall.digest import hook_output
+        from processor.store.digest import ERRORS
 
         try:
-            output = hook_output(json.loads(raw))
-        except (ValueError, apsw.BusyError, apsw.InterruptError, apsw.SQLError, apsw.CantOpenError, OSError):
+            output = hook_output(loads(raw.decode("utf-8")))
+        except (ValueError, StopIteration, *ERRORS):
             return 0  # bad stdin, locked/slow/old/missing database: start the session without a digest
         if output:
             sys.stdout.write(output + "\n")

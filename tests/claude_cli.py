@@ -136,7 +136,7 @@ class ClaudeCLI:
 
 # ---------------------------------------------------------------- Engram installed into a throw-away home
 
-# What Engram injects, as the hooks write it (recall_hook/pretooluse.py, processor/recall/session_start.py).
+# What Engram injects, as the hooks write it (recall_hook/pretooluse.py, processor/recall/digest.py).
 FENCE_OPEN = "<engram-recollection>"
 FENCE_CLOSE = "</engram-recollection>"
 BITES_HEADER = "You have memories related to this conversation:"
@@ -279,6 +279,16 @@ class EngramClaude:
         conn.set_busy_timeout(5000)
         try:
             return list(conn.execute(sql, params))
+        finally:
+            conn.close()
+
+    def backdate(self, episode_id: str, days: float, importance: str = "normal") -> None:
+        """Make a stored memory older and ordinary, so the SessionStart digest leaves it out."""
+        conn = apsw.Connection(str(self.engram_home / "engram.db"))
+        conn.set_busy_timeout(5000)
+        try:
+            conn.execute("UPDATE episodes SET created_at = created_at - ?, importance = ? WHERE id = ?",
+                         (int(days * 86_400_000), importance, episode_id))
         finally:
             conn.close()
 

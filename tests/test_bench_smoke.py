@@ -98,3 +98,18 @@ def test_search_bench_reports_latency_against_the_bound(tmp_path: Path, models_d
         assert result[name]["p95_ms"] >= result[name]["p50_ms"] > 0
     for key in ("p95_ms", "bound_p95_ms", "p95_vs_bound", "store_search_p95_ms"):
         assert key in report
+
+
+def test_startup_bench_measures_each_piece_against_its_baseline(tmp_path: Path, models_dir: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env["ENGRAM_MODELS_DIR"] = str(models_dir)
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "startup.py"), "--runs", "2", "--mcp-runs", "1",
+                           "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "startup"
+    for key in ("session_start_baseline", "session_start_hook", "mcp_trivial_init", "mcp_engram_init",
+                "mcp_trivial_call", "mcp_recall_via_processor", "mcp_recall_in_process"):
+        assert report[f"{key}_median_ms"] > 0, key
+    assert report["session_start_vs_bare"] > 0 and set(report["meets_goals"]) == {
+        "session_start", "mcp_initialize", "first_recall"}

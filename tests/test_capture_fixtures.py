@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import apsw
@@ -84,7 +85,32 @@ def test_status_json_reports_integer_counts(captured: tuple[Path, dict]) -> None
     assert status["messages"] == conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     assert status["sessions"] == conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
     assert isinstance(status["sessions"], int) and isinstance(status["messages"], int)
-    assert status["active_sessions"] and "capture_lag_bytes" in status["active_sessions"][0]
+    # Active means a message in the last 24 h, whenever it was captured: the backfill just captured
+    # every fixture session, and only those whose newest message is recent are listed.
+    day_ago = int(time.time() * 1000) - 24 * 3600 * 1000
+    recent = {sid for sid, last in conn.execute("SELECT session_id, last_activity FROM sessions")
+              if last is not None and last >= day_ago}
+    assert {s["session_id"] for s in status["active_sessions"]} == recent
+    assert len(recent) < status["sessions"]
+    assert all("capture_lag_bytes" in s for s in status["active_sessions"])
+
+
+def test_status_calls_a_session_active_by_its_last_message_not_its_capture(tmp_path: Path) -> None:
+    from processor.config import load_settings
+    from processor.status import collect_status
+    from processor.store import open_store, write_transaction
+    from processor.store.sessions import upsert_session
+
+    settings = load_settings(env={"ENGRAM_HOME": str(tmp_path / "home")})
+    conn = open_store(settings.db_path)
+    now = int(time.time() * 1000)
+    with write_transaction(conn):
+        for sid, last in (("old-session", now - 30 * 24 * 3600 * 1000), ("new-session", now - 60_000)):
+            upsert_session(conn, session_id=sid, transcript_path=str(tmp_path / f"{sid}.jsonl"), project_root=None,
+                           inode=1, byte_offset=0, last_line_hash=None, last_line_len=0, last_activity=last,
+                           now_ms=now)  # both captured just now
+    conn.close()
+    assert [s["session_id"] for s in collect_status(settings)["active_sessions"]] == ["new-session"]
 
 
 def test_subagent_meta_and_injected_lines_are_absent(captured: tuple[Path, dict]) -> None:

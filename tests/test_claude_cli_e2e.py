@@ -6,17 +6,23 @@ session's transcript as Claude Code writes it.
 What the model is sent is the proof: every request body the CLI posts is recorded, so the test sees
 exactly what reached the model — the SessionStart digest, the PreToolUse bites (once per user message,
 also with parallel tool calls), Engram's MCP tools and their results — and, from the database, that
-nothing Engram injected was captured back into it.
+nothing Engram injected was captured back into it; what the user is shown (the hooks' one-line
+`systemMessage`, from the transcript and the stream-json events); and that the plugin folder `engram plugin`
+writes is a local marketplace the CLI installs from.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from recall_hook.hook_io import injected_line
 from tests.claude_cli import (
     BITES_HEADER,
     DIGEST_HEADER,
@@ -71,9 +77,14 @@ def message_index(request: Request, needle: str) -> list[int]:
 
 
 def expand_first_hit(request: Request) -> Reply:
-    """The model reads memory_recall's answer and expands its best hit."""
-    [result] = [text for text in request.tool_results().values() if '"hits"' in text]
-    return Reply.tool("mcp__engram__memory_expand", {"id": json.loads(result)["hits"][0]["id"]})
+    """The model reads memory_recall's answer and expands its best memory."""
+    [result] = [text for text in request.tool_results().values() if "— ID: " in text]
+    return Reply.tool("mcp__engram__memory_expand", {"id": next(i for i in hit_ids(result) if i.startswith("ep_"))})
+
+
+def hit_ids(recall_text: str) -> list[str]:
+    """The ids of memory_recall's compact text answer (`[1] (date, importance) bite — ID: ep_…`), best first."""
+    return [line.rpartition("— ID: ")[2] for line in recall_text.splitlines() if "— ID: " in line]
 
 
 def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> None:
@@ -91,6 +102,10 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         world.start_processor()
         stored = world.wait_for_memories(*(text for text, _, _ in MEMORIES.values()))
         ids = {key: stored[text] for key, (text, _, _) in MEMORIES.items()}
+        # Three days old and ordinary: left out of the digest, so they can be bites (a bite never
+        # repeats what the session's digest showed).
+        for key in ("staging", "flaky"):
+            world.backdate(ids[key], days=3)
 
         # ---- first user message: parallel tool calls, then Engram's MCP tools
         run_1 = world.ask(PROMPT_1, [
@@ -103,15 +118,21 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         ])
         assert run_1.text == ANSWER_1
         session = run_1.session_id
+        # The finished turn (end_turn on its last line) becomes a memory at once, not on the 5-minute idle
+        # timer: a decision of a one-shot `claude -p` session is recallable from the next session.
+        wait_for(lambda: any(ANSWER_1 in content for (content,) in world.query(
+            "SELECT full_content FROM episodes WHERE session_id = ?", (run_1.session_id,))), 20,
+            "the finished round stored as a memory")
         first_message = world.server.conversation
         assert all(r.session_id == session for r in first_message)
 
-        # The SessionStart digest is in the very first request: the global preference and this project's
-        # memories, once.
+        # The SessionStart digest is in the very first request: the global preference, once; the two old,
+        # ordinary memories are not digest material.
         opening = first_message[0].all_text()
         assert opening.count(DIGEST_HEADER) == 1, opening[-3000:]
-        for key in ("pref", "staging", "flaky"):
-            assert f"(id: {ids[key]})" in opening
+        assert f"(id: {ids['pref']})" in opening
+        assert f"(id: {ids['staging']})" not in opening and f"(id: {ids['flaky']})" not in opening
+        assert "mcp__engram__memory_expand(id)" in opening  # the name ToolSearch finds the tool by
         assert BITES_HEADER not in opening  # no tool call yet, so no bites
 
         # The bites: after the first (parallel) tool calls, once, in a message after their results; every
@@ -123,6 +144,7 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         [bites] = [text for i, text in after_tools.texts() if i == bites_at and BITES_HEADER in text]
         bites = bites[bites.index(FENCE_OPEN):bites.index(FENCE_CLOSE) + len(FENCE_CLOSE)]
         assert f"(id: {ids['staging']})" in bites and "PostgreSQL 16" in bites
+        assert f"(id: {ids['pref']})" not in bites  # the digest showed it already
         parallel = first_message[0].reply.tool_use_ids
         assert len(parallel) == 2 and set(parallel) <= set(after_tools.tool_results())
         assert bites_at > max(after_tools.result_index(tool_use_id) for tool_use_id in parallel)
@@ -133,13 +155,19 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
             assert set(ENGRAM_TOOLS) <= set(request.tool_names), request.tool_names
         schema = next(t for t in first_message[-1].body["tools"] if t["name"] == "mcp__engram__memory_recall")
         assert "query" in schema["input_schema"]["properties"]
-        recalled = json.loads(tool_result(first_message, "mcp__engram__memory_recall"))
-        assert recalled["hits"][0]["id"] == ids["staging"]
-        assert recalled["project"] == str(world.repo)
+        # The model reads Engram's compact text, not a JSON copy of it (structuredContent).
+        recalled = tool_result(first_message, "mcp__engram__memory_recall")
+        assert not recalled.lstrip().startswith("{") and recalled.splitlines()[0].startswith("[1] ("), recalled
+        # memory_recall knows the calling session: this session's own prompt, not yet in any memory, is
+        # found beside the memories (same-session search through MCP).
+        assert any(line.startswith("[1] (") and "(this session, user)" in line and PROMPT_1 in line
+                   for line in recalled.splitlines()), recalled
+        assert [i for i in hit_ids(recalled) if i.startswith("ep_")][0] == ids["staging"], recalled
         expanded = tool_result(first_message, "mcp__engram__memory_expand")
         assert ids["staging"] in expanded and MEMORIES["staging"][0] in expanded
-        remembered = json.loads(tool_result(first_message, "mcp__engram__memory_remember"))
-        assert remembered["queued"] is True and remembered["project"] == str(world.repo)
+        assert expanded.startswith(f"## Memory {ids['staging']}")
+        remembered = tool_result(first_message, "mcp__engram__memory_remember")
+        assert remembered.startswith("Queued; the Engram processor stores it"), remembered
         new_id = world.wait_for_memories(NEW_MEMORY)[NEW_MEMORY]
 
         # ---- second user message, same session (--resume), as stream-json
@@ -161,6 +189,24 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         assert f"(id: {ids['flaky']})" not in "".join(t for _, t in second_message[0].texts() if BITES_HEADER in t)
         assert any(f"(id: {ids['flaky']})" in t for _, t in second_message[1].texts() if BITES_HEADER in t)
         assert not world.server.unscripted
+
+        # The user sees one line per injection naming what was injected (the hooks' systemMessage): in the
+        # transcript as a hook_system_message attachment, in stream-json as an informational system event;
+        # the model never gets it.
+        shown = [(entry["attachment"]["hookName"], entry["attachment"]["content"])
+                 for entry in map(json.loads, world.transcript(session).read_text().splitlines())
+                 if entry.get("attachment", {}).get("type") == "hook_system_message"]
+        assert shown[0] == ("SessionStart:startup", f"Engram: 1 memory — {ids['pref']}"), shown
+        assert ("PreToolUse:Bash", f"Engram: 1 memory — {ids['staging']}") in shown, shown
+        resumed = [text for _, text in second_message[0].texts() if DIGEST_HEADER in text][-1]  # the newest
+        resumed = resumed[resumed.rindex(DIGEST_HEADER):]
+        resumed_ids = re.findall(r"\(id: ([^)]+)\)", resumed[:resumed.index(FENCE_CLOSE)])
+        assert ids["pref"] in resumed_ids and new_id in resumed_ids, resumed
+        assert ("SessionStart:resume", injected_line(resumed_ids)) in shown, shown
+        notices = [e["content"] for e in run_2.events
+                   if e.get("type") == "system" and e.get("subtype") == "informational"]
+        assert f"PreToolUse:Bash says: Engram: 1 memory — {ids['flaky']}" in notices, notices
+        assert not any("Engram: 1 memory" in text for r in world.server.conversation for _, text in r.texts())
 
         # The hook input fields Engram relies on, as this Claude Code sends them.
         transcript = str(world.transcript(session))
@@ -186,7 +232,7 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         for text in said:
             assert text in (ANSWER_1, ANSWER_2) or all(
                 line.startswith("[tool: ") and line.endswith("]") for line in text.splitlines()), rows
-        injected = (FENCE_OPEN, FENCE_CLOSE, DIGEST_HEADER, BITES_HEADER, "memory_expand(id)",
+        injected = (FENCE_OPEN, FENCE_CLOSE, DIGEST_HEADER, BITES_HEADER, "memory_expand(id)", "Engram: ",
                     "hook additional context", NEW_MEMORY, *(text[:40] for text, _, _ in MEMORIES.values()))
         for _, text in rows:
             for marker in injected:
@@ -199,3 +245,29 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
     assert "Traceback" not in stderr, stderr
     elapsed = time.monotonic() - started
     assert elapsed < TIME_LIMIT_SECONDS, f"took {elapsed:.1f} s"
+
+
+def test_the_plugin_folder_is_a_marketplace_the_real_cli_installs_offline(tmp_path: Path) -> None:
+    """`engram plugin --out DIR`, then the CLI's own `plugin marketplace add DIR` and `plugin install`."""
+    assert CLI is not None
+    from processor.claude_code.plugin import MARKETPLACE_NAME, PLUGIN_NAME, write_plugin
+
+    folder = tmp_path / "engram-plugin"
+    write_plugin(folder)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+
+    def claude(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([str(CLI.path), "plugin", *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        return done
+
+    claude("marketplace", "add", str(folder))
+    claude("install", f"{PLUGIN_NAME}@{MARKETPLACE_NAME}")
+    listed = claude("list").stdout
+    assert f"{PLUGIN_NAME}@{MARKETPLACE_NAME}" in listed and "enabled" in listed, listed
+    installed = json.loads((home / ".claude" / "plugins" / "installed_plugins.json").read_text())
+    assert f"{PLUGIN_NAME}@{MARKETPLACE_NAME}" in json.dumps(installed)

@@ -64,6 +64,10 @@ def test_the_stdlib_hooks_copies_of_defaults_equal_the_options() -> None:
     assert Settings.prompt_submit_budget_ms.default == prompt_submit.DEFAULT_BUDGET_MS
     assert Settings.recollection_bites.default == prompt_submit.BITES
     assert Settings.recollection_min_relevance.default == prompt_submit.MIN_RELEVANCE
+    from recall_hook import hook_io
+
+    assert Settings.show_injected.default is hook_io.SHOW_INJECTED_DEFAULT
+    assert Settings.session_start_token_budget.default == hook_io.SESSION_START_BUDGET_DEFAULT
 
 
 def test_every_option_is_typed_by_its_default(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from processor.claude_code import settings as cs
 from processor.claude_code.plugin import plugin_files, write_plugin
 from processor.claude_code.settings import InstallError, Registration, install, uninstall
 from recall_hook import hook_io as fence
+from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
@@ -365,7 +366,8 @@ def test_registered_commands(registration: Registration) -> None:
     assert argv[-1] == str(HOOK) and os.path.isabs(argv[-1])
     assert pre.matcher == "*" and pre.timeout == 10
     start = registration.hook("SessionStart")
-    assert shlex.split(start.command) == [PYTHON, "-I", "-m", "recall_hook.session_start"]
+    assert shlex.split(start.command) == [PYTHON, "-I", "-S", "-c", SESSION_START_LAUNCHER,
+                                          str(registration.hook_script.with_name("session_start.py"))]
     assert start.matcher is None
     assert registration.mcp_server.config()["args"] == ["-I", "-m", "mcp_tools.server"]
 
@@ -393,7 +395,8 @@ def test_paths_with_spaces_are_quoted(tmp_path: Path) -> None:
     python = "/Applications/My Python/bin/python3"
     odd = Registration(hook_python=PYTHON, engram_python=python, hook_script=script)
     assert shlex.split(odd.hook("PreToolUse").command)[-1] == str(odd.hook_script)
-    assert shlex.split(odd.hook("SessionStart").command)[0] == python
+    assert shlex.split(odd.hook("SessionStart").command)[-1] == str(script.with_name("session_start.py"))
+    assert odd.mcp_server.config()["command"] == python
     assert cs.is_engram_hook(odd.hook("PreToolUse").entry())
 
 
@@ -437,11 +440,16 @@ def test_plugin_layout_is_generated_from_the_same_source(tmp_path: Path, setting
     (out / "README.md").write_text("mine")
     written = write_plugin(out, registration)
     assert sorted(p.relative_to(out).as_posix() for p in written) == [
-        ".claude-plugin/plugin.json", ".mcp.json", "hooks/hooks.json"]
+        ".claude-plugin/marketplace.json", ".claude-plugin/plugin.json", ".mcp.json", "hooks/hooks.json"]
     assert (out / "README.md").read_text() == "mine"
 
     manifest = load(out / ".claude-plugin" / "plugin.json")
     assert manifest["name"] == "engram" and manifest["description"]
+    # A one-plugin local marketplace whose plugin is this very folder (checked with the real CLI in
+    # tests/test_claude_cli_e2e.py).
+    market = load(out / ".claude-plugin" / "marketplace.json")
+    assert market["name"] == "engram-local" and market["owner"]["name"]
+    assert [(p["name"], p["source"]) for p in market["plugins"]] == [("engram", "./")]
     hooks = load(out / "hooks" / "hooks.json")
     assert hooks["hooks"] == registration.hooks_table()
     mcp = load(out / ".mcp.json")

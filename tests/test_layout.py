@@ -12,7 +12,7 @@ PACKAGES = ("processor", "recall_hook", "mcp_tools")
 # Bottom-up: a module may import from its own layer and the layers before it, never from a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("recall_hook.hook_io",),                                   # the hooks' stdlib helpers: nothing of Engram
-    ("processor.files", "processor.clock", "processor.config"),  # what every layer stands on
+    ("processor.files", "processor.clock", "processor.tokens", "processor.config"),  # what every layer stands on
     ("processor.store",),
     ("processor.capture",),
     ("processor.memory",),

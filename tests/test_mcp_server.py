@@ -434,17 +434,20 @@ async def test_stdio_round_trip_with_a_real_client(memory_home: tuple[Settings, 
     params = StdioServerParameters(command=sys.executable, args=SERVER_ARGS, cwd=REPO,
                                    env=server_env(settings))
     async with Client(params, mode=mode, read_timeout_seconds=120) as client:
-        names = {t.name for t in (await client.list_tools()).tools}
+        tools = (await client.list_tools()).tools
+        names = {t.name for t in tools}
         recalled = await client.call_tool("memory_recall", {"query": "websocket race condition"})
-        first_id = recalled.structured_content["hits"][0]["id"]
+        # What Claude Code starts gives the model the compact text only: no schema, no structured copy.
+        assert all(t.output_schema is None for t in tools) and recalled.structured_content is None
+        first_id = re.findall(r"— ID: (\S+)", text_of(recalled))[0]
         expanded = await client.call_tool("memory_expand", {"id": first_id})
         remembered = await client.call_tool("memory_remember", {"text": f"stdio round trip works ({mode})"})
         unknown = await client.call_tool("memory_expand", {"id": "ep_ffffffffffffffff"})
     assert names == {"memory_recall", "memory_expand", "memory_remember", "memory_status"}
     assert first_id == ids["websocket"]
     assert SEED_LINE.match(text_of(recalled).splitlines()[0])
-    assert expanded.structured_content["full_content"] == MEMORIES["websocket"][0]
-    queued = Path(remembered.structured_content["file"])
+    assert MEMORIES["websocket"][0] in text_of(expanded) and expanded.structured_content is None
+    queued = Path(re.findall(r"Queued as (\S+), but", text_of(remembered))[0])
     try:
         assert json.loads(queued.read_text(encoding="utf-8"))["text"] == f"stdio round trip works ({mode})"
     finally:
@@ -504,8 +507,8 @@ def test_stdout_carries_only_the_protocol(memory_home: tuple[Settings, dict], tm
     assert all(m.get("jsonrpc") == "2.0" for m in parsed), lines
     by_id = {m["id"]: m for m in parsed if "id" in m}
     assert set(by_id) == {1, 2, 3}, (lines, stderr)
-    recalled = by_id[2]["result"]["structuredContent"]
-    assert recalled["project"] == str(repo)
-    assert recalled["hits"][0]["id"] == ids["tabs"]
+    recalled = by_id[2]["result"]
+    assert "structuredContent" not in recalled
+    assert re.findall(r"— ID: (\S+)", recalled["content"][0]["text"])[0] == ids["tabs"]
     assert ids["websocket"] not in json.dumps(recalled)  # the other project's memory stays out
-    assert by_id[3]["result"]["structuredContent"]["mode"] == "degraded"
+    assert by_id[3]["result"]["content"][0]["text"].startswith("degraded:")

@@ -128,3 +128,17 @@ def test_nul_bytes_are_removed() -> None:
     raw = b"\x00\x00" + user_line("hello\x00 world", session_id=SID).encode()
     result = parse(raw)
     assert isinstance(result, CapturedLine) and result.text == "hello world"
+
+
+def test_the_last_line_of_a_finished_turn_is_marked() -> None:
+    def parsed(stop_reason: str | None) -> CapturedLine:
+        line = json.loads(assistant_line("Done: the port is 6543.", session_id="s1"))
+        line["message"]["stop_reason"] = stop_reason
+        result = parse_line(json.dumps(line).encode())
+        assert isinstance(result, CapturedLine)
+        return result
+
+    assert parsed("end_turn").end_turn is True
+    assert parsed("tool_use").end_turn is False and parsed(None).end_turn is False
+    user = parse_line(user_line("the staging port?", session_id="s1").encode())
+    assert isinstance(user, CapturedLine) and user.end_turn is False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -101,7 +102,11 @@ def injected(done: subprocess.CompletedProcess[bytes]) -> str:
     assert b"permissionDecision" not in done.stdout
     assert done.stdout.endswith(b"\n") and done.stdout.count(b"\n") == 1
     output = json.loads(done.stdout)
-    assert list(output) == ["hookSpecificOutput"]
+    assert list(output) == ["hookSpecificOutput", "systemMessage"]
+    # The user's line names every injected id, in order (at most 3, then "+N more").
+    ids = re.findall(r"\(id: ([^)]+)\)", output["hookSpecificOutput"]["additionalContext"])
+    assert output["systemMessage"] == hook_io.injected_line(ids) and output["systemMessage"].startswith(
+        f"Engram: {len(ids)} {'memory' if len(ids) == 1 else 'memories'} — {ids[0]}")
     specific = output["hookSpecificOutput"]
     assert specific.keys() == {"hookEventName", "additionalContext"}
     assert specific["hookEventName"] == "PreToolUse"
@@ -148,9 +153,20 @@ def test_context_is_fenced_and_formatted(home: Path, env: dict[str, str]) -> Non
         "- [2026-02-20, high] [Memory flash: WebSocket race condition fixed with a mutex on the "
         "connection map] (id: ep_abc123)\n"
         "- [2026-02-18, normal] [Memory flash: the MM project uses PostgreSQL, not SQLite] (id: ep_def456)\n"
-        "If any of these are relevant, call memory_expand(id) (a tool of the engram MCP server) with its "
-        "id for the full context. Otherwise, continue your work."
+        "If any of these are relevant, call mcp__engram__memory_expand(id) (the engram MCP server's "
+        "memory_expand) with its id for the full context. Otherwise, continue your work."
     )
+
+
+def test_the_injected_line_is_off_by_the_setting_and_counts_past_three(home: Path, env: dict[str, str]) -> None:
+    write_recollection(home, "msg-1")
+    (home / "config.toml").write_text("show_injected = false\n")
+    done = run_hook(event(), env)
+    assert list(json.loads(done.stdout)) == ["hookSpecificOutput"]
+    write_recollection(home, "msg-2")  # the environment decides before config.toml
+    assert "systemMessage" in json.loads(run_hook(event(), {**env, "ENGRAM_SHOW_INJECTED": "yes"}).stdout)
+    assert hook_io.injected_line(["a", "b", "c", "d", "e"]) == "Engram: 5 memories — a, b, c +2 more"
+    assert hook_io.injected_line(["ep_1"]) == "Engram: 1 memory — ep_1"
 
 
 def test_the_context_is_fenced_as_the_capture_layer_expects() -> None:
@@ -486,7 +502,7 @@ def test_hook_imports_only_the_standard_library() -> None:
                 imported.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])
-        assert imported <= {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "", "hook_io"}, source
+        assert imported <= {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "tomllib", "", "hook_io"}, source
 
 
 def test_hook_run_loads_no_heavy_modules(home: Path, env: dict[str, str]) -> None:

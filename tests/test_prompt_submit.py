@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -117,9 +118,11 @@ def run(env: dict[str, str], stdin: bytes, argv: list[str] | None = None) -> sub
 def context_of(proc: subprocess.CompletedProcess[bytes]) -> str:
     assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
     out = json.loads(proc.stdout)
-    assert out == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
-                                          "additionalContext": out["hookSpecificOutput"]["additionalContext"]}}
     context = out["hookSpecificOutput"]["additionalContext"]
+    # Beside the context, the user's line naming what was injected (the show_injected setting).
+    ids = re.findall(r"\(id: ([^)]+)\)", context)
+    assert out == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": context},
+                   "systemMessage": hook_io.injected_line(ids)}
     assert context.startswith(fence.FENCE_OPEN + "\n") and context.endswith("\n" + fence.FENCE_CLOSE)
     return context
 

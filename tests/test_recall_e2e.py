@@ -199,8 +199,9 @@ def test_recall_hot_path_end_to_end(world: tuple[Session, dict[str, str], Path])
     # 2. The PreToolUse hook injects it once per user message.
     first = session.pretooluse("toolu_01AAAAAAAAAAAAAAAAAAAAAA")
     out = json.loads(first)
-    assert list(out) == ["hookSpecificOutput"] and set(out["hookSpecificOutput"]) == {"hookEventName",
-                                                                                      "additionalContext"}
+    assert list(out) == ["hookSpecificOutput", "systemMessage"] and set(out["hookSpecificOutput"]) == {
+        "hookEventName", "additionalContext"}
+    assert out["systemMessage"].startswith("Engram: ")  # the line the user sees
     assert out["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
     context = out["hookSpecificOutput"]["additionalContext"]
     assert context.startswith(FENCE_OPEN) and context.endswith(FENCE_CLOSE)

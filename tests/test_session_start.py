@@ -1,7 +1,9 @@
 """The SessionStart hook: a token-budgeted digest of global preferences, the project's important and
 recent memories and pending reviews; indexed queries that stay fast at 100k episodes; and nothing at
 all (exit 0, empty stdout, no traceback) when the database is missing, locked or the input is bad.
-Every run is the real `python -I -m recall_hook.session_start` process with Claude Code's stdin."""
+Every run is the real hook process as registered (`python -I -S -c LAUNCHER .../session_start.py`: no
+site-packages, so nothing but the stdlib and Engram's own folder) with Claude Code's stdin. It also
+names what it injected in a `systemMessage` for the user and records the ids it showed for the bites."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from processor.recall.digest import Digest, Memory, Pending, render
 from processor.store import digest as digest_sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import NewEpisode, insert_episode
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
+from recall_hook import session_start
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, digest_ids
 
 HOUR_MS = 3_600_000
 SESSION = "0d4b7c2e-1111-4a5b-9c8d-7e6f5a4b3c2d"
@@ -45,11 +48,15 @@ def start_event(cwd: Path | str, **extra: object) -> bytes:
     }).encode()
 
 
-def run_hook(home: Path, stdin: bytes, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+HOOK_ARGV = [sys.executable, "-I", "-S", "-c", session_start.LAUNCHER, session_start.__file__]
+
+
+def run_hook(home: Path, stdin: bytes, timeout: float = 60, argv: list[str] = HOOK_ARGV,
+             **env_extra: str) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env["ENGRAM_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-I", "-m", "recall_hook.session_start"], input=stdin,
-                          capture_output=True, timeout=timeout, env=env, cwd="/")
+    env.update(env_extra)
+    return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, env=env, cwd="/")
 
 
 def episode(conn: apsw.Connection, eid: str, summary: str, *, project: str | None, scope: str = "project",
@@ -105,7 +112,8 @@ def seeded(engram_home: Path, repo: Path) -> Path:
 def context_of(proc: subprocess.CompletedProcess[bytes]) -> str:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert list(out) == ["hookSpecificOutput"]
+    assert list(out) == ["hookSpecificOutput", "systemMessage"]
+    assert out["systemMessage"].startswith("Engram: ") and "\n" not in out["systemMessage"]
     assert out["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     assert set(out["hookSpecificOutput"]) == {"hookEventName", "additionalContext"}
     return out["hookSpecificOutput"]["additionalContext"]
@@ -248,11 +256,60 @@ def test_bad_stdin_prints_nothing(seeded: Path, stdin: bytes) -> None:
         assert proc.stdout == b""
 
 
-def test_bad_config_prints_nothing_and_one_line_on_stderr(seeded: Path, repo: Path) -> None:
+def test_a_broken_config_falls_back_to_the_defaults(seeded: Path, repo: Path) -> None:
+    # The hook reads config.toml itself (processor.config's imports would double its cost): a file
+    # that is not TOML, or a budget that is not a number, gives the default budget, never a traceback.
     (seeded / "config.toml").write_text("recent_days = [oops\n")
     proc = run_hook(seeded, start_event(repo))
-    assert (proc.returncode, proc.stdout) == (0, b"")
-    assert proc.stderr.count(b"\n") == 1 and b"Traceback" not in proc.stderr
+    assert "ep_pref_tabs" in context_of(proc) and proc.stderr == b""
+    (seeded / "config.toml").write_text('session_start_token_budget = "lots"\n')
+    assert "ep_pref_tabs" in context_of(run_hook(seeded, start_event(repo)))
+
+
+def test_the_budget_and_the_injected_line_follow_config_and_environment(seeded: Path, repo: Path) -> None:
+    full = context_of(run_hook(seeded, start_event(repo)))
+    (seeded / "config.toml").write_text("session_start_token_budget = 120\nshow_injected = false\n")
+    proc = run_hook(seeded, start_event(repo))
+    out = json.loads(proc.stdout)
+    assert list(out) == ["hookSpecificOutput"]  # no line for the user
+    small = out["hookSpecificOutput"]["additionalContext"]
+    assert estimate_tokens(small) <= 120 < estimate_tokens(full)
+    # The environment decides before config.toml, as for every setting.
+    again = run_hook(seeded, start_event(repo), ENGRAM_SHOW_INJECTED="1", ENGRAM_SESSION_START_TOKEN_BUDGET="1500")
+    assert context_of(again) == full
+
+
+def test_the_user_line_names_what_was_injected_and_the_bites_leave_it_out(seeded: Path, repo: Path) -> None:
+    (seeded / "recollections").mkdir(mode=0o700)
+    out = json.loads(run_hook(seeded, start_event(repo)).stdout)
+    context = out["hookSpecificOutput"]["additionalContext"]
+    shown = digest_ids(str(seeded / "recollections"), SESSION)
+    assert shown and all(f"(id: {i})" in context for i in shown)
+    assert len(shown) == context.count("(id: ")
+    assert out["systemMessage"] == (f"Engram: {len(shown)} memories — {', '.join(shown[:3])}"
+                                    + (f" +{len(shown) - 3} more" if len(shown) > 3 else ""))
+    # The recollection writer's exclusions read the same file (processor/recall/recollections.py).
+    from processor.recall.recollections import prompt_shown_ids
+
+    assert prompt_shown_ids(seeded / "recollections", SESSION) == frozenset(shown)
+    assert "mcp__engram__memory_expand(id)" in context  # the name Claude Code's ToolSearch knows
+
+
+def test_the_earlier_module_command_still_works(seeded: Path, repo: Path) -> None:
+    proc = run_hook(seeded, start_event(repo), argv=[sys.executable, "-I", "-m", "recall_hook.session_start"])
+    assert "ep_pref_tabs" in context_of(proc)
+
+
+def test_the_hook_imports_neither_apsw_nor_the_processor_config(seeded: Path, repo: Path) -> None:
+    # The registered launcher, then a look at what it loaded.
+    probe = (session_start.LAUNCHER + ";"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('apsw','numpy','processor','pathlib',"
+             "'logging','dataclasses','json')), file=sys.stderr)")
+    proc = run_hook(seeded, start_event(repo), argv=[sys.executable, "-I", "-S", "-c", probe, session_start.__file__])
+    assert b"ep_pref_tabs" in proc.stdout, proc.stderr
+    loaded = proc.stderr.decode().strip().splitlines()[-1]
+    assert loaded == "['processor', 'processor.recall', 'processor.recall.digest', 'processor.store', " \
+                     "'processor.store.digest', 'processor.tokens']", loaded
 
 
 # --- 100k episodes ----------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def test_the_hooks_run_from_the_install(installed: Path, env: dict[str, str], tm
                        cwd=tmp_path, env=env)
     assert registration.returncode == 0, registration.stderr
     commands = json.loads(registration.stdout)
-    assert str(installed) in commands["PreToolUse"] and "recall_hook.session_start" in commands["SessionStart"]
+    assert str(installed) in commands["PreToolUse"] and "recall_hook/session_start.py" in commands["SessionStart"]
 
     home = Path(env["ENGRAM_HOME"])
     (home / "recollections").mkdir(parents=True)

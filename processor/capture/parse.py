@@ -33,6 +33,9 @@ class CapturedLine:
     git_branch: str | None
     text: str
     api_message_id: str | None
+    # Claude Code marks the last assistant line of a finished turn with stop_reason "end_turn" (a tool
+    # call's line says "tool_use"): the round is complete without waiting for the next user message.
+    end_turn: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,4 +205,5 @@ def parse_line(raw: bytes) -> CapturedLine | Skipped:
         git_branch=_opt_str(entry, "gitBranch"),
         text=redact(content),
         api_message_id=api_id if isinstance(api_id, str) and api_id else None,
+        end_turn=kind == "assistant" and message.get("stop_reason") == "end_turn",
     )

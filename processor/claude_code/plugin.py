@@ -2,9 +2,15 @@
 
 Generated from the same ``Registration`` as ``engram install``, so the two never disagree:
 
-    <dir>/.claude-plugin/plugin.json   manifest (name, version, description)
-    <dir>/hooks/hooks.json             the PreToolUse and SessionStart hooks
-    <dir>/.mcp.json                    the ``engram`` stdio MCP server
+    <dir>/.claude-plugin/plugin.json       manifest (name, version, description)
+    <dir>/.claude-plugin/marketplace.json  a one-plugin marketplace whose plugin is <dir> itself
+    <dir>/hooks/hooks.json                 the PreToolUse and SessionStart hooks
+    <dir>/.mcp.json                        the ``engram`` stdio MCP server
+
+Two ways to load it: ``claude --plugin-dir DIR`` for one session, or, to keep it installed,
+``/plugin marketplace add DIR`` then ``/plugin install engram@engram-local`` (the same as
+``claude plugin marketplace add DIR`` and ``claude plugin install engram@engram-local``): a local
+marketplace, so nothing is fetched from the network.
 
 The commands hold absolute paths of this machine's interpreters and hook script, so the
 directory is generated locally (``engram plugin --out DIR`` or similar), not shipped as is.
@@ -28,6 +34,8 @@ DESCRIPTION = (
     "calls, expandable with the memory_expand tool."
 )
 MANIFEST = Path(".claude-plugin") / "plugin.json"
+MARKETPLACE = Path(".claude-plugin") / "marketplace.json"
+MARKETPLACE_NAME = "engram-local"  # not "engram": a marketplace and its plugin are told apart in `engram@engram-local`
 HOOKS = Path("hooks") / "hooks.json"
 MCP = Path(".mcp.json")
 
@@ -47,8 +55,15 @@ def plugin_files(registration: Registration) -> dict[Path, dict[str, Any]]:
         manifest["version"] = version
     manifest["description"] = DESCRIPTION
     server = registration.mcp_server
+    marketplace = {
+        "name": MARKETPLACE_NAME,
+        "owner": {"name": "Engram (generated on this machine by `engram plugin`)"},
+        "plugins": [{"name": PLUGIN_NAME, "source": "./", "description": DESCRIPTION,
+                     **({"version": version} if version else {})}],
+    }
     return {
         MANIFEST: manifest,
+        MARKETPLACE: marketplace,
         HOOKS: {
             "description": "Engram: memory bites once per user message; recall set up per session",
             "hooks": registration.hooks_table(),
@@ -69,6 +84,6 @@ def write_plugin(directory: Path, registration: Registration | None = None) -> l
     for relative, content in plugin_files(registration).items():
         path = directory / relative
         write_atomic(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n", keep_existing=True)
-        path.chmod(0o644)  # nothing secret in these three files, unlike settings.json
+        path.chmod(0o644)  # nothing secret in these files, unlike settings.json
         written.append(path)
     return written

@@ -3,7 +3,7 @@
 What gets registered (see ``Registration``):
 - ``PreToolUse`` (matcher ``*``): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/pretooluse.py``
   (the launcher imports the hook so its bytecode is cached: see recall_hook/pretooluse.py);
-- ``SessionStart`` (every source): ``<engram's python> -I -m recall_hook.session_start``;
+- ``SessionStart`` (every source): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/session_start.py``;
 - optionally (``Registration.prompt_submit``, ``engram install --prompt-submit``) ``UserPromptSubmit``:
   ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/prompt_submit.py``; the hook itself stays
   inert unless the ``prompt_submit_enabled`` setting is on (see recall_hook/prompt_submit.py);
@@ -54,16 +54,20 @@ from typing import Any
 from processor.files import write_atomic
 from recall_hook.pretooluse import LAUNCHER
 from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
+from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
 
 MCP_SERVER_NAME = "engram"
 PRETOOLUSE_MARKER = "recall_hook/pretooluse.py"
-SESSION_START_MARKER = "-m recall_hook.session_start"
-# What versions before 0.2 registered for SessionStart: still Engram's, replaced on install, removed on uninstall.
+SESSION_START_MARKER = "recall_hook/session_start.py"
+# What earlier versions registered for SessionStart (a `-m` command through site-packages, ~4x slower
+# to start): still Engram's, replaced on install, removed on uninstall.
+MODULE_SESSION_START_MARKER = "-m recall_hook.session_start"
 LEGACY_SESSION_START_MARKER = "-m processor.recall.session_start"
 PROMPT_SUBMIT_MARKER = "recall_hook/prompt_submit.py"
 MCP_SERVER_MODULE = "mcp_tools.server"
 # Any hook command containing one of these is Engram's: install replaces it, uninstall removes it.
-HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, LEGACY_SESSION_START_MARKER, PROMPT_SUBMIT_MARKER)
+HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, MODULE_SESSION_START_MARKER, LEGACY_SESSION_START_MARKER,
+                PROMPT_SUBMIT_MARKER)
 BACKUP_SUFFIX = ".engram-backup-"
 
 JsonObject = dict[str, Any]
@@ -225,9 +229,11 @@ class Registration:
             ),
             HookSpec(
                 event="SessionStart",
-                command=f"{q(self.engram_python)} -I {SESSION_START_MARKER}",
+                # Stdlib only, like PreToolUse: the base interpreter with -S (see recall_hook/session_start.py).
+                command=f"{q(self.hook_python)} -I -S -c {q(SESSION_START_LAUNCHER)} "
+                        f"{q(str(self.hook_script.parent / 'session_start.py'))}",
                 timeout=self.session_start_timeout,
-                markers=(SESSION_START_MARKER, LEGACY_SESSION_START_MARKER),
+                markers=(SESSION_START_MARKER, MODULE_SESSION_START_MARKER, LEGACY_SESSION_START_MARKER),
             ),
         )
 

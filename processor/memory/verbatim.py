@@ -15,18 +15,13 @@ import re
 from dataclasses import dataclass
 
 from processor.store.episodes import StoredMessage
+from processor.tokens import CHARS_PER_TOKEN, estimate_tokens  # noqa: F401 - the one rule, re-exported here
 
 SUMMARY_TOKENS = 40
-# A rough, documented token estimate used across Engram: one token per 4 characters.
-CHARS_PER_TOKEN = 4
 
 _TOOL_NOTE = re.compile(r"\[tool: [^\]\s]+ ([^\]]+)\]")
 _CODE_SPAN = re.compile(r"`([^`\n]{2,60})`")
 _WS = re.compile(r"\s+")
-
-
-def estimate_tokens(text: str) -> int:
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
 @dataclass(frozen=True)

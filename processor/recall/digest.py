@@ -1,7 +1,7 @@
 """The SessionStart digest: a short, token-budgeted summary of what Engram remembers for a project.
 
-The SessionStart hook (``recall_hook/session_start.py``, run as ``<engram python> -I -m
-recall_hook.session_start`` once per session start: sources startup, resume, clear, compact) prints
+The SessionStart hook (``recall_hook/session_start.py``, run as ``<real python> -I -S`` through its
+launcher once per session start: sources startup, resume, clear, compact) prints
 ``hook_output(event)``; Claude Code adds its ``additionalContext`` to the conversation (seeds 002
 and 004: preferences, recent learnings and pending actions at session start). The digest holds, in
 this order:
@@ -32,60 +32,64 @@ opened read-only and never created.
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections import namedtuple
 
-from processor.capture.project import project_root
-from processor.capture.remember_inbox import pending_remember_files
-from processor.clock import now_ms as clock_now_ms
-from processor.config import Settings, load_settings
-from processor.memory.verbatim import estimate_tokens
+import recall_hook.hook_io as hook_io
 from processor.store import digest as digest_sql
 from processor.store.digest import Memory
+from processor.tokens import estimate_tokens
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence
-
-if TYPE_CHECKING:
-    import apsw
 
 RECENT_HOURS = 48
 SECTION_SHARE = 0.4  # of the budget, for each of the first two sections
 ROWS_PER_SECTION = 20
 MAX_LINE_CHARS = 320
 DEADLINE_SECONDS = 0.8
+# processor.capture.remember_inbox.SUFFIX, copied: importing that module costs logging & co.
+REMEMBER_SUFFIX = ".remember.json"
+BUDGET_ENV = "ENGRAM_SESSION_START_TOKEN_BUDGET"
 
 
-@dataclass(frozen=True)
-class Pending:
-    rejected: int  # remember requests moved to queue/rejected/: the user should look at them
-    queued: int  # remember requests not stored yet
+class Pending(namedtuple("Pending", "rejected queued")):
+    """Remember requests: moved to queue/rejected/ (the user should look at them), and not stored yet."""
+
+    __slots__ = ()
 
     @property
     def total(self) -> int:
         return self.rejected + self.queued
 
 
-@dataclass(frozen=True)
-class Digest:
-    global_high: list[Memory]
-    project_high: list[Memory]
-    project_recent: list[Memory]
-    pending: Pending
-    project: str | None
+# The digest's sections, its pending count and the project it is for (None: cwd unknown).
+Digest = namedtuple("Digest", "global_high project_high project_recent pending project")
 
 
-def count_pending(settings: Settings) -> Pending:
+def _count(directory: str, suffix: str | None) -> int:
+    import posix
+
     try:
-        rejected = sum(1 for p in (settings.queue_dir / "rejected").iterdir() if p.is_file())
+        names = posix.listdir(directory)
     except OSError:
-        rejected = 0
-    return Pending(rejected=rejected, queued=len(pending_remember_files(settings.queue_dir)))
+        return 0
+    if suffix is not None:
+        return sum(1 for name in names if name.endswith(suffix))
+    import stat
+
+    count = 0
+    for name in names:
+        try:
+            count += stat.S_ISREG(posix.stat(f"{directory}/{name}").st_mode)
+        except OSError:
+            continue
+    return count
 
 
-def collect(conn: apsw.Connection, settings: Settings, project: str | None, now_ms: int) -> Digest:
+def count_pending(queue_dir: object) -> Pending:
+    return Pending(rejected=_count(f"{queue_dir}/rejected", None), queued=_count(str(queue_dir), REMEMBER_SUFFIX))
+
+
+def collect(conn: object, queue_dir: object, project: str | None, now_ms: int) -> Digest:
     limit = ROWS_PER_SECTION
     global_high = digest_sql.global_important(conn, limit)
     project_high: list[Memory] = []
@@ -94,7 +98,7 @@ def collect(conn: apsw.Connection, settings: Settings, project: str | None, now_
         project_high = digest_sql.project_important(conn, project, limit)
         since = now_ms - RECENT_HOURS * 3_600_000
         project_recent = digest_sql.project_recent(conn, project, since, limit)
-    return Digest(global_high, project_high, project_recent, count_pending(settings), project)
+    return Digest(global_high, project_high, project_recent, count_pending(queue_dir), project)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -108,21 +112,21 @@ def memory_line(m: Memory) -> str:
 
 
 HEADER = ("Engram memory digest: what earlier sessions taught. For a memory's full context call "
-          "memory_expand(id) (a tool of the engram MCP server); to search, memory_recall(query).")
+          f"{hook_io.EXPAND_TOOL}(id); to search, {hook_io.RECALL_TOOL}(query).")
 
 
-def pending_line(p: Pending, queue_dir: Path) -> str | None:
+def pending_line(p: Pending, queue_dir: object) -> str | None:
     if not p.total:
         return None
     parts = []
     if p.rejected:
-        parts.append(f"{p.rejected} rejected memory request(s) in {queue_dir / 'rejected'} to fix or delete")
+        parts.append(f"{p.rejected} rejected memory request(s) in {queue_dir}/rejected to fix or delete")
     if p.queued:
         parts.append(f"{p.queued} memory request(s) not stored yet (is the processor running? `engram status`)")
     return f"Pending reviews: {p.total} — " + "; ".join(parts) + "."
 
 
-def render(digest: Digest, budget: int, queue_dir: Path) -> str | None:
+def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] | None = None) -> str | None:
     """The fenced digest within `budget` estimated tokens, or None when there is nothing to say."""
     pending = pending_line(digest.pending, queue_dir)
     fixed = [HEADER] + ([pending] if pending else [])
@@ -134,7 +138,7 @@ def render(digest: Digest, budget: int, queue_dir: Path) -> str | None:
         return None
     body: list[str] = []
     shown: set[str] = set()
-    project_name = os.path.basename(digest.project.rstrip("/")) if digest.project else ""
+    project_name = digest.project.rstrip("/").rpartition("/")[2] if digest.project else ""
     sections = (
         ("Preferences and conventions (all projects):", digest.global_high, SECTION_SHARE),
         (f"Important in this project ({project_name}):", digest.project_high, SECTION_SHARE),
@@ -152,28 +156,52 @@ def render(digest: Digest, budget: int, queue_dir: Path) -> str | None:
                 continue  # a shorter line further down may still fit
             section = candidate
             shown.add(m.id)
+            if shown_ids is not None:
+                shown_ids.append(m.id)
         body.extend(section)
     if not body and not pending:
         return None
     return fence("\n".join([HEADER, *body, *fixed[1:]]))
 
 
-def hook_output(event: object, settings: Settings | None = None, now_ms: int | None = None) -> str | None:
-    """The hook's stdout for this event (None: print nothing). Raises on failures; main() silences them."""
+def budget(home: str) -> int:
+    """session_start_token_budget: environment first, then config.toml, then the default."""
+    raw = hook_io.getenv(BUDGET_ENV) or hook_io.config_value(home, "session_start_token_budget")
+    try:
+        return int(raw) if raw not in (None, "") else hook_io.SESSION_START_BUDGET_DEFAULT  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return hook_io.SESSION_START_BUDGET_DEFAULT
+
+
+def hook_output(event: object, home: str | None = None, now_ms: int | None = None) -> str | None:
+    """The hook's stdout for this event (None: print nothing). Raises on failures; main() silences them.
+
+    Reads the settings it needs itself (``hook_io``: $ENGRAM_HOME, config.toml) rather than through
+    processor.config, whose imports alone would double the hook's cost.
+    """
     if not isinstance(event, dict):
         return None
     started = time.monotonic()
-    settings = settings or load_settings()
+    home = home or hook_io.engram_home()
+    if home is None:
+        return None
     cwd = event.get("cwd")
-    project = project_root(cwd) if isinstance(cwd, str) and cwd else None
-    conn = digest_sql.open_readonly(settings.db_path, started + DEADLINE_SECONDS)
+    project = hook_io.project_root(cwd) if isinstance(cwd, str) and cwd else None
+    conn = digest_sql.open_readonly(home + "/engram.db", started + DEADLINE_SECONDS)
     if conn is None:
         return None
     try:
-        digest = collect(conn, settings, project, clock_now_ms() if now_ms is None else now_ms)
+        digest = collect(conn, home + "/queue", project, int(time.time() * 1000) if now_ms is None else now_ms)
     finally:
         conn.close()
-    context = render(digest, settings.session_start_token_budget, settings.queue_dir)
+    ids: list[str] = []
+    context = render(digest, budget(home), home + "/queue", ids)
     if context is None:
         return None
-    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})
+    session_id = event.get("session_id")
+    if ids and hook_io.valid_session_id(session_id):
+        try:
+            hook_io.write_digest_ids(home + "/recollections", session_id, ids)
+        except OSError:  # no recollections folder yet (processor never ran): the digest goes out anyway
+            return hook_io.hook_json("SessionStart", context, ids, home)
+    return hook_io.hook_json("SessionStart", context, ids, home)

@@ -10,8 +10,9 @@ Files in ``recollections_dir``, per session (the hooks' side is in ``recall_hook
   here, atomically;
 - ``<session>.state``: the PreToolUse hook's record of the last message it injected;
 - ``<session>.prompt``: ids the optional UserPromptSubmit hook already showed in this session;
-  they are left out of the bites written here.
-All three are removed once the session has been idle for ``recollection_idle_hours``.
+- ``<session>.digest``: ids the SessionStart digest showed in this session (written by
+  ``recall_hook/session_start.py``); the ids of both markers are left out of the bites written here.
+All four are removed once the session has been idle for ``recollection_idle_hours``.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 STATE_SUFFIX = ".state"  # recall_hook/pretooluse.py
 PROMPT_SUFFIX = ".prompt"  # recall_hook/prompt_submit.py MARKER_SUFFIX
-_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX)
+DIGEST_SUFFIX = ".digest"  # recall_hook/hook_io.py DIGEST_SUFFIX
+_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX, DIGEST_SUFFIX)
 _MARKER_LIMIT = 16 * 1024
+_DIGEST_LIMIT = 64 * 1024
 # User lines Claude Code writes itself when the user interrupts: no topic to recall anything for.
 _NOT_PROMPTS = ("[Request interrupted by user",)
 
@@ -54,10 +57,16 @@ _MIN_TOPIC_WORDS = 3
 
 
 def prompt_shown_ids(recollections_dir: Path, session_id: str) -> frozenset[str]:
-    """Ids the UserPromptSubmit hook injected in this session (its ``<session>.prompt`` marker)."""
+    """Ids the hooks already showed in this session: the UserPromptSubmit hook's ``<session>.prompt``
+    marker and the SessionStart digest's ``<session>.digest``."""
+    return _marker_ids(recollections_dir, session_id, PROMPT_SUFFIX, _MARKER_LIMIT) | _marker_ids(
+        recollections_dir, session_id, DIGEST_SUFFIX, _DIGEST_LIMIT)
+
+
+def _marker_ids(recollections_dir: Path, session_id: str, suffix: str, limit: int) -> frozenset[str]:
     try:
-        with open(recollections_dir / f"{session_id}{PROMPT_SUFFIX}", "rb") as f:
-            marker = json.loads(f.read(_MARKER_LIMIT + 1)[:_MARKER_LIMIT])
+        with open(recollections_dir / f"{session_id}{suffix}", "rb") as f:
+            marker = json.loads(f.read(limit + 1)[:limit])
     except (OSError, ValueError):
         return frozenset()
     shown = marker.get("shown") if isinstance(marker, dict) else None

@@ -45,9 +45,14 @@ class Recollect:
 
 @dataclass(frozen=True)
 class BuildEpisodes:
-    """A session captured new messages: turn its complete rounds into episodes."""
+    """A session captured new messages: turn its complete rounds into episodes.
+
+    final: the session's last captured line ends a finished turn (Claude Code's ``end_turn``), so its
+    last round is complete too and becomes an episode now, not at the idle sweep minutes later.
+    """
 
     session_id: str
+    final: bool = False
     priority: ClassVar[int] = 2
 
 
@@ -92,7 +97,9 @@ class PendingWork:
                 pending: dict = self._recollect if isinstance(request, Recollect) else self._build
                 if request.session_id in pending:
                     self.coalesced += 1
-                    del pending[request.session_id]  # re-inserted below: the newest request wins
+                    # Re-inserted below: the newest request wins (for a build, the newest line decides
+                    # whether the turn is finished).
+                    del pending[request.session_id]
                 elif len(pending) >= self.max_sessions:
                     self._drop(request)
                     return
@@ -154,6 +161,7 @@ class MemoryThread:
         self.periodic: list[Callable[[], object]] = []  # run with each idle-session sweep
         self.pending = PendingWork(MAX_WAITING_SESSIONS)
         self._building: list[str] = []  # sessions whose episodes are being built, a slice at a time
+        self._finished: set[str] = set()  # of those, sessions whose last captured line ended a turn
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._readers = threading.local()
@@ -253,6 +261,10 @@ class MemoryThread:
                     if isinstance(request, BuildEpisodes):
                         if request.session_id not in builds:
                             builds.append(request.session_id)
+                        if request.final:
+                            self._finished.add(request.session_id)
+                        else:
+                            self._finished.discard(request.session_id)
                     elif not isinstance(request, _Stop):
                         self._handle(request)
                 if builds and not self._stop.is_set():
@@ -260,12 +272,14 @@ class MemoryThread:
                     session_id = builds[0]
                     self.busy_with = "episodes"
                     try:
-                        more = self.build_slice(session_id)
+                        more = self.build_slice(session_id, final=session_id in self._finished)
                     finally:
                         self.busy_with = None
                         builds.pop(0)
                     if more:
                         builds.append(session_id)
+                    else:
+                        self._finished.discard(session_id)
         finally:
             self.close()
 

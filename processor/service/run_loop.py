@@ -68,7 +68,9 @@ class Processor:
         for line in lines:
             if line.role == "user":
                 self.memory.submit(Recollect(session_id, line))
-        self.memory.submit(BuildEpisodes(session_id))
+        # A finished turn (Claude Code's end_turn on the last line) makes its round an episode at once,
+        # so a decision of a one-shot `claude -p` session is recallable from the next session.
+        self.memory.submit(BuildEpisodes(session_id, final=bool(lines) and lines[-1].end_turn))
         self.jobs.on_messages_captured(session_id)
 
     # --- control from other threads and signal handlers ------------------------------------------
@@ -102,8 +104,9 @@ class Processor:
             "rescans": self.rescans,
         }
 
-    def recall_for_http(self, query: str, *, limit: int, project: str | None) -> list:
-        return self.memory.reader().recall(query, limit=limit, project=project, touch=False)
+    def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None,
+                        touch: bool = False) -> list:
+        return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id, touch=touch)
 
     # --- one pass ----------------------------------------------------------------------------
 

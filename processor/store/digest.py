@@ -1,22 +1,20 @@
-"""The SessionStart digest's queries: each reads the newest rows of one index range and stops at its LIMIT."""
+"""The SessionStart digest's queries: each reads the newest rows of one index range and stops at its LIMIT.
+
+Stdlib only (``sqlite3``): the SessionStart hook runs on every session start, resume, clear and
+compact, and apsw's import alone costs more than these three queries. The query functions take any
+DB-API connection with ``execute`` (a ``sqlite3`` or an apsw one).
+"""
 
 from __future__ import annotations
 
+import sqlite3
 import time
-from dataclasses import dataclass
-from pathlib import Path
-
-import apsw
+from collections import namedtuple  # already loaded by sqlite3; dataclasses would pull in inspect
 
 BUSY_TIMEOUT_MS = 200  # the hook must not wait long for a writer: no digest beats a slow start
 
 
-@dataclass(frozen=True)
-class Memory:
-    id: str
-    summary: str
-    created_at: int
-    importance: str
+Memory = namedtuple("Memory", "id summary created_at importance")  # one digest row
 
 
 _COLUMNS = "id, summary, created_at, importance"
@@ -31,28 +29,38 @@ PROJECT_RECENT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' 
 
 
 
-def _memories(conn: apsw.Connection, sql: str, params: tuple) -> list[Memory]:
-    return [Memory(*row) for row in conn.execute(sql, params)]
+def _memories(conn: object, sql: str, params: tuple) -> list[Memory]:
+    return [Memory(*row) for row in conn.execute(sql, params)]  # type: ignore[attr-defined]
 
 
-def global_important(conn: apsw.Connection, limit: int) -> list[Memory]:
+def global_important(conn: object, limit: int) -> list[Memory]:
     """Active high-importance memories for all projects, newest first."""
     return _memories(conn, GLOBAL_SQL, (limit,))
 
 
-def project_important(conn: apsw.Connection, project: str, limit: int) -> list[Memory]:
+def project_important(conn: object, project: str, limit: int) -> list[Memory]:
     return _memories(conn, PROJECT_IMPORTANT_SQL, (project, limit))
 
 
-def project_recent(conn: apsw.Connection, project: str, since_ms: int, limit: int) -> list[Memory]:
+def project_recent(conn: object, project: str, since_ms: int, limit: int) -> list[Memory]:
     return _memories(conn, PROJECT_RECENT_SQL, (project, since_ms, limit))
 
 
-def open_readonly(db_path: Path, deadline: float) -> apsw.Connection | None:
-    """A read-only connection that gives up on locks quickly and on queries at `deadline`; None if no DB."""
-    if not db_path.is_file():
+# What a read may raise: locked, interrupted at the deadline, an old schema, an unreadable file.
+ERRORS = (sqlite3.Error, OSError)
+
+
+def open_readonly(db_path: str, deadline: float) -> sqlite3.Connection | None:
+    """A read-only connection that gives up on locks quickly and on queries at `deadline`; None if no DB.
+
+    ``mode=ro`` never creates the file (the same open flags the apsw reader used).
+    """
+    import posixpath  # already loaded by the interpreter; os.path without importing os here
+
+    if not posixpath.isfile(db_path):
         return None
-    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # True interrupts the statement
+    uri = "file:" + db_path.replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                           check_same_thread=False)
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # truthy interrupts the statement
     return conn

@@ -140,10 +140,12 @@ def recent_sessions(conn: apsw.Connection, since_ms: int) -> list[SessionSummary
         SELECT s.session_id, s.transcript_path, s.project, s.byte_offset, s.last_activity,
                (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id)
         FROM sessions s
-        WHERE s.updated_at >= ? OR s.last_activity >= ?
+        WHERE s.last_activity >= ?
         ORDER BY s.last_activity DESC
         """,
-        (since_ms, since_ms),
+        # Active by its newest message's time, not by when Engram captured it: a backfill of last
+        # month's transcripts must not list them all as active, nor a session without any message.
+        (since_ms,),
     ).fetchall()
     return [SessionSummary(*row) for row in rows]
 

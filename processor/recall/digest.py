@@ -17,6 +17,10 @@ this order:
    ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored) and remember requests still waiting
    in ``$ENGRAM_HOME/queue/`` (not stored yet: the processor is down or behind).
 
+Nothing at all for a session that opted out (``processor/capture/optout.py``): ``$ENGRAM_OFF`` in
+the hook's environment (Claude Code's), the session's ``<session>.off`` file or its ``sessions.opt_out``.
+Forgotten memories are never shown: every query reads active episodes only.
+
 Budget: the whole ``additionalContext`` (fence included) stays within ``session_start_token_budget``
 tokens (default 1,500), estimated with Engram's one rule, ``processor.memory.verbatim.estimate_tokens``:
 one token per 4 characters, rounded up. Sections 1 and 2 may each take at most 40% of the
@@ -39,14 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from processor.capture.optout import OFF_SUFFIX, RECORD, env_level
 from processor.capture.project import project_root
 from processor.capture.remember_inbox import pending_remember_files
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings, load_settings
+from processor.files import ensure_private_dir, write_atomic
 from processor.memory.verbatim import estimate_tokens
 from processor.store import digest as digest_sql
 from processor.store.digest import Memory
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence
+from processor.store.sessions import session_opt_out
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, OFF_ENV, fence, valid_session_id
 
 if TYPE_CHECKING:
     import apsw
@@ -164,12 +171,25 @@ def hook_output(event: object, settings: Settings | None = None, now_ms: int | N
         return None
     started = time.monotonic()
     settings = settings or load_settings()
+    session_id = event.get("session_id")
+    session_id = session_id if isinstance(session_id, str) and valid_session_id(session_id) else None
+    level = env_level(os.environ.get(OFF_ENV))
+    if level is not None:
+        # Claude Code was started with ENGRAM_OFF: no digest. Off the record is the processor's to apply:
+        # leave it the request (it never sees Claude Code's environment).
+        if level == RECORD and session_id:
+            write_atomic(ensure_private_dir(settings.recollections_dir) / f"{session_id}{OFF_SUFFIX}", RECORD)
+        return None
+    if session_id and (settings.recollections_dir / f"{session_id}{OFF_SUFFIX}").exists():
+        return None  # the session opted out by a marker in a prompt (resume, clear, compact)
     cwd = event.get("cwd")
     project = project_root(cwd) if isinstance(cwd, str) and cwd else None
     conn = digest_sql.open_readonly(settings.db_path, started + DEADLINE_SECONDS)
     if conn is None:
         return None
     try:
+        if session_id and session_opt_out(conn, session_id) is not None:
+            return None
         digest = collect(conn, settings, project, clock_now_ms() if now_ms is None else now_ms)
     finally:
         conn.close()

@@ -325,3 +325,15 @@ async def test_memory_forget_from_the_mcp_tool(settings: Settings, ids: dict[str
     assert ids["brand"] not in json.dumps(recalled.structured_content)
     assert expanded.is_error and "forgotten" in expanded.content[0].text
     assert unknown.is_error and "no memory with id" in unknown.content[0].text
+
+
+def test_rounds_embedded_while_the_session_went_off_the_record_are_not_stored(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    path = transcript(tmp_path, SID, user_line("a question worth keeping", session_id=SID),
+                      assistant_line("an answer worth keeping", session_id=SID, message_id="m1"))
+    Tailer(store.conn).tail(path)
+    # The memory thread read these rounds, then the capture thread recorded the opt-out (messages and all
+    # are dropped in that transaction; here only the mark is set, to show the write itself refuses).
+    sessions_sql.set_opt_out(store.conn, SID, "record")
+    assert store.episodize_slice(SID, final=True) == (0, False)
+    assert episodes_sql.newest_session_episode_ids(store.conn, SID, 10) == frozenset()

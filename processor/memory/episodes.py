@@ -201,6 +201,9 @@ class EpisodeStore:
         stamp = now_ms()
         added = 0
         with write_transaction(self.conn):
+            if sessions.session_opt_out(self.conn, session_id) == "record":
+                # Went off the record while these rounds were embedded: its messages are gone; so are these.
+                return 0, False
             self.record_model()
             for piece, blob in zip(pieces, blobs, strict=True):
                 if sql.get_episode(self.conn, piece.id) is not None:

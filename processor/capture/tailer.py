@@ -42,7 +42,7 @@ class TailResult:
     restarted: bool = False
     opt_out: str | None = None  # the session's opt-out after this tail ('memory', 'record' or None)
     opted_out_now: bool = False  # it was set or raised by what this tail read
-    dropped_episodes: list[str] = field(default_factory=list)  # episodes deleted by going off the record
+    dropped_episodes: list[str] = field(default_factory=list)  # episodes erased by going off the record
 
 
 CapturedListener = Callable[[str, list[CapturedLine]], None]

@@ -5,10 +5,11 @@ Start it the way Claude Code does, from the project directory::
     python -m mcp_tools.server
 
 Tools: ``memory_recall`` (short dated bites with ids), ``memory_expand`` (one memory in full, with
-provenance), ``memory_remember`` (queue a memory for the processor) and ``memory_status``.
+provenance), ``memory_remember`` (queue a memory for the processor), ``memory_forget`` (erase one
+memory and keep it out of every recollection) and ``memory_status``.
 
 The server is stateless in the sense of seed 000: it reads the database and drops remember requests
-into ``~/.engram/queue/``; it never calls an LLM and never imports an agent SDK, so a Claude Code
+into ``$ENGRAM_HOME/queue/``; it never calls an LLM and never imports an agent SDK, so a Claude Code
 session started by Engram's own worker can load it without recursion. With the processor down every
 tool still answers from the database, and ``memory_status`` says so.
 
@@ -57,10 +58,13 @@ from processor.config import ConfigError, Settings, load_settings
 from processor.memory.episodes import EpisodeStore, Expansion, Hit
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import KINDS, SCOPES
+from processor.recall.forget import forget as forget_memory
 from processor.recall.format import format_expansion, format_hits
 from processor.service.control_client import ping
 from processor.service.pidfile import is_running
 from processor.store import open_store
+from processor.store.connection import NotEngramDatabase
+from processor.store.episodes import Episode
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +100,12 @@ class RememberResult(BaseModel):
     scope: str
     project: str | None
     processor_running: bool
+    message: str
+
+
+class ForgetResult(BaseModel):
+    forgotten: list[str] = Field(description="ids erased: the memory, then the earlier versions it replaced")
+    summary: str = Field(description="what the memory said (its first line), for the user")
     message: str
 
 
@@ -227,6 +237,9 @@ class MemoryService:
     def expand(self, item_id: str) -> Expansion:
         return self._episodes().expand(item_id, touch=True)
 
+    def forget(self, item_id: str, reason: str | None) -> list[Episode]:
+        return forget_memory(self._episodes(), self.settings, item_id, reason)
+
     def db_status(self) -> dict[str, Any]:
         return self._episodes().status()
 
@@ -240,7 +253,7 @@ def _tool_error(exc: BaseException, settings: Settings | None) -> ToolError:
         return ToolError(f"cannot search: {exc}")
     if isinstance(exc, EmbedderError):
         return ToolError(f"the embedding model cannot be used: {exc}")
-    if isinstance(exc, UnknownEpisode):
+    if isinstance(exc, UnknownEpisode | NotEngramDatabase):
         return ToolError(str(exc))
     if isinstance(exc, apsw.BusyError):
         return ToolError(f"{db} stayed locked by another writer for too long ({exc}); try again in a moment")
@@ -394,6 +407,34 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
         remembered = RememberResult(queued=True, file=str(path), kind=kind, scope=scope or "project", project=project,
                                     processor_running=running, message=message)
         return result(message, remembered)
+
+    @tool(
+        title="Forget a memory",
+        description=(
+            "Forget a memory for good when the user asks to (or it is wrong, outdated or private): its content "
+            "is erased and it is never shown or injected again; its id only remembers that it was forgotten. "
+            "Pass an id from memory_recall or from the injected memories (ep_…), and optionally why."
+        ),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                    open_world_hint=False),
+    )
+    async def memory_forget(
+        id: Annotated[str, Field(description="the memory's id, e.g. ep_0123abcd…")],
+        reason: Annotated[str | None, Field(description="why it is forgotten (kept with the id)")] = None,
+    ) -> Annotated[CallToolResult, ForgetResult]:
+        item_id = id.strip()
+        if not item_id or len(item_id) > MAX_ID_CHARS:
+            raise ToolError("memory_forget needs one memory's id (they look like ep_… and come from memory_recall)")
+        erased = await _guarded(service, lambda: service.forget(item_id, reason))
+        first = erased[0]
+        older = len(erased) - 1
+        message = (f"Forgot {first.id}: {first.summary}" if first.status != "forgotten"
+                   else f"{first.id} was already forgotten")
+        message += (f" (and {older} earlier version{'s' if older != 1 else ''})" if older else "") + \
+            ". It will not be recalled or injected again."
+        answer = ForgetResult(forgotten=[e.id for e in erased if e.status != "forgotten"], summary=first.summary,
+                              message=message)
+        return result(message, answer)
 
     @tool(
         title="Memory status",

@@ -14,6 +14,7 @@ from pathlib import Path
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.memory.errors import EmbedderError
 from processor.memory.kinds import KINDS, SCOPES
+from processor.store.connection import NotEngramDatabase
 
 EXIT_CONFIG = 78  # sysexits EX_CONFIG: the configuration cannot be used
 
@@ -116,10 +117,57 @@ def cmd_expand(args: argparse.Namespace) -> int:
     return 0
 
 
+def _before_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    from datetime import UTC, datetime
+
+    try:
+        day = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--before {text!r} is not a date; use YYYY-MM-DD (UTC)") from None
+    return int((day if day.tzinfo else day.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
 def cmd_forget(args: argparse.Namespace) -> int:
-    store = _episode_store(_settings(args))
-    episode = store.forget(args.id)
-    print(f"forgot {episode.id}: {episode.summary}")
+    from processor.clock import utc_date
+    from processor.recall import forget
+
+    settings = _settings(args)
+    store = _episode_store(settings)
+    if args.id:
+        if args.query or args.before:
+            raise ValueError("give one memory's id, or --query/--before for several, not both")
+        if args.dry_run:
+            episode = store.expand(args.id, touch=False)
+            print(f"would forget {episode.id}: {episode.summary}")
+            return 0
+        erased = forget.forget(store, settings, args.id, args.reason)
+        for episode in erased:
+            print(f"forgot {episode.id}: {episode.summary}")
+        return 0
+    plan = store.plan_forget(query=args.query, before_ms=_before_ms(args.before), project=args.project)
+    if not plan.episodes:
+        print("nothing to forget: no memory matches")
+        return 0
+    # What would be erased comes first, always: a bulk erase is never blind.
+    print(f"{'would forget' if args.dry_run else 'to forget'}: {len(plan.episodes)} memories"
+          + (" (more match: run again after this)" if plan.truncated else ""))
+    for episode in plan.episodes:
+        print(f"  {episode.id}  [{utc_date(episode.created_at)}, {episode.kind}] {episode.summary[:100]}")
+    if args.dry_run:
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("engram forget: not forgetting without confirmation; add --yes (or --dry-run to only look)",
+                  file=sys.stderr)
+            return 1
+        answer = input(f"Forget these {len(plan.episodes)} memories? This cannot be undone [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing forgotten")
+            return 1
+    erased = forget.forget_planned(store, settings, plan, args.reason)
+    print(f"forgot {len(erased)} memories (earlier versions included)")
     return 0
 
 
@@ -254,8 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     expand = add("expand", cmd_expand, "show a memory's full content and where it came from")
     expand.add_argument("id")
     expand.add_argument("--json", action="store_true")
-    forget = add("forget", cmd_forget, "forget a memory: its content is erased, its id remembers it was forgotten")
-    forget.add_argument("id")
+    forget = add("forget", cmd_forget, "forget a memory, or every memory matching --query/--before: the content is "
+                                       "erased, the id remembers it was forgotten")
+    forget.add_argument("id", nargs="?", help="one memory's id (ep_…)")
+    forget.add_argument("--query", help="forget the memories containing all these words")
+    forget.add_argument("--before", metavar="DATE", help="forget the memories made before this day (YYYY-MM-DD, UTC)")
+    forget.add_argument("--project", help="only this project's memories (its root path)")
+    forget.add_argument("--dry-run", action="store_true", help="only show what would be forgotten")
+    forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    forget.add_argument("--reason", help="why (kept with the forgotten id)")
     add("reindex", cmd_reindex, "re-embed every memory with the configured embedding model")
     remember = add("remember", cmd_remember, "queue a memory for the processor to store (like memory_remember)")
     remember.add_argument("text")
@@ -292,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"engram: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except NotEngramDatabase as exc:  # another program's file at the database path: nothing was written
+        print(f"engram: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except (LookupError, ValueError) as exc:  # unknown ids, empty input: the message says what to do
         print(f"engram: {exc.args[0] if exc.args else exc}", file=sys.stderr)

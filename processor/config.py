@@ -6,7 +6,10 @@ Precedence, lowest to highest: the defaults below, ``$ENGRAM_HOME/config.toml``
 explicit overrides from the command line (``--projects-dir``).
 
 Two locations are special because everything else hangs off them:
-- ``ENGRAM_HOME`` (default ``~/.engram``): the data directory, created 0700.
+- ``ENGRAM_HOME``: the data directory, created 0700. Default: the platform's place for user data,
+  ``$XDG_DATA_HOME/engram`` (``~/.local/share/engram``) on Linux, ``~/Library/Application
+  Support/engram`` on macOS; but an existing ``~/.engram`` written by an earlier Engram keeps being
+  used there (see ``engram_home``). ``recall_hook/hook_io.py`` resolves it the same way.
 - the transcripts root: ``projects_dir`` if set, else
   ``${CLAUDE_CONFIG_DIR:-~/.claude}/projects``.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,7 +125,7 @@ class Settings:
     retry_max_seconds = Option(3600.0, "longest retry delay")
     breaker_failures = Option(5, "consecutive backend failures that open the circuit breaker")
     breaker_cooldown_seconds = Option(300.0, "how long an open breaker pauses LLM jobs")
-    log_level = Option("INFO", "logging level for ~/.engram/logs/engram.log")
+    log_level = Option("INFO", "logging level for $ENGRAM_HOME/logs/engram.log")
     log_max_bytes = Option(5 * 1024 * 1024, "size at which the log file rotates")
     log_backups = Option(3, "rotated log files kept")
 
@@ -201,9 +205,80 @@ def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
 
 
-def engram_home(env: Mapping[str, str] | None = None) -> Path:
+# Engram's `PRAGMA application_id` ("Engr"), also read from the file header without SQLite (below, and by
+# the stdlib hooks: recall_hook/hook_io.py, pinned equal by tests/test_home.py).
+APPLICATION_ID = 0x456E6772
+LEGACY_HOME = ".engram"  # the data home of Engram before it moved to the platform's place
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _user_home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("HOME") or Path.home())
+
+
+def platform_data_home(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
+    """Where user data belongs on this platform: ~/Library/Application Support/engram, $XDG_DATA_HOME/engram."""
     env = os.environ if env is None else env
-    return Path(env.get("ENGRAM_HOME") or Path.home() / ".engram").expanduser()
+    home = _user_home(env)
+    if (platform or sys.platform) == "darwin":
+        return home / "Library" / "Application Support" / "engram"
+    data = env.get("XDG_DATA_HOME") or ""
+    # The XDG spec: a relative XDG_DATA_HOME is invalid and must be ignored.
+    return (Path(data) if os.path.isabs(data) else home / ".local" / "share") / "engram"
+
+
+def sqlite_application_id(path: Path) -> int | None:
+    """The application_id in a SQLite file's header (bytes 68-71); None when it is missing or not SQLite."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(72)
+    except OSError:
+        return None
+    if len(header) < 72 or not header.startswith(_SQLITE_MAGIC):
+        return None
+    return int.from_bytes(header[68:72], "big")
+
+
+def is_earlier_engram_home(folder: Path) -> bool:
+    """Whether ``folder`` (``~/.engram``) was written by an earlier Engram, never by another program.
+
+    Its database carries Engram's application_id; or, from before the id existed, has none and sits
+    next to the ``recollections/`` and ``queue/`` folders only Engram makes (the store then checks its
+    migrations table before stamping it). Any other database there is another program's.
+    """
+    if not folder.is_dir():
+        return False
+    db = folder / "engram.db"
+    app_id = sqlite_application_id(db)
+    if app_id == APPLICATION_ID:
+        return True
+    if app_id is not None and app_id != 0:
+        return False  # another program's SQLite file
+    if app_id is None and db.exists() and db.stat().st_size > 0:
+        return False  # not SQLite at all (a 0-byte file is one Engram created and never wrote)
+    return (folder / "recollections").is_dir() and (folder / "queue").is_dir()
+
+
+def home_origin(env: Mapping[str, str] | None = None, platform: str | None = None) -> tuple[Path, str]:
+    """The data home and why it is that one: 'ENGRAM_HOME', 'platform default' or 'earlier Engram home'.
+
+    An earlier Engram's ``~/.engram`` is used where it is, not moved: a running processor, service units
+    naming it and the hooks of open sessions would otherwise split the memory in two. It is used only
+    while the platform's folder does not exist; another program's ``~/.engram`` is never touched.
+    """
+    env = os.environ if env is None else env
+    configured = env.get("ENGRAM_HOME")
+    if configured:
+        return Path(configured).expanduser(), "ENGRAM_HOME"
+    default = platform_data_home(env, platform)
+    legacy = _user_home(env) / LEGACY_HOME
+    if not default.exists() and is_earlier_engram_home(legacy):
+        return legacy, "earlier Engram home"
+    return default, "platform default"
+
+
+def engram_home(env: Mapping[str, str] | None = None, platform: str | None = None) -> Path:
+    return home_origin(env, platform)[0]
 
 
 def _coerce(name: str, raw: Any, source: str) -> Any:

@@ -31,7 +31,19 @@ from typing import Any, Literal
 
 import apsw
 
-from processor.config import OPTIONS, ConfigError, Settings, claude_config_dir, engram_home, load_settings
+from processor.config import (
+    APPLICATION_ID,
+    LEGACY_HOME,
+    OPTIONS,
+    ConfigError,
+    Settings,
+    claude_config_dir,
+    engram_home,
+    home_origin,
+    is_earlier_engram_home,
+    load_settings,
+    platform_data_home,
+)
 from processor.jobs.costs import today_spend
 
 Severity = Literal["error", "warning"]
@@ -222,7 +234,7 @@ def check_database(probe: _Probe) -> Check:
     if not path.exists():
         return _warning(name, f"{shown} does not exist: nothing captured yet",
                         "engram backfill (imports past transcripts) or engram run")
-    from processor.store.connection import connect
+    from processor.store.connection import NotEngramDatabase, connect, database_identity
 
     move_aside = (f"move it aside: mv {shown} {shown}.broken; "
                   "engram backfill rebuilds it from transcripts")
@@ -231,6 +243,11 @@ def check_database(probe: _Probe) -> Check:
         with _quiet_sqlite_log():
             conn = connect(path, readonly=True)
             rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
+            identity = database_identity(conn)
+    except NotEngramDatabase as exc:
+        return _error(name, f"{shown} belongs to another program: {str(exc).split('; another program')[0]}",
+                      "set ENGRAM_HOME to a folder of Engram's own (or unset it for the default, "
+                      f"{probe.show(platform_data_home(probe.env))}); leave the other program's file alone")
     except apsw.Error as exc:
         if conn is not None:
             conn.close()
@@ -247,7 +264,31 @@ def check_database(probe: _Probe) -> Check:
         return _error(name, f"{shown} failed its integrity check: {shown_rows}", move_aside)
     probe.db = conn
     size_mb = path.stat().st_size / (1024 * 1024)
-    return _ok(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check")
+    if identity == "earlier-engram":
+        return _warning(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check; it is an Engram database "
+                        f"from before Engram's application_id ({APPLICATION_ID:#x})",
+                        "engram run (or any engram command that writes) stamps it")
+    return _ok(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check; application_id "
+               f"{APPLICATION_ID:#x} (Engram's)")
+
+
+def check_home(probe: _Probe) -> Check:
+    """Where the data home is and why; a ~/.engram that another program owns is named, and left alone."""
+    name = "data home"
+    home, origin = home_origin(probe.env)
+    if probe.settings.home != home:  # a broken config kept the home: same rule, nothing to add
+        home, origin = probe.settings.home, "ENGRAM_HOME"
+    legacy = Path(probe.env.get("HOME") or Path.home()) / LEGACY_HOME
+    note = ""
+    if legacy != home and legacy.exists() and not is_earlier_engram_home(legacy):
+        note = f"; {probe.show(legacy)} belongs to another program and is not used"
+    elif legacy != home and is_earlier_engram_home(legacy):
+        return _warning(name, f"{probe.show(home)} ({origin}); an earlier Engram's {probe.show(legacy)} is not used",
+                        f"to keep its memories, stop the processor and move it: mv {probe.show(legacy)} "
+                        f"{probe.show(home)} (when {probe.show(home)} is new and empty)")
+    why = {"ENGRAM_HOME": "set by ENGRAM_HOME", "platform default": "the platform's default",
+           "earlier Engram home": "an earlier Engram's home, used where it is"}[origin]
+    return _ok(name, f"{probe.show(home)} ({why}){note}")
 
 
 def _tables(conn: apsw.Connection) -> set[str]:
@@ -597,6 +638,7 @@ def _capture_problems(probe: _Probe) -> list[dict[str, Any]]:
 
 CHECKS: tuple[tuple[str, Callable[[_Probe], Check | None]], ...] = (
     ("config", check_config),
+    ("data home", check_home),
     ("data directory", check_permissions),
     ("database", check_database),
     ("schema", check_schema),

@@ -100,10 +100,114 @@ def user_home() -> str | None:
         return None
 
 
+APPLICATION_ID = 0x456E6772  # processor.config.APPLICATION_ID
+LEGACY_HOME = "/.engram"  # processor.config.LEGACY_HOME
+_S_IFDIR = 0o040000
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return _os.stat(path).st_mode & _S_IFMT == _S_IFDIR
+    except OSError:
+        return False
+
+
+def _exists(path: str) -> bool:
+    try:
+        _os.stat(path)
+        return True
+    except OSError:
+        return False
+
+
+def _app_id_of(header: bytes) -> int | None:
+    if len(header) < 72 or not header.startswith(b"SQLite format 3\x00"):
+        return None
+    return int.from_bytes(header[68:72], "big")
+
+
+def _read_header(path: str) -> bytes | None:
+    try:
+        fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return _os.read(fd, 72)
+    except OSError:
+        return None
+    finally:
+        _os.close(fd)
+
+
+def _earlier_engram_home(folder: str) -> bool:
+    """processor.config.is_earlier_engram_home: an earlier Engram's ~/.engram, never another program's."""
+    if not _is_dir(folder):
+        return False
+    db = folder + "/engram.db"
+    header = _read_header(db)
+    app_id = None if header is None else _app_id_of(header)
+    if app_id == APPLICATION_ID:
+        return True
+    if app_id is not None and app_id != 0:
+        return False
+    if app_id is None and header:  # a file with bytes that are not SQLite
+        return False
+    return _is_dir(folder + "/recollections") and _is_dir(folder + "/queue")
+
+
+def data_home() -> str | None:
+    """$ENGRAM_HOME, else the platform's data folder, else an earlier Engram's ~/.engram: as processor.config."""
+    root = getenv("ENGRAM_HOME")
+    if root:
+        if root == "~" or root.startswith("~/"):
+            home = user_home()
+            if home is None:
+                return None
+            root = home + root[1:]
+        elif root.startswith("~"):
+            import pwd
+
+            user, _, rest = root[1:].partition("/")
+            root = pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
+        return root.rstrip("/") or "/"
+    home = user_home()
+    if home is None:
+        return None
+    home = home.rstrip("/")
+    if sys.platform == "darwin":
+        default = home + "/Library/Application Support/engram"
+    else:
+        data = getenv("XDG_DATA_HOME") or ""
+        default = (data.rstrip("/") if data.startswith("/") else home + "/.local/share") + "/engram"
+    if not _exists(default) and _earlier_engram_home(home + LEGACY_HOME):
+        return home + LEGACY_HOME
+    return default
+
+
 def recollections_dir() -> str | None:
-    """$ENGRAM_HOME/recollections, with ENGRAM_HOME defaulting to ~/.engram like processor.config."""
-    root = engram_home()
+    """$ENGRAM_HOME/recollections, with the data home resolved exactly like processor.config."""
+    root = data_home()
     return None if root is None else root.rstrip("/") + "/recollections"
+
+
+OFF_ENV = "ENGRAM_OFF"  # processor/capture/optout.py: set when starting Claude Code, no memory for its sessions
+OFF_SUFFIX = ".off"  # <session>.off: the session opted out (written by the processor or the SessionStart hook)
+
+
+def env_opt_out() -> str | None:
+    """processor.capture.optout.env_level of $ENGRAM_OFF: None, 'memory' or 'record'."""
+    value = getenv(OFF_ENV)
+    if value is None:
+        return None
+    text = value.strip().lower().replace("-", "_")
+    if text in ("", "0", "false", "no"):
+        return None
+    return "record" if text in ("record", "off_the_record") else "memory"
+
+
+def opted_out(directory: str, session_id: str) -> bool:
+    """No memory for this session: $ENGRAM_OFF, or its opt-out recorded as <session>.off."""
+    return env_opt_out() is not None or _exists(f"{directory}/{session_id}{OFF_SUFFIX}")
 
 
 def valid_session_id(value: object) -> bool:
@@ -174,25 +278,6 @@ def one_line(text: str, limit: int) -> str:
 CONFIG_LIMIT = 256 * 1024
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
-
-
-def engram_home() -> str | None:
-    """$ENGRAM_HOME (``~`` expanded), default ~/.engram, like processor.config.engram_home."""
-    root = getenv("ENGRAM_HOME")
-    if not root:
-        home = user_home()
-        return None if home is None else home + "/.engram"
-    if root == "~" or root.startswith("~/"):
-        home = user_home()
-        if home is None:
-            return None
-        root = home + root[1:]
-    elif root.startswith("~"):
-        import pwd
-
-        user, _, rest = root[1:].partition("/")
-        root = pwd.getpwnam(user).pw_dir + ("/" + rest if rest else "")
-    return root.rstrip("/") or "/"
 
 
 def config_value(home: str, name: str) -> object:
@@ -416,6 +501,15 @@ def write_state(directory: str, session_id: str, message_uuid: str) -> None:
     """
     data = b'{"lastInjectedMessageUuid":' + quote(message_uuid).encode() + b"}\n"
     write_private(directory, session_id + ".state", data, unlink_first=True)
+
+
+def ensure_private_dir(path: str) -> None:
+    """Create the folder (0700) if it is missing (its parent must exist)."""
+    if not _is_dir(path):
+        try:  # not contextlib.suppress: one more import on the hook's path
+            _os.mkdir(path, 0o700)
+        except FileExistsError:
+            return
 
 
 def write_private(directory: str, name: str, data: bytes, *, unlink_first: bool = False) -> None:

@@ -23,6 +23,9 @@ The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state
 setting, which costs a config.toml read only when the environment does not decide) and never
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
+A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
+by the processor after an ``[engram off]`` prompt) gets nothing.
+
 Every failure (bad stdin, missing/corrupt/huge file, unreadable directory) ends in exit 0 with
 no output: memory is a nicety, a broken tool call is not.
 """
@@ -44,6 +47,8 @@ def run(stdin: bytes) -> str | None:
     event = _io.loads(stdin.decode("utf-8"))
     if not isinstance(event, dict):
         return None
+    if _io.env_opt_out() is not None:
+        return None  # Claude Code was started with ENGRAM_OFF: no memory in its sessions
     directory = _io.recollections_dir()
     if directory is None:
         return None
@@ -79,7 +84,9 @@ def run(stdin: bytes) -> str | None:
         # Nothing to say; state is left alone, so a rewrite of this message's file still counts.
         return None
 
-    if not _io.claim(directory, session_id, message_uuid):
+    # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
+    # when about to inject; a recollection written just before the opt-out must not slip through).
+    if _io.opted_out(directory, session_id) or not _io.claim(directory, session_id, message_uuid):
         return None
     return _io.hook_json("PreToolUse", _io.format_context(lines), ids, directory.rpartition("/")[0])
 

@@ -67,6 +67,9 @@ MARKER_IDS = 50
 MARKER_LIMIT = 16 * 1024
 RESPONSE_LIMIT = 256 * 1024
 
+_OFF_MARKER = "[engram"  # the opt-out markers' common start (processor/capture/optout.py)
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 _TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
@@ -341,6 +344,10 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     prompt = event.get("prompt")
     cwd = event.get("cwd")
     if not _io.valid_session_id(session_id) or not isinstance(prompt, str) or not prompt.strip():
+        return None
+    if _io.opted_out(directory, session_id) or _OFF_MARKER in prompt.lower():
+        # Opted out ($ENGRAM_OFF, <session>.off); a prompt that may carry the marker itself gets nothing
+        # either: the processor judges it (processor/capture/optout.py) once the line is captured.
         return None
     deadline = started + budget_seconds(home)
     prompt_uuid = prompt_line_uuid(event.get("transcript_path"), prompt)

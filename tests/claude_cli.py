@@ -142,6 +142,7 @@ FENCE_CLOSE = "</engram-recollection>"
 BITES_HEADER = "You have memories related to this conversation:"
 DIGEST_HEADER = "Engram memory digest:"
 ENGRAM_TOOLS = ("mcp__engram__memory_recall", "mcp__engram__memory_expand", "mcp__engram__memory_remember",
+                "mcp__engram__memory_forget",
                 "mcp__engram__memory_status")
 
 
@@ -371,10 +372,12 @@ class EngramClaude:
         return Reply.from_request(check)
 
     def ask(self, prompt: str, replies: Sequence[Reply], *, resume: str | None = None,
-            output_format: str = "json") -> RunResult:
-        """One user message: script the model's turns, run `claude -p`, and check it went through."""
+            output_format: str = "json", env: Mapping[str, str] | None = None) -> RunResult:
+        """One user message: script the model's turns, run `claude -p` (with `env` added to its
+        environment), and check it went through."""
         self.server.script.extend(replies)
-        run = self.cli.run(prompt, cwd=self.repo, env=self.cli_env, resume=resume, output_format=output_format)
+        run = self.cli.run(prompt, cwd=self.repo, env={**self.cli_env, **(env or {})}, resume=resume,
+                           output_format=output_format)
         run.check()
         assert not self.server.script, f"unused scripted turns: {list(self.server.script)}"
         assert not self.failures, self.failures

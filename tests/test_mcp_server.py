@@ -112,11 +112,14 @@ def episode_row(settings: Settings, episode_id: str) -> tuple[int, int, str]:
 
 
 @pytest.mark.anyio
-async def test_lists_the_four_tools_with_hints_and_output_schemas(memory_home: tuple[Settings, dict]) -> None:
+async def test_lists_the_five_tools_with_hints_and_output_schemas(memory_home: tuple[Settings, dict]) -> None:
     settings, _ = memory_home
     async with Client(build_server(settings, cwd=PROJECT)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"memory_recall", "memory_expand", "memory_remember", "memory_status"}
+    assert set(tools) == {"memory_recall", "memory_expand", "memory_remember", "memory_forget", "memory_status"}
+    assert tools["memory_forget"].annotations.destructive_hint is True
+    assert tools["memory_forget"].input_schema["required"] == ["id"]
+    assert set(tools["memory_forget"].input_schema["properties"]) == {"id", "reason"}
     for name in ("memory_recall", "memory_expand", "memory_status"):
         assert tools[name].annotations.read_only_hint is True
     assert tools["memory_remember"].annotations.read_only_hint is False
@@ -443,7 +446,7 @@ async def test_stdio_round_trip_with_a_real_client(memory_home: tuple[Settings, 
         expanded = await client.call_tool("memory_expand", {"id": first_id})
         remembered = await client.call_tool("memory_remember", {"text": f"stdio round trip works ({mode})"})
         unknown = await client.call_tool("memory_expand", {"id": "ep_ffffffffffffffff"})
-    assert names == {"memory_recall", "memory_expand", "memory_remember", "memory_status"}
+    assert names == {"memory_recall", "memory_expand", "memory_remember", "memory_forget", "memory_status"}
     assert first_id == ids["websocket"]
     assert SEED_LINE.match(text_of(recalled).splitlines()[0])
     assert MEMORIES["websocket"][0] in text_of(expanded) and expanded.structured_content is None

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -324,10 +325,20 @@ def test_stdin_session_id_wins_over_environment(home: Path, env: dict[str, str])
     assert "ep_abc123" in context
 
 
-def test_default_engram_home_is_dot_engram_in_home(tmp_path: Path, env: dict[str, str]) -> None:
-    default_home = Path(env["HOME"]) / ".engram"
+def test_default_engram_home_is_the_platforms_data_folder(tmp_path: Path, env: dict[str, str]) -> None:
+    default_home = Path(env["HOME"]) / (
+        "Library/Application Support/engram" if sys.platform == "darwin" else ".local/share/engram")
     (default_home / "recollections").mkdir(parents=True)
     write_recollection(default_home)
+    env = {k: v for k, v in env.items() if k != "ENGRAM_HOME"}
+    injected(run_hook(event(), env))
+
+
+def test_an_earlier_engrams_dot_engram_is_used_where_it_is(tmp_path: Path, env: dict[str, str]) -> None:
+    legacy = Path(env["HOME"]) / ".engram"
+    (legacy / "queue").mkdir(parents=True)
+    (legacy / "recollections").mkdir(parents=True)
+    write_recollection(legacy)
     env = {k: v for k, v in env.items() if k != "ENGRAM_HOME"}
     injected(run_hook(event(), env))
 

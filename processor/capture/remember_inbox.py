@@ -1,4 +1,4 @@
-"""`memory_remember` requests as files in ~/.engram/queue/.
+"""`memory_remember` requests as files in $ENGRAM_HOME/queue/.
 
 Writers (the MCP server, `engram remember`) only drop a file and return at once;
 the processor stores each as a manual episode and deletes the file only after

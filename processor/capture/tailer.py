@@ -21,6 +21,7 @@ from typing import BinaryIO
 import apsw
 
 from processor.capture.lines import Line, read_complete_lines
+from processor.capture.optout import RECORD, marker_level, stronger
 from processor.capture.parse import CapturedLine, Skipped, parse_line
 from processor.capture.problems import (
     CANNOT_OPEN,
@@ -51,9 +52,15 @@ class TailResult:
     captured: list[CapturedLine] = field(default_factory=list)  # new message rows and merged parts
     problems: int = 0
     restarted: bool = False
+    opt_out: str | None = None  # the session's opt-out after this tail ('memory', 'record' or None)
+    opted_out_now: bool = False  # it was set or raised by what this tail read
+    dropped_episodes: list[str] = field(default_factory=list)  # episodes erased by going off the record
 
 
 CapturedListener = Callable[[str, list[CapturedLine]], None]
+OptOutListener = Callable[["TailResult"], None]
+# The opt-out a session asked for outside its transcript (ENGRAM_OFF=record, left by the SessionStart hook).
+OptOutRequest = Callable[[str], "str | None"]
 
 
 def session_id_for(path: Path) -> str:
@@ -79,8 +86,12 @@ class Tailer:
         max_line_bytes: int = Settings.max_line_bytes.default,
         listeners: list[CapturedListener] | None = None,
         problems: CaptureProblems | None = None,
+        opt_out_listeners: list[OptOutListener] | None = None,
+        opt_out_request: OptOutRequest | None = None,
     ) -> None:
         self.conn = conn
+        self.opt_out_listeners = opt_out_listeners if opt_out_listeners is not None else []
+        self.opt_out_request = opt_out_request
         self.batch_bytes = batch_bytes
         self.max_line_bytes = max_line_bytes
         self.listeners = listeners if listeners is not None else []
@@ -139,6 +150,12 @@ class Tailer:
                 self.problems.report(path, CANNOT_READ, f"cannot read transcript ({exc.strerror or exc})")
             else:
                 self.problems.resolve(path, (CANNOT_READ,))
+        if result.opted_out_now:
+            for opt_listener in self.opt_out_listeners:
+                try:
+                    opt_listener(result)
+                except Exception:
+                    log.exception("opt-out listener failed for session %s", session_id)
         if result.captured:
             for listener in self.listeners:
                 try:
@@ -209,6 +226,12 @@ class Tailer:
         digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
         first_cwd = next((c.cwd for _, c in parsed if c.cwd), None)
         now_ms = clock_now_ms()
+        asked = None
+        for _, captured in parsed:
+            if captured.role == "user":
+                asked = stronger(asked, marker_level(captured.text))
+        if self.opt_out_request is not None:
+            asked = stronger(asked, self.opt_out_request(result.session_id))
         with write_transaction(self.conn):
             session_sql.upsert_session(
                 self.conn,
@@ -222,7 +245,19 @@ class Tailer:
                 last_activity=max((c.ts_ms or now_ms for _, c in parsed), default=None),
                 now_ms=now_ms,
             )
-            for line, captured in parsed:
+            recorded = session_sql.session_opt_out(self.conn, result.session_id)
+            level = stronger(recorded, asked)
+            if level != recorded:
+                session_sql.set_opt_out(self.conn, result.session_id, level)
+                result.opted_out_now = True
+                if level == RECORD:
+                    result.dropped_episodes += session_sql.drop_session_content(
+                        self.conn, result.session_id, now_ms)
+                    log.info("session %s went off the record: its messages and episodes are dropped",
+                             result.session_id)
+            result.opt_out = level
+            # Off the record: the offset moves on, nothing of the session is stored, now or after a restart.
+            for line, captured in parsed if level != RECORD else ():
                 if session_sql.store_line(self.conn, result.session_id, captured, line.offset):
                     result.captured.append(captured)
         result.lines += len(batch)

@@ -299,6 +299,10 @@ def find_due(check: DueCheck) -> list[DueJob]:
 
 # --- the job -----------------------------------------------------------------------------------
 
+class _OffTheRecord(Exception):
+    """The session went off the record while its batch was with the LLM."""
+
+
 class Extractor:
     """The `extract` job handler: batches until the session has nothing eligible left."""
 
@@ -359,9 +363,15 @@ class Extractor:
 
             def advance(conn: apsw.Connection, through: int = through, summary: str = result.rolling_summary,
                         stamp: int = stamp) -> None:
+                if sessions.session_opt_out(conn, session_id) == "record":
+                    raise _OffTheRecord  # rolls the memories back with it (one transaction)
                 sql.set_extraction_progress(conn, session_id, through, summary, stamp)
 
-            outcomes = ctx.store.add_memories(candidates, progress=advance)
+            try:
+                outcomes = ctx.store.add_memories(candidates, progress=advance)
+            except _OffTheRecord:
+                log.info("extract %s: the session went off the record during the call; nothing stored", session_id)
+                return
             batches += 1
             log.info("extract %s: %d message(s) through #%d -> %s", session_id, len(batch.messages), through,
                      ", ".join(f"{o.action} {o.episode_id}" for o in outcomes) or "no memories")

@@ -1,6 +1,6 @@
 """`remember` jobs: memory_remember / `engram remember` request files, stored through ADD/UPDATE/NOOP.
 
-The writers drop a file in ~/.engram/queue/ (processor/capture/remember_inbox.py). Each file becomes one
+The writers drop a file in $ENGRAM_HOME/queue/ (processor/capture/remember_inbox.py). Each file becomes one
 job (dedupe key = its name). The job stores the memory, commits, and only then deletes the file;
 a crash between the two leaves the file, the job runs again and finds the same text already
 stored (its content hash), a NOOP, so the memory is never stored twice. No LLM is involved:

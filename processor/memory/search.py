@@ -52,8 +52,8 @@ class Scored:
     bm25: float
 
 
-def fts_query(text: str) -> str:
-    """A safe FTS5 query: the distinct content words of `text`, OR-ed, each quoted."""
+def fts_query(text: str, joiner: str = " OR ") -> str:
+    """A safe FTS5 query: the distinct content words of `text`, OR-ed (or joined by `joiner`), each quoted."""
     terms: list[str] = []
     for word in _WORD.findall(text.lower()):
         if word in _STOPWORDS or word in terms or (len(word) < 2 and not word.isdigit()):
@@ -61,7 +61,7 @@ def fts_query(text: str) -> str:
         terms.append(word)
         if len(terms) >= _MAX_TERMS:
             break
-    return " OR ".join(f'"{t}"' for t in terms)
+    return joiner.join(f'"{t}"' for t in terms)
 
 
 class VectorIndex:

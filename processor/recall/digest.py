@@ -17,6 +17,10 @@ this order:
    ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored) and remember requests still waiting
    in ``$ENGRAM_HOME/queue/`` (not stored yet: the processor is down or behind).
 
+Nothing at all for a session that opted out (``processor/capture/optout.py``): ``$ENGRAM_OFF`` in
+the hook's environment (Claude Code's), the session's ``<session>.off`` file or its ``sessions.opt_out``.
+Forgotten memories are never shown: every query reads active episodes only.
+
 Budget: the whole ``additionalContext`` (fence included) stays within ``session_start_token_budget``
 tokens (default 1,500), estimated with Engram's one rule, ``processor.memory.verbatim.estimate_tokens``:
 one token per 4 characters, rounded up. Sections 1 and 2 may each take at most 40% of the
@@ -182,15 +186,30 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
     if not isinstance(event, dict):
         return None
     started = time.monotonic()
-    home = home or hook_io.engram_home()
+    home = home or hook_io.data_home()
     if home is None:
         return None
+    session_id = event.get("session_id")
+    session_id = session_id if hook_io.valid_session_id(session_id) else None
+    level = hook_io.env_opt_out()
+    if level is not None:
+        # Claude Code was started with ENGRAM_OFF: no digest. Off the record is the processor's to apply:
+        # leave it the request (it never sees Claude Code's environment).
+        if level == "record" and session_id:
+            directory = home + "/recollections"
+            hook_io.ensure_private_dir(directory)
+            hook_io.write_private(directory, session_id + hook_io.OFF_SUFFIX, b"record")
+        return None
+    if session_id and hook_io.opted_out(home + "/recollections", session_id):
+        return None  # the session opted out by a marker in a prompt (resume, clear, compact)
     cwd = event.get("cwd")
     project = hook_io.project_root(cwd) if isinstance(cwd, str) and cwd else None
     conn = digest_sql.open_readonly(home + "/engram.db", started + DEADLINE_SECONDS)
     if conn is None:
         return None
     try:
+        if session_id and digest_sql.session_opt_out(conn, session_id) is not None:
+            return None
         digest = collect(conn, home + "/queue", project, int(time.time() * 1000) if now_ms is None else now_ms)
     finally:
         conn.close()

@@ -12,11 +12,19 @@ Files in ``recollections_dir``, per session (the hooks' side is in ``recall_hook
 - ``<session>.prompt``: ids the optional UserPromptSubmit hook already showed in this session;
 - ``<session>.digest``: ids the SessionStart digest showed in this session (written by
   ``recall_hook/session_start.py``); the ids of both markers are left out of the bites written here.
-All four are removed once the session has been idle for ``recollection_idle_hours``.
+- ``<session>.off``: the session opted out (``processor/capture/optout.py``): its level, ``memory`` or
+  ``record``. The hooks inject nothing for it and this writer writes nothing; it is kept (a resumed
+  session stays opted out).
+All but ``.off`` are removed once the session has been idle for ``recollection_idle_hours``.
+
+A forgotten memory, or one dropped with an off-the-record session, is taken out of every recollection
+file at once (``drop_bites``), and the writer re-reads its bites' status just before writing, so a
+memory forgotten during a search is not written back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from processor.capture.optout import MEMORY, OFF_SUFFIX, RECORD
 from processor.capture.parse import CapturedLine
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
@@ -43,6 +52,7 @@ DIGEST_SUFFIX = ".digest"  # recall_hook/hook_io.py DIGEST_SUFFIX
 _SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX, DIGEST_SUFFIX)
 _MARKER_LIMIT = 16 * 1024
 _DIGEST_LIMIT = 64 * 1024
+_RECOLLECTION_LIMIT = 64 * 1024  # recall_hook/hook_io.py RECOLLECTION_LIMIT
 # User lines Claude Code writes itself when the user interrupts: no topic to recall anything for.
 _NOT_PROMPTS = ("[Request interrupted by user",)
 
@@ -73,6 +83,56 @@ def _marker_ids(recollections_dir: Path, session_id: str, suffix: str, limit: in
     return frozenset(i for i in shown if isinstance(i, str)) if isinstance(shown, list) else frozenset()
 
 
+def record_opt_out(recollections_dir: Path, session_id: str, level: str) -> None:
+    """The session opted out: leave ``<session>.off`` for the hooks, then remove its recollection."""
+    folder = ensure_private_dir(recollections_dir)
+    recollection_path(folder, session_id)  # refuses an unsafe session id
+    write_atomic(folder / f"{session_id}{OFF_SUFFIX}", level)
+    for suffix in (".json", PROMPT_SUFFIX):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / f"{session_id}{suffix}")
+
+
+def requested_opt_out(recollections_dir: Path, session_id: str) -> str | None:
+    """The level in ``<session>.off`` (left by the SessionStart hook for ENGRAM_OFF=record), if any."""
+    if not _SAFE_SESSION.match(session_id):
+        return None
+    try:
+        with open(recollections_dir / f"{session_id}{OFF_SUFFIX}", "rb") as f:
+            text = f.read(64).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return RECORD if text == RECORD else MEMORY
+
+
+def drop_bites(recollections_dir: Path, ids: set[str] | frozenset[str]) -> int:
+    """Remove these memories from every recollection file; returns how many files were rewritten."""
+    if not ids:
+        return 0
+    rewritten = 0
+    try:
+        entries = list(os.scandir(recollections_dir))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if not entry.name.endswith(".json") or entry.name.startswith("."):
+            continue
+        try:
+            with open(entry.path, "rb") as f:
+                data = json.loads(f.read(_RECOLLECTION_LIMIT + 1)[:_RECOLLECTION_LIMIT])
+        except (OSError, ValueError):
+            continue
+        bites = data.get("bites") if isinstance(data, dict) else None
+        if not isinstance(bites, list):
+            continue
+        kept = [b for b in bites if not (isinstance(b, dict) and b.get("id") in ids)]
+        if len(kept) != len(bites):
+            data["bites"] = kept
+            write_atomic(Path(entry.path), json.dumps(data, ensure_ascii=False))
+            rewritten += 1
+    return rewritten
+
+
 class RecollectionWriter:
     def __init__(self, settings: SettingsSource) -> None:
         self._settings = settings
@@ -86,6 +146,8 @@ class RecollectionWriter:
         """The memory thread's Recollect request: one captured user message."""
         if line.text.startswith(_NOT_PROMPTS) or self._stale(line) or self._superseded(store, session_id, line.uuid):
             return None
+        if sessions.session_opt_out(store.conn, session_id) is not None:
+            return None  # no bites for a session that opted out
         return self.write(store, session_id, line.uuid, line.text, project=self._project(store, session_id))
 
     def _stale(self, line: CapturedLine) -> bool:
@@ -132,6 +194,9 @@ class RecollectionWriter:
                   "importance": s.episode.importance}
                  for s in scored
                  if s.relevance >= self.settings.recollection_min_relevance and s.episode.id not in shown]
+        # Forgotten while the search ran (memory_forget, `engram forget`): never written back.
+        active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
+        bites = [b for b in bites if b["id"] in active]
         write_atomic(path, json.dumps({"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites},
                                       ensure_ascii=False))
         return path

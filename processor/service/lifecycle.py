@@ -20,6 +20,8 @@ from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, Memor
 from processor.service.run_loop import Processor
 from processor.service.units import load_env_file
 from processor.status import collect_status
+from processor.store import open_store
+from processor.store.connection import NotEngramDatabase
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,9 @@ def _status(processor: Processor) -> dict[str, Any]:
     return status
 
 
+EXIT_NOT_ENGRAM_DATABASE = 78  # sysexits EX_CONFIG, as the CLI's configuration errors
+
+
 def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) -> int:
     settings = load_settings(overrides=overrides)
     ensure_home(settings)
@@ -63,7 +68,14 @@ def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) 
         print(f"engram: {exc}", file=sys.stderr)
         return EXIT_ALREADY_RUNNING
     try:
-        # launchd has no EnvironmentFile: read API keys from ~/.engram/env ourselves (names only are logged).
+        try:
+            # Another program's database at our path: refuse before any thread starts (nothing written).
+            open_store(settings.db_path).close()
+        except NotEngramDatabase as exc:
+            log.error("%s", exc)
+            print(f"engram: {exc}", file=sys.stderr)
+            return EXIT_NOT_ENGRAM_DATABASE
+        # launchd has no EnvironmentFile: read API keys from $ENGRAM_HOME/env ourselves (names only are logged).
         names = load_env_file(settings.home / "env")
         if names:
             log.info("environment from %s: %s", settings.home / "env", ", ".join(names))

@@ -1,4 +1,4 @@
-"""Logging to ~/.engram/logs/engram.log (rotated) and to stderr."""
+"""Logging to $ENGRAM_HOME/logs/engram.log (rotated) and to stderr."""
 
 from __future__ import annotations
 

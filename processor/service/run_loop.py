@@ -19,12 +19,12 @@ from processor.capture.backfill import BackfillReport, Progress, backfill
 from processor.capture.discover import TranscriptFilter, discover
 from processor.capture.parse import CapturedLine
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
-from processor.capture.tailer import Tailer
+from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.gguf_convert import remove_stale_conversions
-from processor.recall.recollections import RecollectionWriter
+from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
 from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, Recollect
 from processor.store import open_store
 
@@ -61,7 +61,17 @@ class Processor:
             max_line_bytes=self.settings.max_line_bytes,
             listeners=[self._on_captured],
             problems=self.problems,
+            opt_out_listeners=[self._on_opt_out],
+            opt_out_request=lambda session_id: requested_opt_out(self.settings.recollections_dir, session_id),
         )
+
+    def _on_opt_out(self, result: TailResult) -> None:
+        # Committed already (with the session's row): now tell the hooks, and take what an off-the-record
+        # session's episodes were out of every other session's recollection.
+        assert result.opt_out is not None
+        record_opt_out(self.settings.recollections_dir, result.session_id, result.opt_out)
+        drop_bites(self.settings.recollections_dir, set(result.dropped_episodes))
+        log.info("session %s opted out of memory (%s)", result.session_id, result.opt_out)
 
     def _on_captured(self, session_id: str, lines: list[CapturedLine]) -> None:
         # A new user message asks for fresh recollections before anything else.

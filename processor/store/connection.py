@@ -5,15 +5,73 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import apsw
 import apsw.bestpractice
 
+from processor.config import APPLICATION_ID, sqlite_application_id
+
 BUSY_TIMEOUT_MS = 5000
+# Engram's `PRAGMA application_id` (processor.config): another program's SQLite file at the same path (at
+# least one other tool called engram keeps ~/.engram/engram.db) is told apart from ours before any write.
+
+
+FIRST_MIGRATION = "m001_create_sessions"  # processor/store/migrations.py; pinned by tests/test_home.py
+_MIGRATION_NAME = re.compile(r"^m\d{3}_\w+$")
+
+
+class NotEngramDatabase(Exception):
+    """The file at the database path belongs to another program (or is not SQLite); the message names the fix."""
+
+
+def _refusal(path: Path, why: str) -> NotEngramDatabase:
+    return NotEngramDatabase(
+        f"{path} is not an Engram database ({why}); another program may use this folder, and Engram will not "
+        f"write into its file. Fix: point ENGRAM_HOME at a folder of Engram's own (or unset it to use the "
+        f"default), or, if the file is yours and disposable, move it aside: mv {path} {path}.foreign")
+
+
+def database_identity(conn) -> str:
+    """'engram' (stamped), 'earlier-engram' (an Engram database from before the id), 'empty' or 'foreign'.
+
+    Works on an apsw or a stdlib sqlite3 connection. An earlier Engram's database is recognised by its
+    migrations table: it starts with Engram's first migration and every name has the mNNN_ form.
+    """
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    if app_id == APPLICATION_ID:
+        return "engram"
+    if app_id != 0:
+        return "foreign"
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables or tables == {"schema_migrations"}:
+        return "empty"
+    if "schema_migrations" not in tables:
+        return "foreign"
+    names = [row[0] for row in conn.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
+    if names and names[0] == FIRST_MIGRATION and all(_MIGRATION_NAME.match(str(n)) for n in names):
+        return "earlier-engram"
+    return "foreign"
+
+
+def check_identity(conn, path: Path) -> str:
+    """The database's identity (see database_identity); raises NotEngramDatabase for anyone else's file."""
+    try:
+        identity = database_identity(conn)
+    except (apsw.NotADBError, sqlite3.DatabaseError) as exc:
+        raise _refusal(path, f"not a SQLite database: {exc}") from None
+    if identity == "foreign":
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        why = (f"its application_id is {app_id:#x}, Engram's is {APPLICATION_ID:#x}" if app_id
+               else "it has tables but no application_id and no Engram migrations")
+        raise _refusal(path, why)
+    return identity
 
 log = logging.getLogger(__name__)
 _best_practice_lock = threading.Lock()
@@ -40,12 +98,39 @@ def _apply_best_practice() -> None:
             _best_practice_applied = True
 
 
+def _check_before_opening(path: Path) -> None:
+    """Refuse another program's file before apsw opens it: apsw's connection hooks already write (WAL mode).
+
+    Engram's own stamped file is recognised from its header alone; anything else is looked at through a
+    read-only stdlib connection, which runs none of those hooks.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return  # a new database: created, then stamped by m009
+    if size == 0 or sqlite_application_id(path) == APPLICATION_ID:
+        return
+    try:
+        probe = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise _refusal(path, f"cannot be opened as SQLite: {exc}") from None
+    try:
+        check_identity(probe, path)
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # a writer holds it: Engram's own processor, most likely
+            return
+        raise _refusal(path, f"unreadable as SQLite: {exc}") from None
+    finally:
+        probe.close()
+
+
 def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
     """A connection for the calling thread only: WAL, foreign keys, 5 s busy timeout.
 
     Each thread opens its own; apsw connections are not shared across threads here.
     """
     _apply_best_practice()
+    _check_before_opening(path)
     if not readonly:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():

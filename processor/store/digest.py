@@ -64,3 +64,12 @@ def open_readonly(db_path: str, deadline: float) -> sqlite3.Connection | None:
                            check_same_thread=False)
     conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)  # truthy interrupts the statement
     return conn
+
+
+def session_opt_out(conn: sqlite3.Connection, session_id: str) -> str | None:
+    """'memory' (no digest, no bites), 'record' (also not captured) or None; any DB-API connection."""
+    try:
+        row = conn.execute("SELECT opt_out FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    except sqlite3.OperationalError:  # a database from before the opt-out column
+        return None
+    return row[0] if row else None

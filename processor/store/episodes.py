@@ -181,12 +181,57 @@ def carry_access(conn: apsw.Connection, new_id: str, old_id: str, now_ms: int) -
         "WHERE id = ?", (old_id, now_ms, new_id))
 
 
-def forget(conn: apsw.Connection, episode_id: str, now_ms: int) -> None:
+def forget(conn: apsw.Connection, episode_id: str, now_ms: int, reason: str | None = None) -> None:
     conn.execute(
         "UPDATE episodes SET status = 'forgotten', summary = '[forgotten]', full_content = '', entities = '[]', "
-        "embedding = NULL, valid_to = COALESCE(valid_to, ?) WHERE id = ?",
-        (now_ms, episode_id),
+        "embedding = NULL, valid_to = COALESCE(valid_to, ?), forgotten_reason = ? WHERE id = ?",
+        (now_ms, reason, episode_id),
     )
+
+
+def earlier_versions(conn: apsw.Connection, episode_id: str) -> list[str]:
+    """The ids of the versions this memory replaced (UPDATE keeps them, superseded), newest first."""
+    rows = conn.execute(
+        """
+        WITH RECURSIVE older(id, depth) AS (
+            SELECT id, 1 FROM episodes WHERE superseded_by = ?
+            UNION SELECT e.id, older.depth + 1 FROM episodes e JOIN older ON e.superseded_by = older.id
+            WHERE older.depth < 1000
+        )
+        SELECT id FROM older ORDER BY depth
+        """, (episode_id,)).fetchall()
+    return [row[0] for row in rows]
+
+
+def forget_candidates(conn: apsw.Connection, match: str | None, before_ms: int | None,
+                      project: str | None, limit: int) -> list[Episode]:
+    """Memories not yet forgotten that match all of: an FTS query, created before a time, a project."""
+    where = ["e.status != 'forgotten'"]
+    params: list[Any] = []
+    source = "episodes e"
+    if match:
+        source = "episodes_fts f JOIN episodes e ON e.rowid = f.rowid"
+        where.append("episodes_fts MATCH ?")
+        params.append(match)
+    if before_ms is not None:
+        where.append("e.created_at < ?")
+        params.append(before_ms)
+    if project is not None:
+        where.append("e.project = ?")
+        params.append(project)
+    columns = ", ".join(f"e.{c.strip()}" for c in EPISODE_COLUMNS.split(","))
+    rows = conn.execute(f"SELECT {columns} FROM {source} WHERE {' AND '.join(where)} "
+                        "ORDER BY e.created_at LIMIT ?", (*params, limit))
+    return [Episode.from_row(row) for row in rows]
+
+
+def active_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
+    """Which of these ids are active episodes."""
+    if not episode_ids:
+        return set()
+    marks = ",".join("?" * len(episode_ids))
+    return {row[0] for row in conn.execute(
+        f"SELECT id FROM episodes WHERE id IN ({marks}) AND status = 'active'", episode_ids)}
 
 
 def supersede(conn: apsw.Connection, old_id: str, new_id: str, now_ms: int) -> None:

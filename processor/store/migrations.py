@@ -11,6 +11,7 @@ from collections.abc import Callable
 import apsw
 
 from processor.clock import now_ms
+from processor.config import APPLICATION_ID
 from processor.store.connection import write_transaction
 
 Migration = Callable[[apsw.Connection], None]
@@ -227,6 +228,24 @@ def m008_job_queue_and_llm_costs(conn: apsw.Connection) -> None:
     )
 
 
+def m009_application_id(conn: apsw.Connection) -> None:
+    # Engram's own id in the file header: `connect` refuses any database that has neither it nor (from
+    # before this migration) Engram's migrations table, so two programs never share one file.
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+def m010_session_opt_out(conn: apsw.Connection) -> None:
+    # A session's opt-out, recorded durably when its prompt carries a marker (processor/capture/optout.py):
+    # 'memory' = no digest and no bites; 'record' = that, and its messages and episodes dropped, never
+    # captured again. The row itself stays, so the session is recognised after a restart.
+    conn.execute(
+        """
+        ALTER TABLE sessions ADD COLUMN opt_out TEXT CHECK (opt_out IN ('memory', 'record'));
+        ALTER TABLE episodes ADD COLUMN forgotten_reason TEXT;
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -236,6 +255,8 @@ MIGRATIONS: list[Migration] = [
     m006_episode_progress_and_meta,
     m007_episode_digest_indexes,
     m008_job_queue_and_llm_costs,
+    m009_application_id,
+    m010_session_opt_out,
 ]
 
 

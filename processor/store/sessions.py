@@ -186,3 +186,38 @@ def message_sources(conn: apsw.Connection, uuids: list[str]) -> list[MessageSour
         if row:
             found[uuid] = MessageSource(*row)
     return [found[u] for u in uuids if u in found]
+
+
+# --- opting out (processor/capture/optout.py decides; these only record and apply it) ----------------
+
+OPT_OUT_LEVELS = (None, "memory", "record")  # weakest first: a session's opt-out only ever grows
+
+
+from processor.store.digest import session_opt_out  # noqa: E402,F401 - one query, stdlib-usable by the hook
+
+
+def set_opt_out(conn: apsw.Connection, session_id: str, level: str) -> None:
+    conn.execute("UPDATE sessions SET opt_out = ? WHERE session_id = ?", (level, session_id))
+
+
+def drop_session_content(conn: apsw.Connection, session_id: str, now_ms: int) -> list[str]:
+    """Delete the session's captured messages and erase the episodes made from them; returns those ids.
+
+    The episodes are erased as a forget does (content, entities and vector gone, status 'forgotten'),
+    not deleted: their rowids stay taken, so the processor's vector index can never mistake a later
+    episode for one of them. Memories the user stored on purpose (memory_remember: source_type
+    'manual') are kept. The session row stays: its opt-out must outlive the content.
+    """
+    ids = [row[0] for row in conn.execute(
+        "SELECT id FROM episodes WHERE session_id = ? AND source_type != 'manual' AND status != 'forgotten'",
+        (session_id,))]
+    conn.execute(
+        "UPDATE episodes SET status = 'forgotten', summary = '[forgotten]', full_content = '', entities = '[]', "
+        "embedding = NULL, source_uuids = '[]', valid_to = COALESCE(valid_to, ?), "
+        "forgotten_reason = 'off the record' "
+        "WHERE session_id = ? AND source_type != 'manual' AND status != 'forgotten'", (now_ms, session_id))
+    conn.execute("DELETE FROM message_lines WHERE message_uuid IN "
+                 "(SELECT uuid FROM messages WHERE session_id = ?)", (session_id,))
+    conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+    conn.execute("DELETE FROM extraction_state WHERE session_id = ?", (session_id,))
+    return ids

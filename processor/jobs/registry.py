@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.jobs import extraction, remember
+from processor.jobs import extraction, inquisitor, remember, reviews
 from processor.jobs.base import JobType
 from processor.jobs.extraction import OutputLimits
 
@@ -12,4 +12,6 @@ def built_in_job_types(output_limits: OutputLimits | None = None) -> tuple[JobTy
     return (
         extraction.job_type(output_limits),
         remember.JOB_TYPE,
+        reviews.JOB_TYPE,
+        inquisitor.JOB_TYPE,
     )

@@ -191,7 +191,7 @@ def forget(conn: apsw.Connection, episode_id: str, now_ms: int) -> None:
 
 def supersede(conn: apsw.Connection, old_id: str, new_id: str, now_ms: int) -> None:
     conn.execute(
-        "UPDATE episodes SET valid_to = ?, superseded_by = ?, status = 'stale' WHERE id = ?",
+        "UPDATE episodes SET valid_to = ?, superseded_by = ?, status = 'superseded' WHERE id = ?",
         (now_ms, new_id, old_id),
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.jobs import extraction, inquisitor, remember, reviews
+from processor.jobs import curator, extraction, inquisitor, remember, reviews
 from processor.jobs.base import JobType
 from processor.jobs.extraction import OutputLimits
 
@@ -13,5 +13,6 @@ def built_in_job_types(output_limits: OutputLimits | None = None) -> tuple[JobTy
         extraction.job_type(output_limits),
         remember.JOB_TYPE,
         reviews.JOB_TYPE,
+        curator.JOB_TYPE,
         inquisitor.JOB_TYPE,
     )

@@ -12,10 +12,9 @@ this order:
    git root of the event's ``cwd`` (``processor.capture.project.project_root``), the same key
    capture stores in ``episodes.project``;
 3. this project's episodes of the last 48 hours, newest first;
-4. pending reviews, when there are any. There is no reviews table yet, so what is counted is
-   what needs the user's attention today: remember requests quarantined in
-   ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored) and remember requests still waiting
-   in ``$ENGRAM_HOME/queue/`` (not stored yet: the processor is down or behind).
+4. pending reviews, when there are any: the open rows of the ``reviews`` table (the cold path's
+   judgement calls, walked with `engram review`), plus remember requests quarantined in
+   ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored), which also need the user.
 
 Budget: the whole ``additionalContext`` (fence included) stays within ``session_start_token_budget``
 tokens (default 1,500), estimated with Engram's one rule, ``processor.memory.verbatim.estimate_tokens``:
@@ -40,10 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from processor.capture.project import project_root
-from processor.capture.remember_inbox import pending_remember_files
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings, load_settings
 from processor.memory.verbatim import estimate_tokens
+from processor.store import cold as cold_sql
 from processor.store import digest as digest_sql
 from processor.store.digest import Memory
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence
@@ -60,12 +59,12 @@ DEADLINE_SECONDS = 0.8
 
 @dataclass(frozen=True)
 class Pending:
+    reviews: int  # open reviews (`engram review`)
     rejected: int  # remember requests moved to queue/rejected/: the user should look at them
-    queued: int  # remember requests not stored yet
 
     @property
     def total(self) -> int:
-        return self.rejected + self.queued
+        return self.reviews + self.rejected
 
 
 @dataclass(frozen=True)
@@ -77,12 +76,12 @@ class Digest:
     project: str | None
 
 
-def count_pending(settings: Settings) -> Pending:
+def count_pending(conn: apsw.Connection, settings: Settings) -> Pending:
     try:
         rejected = sum(1 for p in (settings.queue_dir / "rejected").iterdir() if p.is_file())
     except OSError:
         rejected = 0
-    return Pending(rejected=rejected, queued=len(pending_remember_files(settings.queue_dir)))
+    return Pending(reviews=cold_sql.open_review_count(conn), rejected=rejected)
 
 
 def collect(conn: apsw.Connection, settings: Settings, project: str | None, now_ms: int) -> Digest:
@@ -94,7 +93,7 @@ def collect(conn: apsw.Connection, settings: Settings, project: str | None, now_
         project_high = digest_sql.project_important(conn, project, limit)
         since = now_ms - RECENT_HOURS * 3_600_000
         project_recent = digest_sql.project_recent(conn, project, since, limit)
-    return Digest(global_high, project_high, project_recent, count_pending(settings), project)
+    return Digest(global_high, project_high, project_recent, count_pending(conn, settings), project)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -115,10 +114,11 @@ def pending_line(p: Pending, queue_dir: Path) -> str | None:
     if not p.total:
         return None
     parts = []
+    if p.reviews:
+        parts.append(f"{p.reviews} open review(s) of memories the code may no longer support (`engram review`, "
+                     "or the memory_review tool)")
     if p.rejected:
         parts.append(f"{p.rejected} rejected memory request(s) in {queue_dir / 'rejected'} to fix or delete")
-    if p.queued:
-        parts.append(f"{p.queued} memory request(s) not stored yet (is the processor running? `engram status`)")
     return f"Pending reviews: {p.total} — " + "; ".join(parts) + "."
 
 

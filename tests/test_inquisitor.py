@@ -51,7 +51,7 @@ def status(settings, episode_id: str) -> str:
 
 
 def test_deleted_file_goes_stale_renames_are_fixed_and_bites_leave_them_out(engram_home: Path, repo: Path) -> None:
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     stale_id = remember(store, "The legacy parser lives in src/old.py and handles the v1 format.", repo)
     renamed_id = remember(store, "Configuration is read by `load_settings()` in src/config.py.", repo)
@@ -108,7 +108,7 @@ def _check(store: EpisodeStore, settings):
 
 
 def test_a_bite_citing_a_deleted_file_is_dropped_before_the_job_runs(engram_home: Path, repo: Path) -> None:
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     gone = remember(store, "The legacy parser in src/old.py handles the v1 import format.", repo)
     (repo / "src" / "old.py").unlink()  # not even committed: the cheap check looks at the disk
@@ -121,7 +121,7 @@ def test_a_bite_citing_a_deleted_file_is_dropped_before_the_job_runs(engram_home
 
 def test_not_a_repository_and_detached_head_are_handled(engram_home: Path, repo: Path, tmp_path: Path,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     plain = tmp_path / "not-a-repo"
     plain.mkdir()
@@ -144,7 +144,7 @@ def test_not_a_repository_and_detached_head_are_handled(engram_home: Path, repo:
 
 
 def test_the_llm_check_decides_uncertain_ones_and_a_wrong_id_goes_to_a_person(engram_home: Path, repo: Path) -> None:
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     first = remember(store, "Cache invalidation is done by `drop_cache` after each write.", repo)
     second = remember(store, "The `open_store` helper in src/store.py calls `drop_cache` on open.", repo)
@@ -166,7 +166,7 @@ def test_the_llm_check_decides_uncertain_ones_and_a_wrong_id_goes_to_a_person(en
 
 
 def test_the_budget_stops_the_inquisitors_llm_calls(engram_home: Path, repo: Path) -> None:
-    settings = make_settings(daily_budget_usd=0.01, model_prices={"paid": [100.0, 100.0]})
+    settings = make_settings(cold_path=True, daily_budget_usd=0.01, model_prices={"paid": [100.0, 100.0]})
     store = EpisodeStore(settings, open_store(settings.db_path))
     uncertain = remember(store, "Cache invalidation is done by `drop_cache` after each write.", repo)
     (repo / "src" / "store.py").write_text("def open_store(path):\n    return path\n")
@@ -211,7 +211,7 @@ def test_the_claude_check_runs_with_read_only_tools_in_engrams_work_dir(engram_h
     from processor.jobs.backends.base import LLMRequest
     from processor.jobs.backends.claude_backend import ClaudeBackend
 
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     backend = ClaudeBackend(settings)
     request = LLMRequest("s", "p", {"type": "object"}, "engram_inquiry", 100, 5.0, read_only_root=str(repo))
     options = backend.read_only_options(request)

@@ -34,7 +34,7 @@ def _states(settings) -> dict[int, tuple[str, str | None]]:
 
 
 def test_the_curator_merges_duplicates_and_resolves_the_obvious(engram_home: Path, repo: Path) -> None:  # noqa: F811
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     project = str(repo)
     fixed = remember(store, "Cache invalidation is done by `drop_cache` after each write.", repo)
@@ -80,7 +80,7 @@ def test_the_curator_merges_duplicates_and_resolves_the_obvious(engram_home: Pat
 
 
 def test_engram_review_lists_and_choose_applies_a_choice(engram_home: Path, repo: Path) -> None:  # noqa: F811
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     ep = remember(store, "Cache invalidation is done by `drop_cache` after each write.", repo)
     other = remember(store, "Sessions are flushed by `flush_all` every minute.", repo)
@@ -115,7 +115,7 @@ def test_engram_review_lists_and_choose_applies_a_choice(engram_home: Path, repo
 
 
 def test_a_review_whose_memory_was_forgotten_is_dismissed(engram_home: Path, repo: Path) -> None:  # noqa: F811
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     ep = remember(store, "Cache invalidation is done by `drop_cache` after each write.", repo)
     review_id = _review(store, ep, str(repo))
@@ -127,7 +127,7 @@ def test_a_review_whose_memory_was_forgotten_is_dismissed(engram_home: Path, rep
 
 @pytest.mark.anyio
 async def test_memory_review_lists_the_open_reviews(engram_home: Path, repo: Path) -> None:  # noqa: F811
-    settings = make_settings()
+    settings = make_settings(cold_path=True)
     store = EpisodeStore(settings, open_store(settings.db_path))
     ep = remember(store, "Cache invalidation is done by `drop_cache` after each write.", repo)
     review_id = _review(store, ep, str(repo))

@@ -98,3 +98,12 @@ def test_search_bench_reports_latency_against_the_bound(tmp_path: Path, models_d
         assert result[name]["p95_ms"] >= result[name]["p50_ms"] > 0
     for key in ("p95_ms", "bound_p95_ms", "p95_vs_bound", "store_search_p95_ms"):
         assert key in report
+
+
+def test_sweep_bench_runs_and_prints_json_last(tmp_path: Path) -> None:
+    report = run_bench("sweep.py", "--memories", "400", "--check-memories", "40", "--files", "200", home=tmp_path)
+    sweep, inquisitor = report["sweep"], report["inquisitor"]
+    assert sweep["memories"] == 400 and sweep["duplicates_true"] > 0
+    assert sweep["duplicates_resolved"] <= sweep["duplicates_true"] and sweep["share_resolved"] >= 0.9
+    assert sweep["active_after"] == 400 - sweep["duplicates_resolved"]
+    assert inquisitor["memories"] == 40 and sum(inquisitor["verdicts"].values()) == 40

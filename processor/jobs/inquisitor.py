@@ -147,7 +147,10 @@ class Inquisitor:
             return self.counts
         try:
             snapshot.load_history(min(ep.created_at for ep, _ in due))
-            snapshot.load_symbols({s for _, c in due for s in c.symbols})
+            symbols = {s for _, c in due for s in c.symbols}
+            snapshot.load_symbols(symbols)
+            snapshot.find_renames(symbols, min(ep.created_at for ep, _ in due))
+            snapshot._searched.update(symbols)  # searched together: no per-symbol search after this
         except RepoUnavailable as exc:
             log_once(log, f"history:{project}", "inquisitor: %s; checking paths only", exc)
         budget = [20]

@@ -19,7 +19,7 @@ import numpy as np
 
 TABLES = 10
 BITS = 12
-MAX_BUCKET = 2000  # a bucket larger than this (a degenerate store) is compared in slices
+MAX_DISTANCE = 256  # same-bucket rows compared at most this far apart in sorted order
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,12 @@ def _class_of(item: Item) -> str:
 
 def near_duplicate_pairs(vectors: np.ndarray, classes: Sequence[str], threshold: float, *, seed: int = 0,
                          tables: int = TABLES, bits: int = BITS) -> tuple[set[tuple[int, int]], int]:
-    """(pairs i < j of the same class with cosine >= threshold, pairs compared), by LSH buckets."""
+    """(pairs i < j of the same class with cosine >= threshold, pairs compared), by LSH buckets.
+
+    Per table, rows are sorted by bucket code; rows d apart in that order share a bucket when their codes
+    are equal, so every same-bucket pair is reached by one vectorised step per distance d (up to
+    MAX_DISTANCE: in a degenerate bucket larger than that, only neighbours that close are compared).
+    """
     n, dim = vectors.shape
     if n < 2:
         return set(), 0
@@ -77,27 +82,27 @@ def near_duplicate_pairs(vectors: np.ndarray, classes: Sequence[str], threshold:
     weights = (1 << np.arange(bits, dtype=np.int64))
     class_ids = {c: k for k, c in enumerate(dict.fromkeys(classes))}
     class_arr = np.array([class_ids[c] for c in classes], dtype=np.int64)
-    pairs: set[tuple[int, int]] = set()
+    found: list[np.ndarray] = []
     compared = 0
     for t in range(tables):
         codes = signs[:, t * bits:(t + 1) * bits].astype(np.int64) @ weights + (class_arr << bits)
         order = np.argsort(codes, kind="stable")
         sorted_codes = codes[order]
-        starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
-        ends = np.r_[starts[1:], n]
-        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
-            if e - s < 2:
-                continue
-            members = order[s:e]
-            for a in range(0, len(members), MAX_BUCKET):
-                block = members[a:a + MAX_BUCKET]
-                sims = vectors[block] @ vectors[members].T
-                compared += sims.size
-                rows, cols = np.nonzero(sims >= threshold)
-                for r, c in zip(block[rows].tolist(), members[cols].tolist(), strict=True):
-                    if r < c:
-                        pairs.add((r, c))
-    return pairs, compared
+        for d in range(1, min(MAX_DISTANCE, n - 1) + 1):
+            same = np.flatnonzero(sorted_codes[:-d] == sorted_codes[d:])
+            if not len(same):
+                break  # no bucket holds d + 1 rows: none holds more
+            a, b = order[same], order[same + d]
+            compared += len(same)
+            sims = np.einsum("ij,ij->i", vectors[a], vectors[b])
+            hit = sims >= threshold
+            if hit.any():
+                lo, hi = np.minimum(a[hit], b[hit]), np.maximum(a[hit], b[hit])
+                found.append(lo * n + hi)
+    if not found:
+        return set(), compared
+    keys = np.unique(np.concatenate(found))
+    return {(int(k // n), int(k % n)) for k in keys}, compared
 
 
 def plan_pass1(items: Sequence[Item], vectors: np.ndarray | None, *, threshold: float, archive_before_ms: int,

@@ -231,3 +231,21 @@ def test_citations() -> None:
     assert c.commands == ("engram run --once",)
     assert not extract("We prefer short answers and tabs over spaces.")
     assert episodes_sql  # the module the inquisitor's store functions build on
+
+
+def test_every_git_call_is_bounded_in_time_and_output(repo: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.memory.code_check import RepoSnapshot, RepoUnavailable
+    from processor.memory.code_check import git as run_git
+
+    code, out = run_git(str(repo), ["ls-files"], 10, cap=5)
+    assert code == 0 and len(out) == 5
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    (slow / "git").write_text("#!/bin/sh\nexec sleep 30\n")
+    (slow / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}:{__import__('os').environ['PATH']}")
+    started = now_ms()
+    with pytest.raises(RepoUnavailable, match="longer than 0.5 s"):
+        RepoSnapshot(str(repo), timeout=0.5)
+    assert now_ms() - started < 5000

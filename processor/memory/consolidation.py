@@ -142,10 +142,13 @@ def plan_pass1(items: Sequence[Item], vectors: np.ndarray | None, *, threshold: 
 
 
 def related_batches(vectors: np.ndarray, created: Sequence[int], threshold: float, batch: int,
-                    max_batches: int) -> list[list[int]]:
-    """Batches of 2..batch related memories (cosine >= threshold to the batch's newest), newest first."""
+                    max_batches: int, max_seeds: int = 500) -> list[list[int]]:
+    """Batches of 2..batch related memories (cosine >= threshold to the batch's newest), newest first.
+
+    At most max_seeds of the newest memories start a batch: each costs one pass over the matrix.
+    """
     n = len(created)
-    order = sorted(range(n), key=lambda i: created[i], reverse=True)
+    order = sorted(range(n), key=lambda i: created[i], reverse=True)[:max_seeds]
     taken = np.zeros(n, dtype=bool)
     batches: list[list[int]] = []
     for seed_index in order:

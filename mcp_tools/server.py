@@ -62,6 +62,7 @@ from processor.recall.forget import forget as forget_memory
 from processor.recall.format import format_expansion, format_hits
 from processor.service.control_client import ping
 from processor.service.pidfile import is_running
+from processor.store import cold as cold_sql
 from processor.store import open_store
 from processor.store.connection import NotEngramDatabase
 from processor.store.episodes import Episode
@@ -91,6 +92,33 @@ class RecallResult(BaseModel):
     query: str
     project: str | None = Field(description="project searched besides global memories; null = every project")
     hits: list[Hit] = Field(description="best first; pass an id to memory_expand for the full memory")
+
+
+class ReviewItem(BaseModel):
+    id: int
+    memory_id: str | None
+    project: str | None
+    question: str
+    options: list[str] = Field(description="numbered from 1; the user applies one with `engram review ID --choose N`")
+    why: str
+    created_at_commit: str | None
+
+
+class ReviewsResult(BaseModel):
+    project: str | None
+    reviews: list[ReviewItem]
+
+
+def _format_reviews(items: list[ReviewItem]) -> str:
+    if not items:
+        return "No pending reviews."
+    lines = []
+    for r in items:
+        why = f" — why: {r.why}" if r.why else ""
+        lines.append(f"Review {r.id} (memory {r.memory_id or '-'}): {r.question}{why}")
+        lines += [f"  {i}. {o}" for i, o in enumerate(r.options, 1)]
+    lines.append("The user applies a choice with `engram review ID --choose N` (or walks them with `engram review`).")
+    return "\n".join(lines)
 
 
 class RememberResult(BaseModel):
@@ -242,6 +270,13 @@ class MemoryService:
 
     def db_status(self) -> dict[str, Any]:
         return self._episodes().status()
+
+    def reviews(self, project: str | None) -> list[ReviewItem]:
+        return [ReviewItem(id=r.id, memory_id=r.episode_id, project=r.project, question=r.question,
+                           options=[str(o.get("label", o.get("action"))) for o in r.options], why=r.context,
+                           created_at_commit=r.created_commit)
+                for r in cold_sql.open_reviews(self._episodes().conn)
+                if project is None or r.project in (None, project)]
 
 
 def _tool_error(exc: BaseException, settings: Settings | None) -> ToolError:
@@ -435,6 +470,22 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
         answer = ForgetResult(forgotten=[e.id for e in erased if e.status != "forgotten"], summary=first.summary,
                               message=message)
         return result(message, answer)
+
+    @tool(
+        title="Pending memory reviews",
+        description=("List the pending reviews: memories Engram's inquisitor could not confirm against the code "
+                     "(a file or function it cites is gone or changed), each with numbered options. Show them to "
+                     "the user; the user applies one with `engram review ID --choose N`."),
+        annotations=READ_ONLY,
+    )
+    async def memory_review(
+        project: Annotated[str | None, Field(description="project root path; default: the current project; "
+                                             f"'{ALL_PROJECTS}' for all projects")] = None,
+    ) -> Annotated[CallToolResult, ReviewsResult]:
+        scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
+                                                      else service.project)
+        items = await _guarded(service, lambda: service.reviews(scope))
+        return result(_format_reviews(items), ReviewsResult(project=scope, reviews=items))
 
     @tool(
         title="Memory status",

@@ -257,6 +257,41 @@ def cmd_extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_review(args: argparse.Namespace) -> int:
+    from processor.jobs.review_cli import choose, format_review, list_open, walk
+
+    settings = _settings(args)
+    if args.id is not None:
+        if args.choose is None:
+            raise ValueError("engram review ID needs --choose N (the option's number); "
+                             "`engram review --list` shows them")
+        print(choose(settings, args.id, args.choose))
+        return 0
+    if args.list or args.json or not sys.stdin.isatty():
+        reviews = list_open(settings)
+        if args.json:
+            print(json.dumps(reviews, indent=2))
+        else:
+            print("\n".join(format_review(r) for r in reviews) or "No open reviews.")
+        return 0
+    walk(settings)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from processor.jobs.stats import collect_stats, format_stats
+    from processor.store import open_store
+
+    settings = _settings(args)
+    conn = open_store(settings.db_path)
+    try:
+        stats = collect_stats(conn)
+    finally:
+        conn.close()
+    print(json.dumps(stats, indent=2) if args.json else format_stats(stats))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     # Runs before load_settings: a broken config.toml is one of the things it reports.
     from processor.doctor import exit_code, format_report, run_checks
@@ -335,6 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("mcp", cmd_mcp, "serve the MCP tools over stdio (what Claude Code starts)")
     extract = add("extract", cmd_extract, "queue due extraction jobs and run the LLM queue until idle, then exit")
     extract.add_argument("--mock", action="store_true", help="canned structured outputs, no network")
+    review = add("review", cmd_review, "walk the pending reviews (numbered options, s skip, q quit), or list / choose")
+    review.add_argument("id", nargs="?", type=int, help="a review's id (with --choose)")
+    review.add_argument("--choose", type=int, metavar="N", help="apply option N of review ID")
+    review.add_argument("--list", action="store_true", help="list the open reviews and exit")
+    review.add_argument("--json", action="store_true", help="with --list: machine-readable output")
+    stats = add("stats", cmd_stats, "memories by project, kind and status; sweeps, verdicts, reviews, spend")
+    stats.add_argument("--json", action="store_true", help="machine-readable output")
     add("doctor", cmd_doctor, "check the installation; prints the fix for every problem")
     return parser
 

@@ -12,6 +12,7 @@ from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.jobs import format_jobs_status, jobs_status
 from processor.service.pidfile import is_running
+from processor.store import cold as cold_sql
 from processor.store import connect, migrate, sessions
 from processor.store import episodes as episodes_sql
 
@@ -48,6 +49,12 @@ def collect_status(settings: Settings) -> dict[str, Any]:
         status["episodes_by_status"] = by_status
         status["embedding_model"] = episodes_sql.get_meta(conn, "embedding_model")
         status["jobs"] = jobs_status(conn, settings)
+        check = cold_sql.latest_context_check(conn)
+        status["context"] = None if check is None else {
+            "measured_at": _iso(check.measured_at), "session_tokens": check.session_tokens,
+            "digest_tokens": check.digest_tokens, "bites_per_message": check.bites_per_message,
+            "budget_tokens": check.budget_tokens, "ratio": round(check.ratio, 3)}
+        status["open_reviews"] = cold_sql.open_review_count(conn)
         status["db"] = str(settings.db_path)
         status["db_exists"] = True
         now_ms = clock_now_ms()
@@ -88,6 +95,13 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append("nothing captured yet: run `engram run` (or `engram backfill`)")
     if status.get("jobs"):
         lines += format_jobs_status(status["jobs"])
+    context = status.get("context")
+    if context:
+        lines.append(f"context: memory costs about {context['session_tokens']} tokens per session, "
+                     f"{context['ratio'] * 100:.0f}% of the {context['budget_tokens']}-token budget "
+                     f"(measured {context['measured_at']})")
+    if status.get("open_reviews"):
+        lines.append(f"reviews: {status['open_reviews']} open (`engram review`)")
     active = status.get("active_sessions") or []
     if active:
         lines.append(f"active in the last 24 h: {len(active)}")

@@ -21,6 +21,7 @@ TEST_DEFAULTS: dict[str, Any] = {
     "extract_max_minutes": 20.0,
     "extract_idle_minutes": 5.0,
     "daily_budget_usd": 5.0,
+    "cold_path": False,  # the cold-path tests turn it on; the others count exactly their own jobs
 }
 
 

@@ -113,3 +113,12 @@ def test_startup_bench_measures_each_piece_against_its_baseline(tmp_path: Path, 
         assert report[f"{key}_median_ms"] > 0, key
     assert report["session_start_vs_bare"] > 0 and set(report["meets_goals"]) == {
         "session_start", "mcp_initialize", "first_recall"}
+
+
+def test_sweep_bench_runs_and_prints_json_last(tmp_path: Path) -> None:
+    report = run_bench("sweep.py", "--memories", "400", "--check-memories", "40", "--files", "200", home=tmp_path)
+    sweep, inquisitor = report["sweep"], report["inquisitor"]
+    assert sweep["memories"] == 400 and sweep["duplicates_true"] > 0
+    assert sweep["duplicates_resolved"] <= sweep["duplicates_true"] and sweep["share_resolved"] >= 0.9
+    assert sweep["active_after"] == 400 - sweep["duplicates_resolved"]
+    assert inquisitor["memories"] == 40 and sum(inquisitor["verdicts"].values()) == 40

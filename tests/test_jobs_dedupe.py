@@ -37,7 +37,7 @@ def test_add_update_noop(engram_home: Path) -> None:
     assert updated.action == "update" and updated.previous_id == added.episode_id
     old = query(settings, "SELECT status, superseded_by, valid_to IS NOT NULL, full_content FROM episodes WHERE id = ?",
                 (added.episode_id,))[0]
-    assert old[:3] == ("stale", updated.episode_id, 1) and "readers never block" in old[3]  # not overwritten
+    assert old[:3] == ("superseded", updated.episode_id, 1) and "readers never block" in old[3]  # not overwritten
     new = query(settings, "SELECT status, full_content, entities, access_count FROM episodes WHERE id = ?",
                 (updated.episode_id,))[0]
     assert new[0] == "active" and "synchronous NORMAL" in new[1] and "sqlite" in new[2] and new[3] == 2

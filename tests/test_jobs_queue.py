@@ -216,7 +216,8 @@ def test_worker_killed_mid_job_reruns_it_without_duplicates_or_loss(engram_home:
         settings = make_settings(extractor="openai", openai_base_url=server.base_url, llm_timeout_seconds=30)
         add_messages(settings, "s1", conversation(6), activity_ms=now_ms() - 600_000)
         env = {**os.environ, "ENGRAM_EXTRACTOR": "openai", "ENGRAM_OPENAI_BASE_URL": server.base_url,
-               "ENGRAM_LLM_TIMEOUT_SECONDS": "30", "ENGRAM_EXTRACT_MIN_MESSAGES": "4"}
+               "ENGRAM_LLM_TIMEOUT_SECONDS": "30", "ENGRAM_EXTRACT_MIN_MESSAGES": "4",
+               "ENGRAM_COLD_PATH": "0"}
         server.default = {"mode": "hang"}  # the first call hangs: the worker is mid-job when killed
         proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, "60"], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -116,11 +116,12 @@ async def test_lists_the_five_tools_with_hints_and_output_schemas(memory_home: t
     settings, _ = memory_home
     async with Client(build_server(settings, cwd=PROJECT)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == {"memory_recall", "memory_expand", "memory_remember", "memory_forget", "memory_status"}
+    assert set(tools) == {"memory_recall", "memory_expand", "memory_remember", "memory_forget", "memory_status",
+                          "memory_review"}
     assert tools["memory_forget"].annotations.destructive_hint is True
     assert tools["memory_forget"].input_schema["required"] == ["id"]
     assert set(tools["memory_forget"].input_schema["properties"]) == {"id", "reason"}
-    for name in ("memory_recall", "memory_expand", "memory_status"):
+    for name in ("memory_recall", "memory_expand", "memory_status", "memory_review"):
         assert tools[name].annotations.read_only_hint is True
     assert tools["memory_remember"].annotations.read_only_hint is False
     assert tools["memory_remember"].annotations.destructive_hint is False

@@ -22,6 +22,7 @@ from processor.capture.remember_inbox import RememberRequest, write_remember_fil
 from processor.config import Settings, load_settings
 from processor.memory.verbatim import estimate_tokens
 from processor.recall.digest import Digest, Memory, Pending, render
+from processor.store import cold as cold_sql
 from processor.store import digest as digest_sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import NewEpisode, insert_episode
@@ -124,6 +125,12 @@ def test_digest_holds_preferences_project_memories_and_pending_reviews(seeded: P
     write_remember_file(settings.queue_dir, RememberRequest("remember: staging is eu-west-1"))
     (settings.queue_dir / "rejected").mkdir()
     (settings.queue_dir / "rejected" / "1-bad.remember.json").write_text("{not json")
+    conn = open_store(settings.db_path)
+    with write_transaction(conn):
+        for question in ("Still true?", "Still used?", "Resolved already?"):
+            cold_sql.insert_review(conn, "ep_proj_db", str(repo), "inquisitor", question, [], "", None, now_ms())
+        cold_sql.close_review(conn, 3, "resolved", now_ms(), by="person", resolution="kept")
+    conn.close()
 
     context = context_of(run_hook(seeded, start_event(repo / "src" / "handlers")))
     assert context.startswith(FENCE_OPEN + "\n") and context.endswith("\n" + FENCE_CLOSE)
@@ -141,8 +148,8 @@ def test_digest_holds_preferences_project_memories_and_pending_reviews(seeded: P
     for left_out in ("ep_global_normal", "ep_proj_old", "ep_proj_stale", "ep_proj_forgotten", "ep_other_high",
                      "ep_other_recent"):
         assert left_out not in context
-    assert "Pending reviews: 2 — 1 rejected memory request(s)" in context
-    assert "1 memory request(s) not stored yet" in context
+    assert "Pending reviews: 3 — 2 open review(s)" in context and "1 rejected memory request(s)" in context
+    assert "not stored yet" not in context  # a remember request waiting in the queue is not a review
     assert estimate_tokens(context) <= Settings.session_start_token_budget.default
 
 

@@ -1,8 +1,8 @@
-"""The job types Engram's one worker runs: adding one (the curator, the inquisitor) is one line here."""
+"""The job types Engram's one worker runs: adding one is one line here."""
 
 from __future__ import annotations
 
-from processor.jobs import extraction, remember
+from processor.jobs import consolidation, context_check, curator, extraction, inquisitor, remember, reviews
 from processor.jobs.base import JobType
 from processor.jobs.extraction import OutputLimits
 
@@ -12,4 +12,10 @@ def built_in_job_types(output_limits: OutputLimits | None = None) -> tuple[JobTy
     return (
         extraction.job_type(output_limits),
         remember.JOB_TYPE,
+        reviews.JOB_TYPE,
+        curator.JOB_TYPE,
+        consolidation.SWEEP_TYPE,
+        consolidation.CONSOLIDATE_TYPE,
+        context_check.JOB_TYPE,
+        inquisitor.JOB_TYPE,
     )

@@ -24,6 +24,7 @@ from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, group_rounds, round_pieces, summarize
+from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store.episodes import Episode, NewEpisode
@@ -34,6 +35,15 @@ SAME_SESSION_LIMIT = 50
 MAX_REASON_CHARS = 500
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
+RECALL_ALSO = frozenset({"stale", "archived"})
+
+
+def _status_note(ep: Episode, check: cold_sql.LastCheck | None) -> str | None:
+    if ep.status == "stale":
+        return "stale: " + (check.reason if check and check.reason else "the code it cites has changed")
+    if ep.status == "archived":
+        return "archived: old and never expanded; kept for search"
+    return None
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,7 @@ class Hit:
     source: str  # "episode" | "message"
     project: str | None = None
     relevance: float = 0.0
+    note: str | None = None  # e.g. "stale: src/x.py was deleted in abc123": read it before relying on it
 
 
 @dataclass(frozen=True)
@@ -317,7 +328,7 @@ class EpisodeStore:
 
     def search(self, query: str, *, limit: int = 5, project: str | None = None,
                include_inactive: bool = False, exclude_ids: frozenset[str] = frozenset(),
-               query_vector: np.ndarray | None = None) -> list[Scored]:
+               query_vector: np.ndarray | None = None, also_statuses: frozenset[str] = frozenset()) -> list[Scored]:
         query = query.strip()
         if not query:
             return []
@@ -327,14 +338,18 @@ class EpisodeStore:
         return retry_when_busy(lambda: search_episodes(
             self.conn, index, query_vector, query, limit=limit, project=project, now_ms=now_ms(),
             weights=self.weights, include_inactive=include_inactive, exclude_ids=exclude_ids,
+            also_statuses=also_statuses,
         ), what="searching memories", attempts=3)
 
     def recall(self, query: str, *, limit: int = 5, project: str | None = None, session_id: str | None = None,
                touch: bool = True) -> list[Hit]:
         limit = max(1, min(int(limit), 50))
-        scored = self.search(query, limit=limit, project=project)
+        # Stale and archived memories are still found here (never as the hooks' bites), with why.
+        scored = self.search(query, limit=limit, project=project, also_statuses=RECALL_ALSO)
+        checks = cold_sql.checks_for(self.conn, [s.episode.id for s in scored if s.episode.status != "active"])
         hits = [Hit(s.episode.id, s.episode.summary, utc_date(s.episode.created_at), s.episode.importance,
-                    s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4))
+                    s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4),
+                    _status_note(s.episode, checks.get(s.episode.id)))
                 for s in scored]
         if session_id:
             hits = self._merge_same_session(hits, query, session_id, limit)

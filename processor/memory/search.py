@@ -152,7 +152,9 @@ def search_episodes(
     weights: SearchWeights = SearchWeights(),
     include_inactive: bool = False,
     exclude_ids: frozenset[str] = frozenset(),
+    also_statuses: frozenset[str] = frozenset(),
 ) -> list[Scored]:
+    """also_statuses: besides active, e.g. stale and archived for memory_recall; never for the hooks' bites."""
     fetch = max(weights.pool, limit) * 4  # head-room for candidates filtered out by scope/status
     cosine: dict[int, float] = {}
     if query_vector is not None:
@@ -174,7 +176,7 @@ def search_episodes(
 
     relevant: list[tuple[float, float, float, int, RankingFacts]] = []
     for rowid, ep in facts.items():
-        if not include_inactive and ep.status != "active":
+        if not include_inactive and ep.status != "active" and ep.status not in also_statuses:
             continue
         if project is not None and ep.scope != "global" and ep.project != project:
             continue

@@ -12,10 +12,9 @@ this order:
    git root of the event's ``cwd`` (``processor.capture.project.project_root``), the same key
    capture stores in ``episodes.project``;
 3. this project's episodes of the last 48 hours, newest first;
-4. pending reviews, when there are any. There is no reviews table yet, so what is counted is
-   what needs the user's attention today: remember requests quarantined in
-   ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored) and remember requests still waiting
-   in ``$ENGRAM_HOME/queue/`` (not stored yet: the processor is down or behind).
+4. pending reviews, when there are any: the open rows of the ``reviews`` table (the cold path's
+   judgement calls, walked with `engram review`), plus remember requests quarantined in
+   ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored), which also need the user.
 
 Nothing at all for a session that opted out (``processor/capture/optout.py``): ``$ENGRAM_OFF`` in
 the hook's environment (Claude Code's), the session's ``<session>.off`` file or its ``sessions.opt_out``.
@@ -55,14 +54,14 @@ REMEMBER_SUFFIX = ".remember.json"
 BUDGET_ENV = "ENGRAM_SESSION_START_TOKEN_BUDGET"
 
 
-class Pending(namedtuple("Pending", "rejected queued")):
-    """Remember requests: moved to queue/rejected/ (the user should look at them), and not stored yet."""
+class Pending(namedtuple("Pending", "reviews rejected")):
+    """Open reviews (`engram review`), and remember requests moved to queue/rejected/ (to fix or delete)."""
 
     __slots__ = ()
 
     @property
     def total(self) -> int:
-        return self.rejected + self.queued
+        return self.reviews + self.rejected
 
 
 # The digest's sections, its pending count and the project it is for (None: cwd unknown).
@@ -89,8 +88,8 @@ def _count(directory: str, suffix: str | None) -> int:
     return count
 
 
-def count_pending(queue_dir: object) -> Pending:
-    return Pending(rejected=_count(f"{queue_dir}/rejected", None), queued=_count(str(queue_dir), REMEMBER_SUFFIX))
+def count_pending(conn: object, queue_dir: object) -> Pending:
+    return Pending(reviews=digest_sql.open_review_count(conn), rejected=_count(f"{queue_dir}/rejected", None))
 
 
 def collect(conn: object, queue_dir: object, project: str | None, now_ms: int) -> Digest:
@@ -102,7 +101,7 @@ def collect(conn: object, queue_dir: object, project: str | None, now_ms: int) -
         project_high = digest_sql.project_important(conn, project, limit)
         since = now_ms - RECENT_HOURS * 3_600_000
         project_recent = digest_sql.project_recent(conn, project, since, limit)
-    return Digest(global_high, project_high, project_recent, count_pending(queue_dir), project)
+    return Digest(global_high, project_high, project_recent, count_pending(conn, queue_dir), project)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -123,10 +122,11 @@ def pending_line(p: Pending, queue_dir: object) -> str | None:
     if not p.total:
         return None
     parts = []
+    if p.reviews:
+        parts.append(f"{p.reviews} open review(s) of memories the code may no longer support (`engram review`, "
+                     "or the memory_review tool)")
     if p.rejected:
         parts.append(f"{p.rejected} rejected memory request(s) in {queue_dir}/rejected to fix or delete")
-    if p.queued:
-        parts.append(f"{p.queued} memory request(s) not stored yet (is the processor running? `engram status`)")
     return f"Pending reviews: {p.total} — " + "; ".join(parts) + "."
 
 

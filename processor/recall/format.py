@@ -9,7 +9,8 @@ def format_hits(hits: list[Hit]) -> str:
     """Seed 001's recall format: `[1] (2026-02-20, high) summary — ID: ep_abc`."""
     if not hits:
         return "No memories found."
-    return "\n".join(f"[{i}] ({h.date}, {h.importance}) {h.bite} — ID: {h.id}" for i, h in enumerate(hits, 1))
+    return "\n".join(f"[{i}] ({h.date}, {h.importance}) {h.bite} — ID: {h.id}" + (f" [{h.note}]" if h.note else "")
+                     for i, h in enumerate(hits, 1))
 
 
 def format_expansion(e: Expansion) -> str:
@@ -24,5 +25,7 @@ def format_expansion(e: Expansion) -> str:
                   f"{len(e.source_messages)} message(s)"]
     if e.superseded_by:
         lines += ["", f"Superseded by {e.superseded_by}."]
+    if e.status not in ("active", "superseded"):
+        lines += ["", f"**Status:** {e.status}"]
     return "\n".join(lines)
 

@@ -39,9 +39,11 @@ from processor.capture.parse import CapturedLine
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic
+from processor.memory.citations import extract, missing_paths_on_disk
 from processor.memory.episodes import EpisodeStore
 from processor.store import episodes as episodes_sql
 from processor.store import sessions
+from processor.store.episodes import Episode
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +191,7 @@ class RecollectionWriter:
                               exclude_ids=exclude, query_vector=vector)
         # Read the marker again: the prompt hook may have shown some of these during the search.
         shown = prompt_shown_ids(folder, session_id)
+        scored = [s for s in scored if not self._cites_missing_file(s.episode, project)]
         bites = [{"id": s.episode.id, "bite": s.episode.summary,
                   "date": utc_date(s.episode.created_at),
                   "importance": s.episode.importance}
@@ -200,6 +203,14 @@ class RecollectionWriter:
         write_atomic(path, json.dumps({"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites},
                                       ensure_ascii=False))
         return path
+
+    @staticmethod
+    def _cites_missing_file(episode: Episode, project: str | None) -> bool:
+        """The inquisitor's cheapest check, before its job runs: a bite citing a file gone from disk is not shown."""
+        missing = missing_paths_on_disk(project, extract(episode.full_content, episode.entities, project))
+        if missing:
+            log.info("bite %s not shown: it cites %s, which is no longer in %s", episode.id, missing[0], project)
+        return bool(missing)
 
     def _recent_episode_ids(self, store: EpisodeStore, session_id: str) -> frozenset[str]:
         """Episodes made from this session's last few turns: the agent has just seen them."""

@@ -73,3 +73,13 @@ def session_opt_out(conn: sqlite3.Connection, session_id: str) -> str | None:
     except sqlite3.OperationalError:  # a database from before the opt-out column
         return None
     return row[0] if row else None
+
+
+def open_review_count(conn: sqlite3.Connection) -> int:
+    """Open reviews (`engram review`); 0 on a database from before the reviews table. Any DB-API connection."""
+    try:
+        return conn.execute("SELECT count(*) FROM reviews WHERE state = 'open'").fetchone()[0]
+    except Exception as exc:  # sqlite3.OperationalError or apsw.SQLError: no reviews table yet
+        if "no such table" in str(exc):
+            return 0
+        raise

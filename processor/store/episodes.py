@@ -236,7 +236,7 @@ def active_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
 
 def supersede(conn: apsw.Connection, old_id: str, new_id: str, now_ms: int) -> None:
     conn.execute(
-        "UPDATE episodes SET valid_to = ?, superseded_by = ?, status = 'stale' WHERE id = ?",
+        "UPDATE episodes SET valid_to = ?, superseded_by = ?, status = 'superseded' WHERE id = ?",
         (now_ms, new_id, old_id),
     )
 

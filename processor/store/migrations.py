@@ -246,6 +246,145 @@ def m010_session_opt_out(conn: apsw.Connection) -> None:
     )
 
 
+def m011_cold_path(conn: apsw.Connection) -> None:
+    # The cold path (issue 11). Statuses now say what happened to a memory:
+    #   active | superseded (a newer version exists: superseded_by) | stale (the inquisitor found the code it
+    #   cites gone; memory_checks says why) | archived (a sweep put it away; still searchable) | forgotten.
+    # Until now a superseded row had status 'stale'; those rows become 'superseded'. SQLite cannot alter a
+    # CHECK, so the table is rebuilt keeping every rowid (episodes_fts is keyed by it). superseded_by loses
+    # its REFERENCES clause: the rebuild drops the old table, and a self-reference cannot survive that.
+    conn.execute(
+        """
+        CREATE TABLE episodes_v2 (
+            id            TEXT PRIMARY KEY,
+            session_id    TEXT,
+            project       TEXT,
+            scope         TEXT NOT NULL DEFAULT 'project' CHECK (scope IN ('global', 'project')),
+            summary       TEXT NOT NULL,
+            entities      TEXT NOT NULL DEFAULT '[]',
+            importance    TEXT NOT NULL DEFAULT 'normal' CHECK (importance IN ('high', 'normal')),
+            kind          TEXT NOT NULL DEFAULT 'other' CHECK (kind IN ('decision', 'preference', 'convention',
+                              'bugfix', 'gotcha', 'fact', 'task', 'other')),
+            source_type   TEXT NOT NULL DEFAULT 'auto' CHECK (source_type IN ('auto', 'manual', 'verbatim')),
+            full_content  TEXT NOT NULL,
+            source_uuids  TEXT NOT NULL DEFAULT '[]',
+            content_hash  TEXT NOT NULL,
+            embedding     BLOB,
+            created_at    INTEGER NOT NULL,
+            accessed_at   INTEGER NOT NULL,
+            access_count  INTEGER NOT NULL DEFAULT 0,
+            valid_from    INTEGER NOT NULL,
+            valid_to      INTEGER,
+            superseded_by TEXT,
+            status        TEXT NOT NULL DEFAULT 'active'
+                              CHECK (status IN ('active', 'superseded', 'stale', 'archived', 'forgotten')),
+            forgotten_reason TEXT
+        );
+        INSERT INTO episodes_v2 (rowid, id, session_id, project, scope, summary, entities, importance, kind,
+                                 source_type, full_content, source_uuids, content_hash, embedding, created_at,
+                                 accessed_at, access_count, valid_from, valid_to, superseded_by, status,
+                                 forgotten_reason)
+            SELECT rowid, id, session_id, project, scope, summary, entities, importance, kind, source_type,
+                   full_content, source_uuids, content_hash, embedding, created_at, accessed_at, access_count,
+                   valid_from, valid_to, superseded_by,
+                   CASE WHEN status = 'stale' AND superseded_by IS NOT NULL THEN 'superseded' ELSE status END,
+                   forgotten_reason
+            FROM episodes;
+        DROP TABLE episodes;
+        ALTER TABLE episodes_v2 RENAME TO episodes;
+        CREATE INDEX idx_episodes_scope ON episodes(scope, project);
+        CREATE INDEX idx_episodes_session ON episodes(session_id);
+        CREATE INDEX idx_episodes_hash ON episodes(content_hash);
+        CREATE INDEX idx_episodes_created ON episodes(created_at);
+        CREATE INDEX idx_episodes_superseded_by ON episodes(superseded_by) WHERE superseded_by IS NOT NULL;
+        CREATE INDEX idx_episodes_active_scope_importance ON episodes(scope, importance, created_at)
+            WHERE status = 'active';
+        CREATE INDEX idx_episodes_active_project_importance ON episodes(project, importance, created_at)
+            WHERE status = 'active';
+        CREATE INDEX idx_episodes_active_project_created ON episodes(project, created_at)
+            WHERE status = 'active';
+        CREATE TRIGGER episodes_fts_insert AFTER INSERT ON episodes BEGIN
+            INSERT INTO episodes_fts(rowid, summary, full_content, entities)
+            VALUES (new.rowid, new.summary, new.full_content, new.entities);
+        END;
+        CREATE TRIGGER episodes_fts_delete AFTER DELETE ON episodes BEGIN
+            INSERT INTO episodes_fts(episodes_fts, rowid, summary, full_content, entities)
+            VALUES ('delete', old.rowid, old.summary, old.full_content, old.entities);
+        END;
+        CREATE TRIGGER episodes_fts_update AFTER UPDATE OF summary, full_content, entities ON episodes BEGIN
+            INSERT INTO episodes_fts(episodes_fts, rowid, summary, full_content, entities)
+            VALUES ('delete', old.rowid, old.summary, old.full_content, old.entities);
+            INSERT INTO episodes_fts(rowid, summary, full_content, entities)
+            VALUES (new.rowid, new.summary, new.full_content, new.entities);
+        END;
+
+        -- The inquisitor's last verdict per memory: valid | fixed | stale | review | uncertain | skipped.
+        CREATE TABLE memory_checks (
+            episode_id  TEXT PRIMARY KEY,
+            checked_at  INTEGER NOT NULL,
+            head_commit TEXT,
+            verdict     TEXT NOT NULL,
+            reason      TEXT NOT NULL DEFAULT ''
+        ) WITHOUT ROWID;
+        -- Judgement calls for a person (engram review, memory_review). options: JSON list of
+        -- {label, action, text?}. state: open | resolved | merged | dismissed.
+        CREATE TABLE reviews (
+            id             INTEGER PRIMARY KEY,
+            episode_id     TEXT,
+            project        TEXT,
+            kind           TEXT NOT NULL,
+            question       TEXT NOT NULL,
+            options        TEXT NOT NULL DEFAULT '[]',
+            context        TEXT NOT NULL DEFAULT '',
+            created_commit TEXT,
+            created_at     INTEGER NOT NULL,
+            state          TEXT NOT NULL DEFAULT 'open'
+                               CHECK (state IN ('open', 'resolved', 'merged', 'dismissed')),
+            chosen         INTEGER,
+            resolution     TEXT,
+            merged_into    INTEGER,
+            resolved_at    INTEGER,
+            resolved_by    TEXT
+        );
+        CREATE INDEX idx_reviews_open ON reviews(state, created_at);
+        -- Every action a cold-path job took on a memory or review: what, why, when (nothing silent).
+        CREATE TABLE cold_actions (
+            id         INTEGER PRIMARY KEY,
+            at         INTEGER NOT NULL,
+            job_type   TEXT NOT NULL,
+            action     TEXT NOT NULL,
+            episode_id TEXT,
+            review_id  INTEGER,
+            detail     TEXT NOT NULL DEFAULT ''
+        );
+        CREATE INDEX idx_cold_actions_type ON cold_actions(job_type, action);
+        CREATE TABLE sweeps (
+            id           INTEGER PRIMARY KEY,
+            project      TEXT,
+            pass         INTEGER NOT NULL,
+            started_at   INTEGER NOT NULL,
+            finished_at  INTEGER NOT NULL,
+            pressure     REAL NOT NULL,
+            merged       INTEGER NOT NULL DEFAULT 0,
+            archived     INTEGER NOT NULL DEFAULT 0,
+            consolidated INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE context_checks (
+            id                INTEGER PRIMARY KEY,
+            measured_at       INTEGER NOT NULL,
+            digest_tokens     INTEGER NOT NULL,
+            bites_per_message REAL NOT NULL,
+            bite_tokens       REAL NOT NULL,
+            messages_per_session REAL NOT NULL,
+            session_tokens    INTEGER NOT NULL,
+            budget_tokens     INTEGER NOT NULL,
+            ratio             REAL NOT NULL,
+            detail            TEXT NOT NULL DEFAULT '{}'
+        );
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -257,6 +396,7 @@ MIGRATIONS: list[Migration] = [
     m008_job_queue_and_llm_costs,
     m009_application_id,
     m010_session_opt_out,
+    m011_cold_path,
 ]
 
 

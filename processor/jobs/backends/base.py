@@ -25,6 +25,9 @@ class LLMRequest:
     max_output_tokens: int
     timeout: float                  # seconds for the whole call
     bounded_schema: dict[str, Any] | None = None  # the same with maxItems/maxLength, for grammar decoders
+    # A folder the agent may read with read-only tools (the inquisitor's check); backends without tools
+    # get the evidence in the prompt instead and ignore it.
+    read_only_root: str | None = None
 
 
 @dataclass(frozen=True)

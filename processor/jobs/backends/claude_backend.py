@@ -29,6 +29,7 @@ from processor.jobs.backends.base import BackendError, BackendUnavailable, LLMRe
 ENGRAM_CHILD_ENV = "ENGRAM_AGENT_CHILD"
 # Structured output is delivered through a tool call, so a turn or two beyond the answer.
 MAX_TURNS = 3
+CHECK_MAX_TURNS = 12  # the inquisitor's check reads a few files and runs a few git commands first
 # Prices are looked up under this name when claude_model is empty (the CLI picks the model);
 # a Sonnet is the CLI's default for most accounts, so the pre-call estimate errs high.
 DEFAULT_PRICE_MODEL = "claude-sonnet-4-5"
@@ -111,10 +112,29 @@ class ClaudeBackend:
             stderr=stderr,
         )
 
+    def read_only_options(self, request: LLMRequest, stderr: Callable[[str], None] | None = None) -> Any:
+        """The inquisitor's check: the same isolation, plus Read/Glob/Grep and Bash limited to four git verbs.
+
+        The child still runs in Engram's work dir; the project is added as a readable folder, and every
+        Bash command passes ``readonly_tools.can_use_tool`` (which needs the prompt streamed).
+        """
+        from processor.jobs.backends.readonly_tools import READ_TOOLS, can_use_tool
+
+        options = self.agent_options(request, stderr)
+        options.tools = [*READ_TOOLS, "Bash"]
+        options.allowed_tools = list(READ_TOOLS)
+        options.disallowed_tools = [t for t in DISALLOWED_TOOLS if t not in (*READ_TOOLS, "Bash")]
+        options.add_dirs = [request.read_only_root]
+        options.permission_mode = "default"
+        options.can_use_tool = can_use_tool
+        options.max_turns = CHECK_MAX_TURNS
+        return options
+
     def complete(self, request: LLMRequest) -> LLMResponse:
         ensure_private_dir(self.workdir)
         stderr_tail: deque[str] = deque(maxlen=20)
-        options = self.agent_options(request, stderr=stderr_tail.append)
+        options = (self.read_only_options(request, stderr=stderr_tail.append) if request.read_only_root
+                   else self.agent_options(request, stderr=stderr_tail.append))
         sdk = self._sdk
         try:
             return asyncio.run(asyncio.wait_for(self._run(request, options), request.timeout))
@@ -133,7 +153,13 @@ class ClaudeBackend:
         sdk = self._sdk
         transport = self.transport_factory(options) if self.transport_factory else None
         result = None
-        async for message in sdk.query(prompt=request.prompt, options=options, transport=transport):
+        prompt: Any = request.prompt
+        if options.can_use_tool is not None:  # the SDK asks the callback only in streaming mode
+            async def stream() -> Any:
+                yield {"type": "user", "message": {"role": "user", "content": request.prompt},
+                       "parent_tool_use_id": None, "session_id": "default"}
+            prompt = stream()
+        async for message in sdk.query(prompt=prompt, options=options, transport=transport):
             if isinstance(message, sdk.ResultMessage):
                 result = message
         if result is None:

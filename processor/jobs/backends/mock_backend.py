@@ -21,6 +21,7 @@ from processor.jobs.backends.base import LLMRequest, LLMResponse
 from processor.memory.verbatim import estimate_tokens
 
 _FIRST_USER = re.compile(r"^\[user[^\]]*\]\s*(.+)$", re.MULTILINE)
+_MEMORY_ID = re.compile(r"^Memory id: (\S+)$", re.MULTILINE)
 
 
 def canned_outputs() -> dict[str, Any]:
@@ -73,6 +74,11 @@ class MockBackend:
 
     @staticmethod
     def _canned(request: LLMRequest) -> str:
+        if request.schema_name == "engram_inquiry":  # the inquisitor's check: never judges without a model
+            found = _MEMORY_ID.search(request.prompt)
+            return json.dumps({**canned_outputs()["inquiry"], "id": found.group(1) if found else ""})
+        if request.schema_name in canned_outputs():
+            return json.dumps(canned_outputs()[request.schema_name])
         match = _FIRST_USER.search(request.prompt)
         excerpt = " ".join((match.group(1) if match else "an assistant reply").split())[:80]
         template = json.dumps(canned_outputs()["extract"])

@@ -245,6 +245,8 @@ def check_database(probe: _Probe) -> Check:
             rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
             identity = database_identity(conn)
     except NotEngramDatabase as exc:
+        if "not a SQLite database" in str(exc):  # bytes that are no database at all: damaged, not foreign
+            return _error(name, f"{shown} is damaged ({str(exc).split('(', 1)[-1].split(')')[0]})", move_aside)
         return _error(name, f"{shown} belongs to another program: {str(exc).split('; another program')[0]}",
                       "set ENGRAM_HOME to a folder of Engram's own (or unset it for the default, "
                       f"{probe.show(platform_data_home(probe.env))}); leave the other program's file alone")

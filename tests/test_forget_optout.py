@@ -178,7 +178,7 @@ def test_env_off_the_record_reaches_the_processor_through_the_session_start_hook
         store: EpisodeStore, settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENGRAM_OFF", "record")
     event = {"session_id": SID, "cwd": PROJECT, "hook_event_name": "SessionStart", "source": "startup"}
-    assert hook_output(event, settings) is None  # no digest
+    assert hook_output(event, str(settings.home)) is None  # no digest
     assert requested_opt_out(settings.recollections_dir, SID) == "record"
     path = transcript(tmp_path, SID, user_line("nothing of this is kept", session_id=SID))
     Tailer(store.conn, opt_out_request=lambda sid: requested_opt_out(settings.recollections_dir, sid)).tail(path)
@@ -192,7 +192,7 @@ def test_an_opted_out_session_gets_no_digest_and_no_bites(
         store: EpisodeStore, settings: Settings, tmp_path: Path, ids: dict[str, str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     event = {"session_id": SID, "cwd": PROJECT, "hook_event_name": "SessionStart", "source": "resume"}
-    assert MEMORIES["db"][:30] in hook_output(event, settings)
+    assert MEMORIES["db"][:30] in hook_output(event, str(settings.home))
     path = transcript(tmp_path, SID, user_line("How do I connect to the staging database? [engram off]",
                                                session_id=SID, timestamp=iso_now()))
     results = []
@@ -202,12 +202,12 @@ def test_an_opted_out_session_gets_no_digest_and_no_bites(
     writer = RecollectionWriter(SettingsHolder(settings))
     assert writer.handle(store, SID, result.captured[0]) is None
     assert not (settings.recollections_dir / f"{SID}.json").exists()
-    assert hook_output(event, settings) is None  # resume, compact: no digest from the database's record
+    assert hook_output(event, str(settings.home)) is None  # resume, compact: no digest from the database's record
     record_opt_out(settings.recollections_dir, SID, "memory")
-    assert hook_output({**event, "session_id": OTHER}, settings) is not None  # other sessions still get one
+    assert hook_output({**event, "session_id": OTHER}, str(settings.home)) is not None  # other sessions still get one
     # ENGRAM_OFF in Claude Code's environment: no digest for any session.
     monkeypatch.setenv("ENGRAM_OFF", "1")
-    assert hook_output({**event, "session_id": OTHER}, settings) is None
+    assert hook_output({**event, "session_id": OTHER}, str(settings.home)) is None
     assert requested_opt_out(settings.recollections_dir, OTHER) is None  # memory only: nothing to record
 
 
@@ -251,7 +251,7 @@ def test_forget_erases_the_memory_its_versions_and_its_bites(
         {"id": new_id, "bite": "x", "date": "2026-11-01", "importance": "high"},
         {"id": ids["brand"], "bite": "y", "date": "2026-11-01", "importance": "high"}]}))
     event = {"session_id": OTHER, "cwd": PROJECT, "hook_event_name": "SessionStart", "source": "startup"}
-    assert new_id in hook_output(event, settings)
+    assert new_id in hook_output(event, str(settings.home))
 
     erased = forget.forget(store, settings, new_id, reason="wrong: password hunter2 token sk-ant-api03-" + "y" * 40)
     assert [e.id for e in erased] == versions
@@ -261,7 +261,7 @@ def test_forget_erases_the_memory_its_versions_and_its_bites(
     reason = store.conn.execute("SELECT forgotten_reason FROM episodes WHERE id = ?", (new_id,)).fetchone()[0]
     assert reason.startswith("wrong") and "sk-ant-api03-" + "y" * 40 not in reason  # redacted
     assert [b["id"] for b in json.loads((folder / f"{SID}.json").read_text())["bites"]] == [ids["brand"]]
-    assert new_id not in hook_output(event, settings)
+    assert new_id not in hook_output(event, str(settings.home))
     assert all(s.episode.id != new_id for s in store.search("staging database pgbouncer port", limit=10))
     # Forgetting again is harmless; an unknown id says where ids come from.
     assert forget.forget(store, settings, new_id)[0].status == "forgotten"

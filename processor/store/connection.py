@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import apsw
 import apsw.bestpractice
@@ -64,7 +63,7 @@ def check_identity(conn, path: Path) -> str:
     """The database's identity (see database_identity); raises NotEngramDatabase for anyone else's file."""
     try:
         identity = database_identity(conn)
-    except (apsw.NotADBError, sqlite3.DatabaseError) as exc:
+    except (apsw.NotADBError, apsw.CorruptError, sqlite3.DatabaseError) as exc:
         raise _refusal(path, f"not a SQLite database: {exc}") from None
     if identity == "foreign":
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -98,11 +97,18 @@ def _apply_best_practice() -> None:
             _best_practice_applied = True
 
 
+# Held while any connection opens. A probe opens with apsw's process-wide connection hooks set aside
+# (they would switch a foreign file to WAL: a write); no other connection may open meanwhile.
+_OPEN_LOCK = threading.Lock()
+
+
 def _check_before_opening(path: Path) -> None:
-    """Refuse another program's file before apsw opens it: apsw's connection hooks already write (WAL mode).
+    """Refuse another program's file before apsw's connection hooks write to it (they set WAL mode).
 
     Engram's own stamped file is recognised from its header alone; anything else is looked at through a
-    read-only stdlib connection, which runs none of those hooks.
+    read-only apsw connection opened without those hooks. Never through a second SQLite library (the
+    stdlib's): two SQLite copies in one process do not share POSIX locks, and closing one's file
+    descriptor drops the other's locks, which corrupts the database under concurrent writers.
     """
     try:
         size = path.stat().st_size
@@ -110,15 +116,21 @@ def _check_before_opening(path: Path) -> None:
         return  # a new database: created, then stamped by m009
     if size == 0 or sqlite_application_id(path) == APPLICATION_ID:
         return
-    try:
-        probe = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
-    except sqlite3.Error as exc:
-        raise _refusal(path, f"cannot be opened as SQLite: {exc}") from None
+    with _OPEN_LOCK:
+        hooks = list(apsw.connection_hooks)
+        apsw.connection_hooks.clear()
+        try:
+            probe = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        except apsw.Error as exc:
+            raise _refusal(path, f"cannot be opened as SQLite: {exc}") from None
+        finally:
+            apsw.connection_hooks[:] = hooks
+    probe.set_busy_timeout(BUSY_TIMEOUT_MS)
     try:
         check_identity(probe, path)
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc):  # a writer holds it: Engram's own processor, most likely
-            return
+    except apsw.BusyError:
+        return  # a writer holds it: Engram's own processor, most likely
+    except apsw.Error as exc:
         raise _refusal(path, f"unreadable as SQLite: {exc}") from None
     finally:
         probe.close()
@@ -138,7 +150,8 @@ def connect(path: Path, *, readonly: bool = False) -> apsw.Connection:
             fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
             os.close(fd)
     flags = apsw.SQLITE_OPEN_READONLY if readonly else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-    conn = apsw.Connection(str(path), flags=flags)
+    with _OPEN_LOCK:
+        conn = apsw.Connection(str(path), flags=flags)
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     if not readonly:
         # In WAL mode NORMAL still commits atomically and survives a process crash; only an

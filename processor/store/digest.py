@@ -8,6 +8,7 @@ DB-API connection with ``execute`` (a ``sqlite3`` or an apsw one).
 from __future__ import annotations
 
 import sqlite3
+import sys
 import time
 from collections import namedtuple  # already loaded by sqlite3; dataclasses would pull in inspect
 
@@ -59,6 +60,15 @@ def open_readonly(db_path: str, deadline: float) -> sqlite3.Connection | None:
 
     if not posixpath.isfile(db_path):
         return None
+    apsw = sys.modules.get("apsw")
+    if apsw is not None:
+        # A process that already holds apsw connections (the processor, tests) must not open the same file
+        # through a second SQLite library: the two do not share POSIX locks, and closing one's descriptor
+        # drops the other's locks. The hook's own process has not loaded apsw and takes the stdlib.
+        aconn = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        aconn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        aconn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+        return aconn
     uri = "file:" + db_path.replace("%", "%25").replace("?", "%3f").replace("#", "%23") + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                            check_same_thread=False)
@@ -70,8 +80,10 @@ def session_opt_out(conn: sqlite3.Connection, session_id: str) -> str | None:
     """'memory' (no digest, no bites), 'record' (also not captured) or None; any DB-API connection."""
     try:
         row = conn.execute("SELECT opt_out FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    except sqlite3.OperationalError:  # a database from before the opt-out column
-        return None
+    except Exception as exc:  # sqlite3.OperationalError or apsw.SQLError
+        if "no such column" in str(exc):  # a database from before the opt-out column
+            return None
+        raise
     return row[0] if row else None
 
 

@@ -32,6 +32,7 @@ opened read-only and never created.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -44,9 +45,10 @@ from processor.capture.remember_inbox import pending_remember_files
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings, load_settings
 from processor.memory.verbatim import estimate_tokens
+from processor.recall.injections import record_digest
 from processor.store import digest as digest_sql
 from processor.store.digest import Memory
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence
+from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence, valid_session_id
 
 if TYPE_CHECKING:
     import apsw
@@ -176,4 +178,9 @@ def hook_output(event: object, settings: Settings | None = None, now_ms: int | N
     context = render(digest, settings.session_start_token_budget, settings.queue_dir)
     if context is None:
         return None
+    session_id = event.get("session_id")
+    if isinstance(session_id, str) and valid_session_id(session_id):
+        # The injection ledger (processor/recall/injections.py); the digest is shown regardless.
+        with contextlib.suppress(OSError):
+            record_digest(settings.recollections_dir, session_id, context)
     return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}})

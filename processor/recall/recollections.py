@@ -31,14 +31,15 @@ from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic
 from processor.memory.episodes import EpisodeStore
 from processor.store import episodes as episodes_sql
-from processor.store import sessions
+from processor.store import sessions, write_transaction
+from processor.store import viewer as viewer_sql
 
 log = logging.getLogger(__name__)
 
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 STATE_SUFFIX = ".state"  # recall_hook/pretooluse.py
 PROMPT_SUFFIX = ".prompt"  # recall_hook/prompt_submit.py MARKER_SUFFIX
-_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX)
+_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX, ".digest")
 _MARKER_LIMIT = 16 * 1024
 # User lines Claude Code writes itself when the user interrupts: no topic to recall anything for.
 _NOT_PROMPTS = ("[Request interrupted by user",)
@@ -123,6 +124,10 @@ class RecollectionWriter:
                   "importance": s.episode.importance}
                  for s in scored
                  if s.relevance >= self.settings.recollection_min_relevance and s.episode.id not in shown]
+        if bites:  # the ledger of what may reach the agent: the hook's state file later confirms it did
+            with write_transaction(store.conn):
+                viewer_sql.record_offer(store.conn, session_id, message_uuid, json.dumps(bites, ensure_ascii=False),
+                                        now_ms())
         write_atomic(path, json.dumps({"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites},
                                       ensure_ascii=False))
         return path

@@ -22,6 +22,7 @@ from processor.capture.parse import CapturedLine
 from processor.config import Settings, SettingsSource
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
+from processor.recall.injections import ingest as ingest_injections
 from processor.store import episodes as episodes_sql
 from processor.store import open_store
 
@@ -53,11 +54,18 @@ class FinalizeIdle:
 
 
 @dataclass(frozen=True)
+class IngestInjections:
+    """The recollections folder changed: record the injections the hooks' files reveal."""
+
+    priority: ClassVar[int] = 1
+
+
+@dataclass(frozen=True)
 class _Stop:
     priority: ClassVar[int] = -1
 
 
-MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | _Stop
+MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | IngestInjections | _Stop
 RecollectHandler = Callable[[EpisodeStore, str, CapturedLine], object]
 
 
@@ -157,6 +165,8 @@ class MemoryThread:
                         break
                 batch.sort(key=lambda request: request.priority)
                 episodize: set[str] = set()
+                if IngestInjections() in batch:  # one folder scan serves every event of the batch
+                    batch = [r for r in batch if not isinstance(r, IngestInjections)] + [IngestInjections()]
                 for request in batch:
                     if self._stop.is_set():
                         break
@@ -176,6 +186,8 @@ class MemoryThread:
             self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions(), final=True))
             for cleanup in self.periodic:
                 self._busy("cleanup", cleanup)
+        elif isinstance(request, IngestInjections):
+            self._busy("injections", lambda: ingest_injections(store.conn, self.settings.recollections_dir))
         elif isinstance(request, Recollect) and self.recollect is not None:
             recollect = self.recollect
             self._busy("recollection", lambda: recollect(store, request.session_id, request.line))

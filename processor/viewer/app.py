@@ -18,7 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import mimetypes
+import select
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 MAX_FORM_BYTES = 4096
-MAX_STREAMS = 4  # live pages at once; each holds one control-plane connection
+MAX_STREAMS = 8  # live pages at once; each holds one control-plane connection
 STREAM_POLL_SECONDS = 1.0
 STREAM_MAX_SECONDS = 600.0  # then the browser reconnects by itself: no connection is held forever
 SEARCH_LIMIT = 20
@@ -100,6 +101,15 @@ def _injection_lines(injection: sql.Injection) -> list[str]:
     except ValueError:
         return []
     return [line for line in (bite_line(b) for b in bites if isinstance(bites, list)) if line]
+
+
+def _client_gone(sock: socket.socket) -> bool:
+    """True once the browser closed the stream (left the page): its slot is freed at once, not at the next write."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class Viewer:
@@ -209,7 +219,8 @@ class Viewer:
     def _security_headers(handler: BaseHTTPRequestHandler) -> None:
         handler.send_header("Content-Security-Policy", CSP)
         handler.send_header("X-Content-Type-Options", "nosniff")
-        handler.send_header("Referrer-Policy", "no-referrer")
+        # Not "no-referrer": with it a browser sends "Origin: null" on a form POST, and the Origin check needs it.
+        handler.send_header("Referrer-Policy", "same-origin")
         handler.send_header("Cross-Origin-Opener-Policy", "same-origin")
         handler.send_header("Cross-Origin-Resource-Policy", "same-origin")
         handler.send_header("Cache-Control", "no-store")
@@ -404,10 +415,10 @@ class Viewer:
     # --- static files and the live stream --------------------------------------------------------
 
     def _static(self, request: Request, name: str) -> None:
-        if name not in ("viewer.css", "viewer.js"):
+        if name not in ("viewer.css", "viewer.js", "icon.svg"):
             raise _Answer(404, "No such file.")
         body = resources.files("processor.viewer").joinpath("static", name).read_bytes()
-        content_type = mimetypes.types_map.get("." + name.rpartition(".")[2], "application/octet-stream")
+        content_type = {"css": "text/css", "js": "text/javascript", "svg": "image/svg+xml"}[name.rpartition(".")[2]]
         self._send(request, 200, body, f"{content_type}; charset=utf-8")
 
     def _events(self, request: Request) -> None:
@@ -427,7 +438,7 @@ class Viewer:
                 handler.wfile.flush()
                 started = idle = time.monotonic()
                 while not self.stop_event.wait(STREAM_POLL_SECONDS):
-                    if time.monotonic() - started > STREAM_MAX_SECONDS:
+                    if time.monotonic() - started > STREAM_MAX_SECONDS or _client_gone(handler.connection):
                         break
                     current = sql.cursor(conn)
                     if current != last:

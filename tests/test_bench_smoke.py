@@ -98,3 +98,12 @@ def test_search_bench_reports_latency_against_the_bound(tmp_path: Path, models_d
         assert result[name]["p95_ms"] >= result[name]["p50_ms"] > 0
     for key in ("p95_ms", "bound_p95_ms", "p95_vs_bound", "store_search_p95_ms"):
         assert key in report
+
+
+def test_viewer_bench_reports_render_time_against_the_bare_queries(tmp_path: Path) -> None:
+    report = run_bench("viewer.py", "--memories", "1000", "--messages", "700", "--runs", "4", home=tmp_path / "home")
+    assert report["messages"] == 700 and report["session_memories"] == 140 and report["injections"] == 70
+    assert report["page_messages"] == 500 and report["page_rows"] > 500
+    for name in ("page_bare", "page_render", "whole_bare", "whole_render", "http"):
+        assert report[name]["p95_ms"] >= report[name]["p50_ms"] > 0
+    assert report["render_p95_over_bare_p95"] > 0 and isinstance(report["goal_met"], bool)

@@ -394,3 +394,66 @@ def test_a_new_injection_is_pushed_by_server_sent_events(server: ViewerServer, c
                                        f"&e={before.episode_rowid}&i={before.injection_id}", cookie=cookie)
     items = json.loads(body)
     assert items["count"] == 1 and "a live digest" in items["html"] and items["i"] == event["i"]
+
+
+def test_a_long_timeline_is_paged_newest_first(server: ViewerServer, cookie: str,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from processor.viewer import app
+
+    monkeypatch.setattr(app, "TIMELINE_PAGE_MESSAGES", 2)
+    page = html(server.request("GET", f"/ui/session/{SCRIPT_SID}", cookie=cookie)[2])
+    shown = re.findall(r'<li id="msg-(\d+)"', page)
+    assert len(shown) == 2 and 'data-live="on"' in page
+    assert "The staging database sits behind pgbouncer" in page and "without flakiness?</div>" not in page
+    earlier = re.search(r'href="(/ui/session/[^"]+\?before=(\d+))" id="earlier"', page)
+    assert earlier is not None and earlier.group(2) == shown[0]
+    older = html(server.request("GET", earlier.group(1), cookie=cookie)[2])
+    assert re.findall(r'<li id="msg-(\d+)"', older) == [str(int(shown[0]) - 2), str(int(shown[0]) - 1)]
+    assert "without flakiness?</div>" in older and 'data-live="on"' not in older
+    assert "Newest messages (live)" in older and 'id="earlier"' not in older
+    assert server.request("GET", f"/ui/session/{SCRIPT_SID}?before=x", cookie=cookie)[0] == 400
+
+
+def test_engram_open_without_a_processor_serves_the_viewer_read_only(world: World) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")},
+           "ENGRAM_HOME": str(world.settings.home), "ENGRAM_MODELS_DIR": os.environ["ENGRAM_MODELS_DIR"],
+           "ENGRAM_PROJECTS_DIR": str(world.settings.transcripts_root)}
+    proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "open", "--no-browser"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = line.strip().rsplit(" ", 1)[1]
+        assert url.startswith("http://127.0.0.1:") and "/ui/login?token=" in url
+        import http.client
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=30)
+        conn.request("GET", f"{parts.path}?{parts.query}")
+        answer = conn.getresponse()
+        answer.read()
+        conn.close()
+        assert answer.status == 303
+        cookie = answer.getheader("Set-Cookie").split(";")[0]
+        conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=30)
+        conn.request("POST", f"/ui/memory/{world.memory_id}/forget", body=b"",
+                     headers={"Cookie": cookie, "Origin": f"http://127.0.0.1:{parts.port}"})
+        refused = conn.getresponse()
+        assert refused.status == 403 and b"read-only" in refused.read()
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=30)
+        conn.request("GET", f"/ui/session/{SCRIPT_SID}", headers={"Cookie": cookie})
+        timeline = conn.getresponse()
+        assert timeline.status == 200 and b"injected bites" in timeline.read()
+        conn.close()
+    finally:
+        proc.send_signal(2)  # Ctrl-C
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "not running; serving the viewer read-only" in err and "Traceback" not in err

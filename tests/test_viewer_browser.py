@@ -133,7 +133,9 @@ def test_log_in_search_open_forget_and_see_a_live_injection(served: tuple[World,
     assert forgotten is not None and forgotten.status == "forgotten"
 
     conn = connect(world.settings.db_path, readonly=True)
-    real = next(e for e in viewer_sql.session_episodes(conn, REAL_SESSION) if e.source_uuids)
+    real = next(e for e in (episodes_sql.get_episode(conn, m.id)
+                            for m in viewer_sql.session_episodes(conn, REAL_SESSION))
+                if e is not None and e.source_uuids)
     conn.close()
     for name, path in (("project", f"/ui/project?p={world.script_project}"), ("spend", "/ui/spend"),
                        ("fixture-session", f"/ui/session/{REAL_SESSION}"), ("fixture-memory", f"/ui/memory/{real.id}"),

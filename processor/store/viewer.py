@@ -6,6 +6,7 @@ Callers own the transaction; these functions only run statements.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import apsw
 
@@ -62,9 +63,11 @@ _INJECTION_SELECT = (
 )
 
 
-def session_injections(conn: apsw.Connection, session_id: str, after_id: int = 0) -> list[Injection]:
-    """Injections that reached the agent in this session, oldest first."""
-    rows = conn.execute(_INJECTION_SELECT + "WHERE i.session_id = ? AND i.id > ? ORDER BY i.id", (session_id, after_id))
+def session_injections(conn: apsw.Connection, session_id: str, after_id: int = 0, since_ms: int = 0,
+                       until_ms: int = 1 << 62) -> list[Injection]:
+    """Injections that reached the agent in this session (newer than after_id, in a time window), oldest first."""
+    rows = conn.execute(_INJECTION_SELECT + "WHERE i.session_id = ? AND i.id > ? AND i.injected_at >= ? "
+                        "AND i.injected_at < ? ORDER BY i.id", (session_id, after_id, since_ms, until_ms))
     return [Injection(*row) for row in rows]
 
 
@@ -73,6 +76,8 @@ def session_injections(conn: apsw.Connection, session_id: str, after_id: int = 0
 
 @dataclass(frozen=True)
 class TimelineMessage:
+    """One captured message as a timeline row shows it."""
+
     id: int
     uuid: str
     role: str
@@ -87,17 +92,37 @@ def session_info(conn: apsw.Connection, session_id: str) -> tuple[str, str | Non
     return (row[0], row[1], row[2]) if row else None
 
 
-def session_messages(conn: apsw.Connection, session_id: str, after_id: int = 0,
+def session_messages(conn: apsw.Connection, session_id: str, after_id: int = 0, before_id: int = 1 << 62,
                      limit: int = 100_000) -> list[TimelineMessage]:
-    rows = conn.execute("SELECT id, uuid, role, ts_ms, text FROM messages WHERE session_id = ? AND id > ? "
-                        "ORDER BY id LIMIT ?", (session_id, after_id, limit))
+    """The newest `limit` messages with after_id < id < before_id, oldest first."""
+    rows = conn.execute("SELECT id, uuid, role, ts_ms, text FROM messages WHERE session_id = ? AND id > ? AND id < ? "
+                        "ORDER BY id DESC LIMIT ?", (session_id, after_id, before_id, limit)).fetchall()
+    rows.reverse()
     return [TimelineMessage(*row) for row in rows]
 
 
-def session_episodes(conn: apsw.Connection, session_id: str, after_rowid: int = 0) -> list[Episode]:
-    rows = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE session_id = ? AND rowid > ? "
-                        "ORDER BY created_at, rowid", (session_id, after_rowid))
-    return [Episode.from_row(row) for row in rows]
+def message_time(conn: apsw.Connection, message_id: int) -> int | None:
+    row = conn.execute("SELECT ts_ms FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return row[0] if row else None
+
+
+class TimelineMemory(NamedTuple):
+    rowid: int
+    id: str
+    created_at: int
+    summary: str
+    source_type: str
+    kind: str
+    status: str
+
+
+def session_episodes(conn: apsw.Connection, session_id: str, after_rowid: int = 0, since_ms: int = 0,
+                     until_ms: int = 1 << 62) -> list[TimelineMemory]:
+    """The memories built from this session (in a time window), oldest first: the columns a timeline row shows."""
+    rows = conn.execute("SELECT rowid, id, created_at, summary, source_type, kind, status FROM episodes "
+                        "WHERE session_id = ? AND rowid > ? AND created_at >= ? AND created_at < ? "
+                        "ORDER BY created_at, rowid", (session_id, after_rowid, since_ms, until_ms))
+    return [TimelineMemory(*row) for row in rows]
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ STREAM_POLL_SECONDS = 1.0
 STREAM_MAX_SECONDS = 600.0  # then the browser reconnects by itself: no connection is held forever
 SEARCH_LIMIT = 20
 TIMELINE_TEXT_CHARS = 4000
+TIMELINE_PAGE_MESSAGES = 500  # a page of the timeline; earlier messages are one link away
 
 # (search ranking, one store per request) -> EpisodeStore with the model and vectors already loaded.
 StoreFactory = Callable[[apsw.Connection], EpisodeStore]
@@ -133,7 +134,6 @@ class Viewer:
         self.env.filters["bite"] = _bite
         self.env.filters["urlq"] = lambda value: quote(str(value or ""), safe="")
         self.env.globals["read_only"] = read_only
-        self.env.globals["injection_lines"] = _injection_lines
 
     @property
     def settings(self) -> Settings:
@@ -300,32 +300,61 @@ class Viewer:
         self._page(request, 200, "project.html", title=project or "(no project)", nav="home", project=project,
                    sessions=sessions, memories=memories)
 
-    def timeline_items(self, conn: apsw.Connection, session_id: str, after: sql.Cursor) -> list[dict[str, Any]]:
-        """Messages, memories built and injections of one session, in time order."""
-        items: list[dict[str, Any]] = []
-        for m in sql.session_messages(conn, session_id, after.message_id):
-            items.append({"type": "message", "at": m.ts_ms or 0, "m": m,
-                          "text": m.text[:TIMELINE_TEXT_CHARS], "cut": len(m.text) > TIMELINE_TEXT_CHARS})
-        for ep in sql.session_episodes(conn, session_id, after.episode_rowid):
-            items.append({"type": "memory", "at": ep.created_at, "ep": ep})
-        for inj in sql.session_injections(conn, session_id, after.injection_id):
-            items.append({"type": "injection", "at": inj.injected_at, "inj": inj})
-        order = {"message": 0, "injection": 1, "memory": 2}
-        items.sort(key=lambda item: (item["at"], order[item["type"]]))
-        return items
+    def timeline_items(self, conn: apsw.Connection, session_id: str, after: sql.Cursor, *,
+                       before_message: int | None = None, page: int = 100_000) -> tuple[list[tuple], int | None]:
+        """Rows of one session's timeline in time order, and the id of an earlier page's first message, if any.
 
-    def _timeline(self, request: Request, session_id: str) -> None:
+        A page is the newest `page` messages before `before_message`, with the memories built and the
+        injections made in the same time span. Each row is a flat tuple ``(type, dom id, time, a, b, c)``
+        the template unpacks: per-row attribute lookups would be most of the template's cost.
+        """
+        messages = sql.session_messages(conn, session_id, after.message_id, before_message or 1 << 62, page + 1)
+        earlier = None
+        if len(messages) > page:  # one more than a page exists: older rows go to the earlier page
+            messages = messages[1:]
+            earlier = messages[0].id
+        since = (messages[0].ts_ms or 0) if earlier is not None else 0
+        until = (sql.message_time(conn, before_message) or 1 << 62) if before_message else 1 << 62
+        rows: list[tuple[int, int, tuple]] = []
+        for m in messages:
+            rows.append((m.ts_ms or 0, 0, ("message", f"msg-{m.id}", f"{_ms(m.ts_ms)} · {m.role}", m.role,
+                                           m.text[:TIMELINE_TEXT_CHARS], len(m.text) > TIMELINE_TEXT_CHARS)))
+        for inj in sql.session_injections(conn, session_id, after.injection_id, since, until):
+            label = "SessionStart digest" if inj.kind == "digest" else "bites"
+            rows.append((inj.injected_at, 1, ("injection", f"inj-{inj.id}",
+                                              f"{_ms(inj.injected_at)} · injected {label}", label,
+                                              (inj.answered or "")[:300], _injection_lines(inj))))
+        for ep in sql.session_episodes(conn, session_id, after.episode_rowid, since, until):
+            rows.append((ep.created_at, 2, ("memory", f"ep-{ep.rowid}",
+                                            f"{_ms(ep.created_at)} · memory built ({ep.source_type}, {ep.kind}, "
+                                            f"{ep.status})", "", ep.id, ep.summary)))
+        rows.sort(key=lambda row: (row[0], row[1]))
+        return [row[2] for row in rows], earlier
+
+    def timeline_page(self, session_id: str, before: int | None = None) -> str | None:
+        """The timeline page of one session (None: no such session); what bench/viewer.py times."""
         conn = self._conn()
         try:
             info = sql.session_info(conn, session_id)
             if info is None:
-                raise _Answer(404, "No such session.")
+                return None
             cursor = sql.cursor(conn)
-            items = self.timeline_items(conn, session_id, sql.Cursor(0, 0, 0))
+            items, earlier = self.timeline_items(conn, session_id, sql.Cursor(0, 0, 0), before_message=before,
+                                                 page=TIMELINE_PAGE_MESSAGES)
         finally:
             conn.close()
-        self._page(request, 200, "timeline.html", title=f"Session {session_id}", nav="home", session_id=session_id,
-                   transcript=info[0], project=info[1], items=items, cursor=cursor)
+        return self.render("timeline.html", title=f"Session {session_id}", nav="home", session_id=session_id,
+                           transcript=info[0], project=info[1], items=items, cursor=cursor, earlier=earlier,
+                           before=before)
+
+    def _timeline(self, request: Request, session_id: str) -> None:
+        before_text = request.query.get("before", "")
+        if before_text and not before_text.isdigit():
+            raise _Answer(400, "before must be a message number.")
+        page = self.timeline_page(session_id, int(before_text) if before_text else None)
+        if page is None:
+            raise _Answer(404, "No such session.")
+        self._send(request, 200, page.encode("utf-8"), "text/html; charset=utf-8")
 
     def _timeline_items(self, request: Request, session_id: str) -> None:
         try:
@@ -336,7 +365,7 @@ class Viewer:
         conn = self._conn()
         try:
             cursor = sql.cursor(conn)
-            items = self.timeline_items(conn, session_id, after)
+            items, _ = self.timeline_items(conn, session_id, after)
         finally:
             conn.close()
         html = self.render("timeline_items.html", items=items)

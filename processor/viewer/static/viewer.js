@@ -46,13 +46,14 @@ async function refreshTimeline(list) {
 
 function live() {
   if (!window.EventSource) return;
-  const list = document.getElementById("timeline");
+  const found = document.getElementById("timeline");
+  const list = found && found.dataset.live === "on" ? found : null;  // an earlier page stays as it is
   const source = new EventSource("/ui/events");
   source.addEventListener("change", (event) => {
     const data = JSON.parse(event.data);
     if (list && data.sessions.includes(list.dataset.session)) {
       refreshTimeline(list);
-    } else if (!list) {
+    } else if (!found) {
       const n = data.new;
       say(`new: ${n.messages} messages, ${n.memories} memories, ${n.injections} injections (reload to see them)`);
     }

@@ -190,6 +190,8 @@ def test_home_and_project_pages_list_what_was_captured(server: ViewerServer, coo
     project = html(body)
     assert f"/ui/session/{SCRIPT_SID}" in project
     assert "shop-api checkout tests are flaky unless time is frozen" in project
+    injections = project[project.index("Newest injections"):project.index("Newest memories")]
+    assert "answering: <q>&lt;script&gt;" in injections and f"(id: {world.memory_id})" in injections
 
 
 def test_timeline_shows_messages_memories_and_recorded_injections(server: ViewerServer, cookie: str,

@@ -71,6 +71,13 @@ def session_injections(conn: apsw.Connection, session_id: str, after_id: int = 0
     return [Injection(*row) for row in rows]
 
 
+def project_injections(conn: apsw.Connection, project: str | None, limit: int = 20) -> list[Injection]:
+    """The newest injections in the sessions of one project, newest first."""
+    rows = conn.execute(_INJECTION_SELECT + "JOIN sessions s ON s.session_id = i.session_id WHERE s.project IS ? "
+                        "ORDER BY i.injected_at DESC, i.id DESC LIMIT ?", (project, limit))
+    return [Injection(*row) for row in rows]
+
+
 # --- timeline ------------------------------------------------------------------------------------
 
 

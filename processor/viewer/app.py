@@ -295,10 +295,11 @@ class Viewer:
         try:
             sessions = sql.project_sessions(conn, project)
             memories = sql.project_memories(conn, project)
+            injections = [(inj, _injection_lines(inj)) for inj in sql.project_injections(conn, project)]
         finally:
             conn.close()
         self._page(request, 200, "project.html", title=project or "(no project)", nav="home", project=project,
-                   sessions=sessions, memories=memories)
+                   sessions=sessions, memories=memories, injections=injections)
 
     def timeline_items(self, conn: apsw.Connection, session_id: str, after: sql.Cursor, *,
                        before_message: int | None = None, page: int = 100_000) -> tuple[list[tuple], int | None]:

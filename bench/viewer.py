@@ -110,13 +110,14 @@ def build(workdir: Path, memories: int, messages: int, seed: int) -> tuple[Path,
     conn = open_store(db)
     Tailer(conn).tail(transcript)
     with write_transaction(conn):
-        for i in range(messages // 5):
+        count = messages // 5
+        for i in range(count):
             content = " ".join(zipf_words(rng, words, 40))
+            source, at = user_uuids[i * len(user_uuids) // count]  # spread over the whole session
             episodes_sql.insert_episode(conn, NewEpisode(
                 id=f"ep_session{i:08x}", session_id=SESSION, project="/bench/project-0", scope="project",
                 summary=content[:160], entities=[], importance="normal", kind="other", source_type="verbatim",
-                full_content=content, source_uuids=[user_uuids[min(i * 2, len(user_uuids) - 1)][0]],
-                content_hash=f"hs{i}", created_at=user_uuids[min(i * 2, len(user_uuids) - 1)][1] + 30_000), None)
+                full_content=content, source_uuids=[source], content_hash=f"hs{i}", created_at=at + 30_000 + i), None)
         for uid, at in user_uuids[::5]:
             bites = [{"id": f"ep_{j:016x}", "bite": " ".join(zipf_words(rng, words, 25)), "date": "2026-11-01",
                       "importance": "normal"} for j in rng.integers(0, memories, 3)]

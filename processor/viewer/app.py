@@ -202,7 +202,7 @@ class Viewer:
     def _send(self, request: Request, status: int, body: bytes, content_type: str,
               headers: dict[str, str] | None = None) -> None:
         handler = request.handler
-        handler.connection.settimeout(self.settings_timeout)
+        handler.connection.settimeout(self.write_timeout)
         handler.send_response(status)
         handler.send_header("Content-Type", content_type)
         handler.send_header("Content-Length", str(len(body)))
@@ -213,7 +213,7 @@ class Viewer:
         if request.method != "HEAD":
             handler.wfile.write(body)
 
-    settings_timeout = 10.0
+    write_timeout = 10.0  # seconds a write to the browser may block
 
     @staticmethod
     def _security_headers(handler: BaseHTTPRequestHandler) -> None:
@@ -458,7 +458,7 @@ class Viewer:
         try:
             conn = connect(self.settings.db_path, readonly=True)
             try:
-                handler.connection.settimeout(self.settings_timeout)
+                handler.connection.settimeout(self.write_timeout)
                 handler.send_response(200)
                 handler.send_header("Content-Type", "text/event-stream")
                 self._security_headers(handler)

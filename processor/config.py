@@ -63,17 +63,17 @@ class Settings:
     transcripts_root: Path
     values: Mapping[str, Any] = field(default_factory=dict)
 
-    projects_dir = Option('', "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
+    projects_dir = Option("", "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
     recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
     rescan_seconds = Option(60.0, "safety-net rescan of the transcripts root, in case a watch event was missed")
     max_line_bytes = Option(16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line")
     batch_bytes = Option(4 * 1024 * 1024, "bytes of transcript consumed per store transaction")
     idle_minutes = Option(5.0, "a session quiet this long has its last round turned into an episode")
     configured_models_dir = Option(
-        '',
+        "",
         "folder of converted embedding models; empty = $ENGRAM_HOME/models", key="models_dir")
     embedding_model = Option(
-        'default',
+        "default",
         "GGUF embedding model: 'default' (all-MiniLM-L6-v2, converted from its PyPI package) or a path")
     verbatim_max_chars = Option(500, "verbatim episodes hold at most about this many characters each")
     recall_limit = Option(5, "memories returned by memory_recall / engram recall by default")
@@ -99,12 +99,12 @@ class Settings:
     session_start_token_budget = Option(1500, "SessionStart digest size in estimated tokens (4 characters each)")
     prompt_submit_enabled = Option(False, "the UserPromptSubmit hook (engram install --prompt-submit) injects bites")
     prompt_submit_budget_ms = Option(150, "time limit of the UserPromptSubmit hook's request to the processor")
-    extractor = Option('auto', "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)")
-    openai_base_url = Option('', "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI")
-    openai_model = Option('gpt-4.1-nano', "model for the openai backend")
-    openai_api_key_env = Option('OPENAI_API_KEY', "environment variable holding the openai backend's API key")
-    claude_model = Option('', "model for the claude backend (Claude Agent SDK); empty = the CLI's default")
-    llama_model = Option('', "instruct GGUF for the llama backend (local, no API key)")
+    extractor = Option("auto", "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)")
+    openai_base_url = Option("", "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI")
+    openai_model = Option("gpt-4.1-nano", "model for the openai backend")
+    openai_api_key_env = Option("OPENAI_API_KEY", "environment variable holding the openai backend's API key")
+    claude_model = Option("", "model for the claude backend (Claude Agent SDK); empty = the CLI's default")
+    llama_model = Option("", "instruct GGUF for the llama backend (local, no API key)")
     daily_budget_usd = Option(0.5, "LLM spend per UTC day; when reached, LLM jobs pause until tomorrow")
     model_prices = Option(
         {"gpt-4.1-nano": [0.10, 0.40], "gpt-4.1-mini": [0.40, 1.60], "gpt-4o-mini": [0.15, 0.60],
@@ -120,7 +120,7 @@ class Settings:
     retry_max_seconds = Option(3600.0, "longest retry delay")
     breaker_failures = Option(5, "consecutive backend failures that open the circuit breaker")
     breaker_cooldown_seconds = Option(300.0, "how long an open breaker pauses LLM jobs")
-    log_level = Option('INFO', "logging level for ~/.engram/logs/engram.log")
+    log_level = Option("INFO", "logging level for ~/.engram/logs/engram.log")
     log_max_bytes = Option(5 * 1024 * 1024, "size at which the log file rotates")
     log_backups = Option(3, "rotated log files kept")
 

@@ -238,16 +238,21 @@ def last_injected(state_path: str) -> str | None:
 
 
 def write_state(directory: str, session_id: str, message_uuid: str) -> None:
-    """Record the injected message: a complete temp file in the same directory, renamed into place.
+    """Record the injected message in ``<session>.state`` (called with the lock held, see claim).
 
-    Called with the lock held (see claim). The old state file is unlinked first instead of being
-    replaced: on ext4 (auto_da_alloc) a rename over a file with data forces the new file's blocks
-    to disk, ~1.5 ms on every injection. Readers still never see a partial file; one that finds no
-    state in that instant takes the lock and reads again.
+    The old state file is unlinked first instead of being replaced: on ext4 (auto_da_alloc) a rename
+    over a file with data forces the new file's blocks to disk, ~1.5 ms on every injection. Readers
+    still never see a partial file; one that finds no state in that instant takes the lock and reads
+    again.
     """
-    final = f"{directory}/{session_id}.state"
-    temp = f"{directory}/.{session_id}.state.{_os.getpid()}.tmp"
     data = b'{"lastInjectedMessageUuid":' + quote(message_uuid).encode() + b"}\n"
+    write_private(directory, session_id + ".state", data, unlink_first=True)
+
+
+def write_private(directory: str, name: str, data: bytes, *, unlink_first: bool = False) -> None:
+    """``directory/name`` (0600) replaced whole: a complete temp file in the same folder, renamed into place."""
+    final = f"{directory}/{name}"
+    temp = f"{directory}/.{name}.{_os.getpid()}.tmp"
     fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
     try:
         try:
@@ -256,7 +261,8 @@ def write_state(directory: str, session_id: str, message_uuid: str) -> None:
                 view = view[_os.write(fd, view) :]
         finally:
             _os.close(fd)
-        remove(final)
+        if unlink_first:
+            remove(final)
         _os.replace(temp, final)
     except BaseException:
         remove(temp)

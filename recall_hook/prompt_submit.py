@@ -299,20 +299,7 @@ def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
     """<session>.prompt, atomically: a complete temp file renamed into place."""
     data = ('{"shown":[' + ",".join(_io.quote(i) for i in ids[:MARKER_IDS]) + '],"timestamp":'
             + str(_now_ms()) + "}\n").encode("ascii")
-    final = f"{directory}/{session_id}{MARKER_SUFFIX}"
-    temp = f"{directory}/.{session_id}{MARKER_SUFFIX}.{_os.getpid()}.tmp"
-    fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[_os.write(fd, view):]
-        finally:
-            _os.close(fd)
-        _os.replace(temp, final)
-    except BaseException:
-        _io.remove(temp)
-        raise
+    _io.write_private(directory, f"{session_id}{MARKER_SUFFIX}", data)
 
 
 def _output(lines: list[str]) -> str:

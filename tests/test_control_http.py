@@ -318,22 +318,94 @@ def test_slow_request_is_cut_off_while_others_are_served(server: ControlServer) 
         sock.close()
 
 
-def test_connection_flood_is_bounded(run_dir: Path) -> None:
+def test_idle_connections_are_evicted_for_a_new_request(run_dir: Path) -> None:
     control = ControlServer(run_dir, port=0, max_connections=2, **FAST)
     control.start()
     idle = [socket.create_connection(("127.0.0.1", control.port), timeout=5) for _ in range(2)]
     try:
         time.sleep(0.2)
-        # Both slots are held by idle clients: a third connection is closed at once, not queued.
-        assert raw_exchange(control.port, b"GET /ping HTTP/1.0\r\nHost: localhost\r\n\r\n") == b""
+        # Both waiting places are held by idle clients: a new request evicts the oldest and is served.
+        assert ping(run_dir, timeout=2)["status"] == "ok"
+        idle[0].settimeout(2)
+        assert idle[0].recv(1024) == b""  # the oldest idle connection was closed
+    finally:
         for sock in idle:
             sock.close()
-        deadline = time.monotonic() + 3
-        while ping(run_dir) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert ping(run_dir)["status"] == "ok"
+        control.stop()
+
+
+def test_slow_and_idle_clients_do_not_starve_an_authenticated_request(run_dir: Path) -> None:
+    control = ControlServer(run_dir, port=0, routes={("POST", "/recall"): _recall}, request_timeout=5.0)
+    control.start()
+    stop = threading.Event()
+
+    def hostile(trickle: bool) -> None:
+        # Hold a connection as long as the server allows (idle, or trickling a byte at a time); reconnect.
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", control.port), timeout=6) as sock:
+                    sock.sendall(b"GET /status HTTP/1.1\r\nHost: localhost\r\n")
+                    while not stop.is_set():
+                        if trickle:
+                            sock.sendall(b"X")
+                        elif not sock.recv(1):
+                            break
+                        time.sleep(0.1)
+            except OSError:
+                time.sleep(0.01)
+
+    clients = [threading.Thread(target=hostile, args=(i % 2 == 0,), daemon=True) for i in range(40)]
+    for client in clients:
+        client.start()
+    try:
+        time.sleep(1.0)
+        answered = []
+        for _ in range(20):
+            started = time.monotonic()
+            try:
+                status, _, _ = call(control.port, "POST", "/recall", json.dumps({"query": "q"}).encode(),
+                                    headers={"Authorization": f"Bearer {read_token(run_dir)}",
+                                             "Content-Type": "application/json"})
+            except (OSError, http.client.HTTPException) as exc:
+                status = type(exc).__name__
+            answered.append((status, round(time.monotonic() - started, 3)))
+        assert all(status == 200 for status, _ in answered), answered
+        assert max(seconds for _, seconds in answered) < 1.0, answered
+    finally:
+        stop.set()
+        control.stop()
+        for client in clients:
+            client.join(timeout=10)
+
+
+def test_a_flood_of_bad_connections_is_summarised_not_logged_one_by_one(
+        run_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    control = ControlServer(run_dir, port=0, max_connections=4, **FAST)
+    control.start()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="processor.service.control_server"):
+            for _ in range(300):
+                raw_exchange(control.port, b"\x16\x03\x01 not http\r\n\r\n", timeout=2)
+            control.stop()
+        warnings = [r for r in caplog.records if r.levelno >= logging.INFO]
+        assert 1 <= len(warnings) <= 3, [r.getMessage() for r in warnings]
+        assert control_total(warnings) == 300
     finally:
         control.stop()
+
+
+def control_total(records: list[logging.LogRecord]) -> int:
+    return sum(int(r.getMessage().split("dropped ")[1].split(" ")[0]) for r in records)
+
+
+def test_a_token_in_the_url_is_never_logged(server: ControlServer, caplog: pytest.LogCaptureFixture) -> None:
+    token = read_token(server.run_dir)
+    with caplog.at_level(logging.DEBUG):
+        call(server.port, "GET", f"/status?token={token}", headers=auth(server))
+        call(server.port, "GET", f"/status?token={token}")
+        raw_exchange(server.port, f"GET /status?t={token} HTTP/1.0\r\nBad header\r\n\r\n".encode())
+    assert "/status" in caplog.text
+    assert token not in caplog.text
 
 
 # --- client without a live server ---

@@ -25,7 +25,7 @@ from processor.store import write_transaction
 log = logging.getLogger(__name__)
 
 __all__ = ["BudgetExhausted", "Price", "estimate_tokens", "price_for", "record_call", "today_spend",
-           "ensure_budget", "utc_day_start_ms", "next_utc_day_ms", "call_cost"]
+           "ensure_budget", "utc_day_start_ms", "next_utc_day_ms", "call_cost", "worst_case_input_tokens"]
 
 _warned_unpriced: set[str] = set()
 
@@ -79,6 +79,17 @@ def price_for(model: str, prices: Mapping[str, Any]) -> Price:
     except (TypeError, ValueError):
         raise ValueError(f"model_prices[{model!r}] = {entry!r} must be [usd_per_m_input, usd_per_m_output]") from None
     return Price(pin, pout, True)
+
+
+def worst_case_input_tokens(text: str) -> int:
+    """An upper bound on the tokens of `text` for any byte-level tokenizer: one per UTF-8 byte.
+
+    Four characters a token holds for English, not for CJK (about one a character) or emoji (several
+    each): a budget checked against that guess was overshot by half on a Chinese prompt. No
+    byte-level BPE (OpenAI's, Anthropic's) makes more tokens than bytes, so a call checked against
+    this bound cannot cross the cap on its input; the ledger then records what the server reports.
+    """
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def utc_day_start_ms(now_ms: int) -> int:

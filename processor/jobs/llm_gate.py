@@ -1,11 +1,11 @@
 """The one door to an LLM: one call at a time, the daily budget, the circuit breaker, pauses and the cost ledger.
 
-Every backend call of every job type goes through `LLMGate.call`. It refuses to start a call
-while the breaker is open or when the call's worst case would cross today's budget, holds
-``LLM_CALL_LOCK`` around the call, records it in ``llm_calls`` whatever happens, and counts
-failures: ``breaker_failures`` in a row open the breaker for ``breaker_cooldown_seconds``; the next
-call after it is a trial. The breaker and pauses are kept in ``meta`` so a crash loop cannot hammer
-a failing backend.
+Every backend call of every job type goes through `LLMGate.call`. It holds the user's one call
+slot (``call_lock.py``, shared by every Engram process), refuses to start a call while the breaker
+is open or when the call's worst case would cross today's budget, records the call in ``llm_calls``
+whatever happens, still under the slot, and counts failures: ``breaker_failures`` in a row open
+the breaker for ``breaker_cooldown_seconds``; the next call after it is a trial. The breaker and
+pauses are kept in ``meta`` so a crash loop cannot hammer a failing backend.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import apsw
 from processor.clock import now_ms, utc_clock
 from processor.config import SettingsSource
 from processor.jobs import costs
-from processor.jobs.backends import LLM_CALL_LOCK, Backend, BackendError, LLMRequest, OutputError
+from processor.jobs.backends import Backend, BackendError, LLMRequest, OutputError
+from processor.jobs.call_lock import llm_call_lock
 from processor.store import episodes as meta_sql
 from processor.store import jobs as sql
 from processor.store import retry_when_busy, write_transaction
@@ -106,8 +107,9 @@ class LLMGate:
             raise BreakerOpen(self.breaker.open_until_ms, self.breaker.last_error)
         price = costs.price_for(backend.model, settings.model_prices) if backend.billed \
             else costs.Price(0.0, 0.0, True)
-        estimate = price.cost(costs.estimate_tokens(request.system + request.prompt), request.max_output_tokens)
-        with LLM_CALL_LOCK:
+        # The worst case, not a guess: every input byte a token, plus the whole output allowance.
+        estimate = price.cost(costs.worst_case_input_tokens(request.system + request.prompt), request.max_output_tokens)
+        with llm_call_lock(settings.run_dir):
             costs.ensure_budget(conn, settings, estimate, now)
             started, t0 = now_ms(), time.monotonic()
             try:
@@ -124,16 +126,16 @@ class LLMGate:
                 if error is exc:
                     raise
                 raise error from exc
-        cost = costs.call_cost(price, response.tokens_in, response.tokens_out, response.cost_usd)
-        try:
-            result = parse(response.text)
-        except OutputError as exc:
+            cost = costs.call_cost(price, response.tokens_in, response.tokens_out, response.cost_usd)
+            try:
+                result = parse(response.text)
+            except OutputError as exc:
+                self._ledger(conn, job, backend, response.model, started, t0, response.tokens_in,
+                             response.tokens_out, cost, str(exc))
+                self._failure(conn, str(exc), None)
+                raise
             self._ledger(conn, job, backend, response.model, started, t0, response.tokens_in, response.tokens_out,
-                         cost, str(exc))
-            self._failure(conn, str(exc), None)
-            raise
-        self._ledger(conn, job, backend, response.model, started, t0, response.tokens_in, response.tokens_out, cost,
-                     None)
+                         cost, None)
         self._success(conn)
         return result
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,8 @@ class Embedder:
         self._llama = _load_llama(Llama, self.path, n_ctx, pooling_type, threads)
         self.dim = int(self._llama.n_embd())
         self._lock = threading.Lock()
+        self._urgent = 0  # queries waiting for the model; bulk embedding yields to them
+        self._urgent_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for texts to be stored, shape (len(texts), dim), float32, unit length."""
@@ -109,7 +112,7 @@ class Embedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """Vector for a search query, shape (dim,), float32, unit length."""
-        return self._embed([self.query_prefix + text])[0]
+        return self._embed([self.query_prefix + text], urgent=True)[0]
 
     def close(self) -> None:
         """Free the model; a later load_embedder() for it loads it again."""
@@ -119,31 +122,46 @@ class Embedder:
         with self._lock:
             self._llama.close()
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    def _embed(self, texts: list[str], *, urgent: bool = False) -> np.ndarray:
+        """Vectors for texts, one pack (about _PACK_TOKENS) per model call.
+
+        The model is held one pack at a time, and a bulk caller steps aside while an urgent one (a
+        query) waits: a search never waits behind a whole batch of episodes, only behind one pack.
+        """
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        with self._lock:
-            start = 0
-            for group in self._packs(texts):
-                vectors = self._llama.embed(group, normalize=False, truncate=True)
+        start = 0
+        if urgent:
+            with self._urgent_lock:
+                self._urgent += 1
+        try:
+            while start < len(texts):
+                if not urgent:
+                    while self._urgent:  # a query is waiting for the model: let it go first
+                        time.sleep(0.0005)
+                with self._lock:
+                    group = self._pack(texts, start)
+                    vectors = self._llama.embed(group, normalize=False, truncate=True)
                 out[start : start + len(group)] = np.asarray(vectors, dtype=np.float32)
                 start += len(group)
+        finally:
+            if urgent:
+                with self._urgent_lock:
+                    self._urgent -= 1
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         np.divide(out, norms, out=out, where=norms > 0)
         return out
 
-    def _packs(self, texts: list[str]) -> Iterator[list[str]]:
-        """Consecutive groups of fitted texts, each within _PACK_TOKENS (or one longer text alone)."""
+    def _pack(self, texts: list[str], start: int) -> list[str]:
+        """The fitted texts from `start` on that fit in _PACK_TOKENS together (at least one)."""
         group: list[str] = []
         used = 0
-        for raw in texts:
+        for raw in texts[start:]:
             text, n_tokens = self._fit(self._normalise(raw))
             if group and used + n_tokens > _PACK_TOKENS:
-                yield group
-                group, used = [], 0
+                break
             group.append(text)
             used += n_tokens
-        if group:
-            yield group
+        return group
 
     def _normalise(self, text: str) -> str:
         # The uncased BERT tokenizer strips accents (café -> cafe); llama.cpp's WPM tokenizer does not.

@@ -22,7 +22,7 @@ from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.search import Scored, SearchWeights, VectorIndex, search_episodes
-from processor.memory.verbatim import group_rounds, round_pieces, summarize
+from processor.memory.verbatim import RoundPiece, group_rounds, round_pieces, summarize
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store.episodes import Episode, NewEpisode
@@ -30,6 +30,7 @@ from processor.store.episodes import Episode, NewEpisode
 log = logging.getLogger(__name__)
 
 SAME_SESSION_LIMIT = 50
+EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 
 
 @dataclass(frozen=True)
@@ -151,21 +152,42 @@ class EpisodeStore:
         targets = [session_id] if session_id else [row[0] for row in sql.sessions_with_new_messages(self.conn)]
         added = 0
         for sid in targets:
-            added += self._episodize_session(sid, final)
+            more = True
+            while more:
+                count, more = self.episodize_slice(sid, final)
+                added += count
         return added
 
-    def _episodize_session(self, session_id: str, final: bool) -> int:
+    def episodize_slice(self, session_id: str, final: bool, max_pieces: int = EPISODE_SLICE_PIECES,
+                        between: Callable[[], object] | None = None) -> tuple[int, bool]:
+        """Episodes for the session's next complete rounds, about max_pieces of them (at least one round),
+        committed with the progress marker; returns (episodes added, whether complete rounds remain).
+
+        Slices keep each embedding call short: the memory thread serves recollections between them
+        (and, inside one huge round, between its chunks, through `between`).
+        """
         progress = sql.session_progress(self.conn, session_id)
         if progress is None:
-            return 0
+            return 0, False
         project, through = progress
         rounds = group_rounds(sql.messages_after(self.conn, session_id, through), final)
         if not rounds:
-            return 0
+            return 0, False
         self.check_model()
         max_chars = self.settings.verbatim_max_chars
-        pieces = [p for r in rounds for p in round_pieces(r, max_chars)]
-        blobs = self._embed([p.full_content for p in pieces])
+        pieces: list[RoundPiece] = []
+        taken = 0
+        for round_messages in rounds:
+            round_pieces_ = round_pieces(round_messages, max_chars)
+            if pieces and len(pieces) + len(round_pieces_) > max_pieces:
+                break
+            pieces += round_pieces_
+            taken += 1
+        blobs: list[bytes] = []
+        for start in range(0, len(pieces), max_pieces):
+            if start and between is not None:
+                between()
+            blobs += self._embed([p.full_content for p in pieces[start:start + max_pieces]])
         stamp = now_ms()
         added = 0
         with write_transaction(self.conn):
@@ -180,8 +202,8 @@ class EpisodeStore:
                     content_hash=content_hash(piece.full_content), created_at=piece.created_at or stamp,
                 ), blob)
                 added += 1
-            sql.set_episodized_through(self.conn, session_id, rounds[-1][-1].id)
-        return added
+            sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
+        return added, taken < len(rounds)
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,

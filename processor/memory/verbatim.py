@@ -88,8 +88,19 @@ def entities_of(text: str, limit: int = 10) -> list[str]:
     return found
 
 
-def _speaker_block(message: StoredMessage) -> str:
-    return f"{message.role}: {message.text}"
+# A message longer than this many pieces (a pasted log, a 1 MB paste) contributes only its head to
+# episodes: the whole text stays in the captured message, and one message never becomes thousands of
+# episodes embedded in one go.
+MESSAGE_HEAD_PIECES = 8
+_OMITTED = "\n[… {n} more characters: the whole message is kept with the captured transcript …]"
+
+
+def _speaker_block(message: StoredMessage, max_chars: int) -> str:
+    text = message.text
+    limit = max_chars * MESSAGE_HEAD_PIECES
+    if len(text) > limit:
+        text = text[:limit] + _OMITTED.format(n=len(text) - limit)
+    return f"{message.role}: {text}"
 
 
 def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[RoundPiece]:
@@ -103,7 +114,7 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
     pieces_text: list[tuple[str, list[str]]] = []
     current, current_uuids = "", []
     for message in round_messages:
-        block = _speaker_block(message)
+        block = _speaker_block(message, max_chars)
         while block:
             room = max_chars - len(current) - (2 if current else 0)
             if len(block) > room and room < min(200, max_chars // 4):

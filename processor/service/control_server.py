@@ -23,8 +23,14 @@ Security model, in the order a request meets it:
   contents of ``run/token`` (0600, in the 0700 run directory, so only the owner can read it);
 - bodies over ``max_body_bytes`` are refused with 413 before being read, and a request that is not
   fully received within ``request_timeout`` seconds is cut off, so a slow client holds one thread for
-  at most that long; at most ``max_connections`` are served at once.
-The token is never logged.
+  at most that long;
+- a flood of slow or idle connections cannot starve the hooks and the MCP server: at most
+  ``max_connections`` connections may wait for their request at once, and a new one evicts the
+  oldest waiting one (a real client sends its request at once, so it is never the oldest); requests
+  that carry the token then get slots of their own (``max_connections`` more), which unauthenticated
+  connections can never take.
+Drops and malformed requests are counted and summarised in the log at most once a minute, and the
+token is never logged, at any level (request lines are logged without their query string).
 """
 
 from __future__ import annotations
@@ -82,6 +88,40 @@ class RequestRejected(Exception):
 # --- server ------------------------------------------------------------------------------------
 
 
+class DropSummary:
+    """Counts refused and dropped connections by reason; logs one summary line a minute at most.
+
+    A flood of bad connections must not flood the log (59,725 lines in 12 s rotated every earlier log
+    away): the first drop after a quiet minute is logged at once, the rest are summed up.
+    """
+
+    def __init__(self, interval: float = 60.0) -> None:
+        self.interval = interval
+        self.total = 0
+        self._counts: dict[str, int] = {}
+        self._last_log = -interval
+        self._lock = threading.Lock()
+
+    def note(self, reason: str) -> None:
+        with self._lock:
+            self.total += 1
+            self._counts[reason] = self._counts.get(reason, 0) + 1
+            if time.monotonic() - self._last_log >= self.interval:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._counts:
+            summary = "; ".join(f"{n} {reason}" for reason, n in sorted(self._counts.items()))
+            log.warning("control plane: dropped %d connection(s) since the last report (%s)",
+                        sum(self._counts.values()), summary)
+            self._counts.clear()
+        self._last_log = time.monotonic()
+
+
 class _DeadlineReader(io.RawIOBase):
     """Socket reads that share one deadline for the whole request.
 
@@ -134,6 +174,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(HTTPStatus.FORBIDDEN, "the Host header must be localhost or 127.0.0.1")
         if control.ui is not None and (path == UI_PREFIX.rstrip("/") or path.startswith(UI_PREFIX)):
             # The browser viewer owns its paths: it checks its own cookie and Origin and answers in HTML.
+            # Its request has arrived, so like /ping it leaves the waiting room for a slot.
+            if not self.server.admit(self.connection):
+                return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
             self.close_connection = True
             return control.ui(self)
         if self.headers.get("Origin") is not None or any(
@@ -143,10 +186,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/ping":
             if self.command != "GET":
                 return self._error(HTTPStatus.METHOD_NOT_ALLOWED, "use GET", allow="GET")
+            if not self.server.admit(self.connection):
+                return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
             return self._answer(lambda _body: {"status": "ok", **control.ping()}, {})
         if not self._authorized(control.token):
             return self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token",
                                extra={"WWW-Authenticate": "Bearer"})
+        # Authenticated: from here on the request has a slot no unauthenticated connection can take.
+        if not self.server.admit(self.connection):
+            return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
         allowed = control.methods_for(path)
         if not allowed:
             return self._error(HTTPStatus.NOT_FOUND, f"no endpoint {path}")
@@ -238,12 +286,17 @@ class _Handler(BaseHTTPRequestHandler):
         reason = message or self.responses.get(code, ("error",))[0]
         self._send(code, json.dumps({"error": reason}).encode())
 
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        # The method, the path without its query string, and the status: never headers (the token), never
+        # a query string (a client that put the token in the URL must not get it logged either).
+        path = urlsplit(getattr(self, "path", "") or "").path
+        log.debug("control %s %s -> %s", getattr(self, "command", None) or "-", path or "-", code)
+
     def log_message(self, format: str, *args: Any) -> None:
-        # Only the request line and status are logged; headers (and so the token) never are.
-        log.debug("control %s: %s", self.address_string(), format % args)
+        log.debug("control: %s", format.split("%", 1)[0].strip() or "request")
 
     def log_error(self, format: str, *args: Any) -> None:
-        log.info("control %s: %s", self.address_string(), format % args)
+        self.server.drops.note("malformed or timed-out request")
 
 
 class _Server(ThreadingHTTPServer):
@@ -255,7 +308,11 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], control: ControlServer) -> None:
         self.control = control
-        self._slots = threading.BoundedSemaphore(control.max_connections)
+        self.drops = DropSummary()
+        self._lock = threading.Lock()
+        self._waiting: dict[int, Any] = {}   # connections that have not been admitted yet, oldest first
+        self._admitted: set[int] = set()
+        self._busy = threading.BoundedSemaphore(control.max_connections)
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -265,22 +322,45 @@ class _Server(ThreadingHTTPServer):
         self.server_port = self.server_address[1]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.warning("control plane: over %d concurrent connections; dropping one",
-                        self.control.max_connections)
-            self.shutdown_request(request)
-            return
+        with self._lock:
+            if len(self._waiting) >= self.control.max_connections:
+                # Evict the connection that has waited longest without a request: under a flood of idle
+                # or trickling clients that is one of them, never the client that just connected.
+                oldest = self._waiting.pop(next(iter(self._waiting)))
+                with contextlib.suppress(OSError):
+                    oldest.shutdown(socket.SHUT_RDWR)
+                self.drops.note("idle or slow connection evicted for a new one")
+            self._waiting[id(request)] = request
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._done(request)
             raise
+
+    def admit(self, request: Any) -> bool:
+        """A request arrived (and, but for /ping, proved the token): it leaves the waiting room for a slot."""
+        with self._lock:
+            self._waiting.pop(id(request), None)
+        if not self._busy.acquire(blocking=False):
+            self.drops.note("every slot busy with authenticated requests")
+            return False
+        with self._lock:
+            self._admitted.add(id(request))
+        return True
+
+    def _done(self, request: Any) -> None:
+        with self._lock:
+            self._waiting.pop(id(request), None)
+            admitted = id(request) in self._admitted
+            self._admitted.discard(id(request))
+        if admitted:
+            self._busy.release()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._done(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("control plane: connection from %s failed", client_address, exc_info=True)
@@ -378,6 +458,7 @@ class ControlServer:
         port = httpd.server_address[1]
         httpd.shutdown()
         httpd.server_close()
+        httpd.drops.flush()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

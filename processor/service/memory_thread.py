@@ -1,20 +1,21 @@
 """The processor's memory thread: verbatim episodes and recollections, off the capture path.
 
 Capture must never wait for the embedding model, so captured sessions are handed to this thread,
-which owns its own connection and the loaded model. Requests are small typed objects; each kind has
-a priority: a recollection for a new user message goes before episode building.
+which owns its own connection and the loaded model. Requests are small typed objects, coalesced as
+they arrive so the backlog stays bounded under any load: per session at most one recollection (the
+newest user message wins; an older one is dropped, never computed) and one episode build, and one
+idle sweep. Recollections go first, and episodes are built in slices with recollections served
+between them, so a long backlog never holds a new user message's bites back for long.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import apsw
 
@@ -27,6 +28,11 @@ from processor.store import episodes as episodes_sql
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Sessions that may wait for a recollection (and, separately, for episodes) at once; past this, requests
+# are dropped with a counted warning (see PendingWork._drop).
+MAX_WAITING_SESSIONS = 1000
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,90 @@ MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | IngestInjections | _S
 RecollectHandler = Callable[[EpisodeStore, str, CapturedLine], object]
 
 
+class PendingWork:
+    """What the memory thread has still to do, coalesced by session; `take()` blocks until there is some."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self._ready = threading.Condition()
+        self._recollect: dict[str, Recollect] = {}   # session → its newest user message
+        self._build: dict[str, BuildEpisodes] = {}   # sessions with captured messages to turn into episodes
+        self._finalize = False
+        self._ingest = False  # the recollections folder changed: one scan serves every change since
+        self._stop = False
+        self.coalesced = 0  # requests absorbed by a newer one of the same session
+        self.dropped = 0    # requests refused because max_sessions sessions were already waiting
+        self.peak = 0       # the largest backlog seen
+        self._last_drop_log = 0.0
+
+    def put(self, request: MemoryRequest) -> None:
+        with self._ready:
+            if isinstance(request, _Stop):
+                self._stop = True
+            elif isinstance(request, FinalizeIdle):
+                self._finalize = True
+            elif isinstance(request, IngestInjections):
+                self._ingest = True
+            else:
+                pending: dict = self._recollect if isinstance(request, Recollect) else self._build
+                if request.session_id in pending:
+                    self.coalesced += 1
+                    del pending[request.session_id]  # re-inserted below: the newest request wins
+                elif len(pending) >= self.max_sessions:
+                    self._drop(request)
+                    return
+                pending[request.session_id] = request
+            self.peak = max(self.peak, self._size())
+            self._ready.notify()
+
+    def _drop(self, request: MemoryRequest) -> None:
+        # Nothing is lost for good: a dropped build is redone by the idle sweep (progress lives in the
+        # database), and a dropped recollection only means that message gets no fresh bites.
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._last_drop_log >= 60:
+            self._last_drop_log = now
+            log.warning("memory thread: %d sessions already wait; dropped %d request(s) so far (latest: %s)",
+                        self.max_sessions, self.dropped, type(request).__name__)
+
+    def take(self, timeout: float | None = None) -> list[MemoryRequest]:
+        """Everything pending, most urgent first (empty after a timeout)."""
+        with self._ready:
+            if not self._has_work():
+                self._ready.wait(timeout)
+            work: list[MemoryRequest] = [*self._recollect.values()]
+            if self._ingest:
+                work.append(IngestInjections())
+            work.extend(self._build.values())
+            if self._finalize:
+                work.append(FinalizeIdle())
+            if self._stop:
+                work.insert(0, _Stop())
+            self._recollect, self._build, self._finalize, self._ingest = {}, {}, False, False
+            return work
+
+    def take_recollections(self) -> list[Recollect]:
+        """Only the waiting recollections: served between slices of episode building."""
+        with self._ready:
+            work, self._recollect = list(self._recollect.values()), {}
+            return work
+
+    def _has_work(self) -> bool:
+        return bool(self._recollect or self._build or self._finalize or self._ingest or self._stop)
+
+    def _size(self) -> int:
+        return len(self._recollect) + len(self._build) + int(self._finalize) + int(self._ingest)
+
+    def size_besides(self, building: list[str]) -> int:
+        with self._ready:
+            return (len(self._recollect) + len(self._build.keys() | set(building)) + int(self._finalize)
+                    + int(self._ingest))
+
+    def __len__(self) -> int:
+        with self._ready:
+            return self._size()
+
+
 class MemoryThread:
     def __init__(self, settings: SettingsSource, recollect: RecollectHandler | None = None) -> None:
         self._settings = settings
@@ -77,8 +167,8 @@ class MemoryThread:
         self.busy_with: str | None = None
         self.recollect = recollect  # the recollection writer's handler, if the processor writes them
         self.periodic: list[Callable[[], object]] = []  # run with each idle-session sweep
-        self._requests: queue.PriorityQueue[tuple[int, int, MemoryRequest]] = queue.PriorityQueue()
-        self._order = itertools.count()
+        self.pending = PendingWork(MAX_WAITING_SESSIONS)
+        self._building: list[str] = []  # sessions whose episodes are being built, a slice at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._readers = threading.local()
@@ -102,23 +192,32 @@ class MemoryThread:
         """Episodes for complete rounds; failures pause episodes (capture goes on) and are retried later."""
         store = self.store
         assert store is not None
+        return self._episode_errors(lambda: store.episodize(final=final) if sessions is None
+                                    else sum(store.episodize(sid, final=final) for sid in sorted(sessions))) or 0
+
+    def build_slice(self, session_id: str, final: bool = False) -> bool:
+        """One slice of a session's episodes; True when more complete rounds wait (and nothing failed)."""
+        store = self.store
+        assert store is not None
+        outcome = self._episode_errors(lambda: store.episodize_slice(session_id, final,
+                                                                     between=self._serve_recollections))
+        return bool(outcome and outcome[1])
+
+    def _episode_errors(self, build: Callable[[], T]) -> T | None:
         try:
-            if sessions is None:
-                added = store.episodize(final=final)
-            else:
-                added = sum(store.episodize(sid, final=final) for sid in sorted(sessions))
+            result = build()
         except EmbedderError as exc:
             if self.problem != str(exc):
                 log.error("episodes are paused (capture continues): %s", exc)
             self.problem = str(exc)
-            return 0
+            return None
         except apsw.BusyError:
             log.warning("database locked while building episodes; will retry")
-            return 0
+            return None
         if self.problem:
             log.info("episodes resumed")
             self.problem = None
-        return added
+        return result
 
     def idle_sessions(self) -> set[str]:
         """Sessions quiet for idle_minutes: their last round is complete enough to become an episode."""
@@ -129,11 +228,12 @@ class MemoryThread:
     # --- the thread --------------------------------------------------------------------------
 
     def submit(self, request: MemoryRequest) -> None:
-        self._requests.put((request.priority, next(self._order), request))
+        self.pending.put(request)
 
     @property
     def backlog(self) -> int:
-        return self._requests.qsize()
+        """Requests waiting, counting a session once per kind: a build in progress and a new one are one."""
+        return self.pending.size_besides(self._building)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="engram-memory", daemon=True)
@@ -156,28 +256,33 @@ class MemoryThread:
             except EmbedderError as exc:
                 self.problem = str(exc)
                 log.error("episodes are paused (capture continues): %s", exc)
+            builds = self._building
             while not self._stop.is_set():
-                batch = [self._requests.get()[2]]
-                while True:  # take everything queued now, so one pass serves many events
-                    try:
-                        batch.append(self._requests.get_nowait()[2])
-                    except queue.Empty:
-                        break
-                batch.sort(key=lambda request: request.priority)
-                episodize: set[str] = set()
-                if IngestInjections() in batch:  # one folder scan serves every event of the batch
-                    batch = [r for r in batch if not isinstance(r, IngestInjections)] + [IngestInjections()]
-                for request in batch:
-                    if self._stop.is_set():
-                        break
+                work = self.pending.take(timeout=None if not builds else 0)
+                for request in work:
                     if isinstance(request, BuildEpisodes):
-                        episodize.add(request.session_id)
-                    else:
+                        if request.session_id not in builds:
+                            builds.append(request.session_id)
+                    elif not isinstance(request, _Stop):
                         self._handle(request)
-                if episodize and not self._stop.is_set():
-                    self._busy("episodes", lambda sessions=episodize: self.build_episodes(sessions=sessions))
+                if builds and not self._stop.is_set():
+                    # One slice of one session, then back to the top: new user messages come first.
+                    session_id = builds[0]
+                    self.busy_with = "episodes"
+                    try:
+                        more = self.build_slice(session_id)
+                    finally:
+                        self.busy_with = None
+                        builds.pop(0)
+                    if more:
+                        builds.append(session_id)
         finally:
             self.close()
+
+    def _serve_recollections(self) -> None:
+        """Between two embedding calls of a long episode build: the user messages that arrived meanwhile."""
+        for request in self.pending.take_recollections():
+            self._handle(request)
 
     def _handle(self, request: MemoryRequest) -> None:
         store = self.store

@@ -97,6 +97,7 @@ class Processor:
         return {
             "processing": self.jobs.ping_info()["job"] or self.memory.busy_with,
             "queue_depth": self.paths.qsize() + self.memory.backlog,
+            "memory_backlog": self.memory.backlog,
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "episodes_paused": self.memory.problem,
         }

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from processor.config import Settings
 from processor.jobs.backends.base import (
-    LLM_CALL_LOCK,
     Backend,
     BackendError,
     BackendUnavailable,
@@ -114,5 +113,5 @@ def create_backend(settings: Settings, name: str) -> Backend | None:
     return _REGISTRY[name].factory(settings)
 
 
-__all__ = ["LLM_CALL_LOCK", "Backend", "BackendError", "BackendSpec", "BackendUnavailable", "LLMRequest",
+__all__ = ["Backend", "BackendError", "BackendSpec", "BackendUnavailable", "LLMRequest",
            "LLMResponse", "OutputError", "choose_backend", "create_backend", "names", "register"]

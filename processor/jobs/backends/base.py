@@ -6,18 +6,14 @@ content: the caller records the cost first, then parses, so garbage still counts
 budget. Transport and server problems are raised as ``BackendError`` with a message that names
 the thing and the fix.
 
-Seed 000 learned that agent calls must run one at a time: ``LLM_CALL_LOCK`` is held around every
-backend call in the process (see ``processor.jobs.queue.JobContext.call_llm``).
+Backends are called only through the LLM gate (``processor/jobs/llm_gate.py``), which holds the
+user's one call slot (``processor/jobs/call_lock.py``) around every call.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-
-# Held around every backend call in this process: never two LLM calls at once.
-LLM_CALL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,248 @@
+"""Load: N live sessions writing lines at a fixed rate while readers call /recall, against the real processor.
+
+    python bench/load.py [--sessions 8] [--rate 50] [--seconds 120] [--readers 2] [--models-dir DIR] [--json]
+
+A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
+- N writer threads, each appending alternating user and assistant lines (unique uuids, realistic
+  lengths) to its own transcript at `rate` lines per second for `seconds`;
+- a watcher that reads new message rows every 20 ms and notes when each line's uuid arrived: capture
+  lag (append → row committed) p50/p95/max, and whether every line was stored once;
+- R reader threads calling `POST /recall` over the authenticated control plane back to back:
+  latency p50/p95/max;
+- a sampler (every 100 ms) of `GET /ping`'s memory_backlog (the memory thread's pending work) and
+  the processor's RSS.
+A warm-up /recall runs first, so the model and the vectors are loaded before anything is timed.
+Baseline, same run: the same /recall on the same processor once the writers have stopped and the
+backlog drained (an idle processor), so the ratio shows what load costs a query.
+Goals (issue 13) at 8 x 50 lines/s: backlog max <= 2 per session, recall p95 <= 250 ms, RSS max <= 250 MB,
+nothing lost or doubled. `--json` prints one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid as uuidlib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
+
+from processor.service.control_client import ControlError, ping, request  # noqa: E402
+from processor.service.resources import rss_bytes  # noqa: E402
+from tests.transcripts import assistant_line, user_line  # noqa: E402
+
+DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
+WORDS = ("cache deploy migration index schema websocket retry budget token parser fixture release branch "
+         "queue worker timeout lock vector embedding recall session transcript hook config test build").split()
+
+
+def stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    ordered = sorted(values)
+    return {"n": len(values), "p50": round(statistics.median(ordered), 1),
+            "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1), "max": round(ordered[-1], 1)}
+
+
+def sentence(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
+
+
+class Run:
+    def __init__(self, home: Path, projects: Path, models: Path) -> None:
+        env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects),
+               "ENGRAM_MODELS_DIR": str(models), "ENGRAM_HTTP_PORT": "0", "ENGRAM_RECENT_DAYS": "1"}
+        self.home = home
+        self.log = open(home.parent / "processor.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 180
+        while ping(home / "run", timeout=0.5) is None:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise SystemExit(f"the processor did not start; see {home.parent / 'processor.log'}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def measure(sessions: int, rate: float, seconds: float, readers: int, models: Path, workdir: Path,
+            seed: int) -> dict:
+    home, projects = workdir / "home", workdir / "projects"
+    projects.mkdir(parents=True)
+    run = Run(home, projects, models)
+    written: dict[str, float] = {}
+    arrived: dict[str, float] = {}
+    recall_ms: list[float] = []
+    recall_errors: list[str] = []
+    depth: list[int] = []
+    rss: list[int] = []
+    writing = threading.Event()
+    writing.set()
+    stop_all = threading.Event()
+
+    def writer(n: int) -> None:
+        rng = random.Random(seed * 100 + n)
+        sid = str(uuidlib.UUID(int=rng.getrandbits(128)))
+        path = projects / f"-bench-p{n % 3}" / f"{sid}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        interval = 1.0 / rate
+        next_at = time.monotonic()
+        i = 0
+        with open(path, "a", encoding="utf-8") as f:
+            while writing.is_set():
+                uid = str(uuidlib.uuid4())
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+                if i % 2 == 0:
+                    line = user_line(sentence(rng, rng.randint(6, 30)), session_id=sid, uid=uid,
+                                     cwd=f"/bench/p{n % 3}", timestamp=stamp)
+                else:
+                    line = assistant_line(" ".join(sentence(rng, 12) for _ in range(rng.randint(1, 8))),
+                                          session_id=sid, uid=uid, message_id=f"msg_{uid}", cwd=f"/bench/p{n % 3}",
+                                          timestamp=stamp)
+                written[uid] = time.monotonic()
+                f.write(line)
+                f.flush()
+                i += 1
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def watcher() -> None:
+        db = home / "engram.db"
+        while not db.exists() and not stop_all.is_set():
+            time.sleep(0.05)
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        last = 0
+        while not stop_all.is_set():
+            try:
+                rows = conn.execute("SELECT id, uuid FROM messages WHERE id > ? ORDER BY id", (last,)).fetchall()
+            except sqlite3.OperationalError:
+                rows = []
+            now = time.monotonic()
+            for row_id, uid in rows:
+                arrived.setdefault(uid, now)
+                last = row_id
+            time.sleep(0.02)
+        conn.close()
+
+    def reader(n: int) -> None:
+        rng = random.Random(seed + 1000 + n)
+        while not stop_all.is_set():
+            t0 = time.perf_counter()
+            try:
+                request(home / "run", "POST", "/recall", {"query": sentence(rng, 6), "limit": 3}, timeout=30)
+                if writing.is_set():
+                    recall_ms.append((time.perf_counter() - t0) * 1000)
+            except ControlError as exc:
+                recall_errors.append(str(exc))
+            time.sleep(0.05)
+
+    def sampler() -> None:
+        while not stop_all.is_set():
+            answer = ping(home / "run", timeout=2)
+            if answer is not None and writing.is_set():
+                depth.append(int(answer.get("memory_backlog") or 0))
+            value = rss_bytes(run.proc.pid)
+            if value:
+                rss.append(value)
+            time.sleep(0.1)
+
+    warm_until = time.monotonic() + 120
+    while True:
+        try:
+            request(home / "run", "POST", "/recall", {"query": "warm up", "limit": 3}, timeout=60)
+            break
+        except ControlError:
+            if time.monotonic() > warm_until:
+                raise
+            time.sleep(0.5)
+    threads = ([threading.Thread(target=writer, args=(n,), daemon=True) for n in range(sessions)]
+               + [threading.Thread(target=watcher, daemon=True), threading.Thread(target=sampler, daemon=True)]
+               + [threading.Thread(target=reader, args=(n,), daemon=True) for n in range(readers)])
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(seconds)
+        writing.clear()
+        # Let capture and the memory thread catch up before the baseline.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (len(arrived) < len(written)
+                                               or (ping(home / "run", timeout=2) or {}).get("queue_depth")):
+            time.sleep(0.2)
+        stop_all.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        baseline: list[float] = []
+        rng = random.Random(seed + 5)
+        for _ in range(60):
+            t0 = time.perf_counter()
+            request(home / "run", "POST", "/recall", {"query": sentence(rng, 6), "limit": 3}, timeout=30)
+            baseline.append((time.perf_counter() - t0) * 1000)
+        conn = sqlite3.connect(f"file:{home / 'engram.db'}?mode=ro", uri=True)
+        stored, distinct = conn.execute("SELECT count(*), count(DISTINCT uuid) FROM messages").fetchone()
+        conn.close()
+    finally:
+        stop_all.set()
+        run.stop()
+    lags = [(arrived[u] - t) * 1000 for u, t in written.items() if u in arrived]
+    recall, base = stats(recall_ms), stats(baseline)
+    return {
+        "sessions": sessions, "rate_per_session": rate, "seconds": seconds, "readers": readers,
+        "lines_written": len(written), "rows_stored": stored, "distinct_rows": distinct,
+        "lost": len(written) - len(set(written) & set(arrived)),
+        "capture_lag_ms": stats(lags),
+        "recall_ms": recall, "recall_errors": len(recall_errors), "recall_idle_baseline_ms": base,
+        "recall_p95_vs_idle": round(recall["p95"] / base["p95"], 2) if recall["p95"] and base["p95"] else None,
+        "backlog_max": max(depth, default=0), "backlog_max_per_session": round(max(depth, default=0) / sessions, 2),
+        "rss_max_mb": round(max(rss, default=0) / 2**20, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=50.0, help="lines per second per session")
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--readers", type=int, default=2, help="threads calling /recall back to back")
+    parser.add_argument("--models-dir", type=Path,
+                        default=Path(os.environ["ENGRAM_MODELS_DIR"]) if os.environ.get("ENGRAM_MODELS_DIR")
+                        else DEFAULT_MODELS, help=f"converted models (default $ENGRAM_MODELS_DIR or {DEFAULT_MODELS})")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="engram-load-") as tmp:
+        result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, Path(tmp), args.seed)
+    goals = {"backlog_per_session_le_2": result["backlog_max_per_session"] <= 2,
+             "recall_p95_le_250ms": (result["recall_ms"]["p95"] or 0) <= 250,
+             "rss_le_250mb": result["rss_max_mb"] <= 250,
+             "nothing_lost_or_doubled": result["lost"] == 0 and result["rows_stored"] == result["distinct_rows"]}
+    report = {"benchmark": "load", **result, "goals": goals, "goal_met": all(goals.values()),
+              "python": sys.version.split()[0], "cpus": os.cpu_count()}
+    lag, recall = result["capture_lag_ms"], result["recall_ms"]
+    print(f"{result['sessions']} sessions x {result['rate_per_session']:g} lines/s for {result['seconds']:g} s: "
+          f"{result['lines_written']} lines, {result['lost']} lost; capture lag p50 {lag['p50']} ms, "
+          f"p95 {lag['p95']} ms; "
+          f"/recall p95 {recall['p95']} ms ({result['recall_p95_vs_idle']}x idle); memory backlog max "
+          f"{result['backlog_max']}; RSS max {result['rss_max_mb']} MB", file=sys.stderr)
+    print(json.dumps(report) if args.json else json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The memory thread's backlog stays bounded: newest recollection per session wins, one build per session,
+huge pastes are embedded by their head, and a long episode build serves new user messages between slices."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from processor.capture.parse import CapturedLine
+from processor.memory.verbatim import MESSAGE_HEAD_PIECES, round_pieces
+from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, PendingWork, Recollect
+from processor.store.episodes import StoredMessage
+from tests.jobs_fixtures import add_messages, conversation, make_settings, query
+
+
+def line(uuid: str, text: str = "what did we decide about the cache") -> CapturedLine:
+    return CapturedLine(uuid=uuid, session_id="s", parent_uuid=None, role="user", timestamp=None,
+                        ts_ms=int(time.time() * 1000), cwd=None, git_branch=None, text=text, api_message_id=None)
+
+
+def test_the_newest_user_message_of_a_session_wins_and_builds_coalesce() -> None:
+    pending = PendingWork(max_sessions=100)
+    for i in range(1000):
+        pending.put(Recollect("s1", line(f"u{i}")))
+        pending.put(BuildEpisodes("s1"))
+    pending.put(Recollect("s2", line("v1")))
+    pending.put(FinalizeIdle())
+    assert len(pending) == 4
+    work = pending.take()
+    assert [type(w).__name__ for w in work] == ["Recollect", "Recollect", "BuildEpisodes", "FinalizeIdle"]
+    assert {w.line.uuid for w in work if isinstance(w, Recollect)} == {"u999", "v1"}
+    assert pending.coalesced == 999 * 2 and len(pending) == 0
+
+
+def test_past_the_bound_requests_are_dropped_counted_and_logged_once(caplog) -> None:
+    pending = PendingWork(max_sessions=3)
+    for i in range(10):
+        pending.put(Recollect(f"s{i}", line(f"u{i}")))
+    assert len(pending) == 3 and pending.dropped == 7
+    assert sum("dropped" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_megabyte_paste_becomes_a_few_episodes_not_thousands() -> None:
+    paste = "2026-11-23 08:00:00 INFO request served in 12 ms\n" * 21_000  # about 1 MB
+    messages = [StoredMessage(1, "u1", "user", "Why is this slow?\n" + paste, 1),
+                StoredMessage(2, "a1", "assistant", "The cache is cold after each deploy.", 2)]
+    pieces = round_pieces(messages, 500)
+    assert len(pieces) <= MESSAGE_HEAD_PIECES + 2
+    assert any("whole message is kept" in p.full_content for p in pieces)
+    assert "The cache is cold" in pieces[-1].full_content
+
+
+def test_a_long_episode_build_serves_new_user_messages_between_slices(engram_home: Path) -> None:
+    settings = make_settings()
+    add_messages(settings, "big", conversation(120), activity_ms=int(time.time() * 1000))
+    built_when_served: list[int] = []
+    memory = MemoryThread(settings, recollect=lambda store, sid, ln: built_when_served.append(
+        store.status()["episodes"]))
+    memory.start()
+    try:
+        memory.submit(BuildEpisodes("big"))
+        deadline = time.monotonic() + 60
+        while memory.busy_with != "episodes" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        memory.submit(Recollect("other", line("now")))
+        while not built_when_served and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Served while the session's 119 complete rounds were still being turned into episodes.
+        assert built_when_served and built_when_served[0] < 119
+        while memory.backlog and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        memory.stop()
+    assert query(settings, "SELECT count(*) FROM episodes")[0][0] == 119
+    assert memory.pending.peak <= 2

@@ -87,6 +87,30 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_open(args: argparse.Namespace) -> int:
+    import webbrowser
+
+    from processor.service import control_client
+    from processor.viewer.serve import LOGIN_PATH, serve_read_only
+
+    settings = _settings(args)
+    try:
+        url = control_client.request(settings.run_dir, "POST", LOGIN_PATH)["url"]
+    except control_client.NotRunning:
+        # No processor: serve the viewer ourselves, read-only, until Ctrl-C. The database is migrated first
+        # so that a read-only connection finds every table.
+        from processor.store import open_store
+
+        open_store(settings.db_path).close()
+        print("engram: the processor is not running; serving the viewer read-only until Ctrl-C", file=sys.stderr)
+        return serve_read_only(settings, open_browser=not args.no_browser,
+                               ready=lambda link: print(f"Viewer (one-time login link): {link}", flush=True))
+    print(f"Viewer (one-time login link): {url}")
+    if not args.no_browser and not webbrowser.open(url):
+        print("engram: no browser found; open the link above yourself", file=sys.stderr)
+    return 0
+
+
 def _episode_store(settings: Settings):
     from processor.memory.episodes import EpisodeStore
     from processor.store import open_store
@@ -378,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats = add("stats", cmd_stats, "memories by project, kind and status; sweeps, verdicts, reviews, spend")
     stats.add_argument("--json", action="store_true", help="machine-readable output")
     add("doctor", cmd_doctor, "check the installation; prints the fix for every problem")
+    view = add("open", cmd_open,
+               "open the web viewer in the browser (read-only, in the foreground, if no processor runs)")
+    view.add_argument("--no-browser", action="store_true", help="only print the one-time login link")
     return parser
 
 

@@ -442,31 +442,22 @@ def format_context(lines: list[str]) -> str:
 # --- what the session's digest showed: the bites leave those memories out ------------------------
 
 SESSION_START_BUDGET_DEFAULT = 1500  # processor.config Settings.session_start_token_budget (pinned by tests)
-DIGEST_SUFFIX = ".digest"  # <session>.digest: {"shown": [ids]}, written by the SessionStart hook
+DIGEST_SUFFIX = ".digest"  # <session>.digest: {"shown": [ids], "text", "at"}, by the SessionStart hook
 DIGEST_IDS = 200
 
 
-def write_digest_ids(directory: str, session_id: str, ids: list[str]) -> None:
-    """Record the ids the session's digest showed; the recollection writer leaves them out of bites.
+def write_digest_ids(directory: str, session_id: str, ids: list[str], text: str = "") -> None:
+    """Record what the session's digest showed: its ids (the recollection writer leaves them out of
+    bites) and its text and time (the processor records the injection for the viewer).
 
     A complete temp file renamed into place (readers never see half of it). A resume, clear or
     compact writes the file again with what that digest showed.
     """
-    final = f"{directory}/{session_id}{DIGEST_SUFFIX}"
-    temp = f"{directory}/.{session_id}{DIGEST_SUFFIX}.{_os.getpid()}.tmp"
-    data = ('{"shown":[' + ",".join(quote(i) for i in ids[:DIGEST_IDS]) + "]}\n").encode()
-    fd = _os.open(temp, _os.O_WRONLY | _os.O_CREAT | _os.O_TRUNC | getattr(_os, "O_CLOEXEC", 0), 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[_os.write(fd, view) :]
-        finally:
-            _os.close(fd)
-        _os.replace(temp, final)
-    except BaseException:
-        remove(temp)
-        raise
+    import time  # built in: no file to load
+
+    data = ('{"shown":[' + ",".join(quote(i) for i in ids[:DIGEST_IDS]) + '],"text":' + quote(text)
+            + ',"at":' + str(int(time.time() * 1000)) + "}\n").encode()
+    write_private(directory, session_id + DIGEST_SUFFIX, data)
 
 
 def digest_ids(directory: str, session_id: str) -> list[str]:

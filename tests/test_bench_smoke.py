@@ -122,3 +122,12 @@ def test_sweep_bench_runs_and_prints_json_last(tmp_path: Path) -> None:
     assert sweep["duplicates_resolved"] <= sweep["duplicates_true"] and sweep["share_resolved"] >= 0.9
     assert sweep["active_after"] == 400 - sweep["duplicates_resolved"]
     assert inquisitor["memories"] == 40 and sum(inquisitor["verdicts"].values()) == 40
+
+
+def test_viewer_bench_reports_render_time_against_the_bare_queries(tmp_path: Path) -> None:
+    report = run_bench("viewer.py", "--memories", "1000", "--messages", "700", "--runs", "4", home=tmp_path / "home")
+    assert report["messages"] == 700 and report["session_memories"] == 140 and report["injections"] == 70
+    assert report["page_messages"] == 500 and report["page_rows"] > 500
+    for name in ("page_bare", "page_render", "whole_bare", "whole_render", "http"):
+        assert report[name]["p95_ms"] >= report[name]["p50_ms"] > 0
+    assert report["render_p95_over_bare_p95"] > 0 and isinstance(report["goal_met"], bool)

@@ -18,7 +18,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.memory",),
     ("processor.recall",),
     ("processor.jobs",),
-    ("processor.service", "processor.status"),                # the running processor, and what it reports
+    # the running processor, what it reports, and the web viewer it serves
+    ("processor.service", "processor.status", "processor.viewer"),
     ("processor.claude_code", "processor.doctor", "recall_hook", "mcp_tools"),
     ("processor.cli",),
 )

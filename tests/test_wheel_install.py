@@ -37,7 +37,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = root / "source"
     shutil.copytree(REPO, source, symlinks=True,
                     ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__",
-                                                  ".pytest_cache", ".ruff_cache"))
+                                                  ".pytest_cache", ".ruff_cache", "test-artifacts"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             "-w", str(root / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
@@ -85,6 +85,23 @@ def test_both_service_units_render(installed: Path, env: dict[str, str], tmp_pat
     printed = run([str(installed / "bin" / "engram"), "service", "install", "--print"], cwd=tmp_path, env=env)
     assert printed.returncode == 0, printed.stderr
     assert b"engram" in printed.stdout and b"{" not in printed.stdout.split(b"\n", 1)[0]
+
+
+def test_the_viewer_templates_and_static_files_ship_in_the_install(installed: Path, env: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    script = ("from importlib import resources; import processor.viewer.app as app\n"
+              "from processor.config import SettingsHolder, load_settings\n"
+              "viewer = app.Viewer(SettingsHolder(load_settings()), lambda conn: None)\n"
+              "print(app.__file__)\n"
+              "print(len(viewer.render('reviews.html', title='Reviews')))\n"
+              "for name in ('viewer.css', 'viewer.js', 'icon.svg'):\n"
+              "    print(name, len(resources.files('processor.viewer').joinpath('static', name).read_bytes()))\n")
+    out = run([str(installed / "bin" / "python"), "-c", script], cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    assert lines[0].startswith(str(installed)) and int(lines[1]) > 500
+    assert [line.split()[0] for line in lines[2:]] == ["viewer.css", "viewer.js", "icon.svg"]
+    assert all(int(line.split()[1]) > 100 for line in lines[2:])
 
 
 def test_the_hooks_run_from_the_install(installed: Path, env: dict[str, str], tmp_path: Path) -> None:

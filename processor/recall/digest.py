@@ -220,7 +220,7 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
     session_id = event.get("session_id")
     if ids and hook_io.valid_session_id(session_id):
         try:
-            hook_io.write_digest_ids(home + "/recollections", session_id, ids)
+            hook_io.write_digest_ids(home + "/recollections", session_id, ids, context)
         except OSError:  # no recollections folder yet (processor never ran): the digest goes out anyway
             return hook_io.hook_json("SessionStart", context, ids, home)
     return hook_io.hook_json("SessionStart", context, ids, home)

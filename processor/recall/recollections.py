@@ -42,7 +42,8 @@ from processor.files import ensure_private_dir, write_atomic
 from processor.memory.citations import extract, missing_paths_on_disk
 from processor.memory.episodes import EpisodeStore
 from processor.store import episodes as episodes_sql
-from processor.store import sessions
+from processor.store import sessions, write_transaction
+from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 
 log = logging.getLogger(__name__)
@@ -200,6 +201,10 @@ class RecollectionWriter:
         # Forgotten while the search ran (memory_forget, `engram forget`): never written back.
         active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
         bites = [b for b in bites if b["id"] in active]
+        if bites:  # the ledger of what may reach the agent: the hook's state file later confirms it did
+            with write_transaction(store.conn):
+                viewer_sql.record_offer(store.conn, session_id, message_uuid, json.dumps(bites, ensure_ascii=False),
+                                        now_ms())
         write_atomic(path, json.dumps({"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites},
                                       ensure_ascii=False))
         return path

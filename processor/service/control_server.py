@@ -14,6 +14,8 @@ Client side: ``processor/service/control_client.py``; the token and port files: 
 
 Security model, in the order a request meets it:
 - the socket is bound to 127.0.0.1 only, never 0.0.0.0;
+- paths under ``/ui/`` go to the ``ui`` handler when one is given (the browser viewer, with its own
+  cookie login and Origin checks: ``processor/viewer/``); everything below concerns the JSON API;
 - requests that come from a browser (an ``Origin`` or ``Sec-Fetch-*`` header) and requests whose
   ``Host`` is not a loopback name are refused with 403: the latter defeats DNS rebinding, where a web
   page's own host name is made to resolve to 127.0.0.1;
@@ -64,6 +66,10 @@ MAX_CONNECTIONS = 32
 
 JSONDict = dict[str, Any]
 Route = Callable[[JSONDict], JSONDict]
+# The browser viewer's handler: given the request handler itself (method, path, headers, rfile, wfile) for
+# every path under UI_PREFIX, after the loopback Host check; it answers the request in full.
+UiHandler = Callable[[BaseHTTPRequestHandler], None]
+UI_PREFIX = "/ui/"
 
 # Loopback names only, optionally with a port. Anything else is a name some other party controls.
 _LOOPBACK_HOST = re.compile(r"(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?", re.IGNORECASE)
@@ -163,13 +169,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         control = self.server.control
         path = urlsplit(self.path).path
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1 or not _LOOPBACK_HOST.fullmatch(hosts[0].strip()):
+            return self._error(HTTPStatus.FORBIDDEN, "the Host header must be localhost or 127.0.0.1")
+        if control.ui is not None and (path == UI_PREFIX.rstrip("/") or path.startswith(UI_PREFIX)):
+            # The browser viewer owns its paths: it checks its own cookie and Origin and answers in HTML.
+            # Its request has arrived, so like /ping it leaves the waiting room for a slot.
+            if not self.server.admit(self.connection):
+                return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+            self.close_connection = True
+            return control.ui(self)
         if self.headers.get("Origin") is not None or any(
             name.lower().startswith("sec-fetch-") for name in self.headers
         ):
             return self._error(HTTPStatus.FORBIDDEN, "browser requests are not accepted")
-        hosts = self.headers.get_all("Host") or []
-        if len(hosts) != 1 or not _LOOPBACK_HOST.fullmatch(hosts[0].strip()):
-            return self._error(HTTPStatus.FORBIDDEN, "the Host header must be localhost or 127.0.0.1")
         if path == "/ping":
             if self.command != "GET":
                 return self._error(HTTPStatus.METHOD_NOT_ALLOWED, "use GET", allow="GET")
@@ -360,6 +373,8 @@ class ControlServer:
     directly). The port actually bound is written to ``run/engram.port``. ``routes`` maps
     ``(METHOD, path)`` to a callable taking the JSON body (``{}`` for GET) and returning a JSON object;
     it may raise RequestRejected for a 4xx answer. ``ping`` returns the fields of ``GET /ping``.
+    ``ui``, if given, answers every request under ``/ui/`` (the browser viewer, ``processor/viewer/``):
+    those requests pass the Host check here, and their authentication is the viewer's own.
     """
 
     def __init__(
@@ -369,6 +384,7 @@ class ControlServer:
         routes: Mapping[tuple[str, str], Route] | None = None,
         ping: Callable[[], JSONDict] | None = None,
         *,
+        ui: UiHandler | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
@@ -383,6 +399,7 @@ class ControlServer:
                 raise ValueError(f"cannot register {method} {path}")
             self.routes[(method, path)] = fn
         self.ping: Callable[[], JSONDict] = ping or dict
+        self.ui = ui
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
         self.max_connections = max_connections

@@ -22,6 +22,8 @@ from processor.service.units import load_env_file
 from processor.status import collect_status
 from processor.store import open_store
 from processor.store.connection import NotEngramDatabase
+from processor.viewer.app import Viewer
+from processor.viewer.serve import LOGIN_PATH, login_route
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +94,16 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> 
         warn_mb=settings.memory_warn_mb, limit_mb=settings.memory_limit_mb,
         on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds,
     )
+    viewer = Viewer(processor.holder, processor.viewer_store, stop=processor.stop_event)
     control = ControlServer(
         settings.run_dir, port=settings.http_port, ping=processor.ping_info,
         routes={
             ("GET", "/status"): lambda _body: _status(processor),
             ("POST", "/recall"): _recall_route(processor),
             ("POST", "/wake"): lambda _body: {"woken": processor.wake()},
+            ("POST", LOGIN_PATH): login_route(viewer, lambda: control.port),
         },
+        ui=viewer.handle,
     )
 
     def on_stop(signum: int, _frame: object) -> None:

@@ -23,6 +23,7 @@ from processor.capture.parse import CapturedLine
 from processor.config import Settings, SettingsSource
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
+from processor.recall.injections import ingest as ingest_injections
 from processor.store import episodes as episodes_sql
 from processor.store import open_store
 
@@ -64,11 +65,18 @@ class FinalizeIdle:
 
 
 @dataclass(frozen=True)
+class IngestInjections:
+    """The recollections folder changed: record the injections the hooks' files reveal."""
+
+    priority: ClassVar[int] = 1
+
+
+@dataclass(frozen=True)
 class _Stop:
     priority: ClassVar[int] = -1
 
 
-MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | _Stop
+MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | IngestInjections | _Stop
 RecollectHandler = Callable[[EpisodeStore, str, CapturedLine], object]
 
 
@@ -81,6 +89,7 @@ class PendingWork:
         self._recollect: dict[str, Recollect] = {}   # session → its newest user message
         self._build: dict[str, BuildEpisodes] = {}   # sessions with captured messages to turn into episodes
         self._finalize = False
+        self._ingest = False  # the recollections folder changed: one scan serves every change since
         self._stop = False
         self.coalesced = 0  # requests absorbed by a newer one of the same session
         self.dropped = 0    # requests refused because max_sessions sessions were already waiting
@@ -93,6 +102,8 @@ class PendingWork:
                 self._stop = True
             elif isinstance(request, FinalizeIdle):
                 self._finalize = True
+            elif isinstance(request, IngestInjections):
+                self._ingest = True
             else:
                 pending: dict = self._recollect if isinstance(request, Recollect) else self._build
                 if request.session_id in pending:
@@ -122,12 +133,15 @@ class PendingWork:
         with self._ready:
             if not self._has_work():
                 self._ready.wait(timeout)
-            work: list[MemoryRequest] = [*self._recollect.values(), *self._build.values()]
+            work: list[MemoryRequest] = [*self._recollect.values()]
+            if self._ingest:
+                work.append(IngestInjections())
+            work.extend(self._build.values())
             if self._finalize:
                 work.append(FinalizeIdle())
             if self._stop:
                 work.insert(0, _Stop())
-            self._recollect, self._build, self._finalize = {}, {}, False
+            self._recollect, self._build, self._finalize, self._ingest = {}, {}, False, False
             return work
 
     def take_recollections(self) -> list[Recollect]:
@@ -137,14 +151,15 @@ class PendingWork:
             return work
 
     def _has_work(self) -> bool:
-        return bool(self._recollect or self._build or self._finalize or self._stop)
+        return bool(self._recollect or self._build or self._finalize or self._ingest or self._stop)
 
     def _size(self) -> int:
-        return len(self._recollect) + len(self._build) + int(self._finalize)
+        return len(self._recollect) + len(self._build) + int(self._finalize) + int(self._ingest)
 
     def size_besides(self, building: list[str]) -> int:
         with self._ready:
-            return len(self._recollect) + len(self._build.keys() | set(building)) + int(self._finalize)
+            return (len(self._recollect) + len(self._build.keys() | set(building)) + int(self._finalize)
+                    + int(self._ingest))
 
     def __len__(self) -> int:
         with self._ready:
@@ -295,6 +310,8 @@ class MemoryThread:
             self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions(), final=True))
             for cleanup in self.periodic:
                 self._busy("cleanup", cleanup)
+        elif isinstance(request, IngestInjections):
+            self._busy("injections", lambda: ingest_injections(store.conn, self.settings.recollections_dir))
         elif isinstance(request, Recollect) and self.recollect is not None:
             recollect = self.recollect
             self._busy("recollection", lambda: recollect(store, request.session_id, request.line))

@@ -23,9 +23,11 @@ from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
+from processor.memory.episodes import EpisodeStore
+from processor.memory.errors import EmbedderError
 from processor.memory.gguf_convert import remove_stale_conversions
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
-from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, Recollect
+from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, IngestInjections, MemoryThread, Recollect
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class Processor:
         self.recollections = RecollectionWriter(self.holder)
         self.memory = MemoryThread(self.holder, recollect=self.recollections.handle)
         self.memory.periodic.append(self.recollections.remove_idle)
+        self.memory.periodic.append(self.ingest_injections)
         self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
@@ -83,6 +86,10 @@ class Processor:
         self.memory.submit(BuildEpisodes(session_id, final=bool(lines) and lines[-1].end_turn))
         self.jobs.on_messages_captured(session_id)
 
+    def ingest_injections(self) -> None:
+        """The hooks left proof of an injection in the recollections folder: record it (memory thread)."""
+        self.memory.submit(IngestInjections())
+
     # --- control from other threads and signal handlers ------------------------------------------
 
     def stop(self) -> None:
@@ -113,6 +120,13 @@ class Processor:
             "capture_problems": len(self.problems.current()),
             "rescans": self.rescans,
         }
+
+    def viewer_store(self, conn: apsw.Connection) -> EpisodeStore:
+        """A store on the viewer's connection that shares the memory thread's model and vectors."""
+        main = self.memory.store
+        if main is None:
+            raise EmbedderError("the memory thread is not running")
+        return EpisodeStore(self.holder, conn, embedder=main.embedder, index=main.index)
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None,
                         touch: bool = False) -> list:
@@ -148,10 +162,12 @@ class Processor:
         watcher = TranscriptWatcher(self.filter, self.paths)
         queue_marker = self.settings.queue_dir
         queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
+        injection_watcher = FolderWatcher(self.settings.recollections_dir, self.ingest_injections)
         self.memory.start()
         self.jobs.start()
         try:
             queue_watcher.start()
+            injection_watcher.start()
             watching = watcher.start()
             log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
             pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days,
@@ -180,6 +196,7 @@ class Processor:
                     self.memory.submit(FinalizeIdle())
         finally:
             queue_watcher.stop()
+            injection_watcher.stop()
             watcher.stop()
             self.jobs.stop()
             self.memory.stop()

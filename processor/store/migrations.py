@@ -385,6 +385,41 @@ def m011_cold_path(conn: apsw.Connection) -> None:
     )
 
 
+def m012_injections(conn: apsw.Connection) -> None:
+    # What reached the agent, recorded as it happens (processor/recall/injections.py). An offer is the
+    # bites the processor wrote to a session's recollection file for one user message; it becomes an
+    # injection when the PreToolUse hook's state file says the hook injected it. A 'digest' injection is
+    # the SessionStart digest, from the <session>.digest file that hook leaves (once per digest: its time).
+    # Injections are inserted in the order they
+    # are learnt, so their id is the live viewer's cursor. content: the bites as JSON, or the digest text.
+    conn.execute(
+        """
+        CREATE TABLE recollection_offers (
+            session_id   TEXT NOT NULL,
+            message_uuid TEXT NOT NULL,
+            offered_at   INTEGER NOT NULL,
+            content      TEXT NOT NULL,
+            PRIMARY KEY (session_id, message_uuid)
+        ) WITHOUT ROWID;
+        CREATE INDEX idx_offers_time ON recollection_offers(offered_at);
+        CREATE TABLE injections (
+            id           INTEGER PRIMARY KEY,
+            session_id   TEXT NOT NULL,
+            kind         TEXT NOT NULL CHECK (kind IN ('bites', 'digest')),
+            message_uuid TEXT,
+            offered_at   INTEGER NOT NULL,
+            injected_at  INTEGER NOT NULL,
+            content      TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX idx_injections_bites ON injections(session_id, message_uuid) WHERE kind = 'bites';
+        CREATE INDEX idx_injections_session ON injections(session_id, id);
+        CREATE INDEX IF NOT EXISTS idx_episodes_superseded_by ON episodes(superseded_by)
+            WHERE superseded_by IS NOT NULL;
+        CREATE UNIQUE INDEX idx_injections_digest ON injections(session_id, injected_at) WHERE kind = 'digest';
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -397,6 +432,7 @@ MIGRATIONS: list[Migration] = [
     m009_application_id,
     m010_session_opt_out,
     m011_cold_path,
+    m012_injections,
 ]
 
 

@@ -1,0 +1,83 @@
+"""Which injections reached the agent: the ledger of offered bites, hook injections and SessionStart digests.
+
+Injections are recorded for real, without slowing the hooks down:
+
+- **bites.** When the processor writes a session's recollection file it records the same bites as an
+  *offer* for that user message (``RecollectionWriter.write``, same thread, same moment). The
+  PreToolUse hook, when it injects, already writes ``<session>.state`` (``lastInjectedMessageUuid``)
+  under its lock, atomically; that file is the proof of injection and its mtime the time. ``ingest``
+  turns each state file into an injection row once (the offer's bites, the hook's time). The hook is
+  unchanged: not one more syscall on its hot path.
+- **digest.** The SessionStart hook leaves ``<session>.digest`` (the ids it showed, which the bite
+  writer leaves out, its text and its time, written atomically); ``ingest`` records each digest once
+  (by its time) and leaves the file, which is removed with the session's other files when it idles.
+
+``ingest`` runs on the memory thread when the recollections folder changes (a watcher) and with each
+periodic sweep, so an injection shows up in the viewer within about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import apsw
+
+from processor.clock import now_ms
+from processor.store import viewer as sql
+from processor.store import write_transaction
+
+log = logging.getLogger(__name__)
+
+STATE_SUFFIX = ".state"  # written by recall_hook/hook_io.py write_state
+DIGEST_SUFFIX = ".digest"  # written by the SessionStart hook: recall_hook/hook_io.py write_digest_ids
+_FILE_LIMIT = 256 * 1024
+OFFER_RETENTION_MS = 7 * 86_400_000  # an offer not injected within a week never will be
+
+
+def _read(path: Path) -> object:
+    with open(path, "rb") as fh:
+        data = fh.read(_FILE_LIMIT + 1)
+    if len(data) > _FILE_LIMIT:
+        raise ValueError("too large")
+    return json.loads(data)
+
+
+def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
+    """Record every injection the hooks' files reveal; returns how many are new."""
+    try:
+        entries = [e for e in os.scandir(recollections_dir)
+                   if not e.name.startswith(".") and e.name.endswith((STATE_SUFFIX, DIGEST_SUFFIX))]
+    except FileNotFoundError:
+        return 0
+    states: list[tuple[str, str, int]] = []
+    digests: list[tuple[Path, str, str, int]] = []
+    for entry in entries:
+        path = Path(entry.path)
+        try:
+            mtime_ms = entry.stat(follow_symlinks=False).st_mtime_ns // 1_000_000
+            data = _read(path)
+        except (OSError, ValueError):
+            continue  # being replaced right now, or not ours: the next pass sees it
+        if entry.name.endswith(STATE_SUFFIX):
+            uuid = data.get("lastInjectedMessageUuid") if isinstance(data, dict) else None
+            if isinstance(uuid, str) and uuid:
+                states.append((entry.name[: -len(STATE_SUFFIX)], uuid, mtime_ms))
+        elif isinstance(data, dict) and isinstance(data.get("text"), str):
+            at = data.get("at")
+            digests.append((path, entry.name[: -len(DIGEST_SUFFIX)], data["text"],
+                            at if isinstance(at, int) else mtime_ms))
+    if not states and not digests:
+        return 0
+    new = 0
+    with write_transaction(conn):
+        for session_id, uuid, at in sorted(states, key=lambda s: s[2]):
+            new += sql.mark_injected(conn, session_id, uuid, at)
+        for _path, session_id, text, at in sorted(digests, key=lambda d: d[3]):
+            new += sql.insert_digest(conn, session_id, text, at)
+        sql.prune_offers(conn, now_ms() - OFFER_RETENTION_MS)
+    if new:
+        log.debug("recorded %d injections", new)
+    return new

@@ -170,7 +170,7 @@ class MemoryService:
     # Each call below runs on the DB thread.
 
     def recall(self, query: str, limit: int, project: str | None) -> list[Hit]:
-        return self._episodes().recall(query, limit=limit, project=project, touch=True)
+        return self._episodes().recall(query, limit=limit, project=project)
 
     def expand(self, item_id: str) -> Expansion:
         return self._episodes().expand(item_id, touch=True)

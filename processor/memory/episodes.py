@@ -7,6 +7,7 @@ progress marker that produced them, so a crash redoes work and never skips it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from processor.capture import signals
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
@@ -22,9 +24,10 @@ from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.search import Scored, SearchWeights, VectorIndex, search_episodes
-from processor.memory.verbatim import group_rounds, round_pieces, summarize
+from processor.memory.verbatim import entities_of, group_rounds, round_pieces, summarize
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
+from processor.store import signals as signal_sql
 from processor.store.episodes import Episode, NewEpisode
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ class Hit:
     source: str  # "episode" | "message"
     project: str | None = None
     relevance: float = 0.0
+    source_uuids: list[str] = field(default_factory=list)  # the transcript lines it was built from
 
 
 @dataclass(frozen=True)
@@ -148,11 +152,45 @@ class EpisodeStore:
 
     def episodize(self, session_id: str | None = None, final: bool = False) -> int:
         """Turn complete rounds of captured messages into verbatim episodes; returns how many were added."""
-        targets = [session_id] if session_id else [row[0] for row in sql.sessions_with_new_messages(self.conn)]
+        if session_id:
+            targets = [session_id]
+        else:
+            targets = [row[0] for row in sql.sessions_with_new_messages(self.conn)]
+            targets += [sid for sid in signal_sql.sessions_with_ready(self.conn) if sid not in targets]
         added = 0
         for sid in targets:
             added += self._episodize_session(sid, final)
+            added += self._signal_episodes(sid)
         return added
+
+    def _signal_episodes(self, session_id: str) -> int:
+        """Commit messages, tracker reasons and the user's answers become episodes of their own.
+
+        They are short and say what was decided or fixed, so their bite is nearly all of them.
+        """
+        ready = signal_sql.ready(self.conn, session_id)
+        progress = sql.session_progress(self.conn, session_id)
+        if not ready or progress is None:
+            return 0
+        self.check_model()
+        project = progress[0]
+        blobs = self._embed([s.text for s in ready])
+        stamp = now_ms()
+        with write_transaction(self.conn):
+            self.record_model()
+            for signal, blob in zip(ready, blobs, strict=True):
+                episode_id = "ep_" + hashlib.sha1(f"signal:{signal.tool_use_id}".encode()).hexdigest()[:16]
+                if sql.get_episode(self.conn, episode_id) is None:
+                    kind = signals.kind_of(signal.text)
+                    sql.insert_episode(self.conn, NewEpisode(
+                        id=episode_id, session_id=session_id, project=project, scope="project",
+                        summary=summarize(signal.text, ""), entities=entities_of(signal.text),
+                        importance=default_importance(kind), kind=kind, source_type="auto",
+                        full_content=signal.text, source_uuids=[signal.use_uuid, signal.result_uuid],
+                        content_hash=content_hash(signal.text), created_at=signal.ts_ms or stamp,
+                    ), blob)
+            signal_sql.mark_built(self.conn, [s.tool_use_id for s in ready])
+        return len(ready)
 
     def _episodize_session(self, session_id: str, final: bool) -> int:
         progress = sql.session_progress(self.conn, session_id)
@@ -247,17 +285,18 @@ class EpisodeStore:
             weights=self.weights, include_inactive=include_inactive, exclude_ids=exclude_ids,
         ), what="searching memories", attempts=3)
 
-    def recall(self, query: str, *, limit: int = 5, project: str | None = None, session_id: str | None = None,
-               touch: bool = True) -> list[Hit]:
+    def recall(self, query: str, *, limit: int = 5, project: str | None = None,
+               session_id: str | None = None) -> list[Hit]:
+        """The ranked hits for a query. Returning a hit is not using it: only expand() counts an access,
+        so what ranks high is not made to rank higher by being shown (no rich-get-richer)."""
         limit = max(1, min(int(limit), 50))
         scored = self.search(query, limit=limit, project=project)
         hits = [Hit(s.episode.id, s.episode.summary, utc_date(s.episode.created_at), s.episode.importance,
-                    s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4))
+                    s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4),
+                    list(s.episode.source_uuids))
                 for s in scored]
         if session_id:
             hits = self._merge_same_session(hits, query, session_id, limit)
-        if touch and hits:
-            self._touch([h.id for h in hits if h.source == "episode"])
         return hits
 
     def _merge_same_session(self, hits: list[Hit], query: str, session_id: str, limit: int) -> list[Hit]:
@@ -272,7 +311,8 @@ class EpisodeStore:
             score = self.weights.relevance * max(float(sim), 0.0) + self.weights.recency
             extra.append(Hit(f"msg_{message.uuid}", f"(this session, {message.role}) "
                              + message.text[:160].replace("\n", " "), utc_date(message.ts_ms), "normal", "other",
-                             round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4)))
+                             round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4),
+                             source_uuids=[message.uuid]))
         merged = sorted(hits + [h for h in extra if h.score > self.weights.recency + 0.2],
                         key=lambda h: h.score, reverse=True)
         return merged[:limit]

@@ -95,7 +95,7 @@ class Processor:
         }
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None) -> list:
-        return self.memory.reader().recall(query, limit=limit, project=project, touch=False)
+        return self.memory.reader().recall(query, limit=limit, project=project)
 
     # --- one pass ----------------------------------------------------------------------------
 

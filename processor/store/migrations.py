@@ -227,6 +227,25 @@ def m008_job_queue_and_llm_costs(conn: apsw.Connection) -> None:
     )
 
 
+def m009_tool_signals(conn: apsw.Connection) -> None:
+    # A high-signal tool_use (commit, tracker close, question) waits here for its tool_result.
+    conn.execute(
+        """
+        CREATE TABLE tool_signals (
+            tool_use_id TEXT PRIMARY KEY,
+            session_id  TEXT NOT NULL,
+            use_uuid    TEXT NOT NULL,
+            ts_ms       INTEGER,
+            pending     TEXT NOT NULL,
+            result_uuid TEXT,
+            text        TEXT,
+            state       TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'ready', 'dropped', 'built'))
+        );
+        CREATE INDEX idx_tool_signals_state ON tool_signals(session_id, state);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -236,6 +255,7 @@ MIGRATIONS: list[Migration] = [
     m006_episode_progress_and_meta,
     m007_episode_digest_indexes,
     m008_job_queue_and_llm_costs,
+    m009_tool_signals,
 ]
 
 

@@ -16,7 +16,8 @@ from processor.store import open_store
 from tests.transcripts import assistant_line, user_line
 
 SID = "5e5e5e5e-0000-0000-0000-000000000009"
-HEREDOC = "git add -A && git commit -m \"$(cat <<'EOF'\nFix flaky upload retry\n\nThe retry loop now resets its timer.\nEOF\n)\""
+HEREDOC = ("git add -A && git commit -m \"$(cat <<'EOF'\nFix flaky upload retry\n\n"
+           "The retry loop now resets its timer.\nEOF\n)\"")
 
 
 def compact(line: str) -> str:
@@ -62,7 +63,8 @@ def test_commit_messages_are_read_from_every_form() -> None:
     assert signals.from_bash("git status && git log --oneline") is None
     assert signals.from_bash("git commit -m 'unbalanced") is None
     closed = signals.from_bash('bd close eng-12 --reason "Chose SQLite over Postgres: one file"')
-    assert closed.text == "bd close: Chose SQLite over Postgres: one file" and signals.kind_of(closed.text) == "decision"
+    assert closed.text == "bd close: Chose SQLite over Postgres: one file"
+    assert signals.kind_of(closed.text) == "decision"
     assert "Crash on empty input" in signals.from_bash('gh issue create --title "Crash on empty input" --body x').text
     assert signals.from_bash('gh pr create --body "$(cat <<\'EOF\'\nSwitched to uv\nEOF\n)"').text == (
         "gh pr create: Switched to uv")

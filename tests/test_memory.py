@@ -17,7 +17,7 @@ from processor.capture.tailer import Tailer
 from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
-from processor.memory.search import SearchWeights, VectorIndex, _frequency, fts_query
+from processor.memory.search import VectorIndex, fts_query
 from processor.memory.verbatim import SUMMARY_TOKENS, estimate_tokens, group_rounds, round_pieces
 from processor.recall.format import format_expansion, format_hits
 from processor.store import episodes as sql
@@ -135,19 +135,6 @@ def test_recall_does_not_feed_its_own_ranking(store: EpisodeStore, tmp_path: Pat
     assert store.conn.execute("SELECT max(access_count) FROM episodes").fetchone()[0] == 0
     store.expand(first[-1])
     assert store.conn.execute("SELECT access_count FROM episodes WHERE id = ?", (first[-1],)).fetchone()[0] == 1
-
-
-def test_the_frequency_signal_is_bounded_and_decays() -> None:
-    weights, now = SearchWeights(), 1_800_000_000_000
-    day = 86_400_000
-    assert _frequency(0, now, now, weights) == 0.0
-    assert _frequency(1, now, now, weights) < _frequency(10, now, now, weights) < 1.0
-    assert _frequency(10**9, now, now, weights) < 1.0  # no count of uses outweighs relevance unboundedly
-    # Not relative to the other candidates: one use is worth the same whatever else was used.
-    half_life = weights.recency_half_life_days
-    assert _frequency(10, now - int(half_life * day), now, weights) == pytest.approx(
-        _frequency(5, now, now, weights))
-    assert _frequency(1000, now - 3650 * day, now, weights) < 0.01  # an old burst of use fades out
 
 
 def test_cli_recall_json_carries_source_uuids(engram_home: Path, projects_dir: Path) -> None:

@@ -4,8 +4,7 @@ Relevance mixes FTS5 bm25 (normalised by the best match) with the cosine
 similarity from an in-memory matrix of unit vectors (numpy matmul +
 argpartition). The best `pool` candidates by relevance are then re-ranked by
 the seed's formula: w_rel*relevance + w_rec*recency + w_freq*frequency, with a
-relevance floor for important episodes. Frequency counts expansions only (a recall
-is not a use), decays with the recency half-life and saturates below 1. Only active episodes in scope
+relevance floor for important episodes. Only active episodes in scope
 (global, or the current project) are returned unless asked otherwise.
 """
 
@@ -42,7 +41,6 @@ class SearchWeights:
     bm25_share: float = Settings.bm25_share.default  # of relevance; the rest is cosine
     pool: int = 20  # candidates re-ranked by the full formula
     slight_relevance: float = 0.25  # cosine from which an important memory counts as related at all
-    frequency_saturation: float = 3.0  # recent uses at which the frequency signal reaches half its weight
 
 
 @dataclass(frozen=True)
@@ -142,19 +140,6 @@ def _recency(created_at: int, now_ms: int, half_life_days: float) -> float:
     return math.exp(-math.log(2) * age_days / half_life_days) if half_life_days > 0 else 0.0
 
 
-def _frequency(access_count: int, accessed_at: int, now_ms: int, weights: SearchWeights) -> float:
-    """How much a memory has been used lately, in [0, 1): bounded and decaying.
-
-    Uses (expansions) fade with the recency half-life since the last one, and saturate: the signal is
-    absolute (uses / (uses + saturation)), not relative to the other candidates, so no count of uses can
-    outweigh relevance by more than weight_frequency, and an old burst of use stops counting.
-    """
-    if access_count <= 0:
-        return 0.0
-    uses = access_count * _recency(accessed_at, now_ms, weights.recency_half_life_days)
-    return uses / (uses + weights.frequency_saturation)
-
-
 def search_episodes(
     conn: apsw.Connection,
     index: VectorIndex,
@@ -204,9 +189,10 @@ def search_episodes(
         relevant.append((relevance, cos, lexical, rowid, ep))
     relevant.sort(key=lambda item: item[0], reverse=True)
     pool = relevant[: max(weights.pool, limit)]
+    max_access = max((ep.access_count for *_, ep in pool), default=0)
     ranked: list[tuple[float, float, float, float, int]] = []
     for relevance, cos, lexical, rowid, ep in pool:
-        frequency = _frequency(ep.access_count, ep.accessed_at, now_ms, weights)
+        frequency = math.log1p(ep.access_count) / math.log1p(max_access) if max_access else 0.0
         score = (weights.relevance * relevance
                  + weights.recency * _recency(ep.created_at, now_ms, weights.recency_half_life_days)
                  + weights.frequency * frequency)

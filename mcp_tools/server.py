@@ -243,14 +243,14 @@ class MemoryService:
     # Each call below runs on the DB thread.
 
     def recall(self, query: str, limit: int, project: str | None, session_id: str | None = None) -> list[Hit]:
-        return self._episodes().recall(query, limit=limit, project=project, session_id=session_id, touch=True)
+        return self._episodes().recall(query, limit=limit, project=project, session_id=session_id)
 
     def recall_by_processor(self, query: str, limit: int, project: str | None,
                             session_id: str | None) -> list[Hit] | None:
         """The running processor's answer (its model is warm); None when it is down or does not answer."""
         from processor.service.control_client import ControlError, request
 
-        body: dict[str, Any] = {"query": query, "limit": limit, "touch": True}
+        body: dict[str, Any] = {"query": query, "limit": limit}
         if project is not None:  # absent: every project
             body["project"] = project
         if session_id:

@@ -131,3 +131,35 @@ def test_viewer_bench_reports_render_time_against_the_bare_queries(tmp_path: Pat
     for name in ("page_bare", "page_render", "whole_bare", "whole_render", "http"):
         assert report[name]["p95_ms"] >= report[name]["p50_ms"] > 0
     assert report["render_p95_over_bare_p95"] > 0 and isinstance(report["goal_met"], bool)
+
+
+def test_coding_qa_bench_reports_recall_bites_and_baselines(tmp_path: Path, models_dir: Path) -> None:
+    from tests.transcripts import assistant_line, user_line
+
+    sid = "c0dec0de-0000-0000-0000-000000000001"
+    folder = tmp_path / "projects" / "-work-app"
+    folder.mkdir(parents=True)
+    (folder / f"{sid}.jsonl").write_text(
+        user_line("How do I run the app locally?", session_id=sid, uid="q1", cwd="/work/app")
+        + assistant_line("Run `pnpm dev`; it opens at http://localhost:5173.", session_id=sid, uid="a1",
+                         cwd="/work/app")
+        + user_line("Which database did we pick?", session_id=sid, uid="q2", cwd="/work/app")
+        + assistant_line("We chose SQLite because it is one file.", session_id=sid, uid="a2", message_id="m2",
+                         cwd="/work/app"))
+    qa = tmp_path / "qa.json"
+    qa.write_text(json.dumps([
+        {"id": "t1", "question": "how to start the dev server", "kind": "question", "answer": "pnpm dev",
+         "evidence": ["a1"], "session": sid, "evidence_text": ["opens at  http://localhost:5173"]},
+        {"id": "t2", "question": "database choice", "kind": "keywords", "answer": "SQLite",
+         "evidence": ["a2"], "session": sid, "evidence_text": ["We chose SQLite"]},
+    ]))
+    report = run_bench("coding_qa.py", str(qa), "--projects-dir", str(tmp_path / "projects"),
+                       "--models-dir", str(models_dir), home=tmp_path / "home")
+    assert report["items"] == 2 and report["backfill"]["messages"] == 4
+    assert report["backfill"]["messages_per_second"] > 0
+    for key in ("recall@1", "recall@3", "recall@5", "recall@10", "bite_answer@1", "bite_answer@3",
+                "tokens_per_bite", "tokens_per_result", "bm25_recall@5", "cosine_recall@5", "by_kind"):
+        assert key in report, key
+    assert report["recall@10"] == 1.0  # two rounds: ten results hold every answer (whitespace collapsed)
+    assert report["bm25_recall@10"] == 0.5  # "database choice" shares no word with the answer line
+    assert set(report["by_kind"]["engram"]) == {"question", "keywords"}

@@ -61,6 +61,21 @@ def test_long_rounds_split_and_summaries_stay_within_budget() -> None:
     assert round_pieces(round_messages, 1200)[0].id == pieces[0].id  # deterministic: a redo is a no-op
 
 
+def test_a_continuation_bite_starts_where_its_piece_starts() -> None:
+    reply = ("[tool: Bash] ran the suite. " + "word " * 300 + "Second half: the cache key now includes the locale, "
+             + "and more " * 200)
+    pieces = round_pieces([msg(1, "user", "Fix the cache"), msg(2, "assistant", reply)], max_chars=1200)
+    assert len(pieces) > 2
+    for piece in pieces[1:]:
+        opening = piece.full_content.removeprefix("assistant: ").removeprefix("user: ")
+        body = piece.summary.removeprefix(f"(cont. {pieces.index(piece) + 1}) ").rstrip("…")
+        assert " ".join(opening.split()).startswith(body), (piece.summary, piece.full_content[:80])
+    # A piece that opens with a fresh speaker block drops only the label, never the message's own opening.
+    pieces = round_pieces([msg(1, "user", "q " * 590), msg(2, "assistant", "[tool: Bash] pytest -q: 3 failed")],
+                          max_chars=1200)
+    assert pieces[-1].summary == "(cont. 2) [tool: Bash] pytest -q: 3 failed"
+
+
 def test_fts_query_is_safe_for_any_input() -> None:
     assert fts_query('what is "NEAR" (the) AND OR * ^ deploy-script?') == '"near" OR "deploy" OR "script"'
     assert fts_query("") == ""
@@ -104,7 +119,34 @@ def test_captured_rounds_become_searchable_episodes_with_provenance(store: Episo
     assert "From session" in format_expansion(expansion)
     assert store.recall("invoice logo", project="/elsewhere") == []  # other projects' episodes stay out
     row = store.conn.execute("SELECT access_count FROM episodes WHERE id = ?", (hits[0].id,)).fetchone()
-    assert row[0] == 2  # recall + expand both count as access
+    assert row[0] == 1  # only the expand counts as a use; being returned by recall does not
+
+
+def test_recall_does_not_feed_its_own_ranking(store: EpisodeStore, tmp_path: Path) -> None:
+    for topic in ("retries use exponential backoff capped at 30 seconds",
+                  "retries are disabled for POST requests to stay idempotent",
+                  "the retry budget is shared per host across workers"):
+        store.remember(f"HTTP client: {topic}", scope="global", kind="convention")
+    query = "how do HTTP retries work"
+    first = [h.id for h in store.recall(query)]
+    for _ in range(100):
+        store.recall(query)
+    assert [h.id for h in store.recall(query)] == first
+    assert store.conn.execute("SELECT max(access_count) FROM episodes").fetchone()[0] == 0
+    store.expand(first[-1])
+    assert store.conn.execute("SELECT access_count FROM episodes WHERE id = ?", (first[-1],)).fetchone()[0] == 1
+
+
+def test_cli_recall_json_carries_source_uuids(engram_home: Path, projects_dir: Path) -> None:
+    folder = projects_dir / "-work-shop"
+    folder.mkdir()
+    (folder / f"{SID}.jsonl").write_text(
+        user_line("Why does the nightly export job crash?", session_id=SID, uid="q1", cwd="/work/shop")
+        + assistant_line("The export ran out of memory; it now streams rows in batches of 500.", session_id=SID,
+                         uid="a1", cwd="/work/shop"))
+    run_engram("backfill")
+    [hit] = json.loads(run_engram("recall", "nightly export crash", "--json", "--limit", "1").stdout)
+    assert hit["source_uuids"] == ["q1", "a1"]
 
 
 def test_same_session_messages_not_yet_episodes_are_found(store: EpisodeStore, tmp_path: Path) -> None:

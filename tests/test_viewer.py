@@ -216,7 +216,7 @@ def test_search_is_the_memory_recall_ranking_with_its_parts(server: ViewerServer
     query = "checkout tests flaky freezegun"
     conn = connect(world.settings.db_path)
     try:
-        hits = EpisodeStore(SettingsHolder(world.settings), conn).recall(query, limit=20, touch=False)
+        hits = EpisodeStore(SettingsHolder(world.settings), conn).recall(query, limit=20)
     finally:
         conn.close()
     status, _, body = server.request("GET", "/ui/search?q=checkout+tests+flaky+freezegun", cookie=cookie)

@@ -3,7 +3,10 @@
 A transcript is JSON Lines. Only ``type`` user/assistant lines carry the
 conversation; their ``message.content`` is a string or a list of blocks. We keep
 ``text`` blocks plus a one-line note per ``tool_use``, and drop thinking, tool
-results and images. Meta lines, compact summaries, slash-command plumbing,
+results and images. High-signal tool calls (commits, tracker closes, questions to
+the user: ``signals``) are returned beside the text, and the results of the ones
+awaited are read from tool_result blocks, so the two can be paired.
+Meta lines, compact summaries, slash-command plumbing,
 system reminders, ``<private>`` spans and anything Engram itself injected are
 never captured. Secrets are redacted here, before anything reaches the store.
 """
@@ -12,9 +15,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 
+from processor.capture import signals
 from processor.capture.redact import redact
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 
@@ -36,6 +41,27 @@ class CapturedLine:
     # Claude Code marks the last assistant line of a finished turn with stop_reason "end_turn" (a tool
     # call's line says "tool_use"): the round is complete without waiting for the next user message.
     end_turn: bool = False
+    tool_uses: tuple[tuple[str, signals.PendingSignal], ...] = ()  # (tool_use_id, what it would mean)
+    tool_results: tuple[ToolResult, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The result of an awaited high-signal tool_use (its text redacted)."""
+
+    tool_use_id: str
+    is_error: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolResultsOnly:
+    """A line with no conversation text that carries results of awaited tool uses."""
+
+    uuid: str
+    session_id: str | None
+    ts_ms: int | None
+    tool_results: tuple[ToolResult, ...]
 
 
 @dataclass(frozen=True)
@@ -129,7 +155,33 @@ def _opt_str(entry: dict, key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _obviously_not_conversation(raw: bytes) -> bool:
+_TOOL_USE_ID = re.compile(rb'"tool_use_id":"([^"\\]+)"')
+
+
+def _tool_uses(content: object) -> tuple[tuple[str, signals.PendingSignal], ...]:
+    if not isinstance(content, list):
+        return ()
+    found = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+            pending = signals.from_tool_use(block.get("name"), block.get("input"))
+            if pending is not None:  # redacted before it is stored, like every captured text
+                found.append((block["id"], replace(pending, text=redact(pending.text))))
+    return tuple(found)
+
+
+def _tool_results(content: object, awaited: Collection[str]) -> tuple[ToolResult, ...]:
+    if not awaited or not isinstance(content, list):
+        return ()
+    return tuple(
+        ToolResult(block["tool_use_id"], block.get("is_error") is True,
+                   redact(signals.result_text(block.get("content"))))
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("tool_use_id") in awaited
+    )
+
+
+def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bool:
     """Byte-level shortcut for the lines that dominate a transcript's size, before json.loads.
 
     Claude Code writes compact JSON, so a key written `"type":"tool_result"` is structure, never
@@ -140,13 +192,18 @@ def _obviously_not_conversation(raw: bytes) -> bool:
         return False
     if b'"type":"user"' not in raw and b'"type":"assistant"' not in raw:
         return True  # summary, system, attachment, progress, snapshot lines…
-    # A user line made only of tool results (the bulk of transcript bytes).
-    return b'"type":"tool_result"' in raw and b'"type":"text"' not in raw and b'"type":"tool_use"' not in raw
+    # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited.
+    if b'"type":"tool_result"' in raw and b'"type":"text"' not in raw and b'"type":"tool_use"' not in raw:
+        return not (awaited and any(m.decode(errors="replace") in awaited for m in _TOOL_USE_ID.findall(raw)))
+    return False
 
 
-def parse_line(raw: bytes) -> CapturedLine | Skipped:
-    """Parse one complete transcript line (without its trailing newline)."""
-    if _obviously_not_conversation(raw):
+def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | ToolResultsOnly | Skipped:
+    """Parse one complete transcript line (without its trailing newline).
+
+    ``awaited``: the ids of high-signal tool uses whose results are wanted.
+    """
+    if _obviously_not_conversation(raw, awaited):
         return Skipped("no conversation text (byte-level check)")
     if b"\x00" in raw:
         # NUL runs appear when a crash leaves a hole in the file; they are never text.
@@ -180,13 +237,18 @@ def parse_line(raw: bytes) -> CapturedLine | Skipped:
     message = entry.get("message")
     if not isinstance(message, dict):
         return Skipped(f"{kind} line {uuid}: message is not an object", problem=True)
-    content = _content_text(message.get("content"))
+    raw_content = message.get("content")
+    content = _content_text(raw_content)
     if content is None:
         return Skipped(f"{kind} line {uuid}: message.content is neither a string nor a list", problem=True)
+    results = _tool_results(raw_content, awaited) if kind == "user" else ()
     if kind == "user" and _is_command_plumbing(content):
         return Skipped("slash-command line")
     content = content.replace("\x00", "").strip()
     if not content:
+        if results:
+            timestamp = _opt_str(entry, "timestamp")
+            return ToolResultsOnly(uuid, _opt_str(entry, "sessionId"), _timestamp_ms(timestamp), results)
         return Skipped("no capturable text (tool results, thinking, images or injected context only)")
 
     role = message.get("role")
@@ -206,4 +268,6 @@ def parse_line(raw: bytes) -> CapturedLine | Skipped:
         text=redact(content),
         api_message_id=api_id if isinstance(api_id, str) and api_id else None,
         end_turn=kind == "assistant" and message.get("stop_reason") == "end_turn",
+        tool_uses=_tool_uses(raw_content) if kind == "assistant" else (),
+        tool_results=results,
     )

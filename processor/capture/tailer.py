@@ -20,9 +20,10 @@ from typing import BinaryIO
 
 import apsw
 
+from processor.capture import signals
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.optout import RECORD, marker_level, stronger
-from processor.capture.parse import CapturedLine, Skipped, parse_line
+from processor.capture.parse import CapturedLine, Skipped, ToolResult, ToolResultsOnly, parse_line
 from processor.capture.problems import (
     CANNOT_OPEN,
     CANNOT_READ,
@@ -32,9 +33,11 @@ from processor.capture.problems import (
     stat_problem,
 )
 from processor.capture.project import project_root
+from processor.capture.redact import redact
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.store import sessions as session_sql
+from processor.store import signals as signal_sql
 from processor.store import write_transaction
 
 log = logging.getLogger(__name__)
@@ -203,10 +206,25 @@ class Tailer:
         elif result.restarted and result.lines == 0:
             self._commit_batch(path, f, st, [], 0, result)  # forget the stale offset and inode
 
+    def _pair_tool_events(self, session_id: str,
+                          events: list[tuple[str, int | None, tuple, tuple[ToolResult, ...]]]) -> None:
+        for uuid, ts_ms, uses, results in events:
+            for tool_use_id, pending in uses:
+                signal_sql.add_pending(self.conn, tool_use_id, session_id, uuid, ts_ms, signals.pending_json(pending))
+            for tool_result in results:
+                stored = signal_sql.pending(self.conn, tool_result.tool_use_id)
+                if stored is None:
+                    continue
+                text = signals.outcome(signals.pending_from_json(stored), tool_result.is_error, tool_result.text)
+                signal_sql.resolve(self.conn, tool_result.tool_use_id, uuid, redact(text) if text else None)
+
     def _commit_batch(
         self, path: Path, f, st: os.stat_result, batch: list[Line], end: int, result: TailResult
     ) -> None:
         parsed: list[tuple[Line, CapturedLine]] = []
+        # High-signal tool uses and their results, in line order: (uuid, ts_ms, uses, results).
+        tool_events: list[tuple[str, int | None, tuple, tuple[ToolResult, ...]]] = []
+        awaited = signal_sql.pending_ids(self.conn, result.session_id)
         for line in batch:
             if line.data is None:
                 result.problems += 1
@@ -216,11 +234,17 @@ class Tailer:
                                      f"max_line_bytes={self.max_line_bytes}; skipped (raise max_line_bytes "
                                      "in config.toml to capture such lines)")
                 continue
-            outcome = parse_line(line.data)
+            outcome = parse_line(line.data, awaited)
             if isinstance(outcome, Skipped):
                 if outcome.problem:
                     result.problems += 1
                     log.warning("%s: line at byte %d skipped: %s", path, line.offset, outcome.reason)
+                continue
+            if outcome.tool_results or (isinstance(outcome, CapturedLine) and outcome.tool_uses):
+                uses = outcome.tool_uses if isinstance(outcome, CapturedLine) else ()
+                awaited.update(tool_use_id for tool_use_id, _ in uses)
+                tool_events.append((outcome.uuid, outcome.ts_ms, uses, outcome.tool_results))
+            if isinstance(outcome, ToolResultsOnly):
                 continue
             parsed.append((line, outcome))
         digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
@@ -260,4 +284,7 @@ class Tailer:
             for line, captured in parsed if level != RECORD else ():
                 if session_sql.store_line(self.conn, result.session_id, captured, line.offset):
                     result.captured.append(captured)
+            # In the transaction that advances the offset: a crash between a tool_use and its
+            # result re-reads neither line, and loses neither.
+            self._pair_tool_events(result.session_id, tool_events)
         result.lines += len(batch)

@@ -7,6 +7,7 @@ progress marker that produced them, so a crash redoes work and never skips it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import apsw
 import numpy as np
 
+from processor.capture import signals
 from processor.capture.redact import redact
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
@@ -23,10 +25,11 @@ from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
-from processor.memory.verbatim import RoundPiece, group_rounds, round_pieces, summarize
+from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
+from processor.store import signals as signal_sql
 from processor.store.episodes import Episode, NewEpisode
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,7 @@ class Hit:
     project: str | None = None
     relevance: float = 0.0
     note: str | None = None  # e.g. "stale: src/x.py was deleted in abc123": read it before relying on it
+    source_uuids: list[str] = field(default_factory=list)  # the transcript lines it was built from
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,11 @@ class EpisodeStore:
 
     def episodize(self, session_id: str | None = None, final: bool = False) -> int:
         """Turn complete rounds of captured messages into verbatim episodes; returns how many were added."""
-        targets = [session_id] if session_id else [row[0] for row in sql.sessions_with_new_messages(self.conn)]
+        if session_id:
+            targets = [session_id]
+        else:
+            targets = [row[0] for row in sql.sessions_with_new_messages(self.conn)]
+            targets += [sid for sid in signal_sql.sessions_with_ready(self.conn) if sid not in targets]
         added = 0
         for sid in targets:
             more = True
@@ -179,6 +187,35 @@ class EpisodeStore:
                 count, more = self.episodize_slice(sid, final)
                 added += count
         return added
+
+    def _signal_episodes(self, session_id: str) -> int:
+        """Commit messages, tracker reasons and the user's answers become episodes of their own.
+
+        They are short and say what was decided or fixed, so their bite is nearly all of them.
+        """
+        ready = signal_sql.ready(self.conn, session_id)
+        progress = sql.session_progress(self.conn, session_id)
+        if not ready or progress is None or sessions.session_opt_out(self.conn, session_id) == "record":
+            return 0
+        self.check_model()
+        project = progress[0]
+        blobs = self._embed([s.text for s in ready])
+        stamp = now_ms()
+        with write_transaction(self.conn):
+            self.record_model()
+            for signal, blob in zip(ready, blobs, strict=True):
+                episode_id = "ep_" + hashlib.sha1(f"signal:{signal.tool_use_id}".encode()).hexdigest()[:16]
+                if sql.get_episode(self.conn, episode_id) is None:
+                    kind = signals.kind_of(signal.text)
+                    sql.insert_episode(self.conn, NewEpisode(
+                        id=episode_id, session_id=session_id, project=project, scope="project",
+                        summary=summarize(signal.text, ""), entities=entities_of(signal.text),
+                        importance=default_importance(kind), kind=kind, source_type="auto",
+                        full_content=signal.text, source_uuids=[signal.use_uuid, signal.result_uuid],
+                        content_hash=content_hash(signal.text), created_at=signal.ts_ms or stamp,
+                    ), blob)
+            signal_sql.mark_built(self.conn, [s.tool_use_id for s in ready])
+        return len(ready)
 
     def episodize_slice(self, session_id: str, final: bool, max_pieces: int = EPISODE_SLICE_PIECES,
                         between: Callable[[], object] | None = None) -> tuple[int, bool]:
@@ -189,9 +226,10 @@ class EpisodeStore:
         (and, inside one huge round, between its chunks, through `between`). Messages are read a page
         at a time, so a backlog of any length (a catch-up after downtime) is worked through in steps.
         """
+        signal_added = self._signal_episodes(session_id)  # commits, tracker reasons, answers
         progress = sql.session_progress(self.conn, session_id)
         if progress is None:
-            return 0, False
+            return signal_added, False
         project, through = progress
         messages = sql.messages_after(self.conn, session_id, through, limit=PAGE_MESSAGES)
         full_page = len(messages) == PAGE_MESSAGES
@@ -200,7 +238,7 @@ class EpisodeStore:
         if not rounds and full_page:
             rounds = [messages]  # one round longer than a page: store it rather than stall on it
         if not rounds:
-            return 0, False
+            return signal_added, False
         self.check_model()
         max_chars = self.settings.verbatim_max_chars
         pieces: list[RoundPiece] = []
@@ -221,7 +259,7 @@ class EpisodeStore:
         with write_transaction(self.conn):
             if sessions.session_opt_out(self.conn, session_id) == "record":
                 # Went off the record while these rounds were embedded: its messages are gone; so are these.
-                return 0, False
+                return signal_added, False
             self.record_model()
             for piece, blob in zip(pieces, blobs, strict=True):
                 if sql.get_episode(self.conn, piece.id) is not None:
@@ -234,7 +272,7 @@ class EpisodeStore:
                 ), blob)
                 added += 1
             sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
-        return added, taken < len(rounds) or full_page
+        return added + signal_added, taken < len(rounds) or full_page
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,
@@ -341,20 +379,20 @@ class EpisodeStore:
             also_statuses=also_statuses,
         ), what="searching memories", attempts=3)
 
-    def recall(self, query: str, *, limit: int = 5, project: str | None = None, session_id: str | None = None,
-               touch: bool = True) -> list[Hit]:
+    def recall(self, query: str, *, limit: int = 5, project: str | None = None,
+               session_id: str | None = None) -> list[Hit]:
+        """The ranked hits for a query. Returning a hit is not using it: only expand() counts an access,
+        so what ranks high is not made to rank higher by being shown (no rich-get-richer)."""
         limit = max(1, min(int(limit), 50))
         # Stale and archived memories are still found here (never as the hooks' bites), with why.
         scored = self.search(query, limit=limit, project=project, also_statuses=RECALL_ALSO)
         checks = cold_sql.checks_for(self.conn, [s.episode.id for s in scored if s.episode.status != "active"])
         hits = [Hit(s.episode.id, s.episode.summary, utc_date(s.episode.created_at), s.episode.importance,
                     s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4),
-                    _status_note(s.episode, checks.get(s.episode.id)))
+                    _status_note(s.episode, checks.get(s.episode.id)), list(s.episode.source_uuids))
                 for s in scored]
         if session_id:
             hits = self._merge_same_session(hits, query, session_id, limit)
-        if touch and hits:
-            self._touch([h.id for h in hits if h.source == "episode"])
         return hits
 
     def _merge_same_session(self, hits: list[Hit], query: str, session_id: str, limit: int) -> list[Hit]:
@@ -369,7 +407,8 @@ class EpisodeStore:
             score = self.weights.relevance * max(float(sim), 0.0) + self.weights.recency
             extra.append(Hit(f"msg_{message.uuid}", f"(this session, {message.role}) "
                              + message.text[:160].replace("\n", " "), utc_date(message.ts_ms), "normal", "other",
-                             round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4)))
+                             round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4),
+                             source_uuids=[message.uuid]))
         merged = sorted(hits + [h for h in extra if h.score > self.weights.recency + 0.2],
                         key=lambda h: h.score, reverse=True)
         return merged[:limit]

@@ -106,15 +106,18 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
     reply_text = "\n".join(m.text for m in replies)
     # Pack speaker blocks into pieces of at most max_chars; a longer block continues in the next
     # piece, so a question and the start of its answer stay together.
-    pieces_text: list[tuple[str, list[str]]] = []
-    current, current_uuids = "", []
+    # Each piece also keeps the length of the speaker label it opens with (0 when it opens inside a
+    # block), so a continuation bite starts exactly where the piece's own text starts.
+    pieces_text: list[tuple[str, list[str], int]] = []
+    current, current_uuids, current_label = "", [], 0
     for message in round_messages:
         block = _speaker_block(message, max_chars)
+        label = len(message.role) + 2  # the block opens with "role: "
         while block:
             room = max_chars - len(current) - (2 if current else 0)
             if len(block) > room and room < min(200, max_chars // 4):
-                pieces_text.append((current, current_uuids))
-                current, current_uuids = "", []
+                pieces_text.append((current, current_uuids, current_label))
+                current, current_uuids, current_label = "", [], 0
                 continue
             cut = room
             if len(block) > room:
@@ -122,24 +125,27 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
                 space = block.rfind(" ", room * 3 // 4, room)
                 cut = space + 1 if space > 0 else room
             taken, block = block[:cut], block[cut:]
+            if not current:
+                current_label = label
             current = f"{current}\n\n{taken}" if current else taken
+            label = 0  # what is left of this block opens with its text, not a label
             if message.uuid not in current_uuids:
                 current_uuids.append(message.uuid)
             if block:
-                pieces_text.append((current, current_uuids))
-                current, current_uuids = "", []
+                pieces_text.append((current, current_uuids, current_label))
+                current, current_uuids, current_label = "", [], 0
     if current:
-        pieces_text.append((current, current_uuids))
+        pieces_text.append((current, current_uuids, current_label))
 
     first = round_messages[0]
     created = next((m.ts_ms for m in round_messages if m.ts_ms), None)
     pieces = []
-    for index, (content, uuids) in enumerate(pieces_text):
+    for index, (content, uuids, label_len) in enumerate(pieces_text):
         digest = hashlib.sha1(f"{first.uuid}:{index}".encode()).hexdigest()[:16]
         if index == 0:
             summary = summarize(user_text, reply_text)
         else:
-            summary = f"(cont. {index + 1}) " + _head(content.split(": ", 1)[-1], SUMMARY_TOKENS * CHARS_PER_TOKEN - 12)
+            summary = f"(cont. {index + 1}) " + _head(content[label_len:], SUMMARY_TOKENS * CHARS_PER_TOKEN - 12)
         pieces.append(RoundPiece(
             id=f"ep_{digest}",
             summary=summary,

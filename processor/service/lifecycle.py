@@ -37,12 +37,10 @@ def _recall_route(processor: Processor):
         if not isinstance(limit, int) or not 1 <= limit <= 50:
             raise RequestRejected(400, "'limit' must be an integer from 1 to 50")
         project = body.get("project") if isinstance(body.get("project"), str) else None
-        # The MCP server's memory_recall: the calling session (its messages not yet in a memory are
-        # found too) and touch (a recall the model asked for counts as a use; a hook's does not).
+        # The MCP server's memory_recall passes the calling session: its messages not yet in a memory are
+        # found too. Returning a hit is not using it (only memory_expand counts an access).
         session_id = body.get("session_id") if isinstance(body.get("session_id"), str) else None
-        touch = body.get("touch") is True
-        hits = processor.recall_for_http(query[:4000], limit=limit, project=project, session_id=session_id,
-                                         touch=touch)
+        hits = processor.recall_for_http(query[:4000], limit=limit, project=project, session_id=session_id)
         return {"bites": [h.__dict__ for h in hits]}
     return recall
 

@@ -128,9 +128,8 @@ class Processor:
             raise EmbedderError("the memory thread is not running")
         return EpisodeStore(self.holder, conn, embedder=main.embedder, index=main.index)
 
-    def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None,
-                        touch: bool = False) -> list:
-        return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id, touch=touch)
+    def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
+        return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id)
 
     # --- one pass ----------------------------------------------------------------------------
 

@@ -110,6 +110,7 @@ class RankingFacts(NamedTuple):
     importance: str
     created_at: int
     access_count: int
+    accessed_at: int
 
 
 def ranking_facts(conn: apsw.Connection, rowids: list[int]) -> dict[int, RankingFacts]:
@@ -117,7 +118,8 @@ def ranking_facts(conn: apsw.Connection, rowids: list[int]) -> dict[int, Ranking
         return {}
     marks = ",".join("?" * len(rowids))
     rows = conn.execute(
-        f"SELECT rowid, id, project, scope, status, importance, created_at, access_count FROM episodes "
+        f"SELECT rowid, id, project, scope, status, importance, created_at, access_count, accessed_at "
+        f"FROM episodes "
         f"WHERE rowid IN ({marks})", rowids)
     return {row[0]: RankingFacts(*row[1:]) for row in rows}
 

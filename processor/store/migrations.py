@@ -420,6 +420,25 @@ def m012_injections(conn: apsw.Connection) -> None:
     )
 
 
+def m013_tool_signals(conn: apsw.Connection) -> None:
+    # A high-signal tool_use (commit, tracker close, question) waits here for its tool_result.
+    conn.execute(
+        """
+        CREATE TABLE tool_signals (
+            tool_use_id TEXT PRIMARY KEY,
+            session_id  TEXT NOT NULL,
+            use_uuid    TEXT NOT NULL,
+            ts_ms       INTEGER,
+            pending     TEXT NOT NULL,
+            result_uuid TEXT,
+            text        TEXT,
+            state       TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'ready', 'dropped', 'built'))
+        );
+        CREATE INDEX idx_tool_signals_state ON tool_signals(session_id, state);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -433,6 +452,7 @@ MIGRATIONS: list[Migration] = [
     m010_session_opt_out,
     m011_cold_path,
     m012_injections,
+    m013_tool_signals,
 ]
 
 

@@ -215,7 +215,8 @@ def test_the_statuses_migration_keeps_rows_and_text_search(tmp_path: Path) -> No
                      "valid_from, superseded_by, status) VALUES (?, 'p', ?, ?, ?, 1, 1, 1, ?, ?)",
                      (eid, f"kafka topic {eid}", f"kafka topic {eid}", eid, by, status))
     rowids = dict(conn.execute("SELECT id, rowid FROM episodes").fetchall())
-    assert migrations.migrate(conn) == ["m009_application_id", "m010_session_opt_out", "m011_cold_path"]
+    applied = migrations.migrate(conn)
+    assert applied[:3] == ["m009_application_id", "m010_session_opt_out", "m011_cold_path"]
     assert dict(conn.execute("SELECT id, status FROM episodes").fetchall()) == {
         "ep_new": "active", "ep_old": "superseded", "ep_gone": "forgotten"}
     assert dict(conn.execute("SELECT id, rowid FROM episodes").fetchall()) == rowids

@@ -224,8 +224,10 @@ def test_recall_hot_path_end_to_end(world: tuple[Session, dict[str, str], Path])
     prompt = "Why do the checkout tests fail randomly?"
     u2 = session.user(prompt)
     answer = session.prompt_submit(prompt)
-    assert f"(id: {ids['flaky']})" in json.loads(answer)["hookSpecificOutput"]["additionalContext"]
-    injected.append(session.write_back("UserPromptSubmit", "UserPromptSubmit", answer))
+    # This session's digest (step 3) already showed the flaky-tests memory: the fast path never repeats it.
+    assert ids["flaky"].encode() not in answer
+    if answer:
+        injected.append(session.write_back("UserPromptSubmit", "UserPromptSubmit", answer))
     wait_for(lambda: (d := read_json(recollection)) and d.get("messageUuid") == u2, 60,
              "recollection for the second message")
     assert ids["flaky"].encode() not in session.pretooluse("toolu_01CCCCCCCCCCCCCCCCCCCCCC")

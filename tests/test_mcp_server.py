@@ -447,7 +447,8 @@ async def test_stdio_round_trip_with_a_real_client(memory_home: tuple[Settings, 
         expanded = await client.call_tool("memory_expand", {"id": first_id})
         remembered = await client.call_tool("memory_remember", {"text": f"stdio round trip works ({mode})"})
         unknown = await client.call_tool("memory_expand", {"id": "ep_ffffffffffffffff"})
-    assert names == {"memory_recall", "memory_expand", "memory_remember", "memory_forget", "memory_status"}
+    assert names == {"memory_recall", "memory_expand", "memory_remember", "memory_forget", "memory_status",
+                     "memory_review"}
     assert first_id == ids["websocket"]
     assert SEED_LINE.match(text_of(recalled).splitlines()[0])
     assert MEMORIES["websocket"][0] in text_of(expanded) and expanded.structured_content is None

@@ -305,6 +305,9 @@ class _Server(ThreadingHTTPServer):
     # On Linux SO_REUSEADDR only allows rebinding over TIME_WAIT; on BSD/macOS it would also let us
     # bind 127.0.0.1:port under another program's wildcard listener, so it is off there.
     allow_reuse_address = sys.platform.startswith("linux")
+    # socketserver's default listen backlog is 5: a burst of reconnecting clients fills it, the kernel
+    # drops the next SYN and an honest client waits a full 1 s retransmit before it is even accepted.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(self, address: tuple[str, int], control: ControlServer) -> None:
         self.control = control

@@ -19,6 +19,7 @@ import apsw
 import numpy as np
 
 from processor.config import Settings
+from processor.memory.common_terms import selective_terms
 from processor.store import episodes as sql
 from processor.store.episodes import Episode, RankingFacts
 
@@ -52,8 +53,8 @@ class Scored:
     bm25: float
 
 
-def fts_query(text: str, joiner: str = " OR ") -> str:
-    """A safe FTS5 query: the distinct content words of `text`, OR-ed (or joined by `joiner`), each quoted."""
+def fts_terms(text: str) -> list[str]:
+    """The distinct content words of `text`, in order, at most _MAX_TERMS."""
     terms: list[str] = []
     for word in _WORD.findall(text.lower()):
         if word in _STOPWORDS or word in terms or (len(word) < 2 and not word.isdigit()):
@@ -61,7 +62,12 @@ def fts_query(text: str, joiner: str = " OR ") -> str:
         terms.append(word)
         if len(terms) >= _MAX_TERMS:
             break
-    return joiner.join(f'"{t}"' for t in terms)
+    return terms
+
+
+def fts_query(text: str, joiner: str = " OR ", terms: list[str] | None = None) -> str:
+    """A safe FTS5 query: the distinct content words of `text` (or `terms`), OR-ed (or joined by `joiner`)."""
+    return joiner.join(f'"{t}"' for t in (fts_terms(text) if terms is None else terms))
 
 
 class VectorIndex:
@@ -161,7 +167,7 @@ def search_episodes(
         index.refresh(conn)
         cosine = dict(index.top(query_vector, fetch))
     bm25: dict[int, float] = {}
-    match = fts_query(query_text)
+    match = fts_query(query_text, terms=selective_terms(conn, fts_terms(query_text)))
     if match:
         hits = sql.fts_candidates(conn, match, fetch)
         best = max((-score for _, score in hits), default=0.0)

@@ -146,6 +146,17 @@ def fts_candidates(conn: apsw.Connection, match: str, limit: int) -> list[tuple[
     ).fetchall()
 
 
+def fts_documents_with(conn: apsw.Connection, match: str, cap: int) -> int:
+    """How many episodes match, counted no further than cap (so the cost is bounded by cap)."""
+    return conn.execute("SELECT count(*) FROM (SELECT 1 FROM episodes_fts WHERE episodes_fts MATCH ? LIMIT ?)",
+                        (match, cap)).fetchone()[0]
+
+
+def episode_rowid_bound(conn: apsw.Connection) -> int:
+    """An upper bound of the number of episodes at the cost of one index lookup (rowids only grow)."""
+    return conn.execute("SELECT coalesce(max(rowid), 0) FROM episodes").fetchone()[0]
+
+
 def vectors_after(conn: apsw.Connection, after_rowid: int, *, memories_only: bool = False) -> list[tuple[int, bytes]]:
     """(rowid, vector) of episodes added after a rowid; memories_only leaves verbatim rounds out."""
     verbatim = " AND source_type != 'verbatim'" if memories_only else ""

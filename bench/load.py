@@ -1,6 +1,7 @@
 """Load: N live sessions writing lines at a fixed rate while readers call /recall, against the real processor.
 
-    python bench/load.py [--sessions 8] [--rate 50] [--seconds 120] [--readers 2] [--models-dir DIR] [--json]
+    python bench/load.py [--sessions 8] [--rate 50] [--seconds 120] [--readers 2] [--models-dir DIR]
+                         [--keep DIR] [--json]
 
 A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
 - N writer threads, each appending alternating user and assistant lines (unique uuids, realistic
@@ -9,8 +10,9 @@ A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
   lag (append → row committed) p50/p95/max, and whether every line was stored once;
 - R reader threads calling `POST /recall` over the authenticated control plane back to back:
   latency p50/p95/max;
-- a sampler (every 100 ms) of `GET /ping`'s memory_backlog (the memory thread's pending work) and
-  the processor's RSS.
+- a sampler (every 100 ms) of `GET /ping`'s memory_backlog (the memory thread's pending work: per
+  session its newest recollection and one episode build, plus two housekeeping flags),
+  memory_backlog_one_session (the most one session has waiting) and the processor's RSS.
 A warm-up /recall runs first, so the model and the vectors are loaded before anything is timed.
 Baseline, same run: the same /recall on the same processor once the writers have stopped and the
 backlog drained (an idle processor), so the ratio shows what load costs a query.
@@ -92,6 +94,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
     recall_ms: list[float] = []
     recall_errors: list[str] = []
     depth: list[int] = []
+    per_session: list[int] = []  # the most requests one session had waiting
     rss: list[int] = []
     writing = threading.Event()
     writing.set()
@@ -158,6 +161,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
             answer = ping(home / "run", timeout=2)
             if answer is not None and writing.is_set():
                 depth.append(int(answer.get("memory_backlog") or 0))
+                per_session.append(int(answer.get("memory_backlog_one_session") or 0))
             value = rss_bytes(run.proc.pid)
             if value:
                 rss.append(value)
@@ -209,7 +213,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         "capture_lag_ms": stats(lags),
         "recall_ms": recall, "recall_errors": len(recall_errors), "recall_idle_baseline_ms": base,
         "recall_p95_vs_idle": round(recall["p95"] / base["p95"], 2) if recall["p95"] and base["p95"] else None,
-        "backlog_max": max(depth, default=0), "backlog_max_per_session": round(max(depth, default=0) / sessions, 2),
+        "backlog_max": max(depth, default=0), "backlog_max_per_session": max(per_session, default=0),
         "rss_max_mb": round(max(rss, default=0) / 2**20, 1),
     }
 
@@ -225,9 +229,15 @@ def main(argv: list[str] | None = None) -> int:
                         else DEFAULT_MODELS, help=f"converted models (default $ENGRAM_MODELS_DIR or {DEFAULT_MODELS})")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--keep", type=Path, help="run in this (new) folder and keep it, to look into afterwards")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="engram-load-") as tmp:
-        result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, Path(tmp), args.seed)
+    if args.keep:
+        args.keep.mkdir(parents=True)
+        result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, args.keep, args.seed)
+    else:
+        with tempfile.TemporaryDirectory(prefix="engram-load-") as tmp:
+            result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, Path(tmp),
+                             args.seed)
     goals = {"backlog_per_session_le_2": result["backlog_max_per_session"] <= 2,
              "recall_p95_le_250ms": (result["recall_ms"]["p95"] or 0) <= 250,
              "rss_le_250mb": result["rss_max_mb"] <= 250,

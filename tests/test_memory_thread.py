@@ -32,6 +32,20 @@ def test_the_newest_user_message_of_a_session_wins_and_builds_coalesce() -> None
     assert pending.coalesced == 999 * 2 and len(pending) == 0
 
 
+def test_one_session_never_has_more_than_a_recollection_and_a_build_waiting() -> None:
+    pending = PendingWork(max_sessions=100)
+    assert pending.most_for_one_session(building=[]) == 0
+    for i in range(500):
+        pending.put(Recollect("s1", line(f"u{i}")))
+        pending.put(BuildEpisodes("s1"))
+        pending.put(BuildEpisodes("s2"))
+    pending.put(FinalizeIdle())
+    # s1's build is also in progress: still one build for it.
+    assert pending.most_for_one_session(building=["s1", "s3"]) == 2
+    pending.take()
+    assert pending.most_for_one_session(building=["s1"]) == 1
+
+
 def test_past_the_bound_requests_are_dropped_counted_and_logged_once(caplog) -> None:
     pending = PendingWork(max_sessions=3)
     for i in range(10):

@@ -161,6 +161,13 @@ class PendingWork:
             return (len(self._recollect) + len(self._build.keys() | set(building)) + int(self._finalize)
                     + int(self._ingest))
 
+    def most_for_one_session(self, building: list[str]) -> int:
+        """The most requests any one session has waiting (a recollection and a build at most, by design)."""
+        with self._ready:
+            sessions = self._recollect.keys() | self._build.keys() | set(building)
+            return max((int(s in self._recollect) + int(s in self._build or s in building) for s in sessions),
+                       default=0)
+
     def __len__(self) -> int:
         with self._ready:
             return self._size()
@@ -242,6 +249,11 @@ class MemoryThread:
     def backlog(self) -> int:
         """Requests waiting, counting a session once per kind: a build in progress and a new one are one."""
         return self.pending.size_besides(self._building)
+
+    @property
+    def session_backlog(self) -> int:
+        """The most requests one session has waiting: at most 2 (its newest recollection and one build)."""
+        return self.pending.most_for_one_session(self._building)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="engram-memory", daemon=True)

@@ -115,6 +115,7 @@ class Processor:
             "processing": self.jobs.ping_info()["job"] or self.memory.busy_with,
             "queue_depth": self.paths.qsize() + self.memory.backlog,
             "memory_backlog": self.memory.backlog,
+            "memory_backlog_one_session": self.memory.session_backlog,
             "uptime_seconds": round(time.time() - self.started_at, 1),
             "episodes_paused": self.memory.problem,
             "capture_problems": len(self.problems.current()),

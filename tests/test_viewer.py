@@ -19,6 +19,8 @@ import pytest
 
 from processor.clock import now_ms
 from processor.config import SettingsHolder
+from processor.jobs.queue import JobRunner
+from processor.jobs.reviews import REVIEW
 from processor.memory.episodes import EpisodeStore
 from processor.recall.injections import ingest
 from processor.store import connect, open_store, write_transaction
@@ -265,9 +267,24 @@ def test_spend_page_shows_calls_per_day_budget_breaker_queue_and_failures(server
     assert "extraction" in page
 
 
-def test_reviews_page_says_none_exist(server: ViewerServer, cookie: str) -> None:
+def test_reviews_are_listed_escaped_and_answered_through_the_review_job(server: ViewerServer, cookie: str,
+                                                                         world: World) -> None:
     _, _, body = server.request("GET", "/ui/reviews", cookie=cookie)
-    assert "No reviews exist yet" in html(body)
+    page = html(body)
+    assert "Is this memory still true?" in page and "app/&lt;sessions&gt;.py" in page and "<sessions>" not in page
+    assert "Rewrite it (SessionStore.load → SessionStore.fetch)" in page and "3f2a1c9" in page
+    assert f'action="/ui/reviews/{world.review_id}/choose"' in page
+    assert server.post(f"/ui/reviews/{world.review_id}/choose", cookie, "option=9")[0] == 400
+    assert server.post("/ui/reviews/99999/choose", cookie, "option=1")[0] == 404
+    assert server.post(f"/ui/reviews/{world.review_id}/choose", cookie, "option=2", origin=None)[0] == 403
+    status, headers, _ = server.post(f"/ui/reviews/{world.review_id}/choose", cookie, "option=2")  # mark stale
+    assert status == 303 and headers["location"] == f"/ui/reviews?done={world.review_id}"
+    # The choice and its review job were stored together; the processor's worker applies it.
+    JobRunner(world.settings, backend=None).run_until_idle(sweep=False, only={REVIEW})
+    assert status_of(world, world.review_memory)[0] == "stale"
+    _, _, body = server.request("GET", "/ui/reviews", cookie=cookie)
+    assert f"review-{world.review_id}" not in html(body) and "No open reviews" in html(body)
+    assert server.post(f"/ui/reviews/{world.review_id}/choose", cookie, "option=3")[0] == 409
 
 
 # --- actions --------------------------------------------------------------------------------------

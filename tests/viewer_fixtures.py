@@ -18,6 +18,7 @@ from pathlib import Path
 
 from processor.clock import now_ms
 from processor.config import Settings, SettingsHolder, load_settings
+from processor.jobs.reviews import open_review, review_options
 from processor.memory.episodes import EpisodeStore
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
@@ -48,6 +49,8 @@ class World:
     memory_id: str  # an active remembered memory
     old_version: str  # superseded by new_version
     new_version: str
+    review_id: int  # an open inquisitor review of review_memory
+    review_memory: str
 
 
 def iso(ms: int) -> str:
@@ -118,6 +121,16 @@ def build_world(home: Path, projects: Path, tmp: Path) -> World:
         job = jobs_sql.insert_job(conn, "extraction", "extract:demo", 5, {"session_id": SCRIPT_SID}, now_ms())
         assert job is not None
         jobs_sql.finish_job(conn, job, now_ms(), state="failed", note="model answered <not json>")
+    # A review as the inquisitor opens one when the code no longer clearly supports a memory.
+    review_memory, _ = store.remember("Sessions are kept by `SessionStore.load` in app/<sessions>.py", kind="fact",
+                                      scope="project", project=project)
+    with write_transaction(conn):
+        review_id = open_review(
+            conn, episode_id=review_memory, project=project, kind="inquisitor",
+            question="Is this memory still true? “Sessions are kept by `SessionStore.load` in app/<sessions>.py”",
+            options=review_options((("SessionStore.load", "SessionStore.fetch"),)),
+            context="`SessionStore.load` no longer occurs at HEAD; `SessionStore.fetch` appeared in 3f2a1c9",
+            commit="3f2a1c9", job_type="inquisitor")
 
     # An injection, the real way: the writer offers bites for the <script> prompt, the real hook injects them.
     writer = RecollectionWriter(holder)
@@ -129,7 +142,7 @@ def build_world(home: Path, projects: Path, tmp: Path) -> World:
     assert ingest(conn, settings.recollections_dir) == 2
     assert sessions_sql.session_activity(conn, SCRIPT_SID) is not None
     conn.close()
-    return World(settings, project, prompt_uuid, memory_id, old_id, new_id)
+    return World(settings, project, prompt_uuid, memory_id, old_id, new_id, review_id, review_memory)
 
 
 class ViewerServer:

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import apsw
+
 from processor.config import Settings
 from processor.jobs.queue import JobRunner
 from processor.jobs.reviews import JOB_TYPE, REVIEW, dedupe_key
@@ -31,16 +33,7 @@ def choose(settings: Settings, review_id: int, option: int) -> str:
     """Record option `option` (1-based) of an open review, and apply it through the queue; returns the outcome."""
     conn = open_store(settings.db_path)
     try:
-        review = cold_sql.get_review(conn, review_id)
-        if review is None:
-            raise LookupError(f"no review {review_id}; `engram review --list` shows the open ones")
-        if review.state != "open":
-            raise LookupError(f"review {review_id} is already {review.state} ({review.resolution})")
-        if not 1 <= option <= len(review.options):
-            raise ValueError(f"review {review_id} has options 1 to {len(review.options)}, not {option}")
-        with write_transaction(conn):
-            cold_sql.choose_review(conn, review_id, option)
-            jobs_sql.insert_job(conn, REVIEW, dedupe_key(review_id), JOB_TYPE.priority, {"review": review_id}, _now())
+        record_choice(conn, review_id, option)
     finally:
         conn.close()
     JobRunner(settings, backend=None).run_until_idle(sweep=False, only={REVIEW})
@@ -52,6 +45,21 @@ def choose(settings: Settings, review_id: int, option: int) -> str:
     if after is None or after.state == "open":
         return f"review {review_id}: option {option} recorded; the processor applies it"
     return f"review {review_id} {after.state}: {after.resolution}"
+
+
+def record_choice(conn: apsw.Connection, review_id: int, option: int) -> None:
+    """Option `option` (1-based) of an open review, recorded with the review job that applies it, in one
+    transaction (the CLI then runs that job; in the processor its worker does)."""
+    review = cold_sql.get_review(conn, review_id)
+    if review is None:
+        raise LookupError(f"no review {review_id}; `engram review --list` shows the open ones")
+    if review.state != "open":
+        raise LookupError(f"review {review_id} is already {review.state} ({review.resolution})")
+    if not 1 <= option <= len(review.options):
+        raise ValueError(f"review {review_id} has options 1 to {len(review.options)}, not {option}")
+    with write_transaction(conn):
+        cold_sql.choose_review(conn, review_id, option)
+        jobs_sql.insert_job(conn, REVIEW, dedupe_key(review_id), JOB_TYPE.priority, {"review": review_id}, _now())
 
 
 def _now() -> int:

@@ -35,9 +35,11 @@ import jinja2
 
 from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
+from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
+from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as sql
@@ -168,9 +170,11 @@ class Viewer:
         if method == "POST":
             if not same_origin(request.header("Origin"), request.header("Host"), request.header("Sec-Fetch-Site")):
                 raise _Answer(403, "Refused: this request did not come from a page of this viewer.")
-            parts = path.split("/")  # /ui/memory/<id>/<action>
+            parts = path.split("/")  # /ui/memory/<id>/<action>, /ui/reviews/<id>/choose
             if len(parts) == 5 and parts[2] == "memory":
                 return self._memory_action(request, parts[3], parts[4])
+            if len(parts) == 5 and parts[2] == "reviews" and parts[4] == "choose":
+                return self._review_choice(request, parts[3])
             raise _Answer(404, "No such action.")
         if method not in ("GET", "HEAD"):
             raise _Answer(405, "Use GET, or POST for actions.")
@@ -183,7 +187,7 @@ class Viewer:
         if path == "/ui/spend":
             return self._spend(request)
         if path == "/ui/reviews":
-            return self._page(request, 200, "reviews.html", title="Reviews", nav="reviews")
+            return self._reviews(request)
         if path == "/ui/events":
             return self._events(request)
         if path.startswith("/ui/static/"):
@@ -441,6 +445,34 @@ class Viewer:
         finally:
             conn.close()
         self._redirect(request, f"/ui/memory/{quote(episode_id, safe='')}?done={action}")
+
+    def _reviews(self, request: Request) -> None:
+        conn = self._conn()
+        try:
+            reviews = cold_sql.open_reviews(conn)
+        finally:
+            conn.close()
+        self._page(request, 200, "reviews.html", title="Reviews", nav="reviews", reviews=reviews,
+                   done=request.query.get("done", ""), read_only=self.read_only)
+
+    def _review_choice(self, request: Request, review_text: str) -> None:
+        form = self._form(request)
+        if self.read_only:
+            raise _Answer(403, "The processor is not running: this viewer is read-only. Start it with `engram run`.")
+        option = form.get("option", "")
+        if not review_text.isdigit() or not option.isdigit():
+            raise _Answer(400, "A review id and an option number are needed.")
+        conn = connect(self.settings.db_path)
+        try:
+            # Recorded with its review job in one transaction; the processor's worker applies it.
+            record_choice(conn, int(review_text), int(option))
+        except LookupError as exc:
+            raise _Answer(409 if "already" in str(exc) else 404, str(exc)) from None
+        except ValueError as exc:
+            raise _Answer(400, str(exc)) from None
+        finally:
+            conn.close()
+        self._redirect(request, f"/ui/reviews?done={int(review_text)}")
 
     # --- static files and the live stream --------------------------------------------------------
 

@@ -518,3 +518,30 @@ def test_password_example_keeps_key() -> None:
     assert redact("password=hunter2") == "password=[REDACTED:password-assignment]"
     marker = "[REDACTED:connection-string-password]"
     assert redact("postgres://user:pass@host/db") == f"postgres://user:{marker}@host/db"
+
+
+def test_the_literal_gate_changes_no_result_only_the_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules behind the one Aho-Corasick pass give exactly what running every rule gives."""
+    from processor.capture import redact as module
+
+    assert len(module._GATE.gated) >= 25  # the literal-anchored hand-written rules
+    for position in module._GATE.gated:
+        assert all(len(o) >= 2 for o in module._rule_openings(module._RULES[position]))
+    fragments = [c[1] for c in POSITIVE] + [c[2] for c in POSITIVE] + NEGATIVE + MARKER_NEIGHBOURS
+    rng = random.Random(11)
+    texts = fragments + ["\n".join(rng.choice(fragments) for _ in range(rng.randint(2, 6))) for _ in range(300)]
+    gated = [redact(t) for t in texts]
+    monkeypatch.setattr(module._GATE, "_automaton", None)  # every rule runs on every text
+    assert [redact(t) for t in texts] == gated
+
+
+def test_openings_come_from_the_pattern_itself() -> None:
+    from processor.capture.redact import _openings
+
+    assert _openings(re.compile(rb"A[KS]IA(?<![a-z]A[KS]IA)[A-Z0-9]{16}")) == {b"AKIA", b"ASIA"}
+    assert _openings(re.compile(rb"(?<![a-z])sk-ant-[a-z]+")) == {b"sk-ant-"}
+    assert _openings(re.compile(rb"k(?<=to.)en=")) == {b"ken="}
+    assert _openings(re.compile(rb"(?:ab|cd)x")) is None  # a group: not read
+    assert _openings(re.compile(rb"w[a-z]+")) is None  # one letter: not worth a gate
+    assert _openings(re.compile(rb"password", re.IGNORECASE)) is None
+    assert _openings(re.compile(rb"x\[y")) is None  # brackets could meet a marker

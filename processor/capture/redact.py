@@ -661,8 +661,90 @@ REDACTION_KINDS: tuple[str, ...] = tuple(
 )
 
 
+# ---- the literal gate: a rule runs only where a match of it could start --------------------------
+
+_MAX_OPENINGS = 64  # expansions of character classes beyond this are not worth gating
+
+
+def _openings(pattern: re.Pattern[bytes]) -> set[bytes] | None:
+    """Every literal opening (2+ bytes) a match of ``pattern`` must start with, or None when the
+    pattern's start is not such a literal (a single letter, a repeat, a group, case-insensitive).
+
+    Read from ``re``'s own parse of the pattern, so it cannot drift from what the pattern matches;
+    zero-width assertions before or inside the opening consume nothing and are passed over."""
+    if pattern.flags & re.IGNORECASE:
+        return None
+    openings: list[bytes] = [b""]
+    for op, arg in re._parser.parse(pattern.pattern, pattern.flags):  # type: ignore[attr-defined]
+        name = str(op)
+        if name in ("ASSERT", "ASSERT_NOT", "AT"):
+            continue
+        if name == "LITERAL":
+            chars = [arg]
+        elif name == "IN" and all(str(o) == "LITERAL" for o, _ in arg):
+            chars = [c for _, c in arg]
+        else:
+            break
+        if len(openings) * len(chars) > _MAX_OPENINGS:
+            break
+        openings = [o + bytes([c]) for o in openings for c in chars]
+    # Brackets are left out so that an opening can never straddle a marker the gate did not see.
+    if len(openings[0]) < 2 or any(b"[" in o or b"]" in o for o in openings):
+        return None
+    return set(openings)
+
+
+def _rule_openings(rule: object) -> set[bytes] | None:
+    """The union over a plain rule's patterns, or None if any pattern cannot be gated."""
+    patterns = getattr(rule, "patterns", None)
+    if not isinstance(rule, _Rule) or not patterns:
+        return None
+    found: set[bytes] = set()
+    for pattern in patterns:
+        openings = _openings(pattern)
+        if openings is None:
+            return None
+        found |= openings
+    return found
+
+
+class _LiteralGate:
+    """The hand-written rules that can only match at a literal opening (``sk-ant-``, ``A[KS]IA``,
+    ``-----BEGIN``), behind one Aho-Corasick pass over the text, as the generated rules are: one
+    ``re`` scan per rule cost more than the rest of capture. A rule runs when one of its openings
+    occurs in the text as it came in; what earlier rules replace only ever adds markers, which no
+    opening can match, so the set found up front holds for every rule in order."""
+
+    def __init__(self, rules: tuple[object, ...]) -> None:
+        self.gated: set[int] = set()  # positions in rules of the gated ones
+        literals: list[bytes] = []
+        owners: list[int] = []  # per literal, the position of its rule
+        for position, rule in enumerate(rules):
+            openings = _rule_openings(rule)
+            if openings is None:
+                continue
+            self.gated.add(position)
+            for opening in sorted(openings):
+                literals.append(opening)
+                owners.append(position)
+        self._owners = owners
+        self._automaton = ahocorasick_rs.BytesAhoCorasick(literals) if literals else None
+
+    def runnable(self, data: bytes) -> set[int] | None:
+        """Positions of gated rules whose opening occurs in ``data`` (None: nothing is gated)."""
+        if self._automaton is None:
+            return None
+        return {self._owners[i] for i, _, _ in self._automaton.find_matches_as_indexes(data, overlapping=True)}
+
+
+_GATE = _LiteralGate(_RULES)
+
+
 def _redact_once(data: bytes) -> bytes:
-    for rule in _RULES:
+    runnable = _GATE.runnable(data)
+    for position, rule in enumerate(_RULES):
+        if runnable is not None and position in _GATE.gated and position not in runnable:
+            continue
         data = rule.apply(data)
     return data
 

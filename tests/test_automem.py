@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -355,3 +356,17 @@ def test_the_running_processor_reads_and_rereads_auto_memory(tmp_path: Path) -> 
     recalled = run_engram("recall", "customer escalations channel", "--limit", "1", env=env).stdout
     assert "MEMORY.md § Support: Customer escalations go to the #support-escalations channel first" in recalled
     assert memory.read_text() == "## Support\n- Customer escalations go to the #support-escalations channel first.\n"
+
+
+def test_backfill_reads_auto_memory_too(tmp_path: Path) -> None:
+    home, projects = tmp_path / "home", tmp_path / "projects"
+    project = projects / "-tmp-app"
+    (project / "memory").mkdir(parents=True)
+    (project / f"{SID}.jsonl").write_text(user_line("hello", session_id=SID, cwd="/tmp/app"))
+    (project / "memory" / "MEMORY.md").write_text("# Notes\n- Feature flags live in config/flags.yaml.\n")
+    env = {"ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects)}
+    run_engram("backfill", env=env)
+    [hit] = json.loads(run_engram("recall", "where are feature flags", "--limit", "1", "--json", env=env).stdout)
+    assert hit["bite"] == "MEMORY.md § Notes: Feature flags live in config/flags.yaml."
+    expanded = run_engram("expand", hit["id"], env=env).stdout
+    assert "From Claude Code's auto memory:** MEMORY.md § Notes (lines 2–2)" in expanded

@@ -44,7 +44,7 @@ def memory_folders(transcript_filter: TranscriptFilter) -> list[Path]:
         if transcript_filter.is_own_agent_dir(entry.name):
             continue
         folder = Path(entry.path) / MEMORY_FOLDER
-        if folder.is_dir():
+        if os.path.isdir(folder):  # False, not an error, for an unreadable project folder
             found.append(folder)
     return sorted(found)
 

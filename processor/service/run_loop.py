@@ -8,6 +8,7 @@ one SettingsHolder, so a reload (SIGHUP) reaches every thread at once.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -264,6 +265,6 @@ class Processor:
         if path.parent not in self._automem_dirs:
             # Its project now has a captured session, which is what ties the auto-memory folder to a project.
             self._automem_dirs.add(path.parent)
-            if (path.parent / MEMORY_FOLDER).is_dir():
+            if os.path.isdir(path.parent / MEMORY_FOLDER):
                 self.read_auto_memory(path.parent / MEMORY_FOLDER)
         return True

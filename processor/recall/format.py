@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from processor.memory.episodes import Expansion, Hit
+TYPE_CHECKING = False  # typing's own import is not needed: the MCP server imports this before `initialize`
+if TYPE_CHECKING:
+    from processor.memory.episodes import Expansion, Hit
 
 
 def format_hits(hits: list[Hit]) -> str:

@@ -259,11 +259,16 @@ class MemoryService:
         return self._episodes().recall(query, limit=limit, project=project, session_id=session_id)
 
     def recall_by_processor(self, query: str, limit: int, project: str | None,
-                            session_id: str | None) -> list[Hit] | None:
-        """The running processor's answer (its model is warm); None when it is down or does not answer."""
+                            session_id: str | None, *, light: bool = False) -> list[Hit] | None:
+        """The running processor's answer (its model is warm); None when it is down or does not answer.
+
+        light: the hits only become text (no structured copy), so plain namespaces serve and the memory
+        layer is not imported: a first recall costs one request.
+        """
         from processor.service.control_client import ControlError, request
 
-        _load_memory_layer()
+        if not light:
+            _load_memory_layer()
         body: dict[str, Any] = {"query": query, "limit": limit}
         if project is not None:  # absent: every project
             body["project"] = project
@@ -271,6 +276,10 @@ class MemoryService:
             body["session_id"] = session_id
         try:
             answer = request(self.settings.run_dir, "POST", "/recall", body, timeout=RECALL_TIMEOUT_SECONDS)
+            if light:
+                from types import SimpleNamespace
+
+                return [SimpleNamespace(**bite) for bite in answer["bites"]]  # type: ignore[misc]
             return [Hit(**bite) for bite in answer["bites"]]
         except (ControlError, KeyError, TypeError) as exc:
             log.info("recall through the processor failed (%s); searching here", exc)
@@ -399,10 +408,12 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
                                                       else service.project)
         count = limit or service.settings.recall_limit
         session_id = calling_session(ctx)
-        hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id))
+        hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id,
+                                                                                  light=not structured))
         if hits is None:
             hits = await _guarded(service, lambda: service.recall(text, count, scope, session_id))
-        _load_memory_layer()
+        if not structured:
+            return result(format_hits(hits), None)
         return result(format_hits(hits), RecallResult(query=text, project=scope, hits=hits))
 
     @tool(

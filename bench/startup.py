@@ -57,6 +57,13 @@ MEMORIES = [
 ]
 
 
+def from_repo(module: str) -> list[str]:
+    """``python -I -m module``, but the module of this checkout: ``-I`` drops PYTHONPATH, so ``-m`` alone would
+    run whatever copy is installed in the interpreter (another worktree's, say)."""
+    code = f"import sys, runpy; sys.path.insert(0, {str(REPO)!r}); runpy.run_module({module!r}, run_name='__main__')"
+    return [sys.executable, "-I", "-c", code]
+
+
 def median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 1)
 
@@ -166,7 +173,7 @@ def bench(runs: int, mcp_runs: int) -> dict:
             cases = {
                 "baseline": [python, "-I", "-S", "-c", "pass"],
                 "hook": shlex.split(registration.hook("SessionStart").command),
-                "module_form": [sys.executable, "-I", "-m", "recall_hook.session_start"],
+                "module_form": from_repo("recall_hook.session_start"),
             }
             stdin = json.dumps({"session_id": SESSION, "transcript_path": "/dev/null", "cwd": str(repo),
                                 "hook_event_name": "SessionStart", "source": "startup"}).encode()
@@ -181,7 +188,7 @@ def bench(runs: int, mcp_runs: int) -> dict:
                         hook[name].append(elapsed)
 
             # --- MCP: initialize, then the first tool call, processor up
-            engram_mcp = [sys.executable, "-I", "-m", "mcp_tools.server"]
+            engram_mcp = from_repo("mcp_tools.server")
             trivial = [sys.executable, "-I", "-c", TRIVIAL_SERVER]
             mcp: dict[str, list[float]] = {"trivial_init": [], "engram_init": [], "trivial_call": [],
                                            "recall_via_processor": [], "recall_in_process": []}

@@ -43,7 +43,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio.to_thread
 import apsw
@@ -53,12 +53,9 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter
 
 from processor.capture.project import project_root
-from processor.capture.remember_inbox import RememberRequest, pending_remember_files, write_remember_file
 from processor.config import ConfigError, Settings, load_settings
-from processor.memory.episodes import EpisodeStore, Expansion, Hit
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import KINDS, SCOPES
-from processor.recall.forget import forget as forget_memory
 from processor.recall.format import format_expansion, format_hits
 from processor.service.control_client import ping
 from processor.service.pidfile import is_running
@@ -66,6 +63,9 @@ from processor.store import cold as cold_sql
 from processor.store import open_store
 from processor.store.connection import NotEngramDatabase
 from processor.store.episodes import Episode
+
+if TYPE_CHECKING:
+    from processor.memory.episodes import EpisodeStore, Expansion, Hit
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,22 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
 # --- structured output -----------------------------------------------------------------------
 
 
-class RecallResult(BaseModel):
-    query: str
-    project: str | None = Field(description="project searched besides global memories; null = every project")
-    hits: list[Hit] = Field(description="best first; pass an id to memory_expand for the full memory")
+def _load_memory_layer() -> None:
+    """Import the memory layer (numpy, the redaction rules: about as long as the SDK's own import) and
+    define the result model that names its `Hit`. Claude Code's server declares no output schemas, so it
+    does this on the first tool call, after `initialize`; `build_server(structured=True)` does it at once."""
+    global EpisodeStore, Expansion, Hit, RecallResult
+    if "RecallResult" in globals():
+        return
+    from processor.memory.episodes import EpisodeStore, Expansion, Hit
+
+    class RecallResult(BaseModel):
+        query: str
+        project: str | None = Field(description="project searched besides global memories; null = every project")
+        hits: list[Hit] = Field(description="best first; pass an id to memory_expand for the full memory")
+
+    RecallResult.__module__ = __name__
+    RecallResult.__qualname__ = "RecallResult"
 
 
 class ReviewItem(BaseModel):
@@ -222,6 +234,7 @@ class MemoryService:
 
     def _episodes(self) -> EpisodeStore:
         """The store, opened on first use (on the DB thread) so a server starts even before the DB exists."""
+        _load_memory_layer()
         if self._store is None:
             settings = self.settings
             conn = open_store(settings.db_path)
@@ -246,10 +259,16 @@ class MemoryService:
         return self._episodes().recall(query, limit=limit, project=project, session_id=session_id)
 
     def recall_by_processor(self, query: str, limit: int, project: str | None,
-                            session_id: str | None) -> list[Hit] | None:
-        """The running processor's answer (its model is warm); None when it is down or does not answer."""
+                            session_id: str | None, *, light: bool = False) -> list[Hit] | None:
+        """The running processor's answer (its model is warm); None when it is down or does not answer.
+
+        light: the hits only become text (no structured copy), so plain namespaces serve and the memory
+        layer is not imported: a first recall costs one request.
+        """
         from processor.service.control_client import ControlError, request
 
+        if not light:
+            _load_memory_layer()
         body: dict[str, Any] = {"query": query, "limit": limit}
         if project is not None:  # absent: every project
             body["project"] = project
@@ -257,6 +276,10 @@ class MemoryService:
             body["session_id"] = session_id
         try:
             answer = request(self.settings.run_dir, "POST", "/recall", body, timeout=RECALL_TIMEOUT_SECONDS)
+            if light:
+                from types import SimpleNamespace
+
+                return [SimpleNamespace(**bite) for bite in answer["bites"]]  # type: ignore[misc]
             return [Hit(**bite) for bite in answer["bites"]]
         except (ControlError, KeyError, TypeError) as exc:
             log.info("recall through the processor failed (%s); searching here", exc)
@@ -266,6 +289,8 @@ class MemoryService:
         return self._episodes().expand(item_id, touch=True)
 
     def forget(self, item_id: str, reason: str | None) -> list[Episode]:
+        from processor.recall.forget import forget as forget_memory
+
         return forget_memory(self._episodes(), self.settings, item_id, reason)
 
     def db_status(self) -> dict[str, Any]:
@@ -323,6 +348,8 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
     module docstring: not for Claude Code).
     """
     service = MemoryService(settings, cwd)
+    if structured:  # the output schemas name Hit and Expansion
+        _load_memory_layer()
 
     def result(text: str, data: Any) -> CallToolResult:
         return _text_result(text, data, structured)
@@ -381,9 +408,12 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
                                                       else service.project)
         count = limit or service.settings.recall_limit
         session_id = calling_session(ctx)
-        hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id))
+        hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id,
+                                                                                  light=not structured))
         if hits is None:
             hits = await _guarded(service, lambda: service.recall(text, count, scope, session_id))
+        if not structured:
+            return result(format_hits(hits), None)
         return result(format_hits(hits), RecallResult(query=text, project=scope, hits=hits))
 
     @tool(
@@ -428,6 +458,8 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
         settings = service.settings
         project = None if scope == "global" else service.project
         # No database and no model here: one small file write, so the call returns at once.
+        from processor.capture.remember_inbox import RememberRequest, write_remember_file
+
         try:
             path = write_remember_file(settings.queue_dir,
                                        RememberRequest(text, kind=kind, scope=scope, project=project))
@@ -502,6 +534,8 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
             counts = await _guarded(service, service.db_status)
         except ToolError as exc:
             database_error = str(exc)  # status still answers: it is how the user finds out what is wrong
+        from processor.capture.remember_inbox import pending_remember_files
+
         pending = len(pending_remember_files(settings.queue_dir))
         running = answer is not None
         if running:

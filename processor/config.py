@@ -80,6 +80,8 @@ class Settings:
         "default",
         "GGUF embedding model: 'default' (all-MiniLM-L6-v2, converted from its PyPI package) or a path")
     verbatim_max_chars = Option(500, "verbatim episodes hold at most about this many characters each")
+    automem = Option(True, "read Claude Code's auto memory (<project>/memory/*.md) as memories; never written")
+    automem_max_bytes = Option(128 * 1024, "an auto-memory file is read up to this many bytes (with a log line)")
     recall_limit = Option(5, "memories returned by memory_recall / engram recall by default")
     weight_relevance = Option(0.5, "ranking weight of relevance (BM25 + cosine)")
     weight_recency = Option(0.3, "ranking weight of recency (exponential decay)")

@@ -517,3 +517,32 @@ def test_stdout_carries_only_the_protocol(memory_home: tuple[Settings, dict], tm
     assert re.findall(r"— ID: (\S+)", recalled["content"][0]["text"])[0] == ids["tabs"]
     assert ids["websocket"] not in json.dumps(recalled)  # the other project's memory stays out
     assert by_id[3]["result"]["content"][0]["text"].startswith("degraded:")
+
+
+def test_claude_codes_server_starts_without_the_memory_layer() -> None:
+    """numpy, the embedder and the redaction rules cost about as much as the SDK's import: the server
+    Claude Code starts (no output schemas) loads them on the first tool call, after `initialize`."""
+    code = ("import sys; from mcp_tools.server import build_server; build_server(cwd='.', structured=False); "
+            "print(sorted(m for m in ('numpy', 'processor.memory.episodes', 'processor.capture.redact', "
+            "'processor.recall.forget') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}).stdout
+    assert out.strip() == "[]", out
+
+
+@pytest.mark.anyio
+async def test_claude_codes_server_recalls_through_the_processor_as_text(fresh_settings: Settings) -> None:
+    """Without output schemas the processor's bites become text directly: no Hit objects, no memory layer."""
+    bite = {"id": "ep_0123456789abcdef", "bite": "MEMORY.md § Build: Use pnpm, never npm", "date": "2026-11-20",
+            "importance": "high", "kind": "convention", "score": 0.9, "source": "episode", "project": PROJECT,
+            "relevance": 0.8, "note": None, "source_uuids": []}
+    asked: list[dict] = []
+    routes = {("POST", "/recall"): lambda body: asked.append(body) or {"bites": [bite]}}
+    with PidFile(fresh_settings.run_dir), ControlServer(fresh_settings.run_dir, port=0, routes=routes,
+                                                       ping=lambda: {"pid": os.getpid()}):
+        async with Client(build_server(fresh_settings, cwd=PROJECT, structured=False)) as client:
+            recalled = await client.call_tool("memory_recall", {"query": "package manager"})
+    assert asked and asked[0]["query"] == "package manager"
+    assert text_of(recalled) == ("[1] (2026-11-20, high) MEMORY.md § Build: Use pnpm, never npm "
+                                 "— ID: ep_0123456789abcdef")
+    assert recalled.structured_content is None

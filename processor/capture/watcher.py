@@ -1,4 +1,4 @@
-"""Watching the transcripts root: watchdog events become paths to tail.
+"""Watching the transcripts root: watchdog events become paths to tail (and auto-memory folders to re-read).
 
 The observer thread only queues paths; the capture thread does the work, so
 file events never touch the database from another thread.
@@ -14,17 +14,32 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from processor.capture.automem import memory_folder_of
 from processor.capture.discover import TranscriptFilter
 
 log = logging.getLogger(__name__)
 
 
 class _QueueingHandler(FileSystemEventHandler):
-    def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None]) -> None:
+    def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None],
+                 on_memory: Callable[[Path], None] | None = None) -> None:
         self.filter = transcript_filter
         self.paths = paths
+        self.on_memory = on_memory
+
+    def _auto_memory(self, event: FileSystemEvent) -> None:
+        """A file in a project's auto-memory folder was written, moved or deleted: that folder is re-read."""
+        if self.on_memory is None or event.event_type not in ("created", "modified", "closed", "moved", "deleted"):
+            return
+        folders = {memory_folder_of(Path(str(p)), self.filter)
+                   for p in (event.src_path, getattr(event, "dest_path", "")) if p}
+        for folder in folders - {None}:
+            assert folder is not None
+            self.on_memory(folder)
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if not event.is_directory:
+            self._auto_memory(event)
         if event.is_directory:
             if event.event_type == "deleted" and Path(str(event.src_path)) == self.filter.root:
                 log.warning("transcripts root %s was deleted; waiting for it to come back", event.src_path)
@@ -47,9 +62,11 @@ class _QueueingHandler(FileSystemEventHandler):
 class TranscriptWatcher:
     """Recursive watchdog observer on the transcripts root that feeds a queue of paths."""
 
-    def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None]) -> None:
+    def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None],
+                 on_memory: Callable[[Path], None] | None = None) -> None:
         self.filter = transcript_filter
         self.paths = paths
+        self.on_memory = on_memory  # called with a project's auto-memory folder when a file in it changes
         self._observer: Observer | None = None
 
     @property
@@ -62,7 +79,8 @@ class TranscriptWatcher:
         if not self.filter.root.is_dir():
             return False
         observer = Observer()
-        observer.schedule(_QueueingHandler(self.filter, self.paths), str(self.filter.root), recursive=True)
+        observer.schedule(_QueueingHandler(self.filter, self.paths, self.on_memory), str(self.filter.root),
+                          recursive=True)
         try:
             observer.start()
         except OSError as exc:

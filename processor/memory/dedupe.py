@@ -8,8 +8,11 @@ project, or global ones; verbatim rounds are raw material, never merged into) by
 - cosine > UPDATE_SIMILARITY and the same topic (same kind, shared or absent entities): UPDATE,
   written as a new version; the old row gets valid_to + superseded_by, nothing is overwritten;
 - otherwise ADD.
-Candidates of one batch are compared with each other too. Everything, including the caller's
-progress marker, commits in one transaction: a crash redoes the batch, never half of it.
+Candidates of one batch are compared with each other too. A fact stated in two places (a transcript
+and Claude Code's auto memory, say) stays one memory with both sources: a NOOP adds the candidate's
+source messages to the existing memory, and an UPDATE's new version keeps those of the one it replaces.
+Everything, including the caller's progress marker, commits in one transaction: a crash redoes the
+batch, never half of it.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ class _Memory:
     project: str | None
     vector: np.ndarray | None = None
     digest: str | None = None
+    source_uuids: list[str] = field(default_factory=list)
 
 
 def same_topic(a_kind: str, a_entities: list[str], b_kind: str, b_entities: list[str]) -> bool:
@@ -152,8 +156,13 @@ class Deduper:
         return self._index
 
     def apply(self, candidates: list[Candidate], *,
-              progress: Callable[[apsw.Connection], None] | None = None) -> list[Outcome]:
-        """Write the candidates (and the caller's progress marker) in one transaction."""
+              progress: Callable[[apsw.Connection], None] | None = None,
+              linked: Callable[[apsw.Connection, list[Outcome]], None] | None = None) -> list[Outcome]:
+        """Write the candidates (and the caller's progress marker) in one transaction.
+
+        `linked`, if given, runs in that transaction too, with the outcomes (one per candidate): where a
+        caller records which memory each of its candidates became.
+        """
         store = self.store
         store.check_model()
         vectors = store.embedder.embed_documents([c.text for c in candidates]) if candidates else []
@@ -169,6 +178,8 @@ class Deduper:
                                                 stamp))
             if progress is not None:
                 progress(self.conn)
+            if linked is not None:
+                linked(self.conn, outcomes)
         for o in outcomes:
             log.info("memory %s: %s%s", o.action, o.episode_id, f" (supersedes {o.previous_id})"
                      if o.previous_id else "")
@@ -185,7 +196,7 @@ class Deduper:
                 if ep is None or ep.status != "active" or ep.source_type == "verbatim":
                     continue
                 found.append((cosine, _Memory(ep.id, ep.summary, ep.full_content, ep.entities, ep.importance,
-                                              ep.kind, ep.scope, ep.project)))
+                                              ep.kind, ep.scope, ep.project, source_uuids=ep.source_uuids)))
         for memory in written:
             if memory.vector is not None:
                 found.append((float(memory.vector @ vector), memory))
@@ -202,11 +213,13 @@ class Deduper:
             existing = next((m.id for m in written if m.digest == digest), None)
         if existing is not None:
             episodes_sql.touch(conn, [existing], stamp)
+            episodes_sql.add_sources(conn, existing, candidate.source_uuids)  # one memory, both sources
             return Outcome("noop", existing, similarity=1.0)
         neighbours = self._neighbours(candidate, vector, index, written)
         best_sim, best = neighbours[0] if neighbours else (0.0, None)
         if best is not None and best_sim >= NOOP_SIMILARITY and _nearly_equal(candidate, best):
             episodes_sql.touch(conn, [best.id], stamp)
+            episodes_sql.add_sources(conn, best.id, candidate.source_uuids)
             return Outcome("noop", best.id, similarity=best_sim)
         target = next((m for sim, m in neighbours if sim > UPDATE_SIMILARITY
                        and same_topic(candidate.kind, candidate.entities, m.kind, m.entities)), None)
@@ -214,7 +227,10 @@ class Deduper:
         entities = list(dict.fromkeys(candidate.entities))
         importance = candidate.importance
         full_content = candidate.full_content
+        sources = list(dict.fromkeys(candidate.source_uuids))
         if target is not None:
+            # The new version stands for both statements: it keeps the sources of the one it replaces.
+            sources = list(dict.fromkeys(sources + target.source_uuids))
             entities = list(dict.fromkeys(entities + target.entities))
             importance = "high" if "high" in (importance, target.importance) else "normal"
             full_content = _merge_content(full_content, target.full_content)
@@ -223,12 +239,12 @@ class Deduper:
         episodes_sql.insert_episode(conn, NewEpisode(
             id=new_id, session_id=candidate.session_id, project=project, scope=candidate.scope,
             summary=candidate.summary, entities=entities[:MAX_ENTITIES], importance=importance, kind=candidate.kind,
-            source_type=candidate.source_type, full_content=full_content, source_uuids=candidate.source_uuids,
+            source_type=candidate.source_type, full_content=full_content, source_uuids=sources,
             # The candidate's own text: the same candidate again (a redone job) is then an exact NOOP.
             content_hash=digest, created_at=stamp,
         ), blob)
         written.append(_Memory(new_id, candidate.summary, full_content, entities, importance, candidate.kind,
-                               candidate.scope, project, vector, digest))
+                               candidate.scope, project, vector, digest, sources))
         if target is None:
             return Outcome("add", new_id, similarity=best_sim if best is not None else None)
         episodes_sql.supersede(conn, target.id, new_id, stamp)

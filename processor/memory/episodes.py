@@ -17,6 +17,7 @@ import apsw
 import numpy as np
 
 from processor.capture import signals
+from processor.capture.automem import cite
 from processor.capture.redact import redact
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
@@ -26,6 +27,7 @@ from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
+from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
@@ -82,6 +84,8 @@ class Expansion:
     entities: list[str]
     source_messages: list[dict[str, Any]] = field(default_factory=list)
     superseded_by: str | None = None
+    # Where Claude Code's auto memory states it (this version or an earlier one): file, heading, lines.
+    auto_memory: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -294,9 +298,10 @@ class EpisodeStore:
         return outcome.episode_id, outcome.action != "noop"
 
     def add_memories(self, candidates: list[Candidate], *,
-                     progress: Callable[[apsw.Connection], None] | None = None) -> list[Outcome]:
+                     progress: Callable[[apsw.Connection], None] | None = None,
+                     linked: Callable[[apsw.Connection, list[Outcome]], None] | None = None) -> list[Outcome]:
         """Merge candidate memories (and the caller's progress marker) in one transaction."""
-        return self.deduper.apply(candidates, progress=progress)
+        return self.deduper.apply(candidates, progress=progress, linked=linked)
 
     def forget(self, episode_id: str, reason: str | None = None) -> list[Episode]:
         """Erase a memory's content and that of the versions it replaced; returns them, the memory first.
@@ -436,9 +441,13 @@ class EpisodeStore:
             self._touch([ep.id])
         sources = [{"uuid": m.uuid, "role": m.role, "timestamp": m.timestamp, "session_id": m.session_id}
                    for m in sessions.message_sources(self.conn, ep.source_uuids)]
+        chain = [ep.id, *sql.earlier_versions(self.conn, ep.id)]
+        auto_memory = [{"file": row.path, "heading": row.heading, "lines": [row.line_start, row.line_end],
+                        "cite": cite(row.path, row.heading), "present": row.state == "present"}
+                       for row in automem_sql.sections_for(self.conn, chain, present_only=False)]
         return Expansion(ep.id, ep.summary, ep.full_content, utc_date(ep.created_at), ep.project, ep.session_id,
                          ep.importance, ep.kind, ep.scope, ep.source_type, ep.status, ep.entities, sources,
-                         ep.superseded_by)
+                         ep.superseded_by, auto_memory)
 
     def _expand_message(self, item_id: str) -> Expansion:
         found = sessions.message_sources(self.conn, [item_id[4:]])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from processor.memory.episodes import Expansion, Hit
+TYPE_CHECKING = False  # typing's own import is not needed: the MCP server imports this before `initialize`
+if TYPE_CHECKING:
+    from processor.memory.episodes import Expansion, Hit
 
 
 def format_hits(hits: list[Hit]) -> str:
@@ -23,6 +25,11 @@ def format_expansion(e: Expansion) -> str:
         first, last = e.source_messages[0], e.source_messages[-1]
         lines += ["", f"**From session** {first['session_id']} ({first['timestamp']} – {last['timestamp']}), "
                   f"{len(e.source_messages)} message(s)"]
+    for source in e.auto_memory:
+        first, last = source["lines"]
+        gone = "" if source["present"] else ", since removed from the file"
+        lines += ["", f"**From Claude Code's auto memory:** {source['cite']} (lines {first}–{last}{gone}) — "
+                  f"{source['file']}"]
     if e.superseded_by:
         lines += ["", f"Superseded by {e.superseded_by}."]
     if e.status not in ("active", "superseded"):

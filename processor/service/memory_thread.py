@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import apsw
 
 from processor.capture.parse import CapturedLine
+from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
+from processor.memory.automem import sync_folder
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
 from processor.recall.injections import ingest as ingest_injections
@@ -72,11 +75,19 @@ class IngestInjections:
 
 
 @dataclass(frozen=True)
+class ReadAutoMemory:
+    """A project's auto-memory folder (Claude Code's MEMORY.md and topic files) may have changed: re-read it."""
+
+    folder: Path
+    priority: ClassVar[int] = 2
+
+
+@dataclass(frozen=True)
 class _Stop:
     priority: ClassVar[int] = -1
 
 
-MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | IngestInjections | _Stop
+MemoryRequest = Recollect | BuildEpisodes | FinalizeIdle | IngestInjections | ReadAutoMemory | _Stop
 RecollectHandler = Callable[[EpisodeStore, str, CapturedLine], object]
 
 
@@ -90,6 +101,7 @@ class PendingWork:
         self._build: dict[str, BuildEpisodes] = {}   # sessions with captured messages to turn into episodes
         self._finalize = False
         self._ingest = False  # the recollections folder changed: one scan serves every change since
+        self._automem: dict[Path, ReadAutoMemory] = {}  # auto-memory folders to re-read, each once
         self._stop = False
         self.coalesced = 0  # requests absorbed by a newer one of the same session
         self.dropped = 0    # requests refused because max_sessions sessions were already waiting
@@ -104,6 +116,8 @@ class PendingWork:
                 self._finalize = True
             elif isinstance(request, IngestInjections):
                 self._ingest = True
+            elif isinstance(request, ReadAutoMemory):
+                self._automem[request.folder] = request
             else:
                 pending: dict = self._recollect if isinstance(request, Recollect) else self._build
                 if request.session_id in pending:
@@ -137,11 +151,13 @@ class PendingWork:
             if self._ingest:
                 work.append(IngestInjections())
             work.extend(self._build.values())
+            work.extend(self._automem.values())
             if self._finalize:
                 work.append(FinalizeIdle())
             if self._stop:
                 work.insert(0, _Stop())
             self._recollect, self._build, self._finalize, self._ingest = {}, {}, False, False
+            self._automem = {}
             return work
 
     def take_recollections(self) -> list[Recollect]:
@@ -151,15 +167,16 @@ class PendingWork:
             return work
 
     def _has_work(self) -> bool:
-        return bool(self._recollect or self._build or self._finalize or self._ingest or self._stop)
+        return bool(self._recollect or self._build or self._finalize or self._ingest or self._automem or self._stop)
 
     def _size(self) -> int:
-        return len(self._recollect) + len(self._build) + int(self._finalize) + int(self._ingest)
+        return (len(self._recollect) + len(self._build) + int(self._finalize) + int(self._ingest)
+                + len(self._automem))
 
     def size_besides(self, building: list[str]) -> int:
         with self._ready:
             return (len(self._recollect) + len(self._build.keys() | set(building)) + int(self._finalize)
-                    + int(self._ingest))
+                    + int(self._ingest) + len(self._automem))
 
     def most_for_one_session(self, building: list[str]) -> int:
         """The most requests any one session has waiting (a recollection and a build at most, by design)."""
@@ -180,6 +197,7 @@ class MemoryThread:
         self.problem: str | None = None  # why episodes are paused, if they are
         self.busy_with: str | None = None
         self.recollect = recollect  # the recollection writer's handler, if the processor writes them
+        self.problems: CaptureProblems | None = None  # where unreadable auto-memory files are reported
         self.periodic: list[Callable[[], object]] = []  # run with each idle-session sweep
         self.pending = PendingWork(MAX_WAITING_SESSIONS)
         self._building: list[str] = []  # sessions whose episodes are being built, a slice at a time
@@ -324,6 +342,13 @@ class MemoryThread:
                 self._busy("cleanup", cleanup)
         elif isinstance(request, IngestInjections):
             self._busy("injections", lambda: ingest_injections(store.conn, self.settings.recollections_dir))
+        elif isinstance(request, ReadAutoMemory):
+            if self.settings.automem:
+                # A missing model or a locked database pauses it like episodes (logged once); the next
+                # event or rescan reads the folder again.
+                self._busy("auto memory", lambda: self._episode_errors(lambda: sync_folder(
+                    store, request.folder, max_bytes=self.settings.automem_max_bytes, problems=self.problems,
+                    between=self._serve_recollections)))
         elif isinstance(request, Recollect) and self.recollect is not None:
             recollect = self.recollect
             self._busy("recollection", lambda: recollect(store, request.session_id, request.line))

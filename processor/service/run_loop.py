@@ -8,6 +8,7 @@ one SettingsHolder, so a reload (SIGHUP) reaches every thread at once.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import apsw
 
+from processor.capture.automem import MEMORY_FOLDER, memory_folders
 from processor.capture.backfill import BackfillReport, Progress, backfill
 from processor.capture.discover import TranscriptFilter, discover
 from processor.capture.parse import CapturedLine
@@ -23,11 +25,19 @@ from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import FolderWatcher, TranscriptWatcher
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
+from processor.memory.automem import sync_folder
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
 from processor.memory.gguf_convert import remove_stale_conversions
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
-from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, IngestInjections, MemoryThread, Recollect
+from processor.service.memory_thread import (
+    BuildEpisodes,
+    FinalizeIdle,
+    IngestInjections,
+    MemoryThread,
+    ReadAutoMemory,
+    Recollect,
+)
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -47,10 +57,12 @@ class Processor:
         self.memory = MemoryThread(self.holder, recollect=self.recollections.handle)
         self.memory.periodic.append(self.recollections.remove_idle)
         self.memory.periodic.append(self.ingest_injections)
+        self._automem_dirs: set[Path] = set()  # project folders whose auto memory was asked for once already
         self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
         self.problems = CaptureProblems()  # capture problems, each logged once; listed by `engram status`
+        self.memory.problems = self.problems
         self.rescans = 0
 
     @property
@@ -85,6 +97,15 @@ class Processor:
         # so a decision of a one-shot `claude -p` session is recallable from the next session.
         self.memory.submit(BuildEpisodes(session_id, final=bool(lines) and lines[-1].end_turn))
         self.jobs.on_messages_captured(session_id)
+
+    def read_auto_memory(self, folder: Path) -> None:
+        """A project's auto-memory folder may have changed: the memory thread re-reads it."""
+        if self.settings.automem:
+            self.memory.submit(ReadAutoMemory(folder))
+
+    def _read_all_auto_memory(self) -> None:
+        for folder in memory_folders(self.filter):
+            self.read_auto_memory(folder)
 
     def ingest_injections(self) -> None:
         """The hooks left proof of an injection in the recollections folder: record it (memory thread)."""
@@ -148,7 +169,13 @@ class Processor:
         JobRunner(self.settings, self.stop_event).run_until_idle(only={"remember"})
         self.memory.open()
         try:
-            return report, self.memory.build_episodes(final=True)
+            built = self.memory.build_episodes(final=True)
+            if self.settings.automem:
+                assert self.memory.store is not None
+                for folder in memory_folders(self.filter):
+                    sync_folder(self.memory.store, folder, max_bytes=self.settings.automem_max_bytes,
+                                problems=self.problems)
+            return report, built
         finally:
             self.memory.close()
 
@@ -159,7 +186,7 @@ class Processor:
         tailer = self._open_tailer()
         self.problems.save_to = self.settings.run_dir / PROBLEMS_FILE
         remove_stale_conversions(self.settings.models_dir)
-        watcher = TranscriptWatcher(self.filter, self.paths)
+        watcher = TranscriptWatcher(self.filter, self.paths, on_memory=self.read_auto_memory)
         queue_marker = self.settings.queue_dir
         queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
         injection_watcher = FolderWatcher(self.settings.recollections_dir, self.ingest_injections)
@@ -172,6 +199,7 @@ class Processor:
             log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
             pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days,
                                               self.problems))
+            self._read_all_auto_memory()
             next_rescan = time.monotonic() + self.settings.rescan_seconds
             while not self.stop_event.is_set():
                 self._apply_pending_settings()
@@ -191,6 +219,7 @@ class Processor:
                         log.info("watching %s again", self.filter.root)
                     pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days,
                                             self.problems))
+                    self._read_all_auto_memory()  # unchanged files cost a stat each
                     self.rescans += 1
                     self.jobs.wake()
                     self.memory.submit(FinalizeIdle())
@@ -231,7 +260,12 @@ class Processor:
         """Tail one file; False when the database stayed locked (the path is retried, nothing dropped)."""
         try:
             tailer.tail(path)
-            return True
         except apsw.BusyError:
             log.warning("database locked by another process for over 5 s while capturing %s; will retry", path)
             return False
+        if path.parent not in self._automem_dirs:
+            # Its project now has a captured session, which is what ties the auto-memory folder to a project.
+            self._automem_dirs.add(path.parent)
+            if os.path.isdir(path.parent / MEMORY_FOLDER):
+                self.read_auto_memory(path.parent / MEMORY_FOLDER)
+        return True

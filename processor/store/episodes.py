@@ -187,6 +187,19 @@ def touch(conn: apsw.Connection, episode_ids: list[str], now_ms: int) -> None:
     )
 
 
+def add_sources(conn: apsw.Connection, episode_id: str, source_uuids: list[str]) -> None:
+    """Add transcript lines to what a memory was built from (a second statement of the same fact)."""
+    if not source_uuids:
+        return
+    row = conn.execute("SELECT source_uuids FROM episodes WHERE id = ?", (episode_id,)).fetchone()
+    if row is None:
+        return
+    old = _json_list(row[0])
+    merged = list(dict.fromkeys(old + list(source_uuids)))
+    if merged != old:
+        conn.execute("UPDATE episodes SET source_uuids = ? WHERE id = ?", (json.dumps(merged), episode_id))
+
+
 def carry_access(conn: apsw.Connection, new_id: str, old_id: str, now_ms: int) -> None:
     """A new version keeps its predecessor's access history, plus this touch."""
     conn.execute(

@@ -439,6 +439,43 @@ def m013_tool_signals(conn: apsw.Connection) -> None:
     )
 
 
+def m014_auto_memory(conn: apsw.Connection) -> None:
+    # Claude Code's auto memory (<project>/memory/*.md) read as memories (processor/memory/automem.py).
+    # automem_files: each file's state when last read, committed with the memories it produced, so a
+    # crash re-reads the file and never skips it. automem_sections: where a memory was stated (file,
+    # heading, lines), keyed by the section's content hash; a section gone from the file is 'removed',
+    # never deleted. Several sections (and transcript messages) may be the sources of one memory.
+    conn.execute(
+        """
+        CREATE TABLE automem_files (
+            path     TEXT PRIMARY KEY,
+            folder   TEXT NOT NULL,
+            project  TEXT,
+            size     INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            sha256   TEXT NOT NULL,
+            read_at  INTEGER NOT NULL
+        );
+        CREATE INDEX idx_automem_files_folder ON automem_files(folder);
+        CREATE TABLE automem_sections (
+            id           INTEGER PRIMARY KEY,
+            path         TEXT NOT NULL,
+            section_hash TEXT NOT NULL,
+            heading      TEXT NOT NULL,
+            line_start   INTEGER NOT NULL,
+            line_end     INTEGER NOT NULL,
+            episode_id   TEXT NOT NULL,
+            state        TEXT NOT NULL DEFAULT 'present' CHECK (state IN ('present', 'removed')),
+            added_at     INTEGER NOT NULL,
+            removed_at   INTEGER
+        );
+        CREATE UNIQUE INDEX idx_automem_sections_present ON automem_sections(path, section_hash)
+            WHERE state = 'present';
+        CREATE INDEX idx_automem_sections_episode ON automem_sections(episode_id);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -453,6 +490,7 @@ MIGRATIONS: list[Migration] = [
     m011_cold_path,
     m012_injections,
     m013_tool_signals,
+    m014_auto_memory,
 ]
 
 

@@ -258,3 +258,14 @@ def test_secrets_in_a_preference_are_redacted(store: EpisodeStore, tmp_path: Pat
     [content] = [row[0] for row in store.conn.execute(
         "SELECT full_content FROM episodes WHERE kind = 'convention'")]
     assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in content and "REDACTED" in content
+
+
+def test_forgetting_the_successor_reinstates_the_memory_it_had_superseded(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    [old] = session(store, tmp_path, "s-old", "2026-03-01", OLD_DEV_SERVER)
+    [new] = session(store, tmp_path, "s-new", "2026-03-05", NEW_DEV_SERVER)
+    assert episode(store, old).status == "superseded"
+    assert [e.id for e in store.forget(new, "wrong")] == [new]  # another memory, not a version of it
+    back = episode(store, old)
+    assert back.status == "active" and back.superseded_by is None and back.valid_to is None
+    assert "rackup config.ru" in back.full_content

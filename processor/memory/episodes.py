@@ -373,13 +373,29 @@ class EpisodeStore:
         with write_transaction(self.conn):
             seen: set[str] = set()
             for episode_id in episode_ids:
-                for target in [episode_id, *sql.earlier_versions(self.conn, episode_id)]:
+                for target in self._versions(episode_id):
                     ep = sql.get_episode(self.conn, target)
                     if ep is None or ep.status == "forgotten" or target in seen:
                         continue
                     seen.add(target)
                     sql.forget(self.conn, target, stamp, note)
                     erased.append(ep)
+        return erased
+
+    def _versions(self, episode_id: str) -> list[str]:
+        """The memory and the earlier versions of it that it replaced. A memory it superseded by stating a
+        change (``processor.memory.supersede``) is another memory, not a version: it is made active again
+        (with its own earlier versions) rather than erased with it."""
+        predecessors = sql.earlier_versions(self.conn, episode_id)
+        changed = cold_sql.superseded_by_change(self.conn, predecessors)
+        kept: set[str] = set()
+        for old in changed:
+            kept.update([old, *sql.earlier_versions(self.conn, old)])
+        erased = [episode_id] + [p for p in predecessors if p not in kept]
+        for old in changed:
+            ep = sql.get_episode(self.conn, old)
+            if ep is not None and ep.superseded_by in erased:
+                cold_sql.reinstate(self.conn, old, ep.superseded_by)
         return erased
 
     def plan_forget(self, *, query: str | None = None, before_ms: int | None = None,

@@ -25,6 +25,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
 from mcp_tools.server import MAX_QUERY_CHARS, build_server
+from processor.capture.project import project_root
 from processor.capture.remember_inbox import SUFFIX
 from processor.config import Settings, load_settings
 from processor.memory.episodes import EpisodeStore
@@ -35,7 +36,9 @@ from processor.store import episodes as sql
 from processor.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT = str(REPO)  # the server runs from the repo in these tests, so this is its default project
+# The server runs from the repo in these tests, so its default project is the repo's project: the main
+# checkout's root even from a git worktree (worktrees of one repository are one project).
+PROJECT = project_root(str(REPO)) or str(REPO)
 OTHER_PROJECT = "/somewhere/else"
 SEED_LINE = re.compile(r"^\[(\d+)\] \((\d{4}-\d{2}-\d{2}), (high|normal|low)\) (.+) — ID: (ep_[0-9a-f]+)$")
 

@@ -21,10 +21,12 @@ from processor.capture.automem import cite
 from processor.capture.redact import redact
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
+from processor.memory import supersede
 from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
+from processor.memory.preferences import standing_statements
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
 from processor.store import automem as automem_sql
@@ -32,7 +34,7 @@ from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store import signals as signal_sql
-from processor.store.episodes import Episode, NewEpisode
+from processor.store.episodes import Episode, NewEpisode, StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +42,12 @@ SAME_SESSION_LIMIT = 50
 MAX_REASON_CHARS = 500
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
-RECALL_ALSO = frozenset({"stale", "archived"})
+RECALL_ALSO = frozenset({"stale", "archived", "superseded"})
 
 
 def _status_note(ep: Episode, check: cold_sql.LastCheck | None) -> str | None:
+    if ep.status == "superseded" and ep.superseded_by:
+        return f"superseded by {ep.superseded_by}" + (f" on {utc_date(ep.valid_to)}" if ep.valid_to else "")
     if ep.status == "stale":
         return "stale: " + (check.reason if check and check.reason else "the code it cites has changed")
     if ep.status == "archived":
@@ -104,6 +108,7 @@ def weights_from(settings: Settings) -> SearchWeights:
         high_importance_floor=settings.high_importance_floor,
         recency_half_life_days=settings.recency_half_life_days,
         bm25_share=settings.bm25_share,
+        frequency_saturation=settings.frequency_saturation,
     )
 
 
@@ -205,21 +210,58 @@ class EpisodeStore:
         project = progress[0]
         blobs = self._embed([s.text for s in ready])
         stamp = now_ms()
+        rowids: list[int] = []
         with write_transaction(self.conn):
             self.record_model()
             for signal, blob in zip(ready, blobs, strict=True):
                 episode_id = "ep_" + hashlib.sha1(f"signal:{signal.tool_use_id}".encode()).hexdigest()[:16]
                 if sql.get_episode(self.conn, episode_id) is None:
                     kind = signals.kind_of(signal.text)
-                    sql.insert_episode(self.conn, NewEpisode(
+                    rowids.append(sql.insert_episode(self.conn, NewEpisode(
                         id=episode_id, session_id=session_id, project=project, scope="project",
                         summary=summarize(signal.text, ""), entities=entities_of(signal.text),
                         importance=default_importance(kind), kind=kind, source_type="auto",
                         full_content=signal.text, source_uuids=[signal.use_uuid, signal.result_uuid],
                         content_hash=content_hash(signal.text), created_at=signal.ts_ms or stamp,
-                    ), blob)
+                    ), blob))
             signal_sql.mark_built(self.conn, [s.tool_use_id for s in ready])
+        self._supersede(rowids)
         return len(ready)
+
+    def _preferences(self, rounds: list[list[StoredMessage]], project: str | None,
+                     session_id: str) -> list[NewEpisode]:
+        """The standing preferences and instructions the user stated in these rounds, as memories
+        (``processor.memory.preferences``); one already remembered word for word is not repeated."""
+        found: list[NewEpisode] = []
+        for message in (m for round_ in rounds for m in round_ if m.role == "user"):
+            for index, statement in enumerate(standing_statements(message.text, project)):
+                text = redact(statement.text)
+                digest = content_hash(text)
+                if sql.active_with_hash(self.conn, digest, memories_only=True) or any(
+                        e.content_hash == digest for e in found):
+                    continue
+                scope = statement.scope if project else "global"
+                found.append(NewEpisode(
+                    id="ep_" + hashlib.sha1(f"standing:{message.uuid}:{index}".encode()).hexdigest()[:16],
+                    session_id=session_id, project=project if scope == "project" else None, scope=scope,
+                    summary=summarize(text, ""), entities=entities_of(text),
+                    importance=default_importance(statement.kind), kind=statement.kind, source_type="auto",
+                    full_content=text, source_uuids=[message.uuid], content_hash=digest,
+                    created_at=message.ts_ms or now_ms()))
+        return found
+
+    def _supersede(self, rowids: list[int]) -> None:
+        """Older episodes these new ones state a change about are superseded (``processor.memory.supersede``)."""
+        if not rowids:
+            return
+        try:
+            changes = supersede.detect(self.conn, self.index, rowids, self.settings.supersede_similarity)
+            done = supersede.apply(self.conn, changes, now_ms())
+        except apsw.BusyError:
+            log.info("database busy; supersession of %d new episodes not checked", len(rowids))
+            return
+        if done:
+            log.info("%d older episode(s) superseded by newer ones that state a change", done)
 
     def episodize_slice(self, session_id: str, final: bool, max_pieces: int = EPISODE_SLICE_PIECES,
                         between: Callable[[], object] | None = None) -> tuple[int, bool]:
@@ -258,8 +300,11 @@ class EpisodeStore:
             if start and between is not None:
                 between()
             blobs += self._embed([p.full_content for p in pieces[start:start + max_pieces]])
+        standing = self._preferences(rounds[:taken], project, session_id)
+        standing_blobs = self._embed([e.full_content for e in standing]) if standing else []
         stamp = now_ms()
         added = 0
+        rowids: list[int] = []
         with write_transaction(self.conn):
             if sessions.session_opt_out(self.conn, session_id) == "record":
                 # Went off the record while these rounds were embedded: its messages are gone; so are these.
@@ -268,14 +313,19 @@ class EpisodeStore:
             for piece, blob in zip(pieces, blobs, strict=True):
                 if sql.get_episode(self.conn, piece.id) is not None:
                     continue  # written before a crash that lost the progress marker
-                sql.insert_episode(self.conn, NewEpisode(
+                rowids.append(sql.insert_episode(self.conn, NewEpisode(
                     id=piece.id, session_id=session_id, project=project, scope="project", summary=piece.summary,
                     entities=piece.entities, importance="normal", kind="other", source_type="verbatim",
                     full_content=piece.full_content, source_uuids=piece.source_uuids,
                     content_hash=content_hash(piece.full_content), created_at=piece.created_at or stamp,
-                ), blob)
+                ), blob))
                 added += 1
+            for episode, blob in zip(standing, standing_blobs, strict=True):
+                if sql.get_episode(self.conn, episode.id) is None:
+                    rowids.append(sql.insert_episode(self.conn, episode, blob))
+                    added += 1
             sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
+        self._supersede(rowids)
         return added + signal_added, taken < len(rounds) or full_page
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
@@ -328,13 +378,29 @@ class EpisodeStore:
         with write_transaction(self.conn):
             seen: set[str] = set()
             for episode_id in episode_ids:
-                for target in [episode_id, *sql.earlier_versions(self.conn, episode_id)]:
+                for target in self._versions(episode_id):
                     ep = sql.get_episode(self.conn, target)
                     if ep is None or ep.status == "forgotten" or target in seen:
                         continue
                     seen.add(target)
                     sql.forget(self.conn, target, stamp, note)
                     erased.append(ep)
+        return erased
+
+    def _versions(self, episode_id: str) -> list[str]:
+        """The memory and the earlier versions of it that it replaced. A memory it superseded by stating a
+        change (``processor.memory.supersede``) is another memory, not a version: it is made active again
+        (with its own earlier versions) rather than erased with it."""
+        predecessors = sql.earlier_versions(self.conn, episode_id)
+        changed = cold_sql.superseded_by_change(self.conn, predecessors)
+        kept: set[str] = set()
+        for old in changed:
+            kept.update([old, *sql.earlier_versions(self.conn, old)])
+        erased = [episode_id] + [p for p in predecessors if p not in kept]
+        for old in changed:
+            ep = sql.get_episode(self.conn, old)
+            if ep is not None and ep.superseded_by in erased:
+                cold_sql.reinstate(self.conn, old, ep.superseded_by)
         return erased
 
     def plan_forget(self, *, query: str | None = None, before_ms: int | None = None,
@@ -389,7 +455,8 @@ class EpisodeStore:
         """The ranked hits for a query. Returning a hit is not using it: only expand() counts an access,
         so what ranks high is not made to rank higher by being shown (no rich-get-richer)."""
         limit = max(1, min(int(limit), 50))
-        # Stale and archived memories are still found here (never as the hooks' bites), with why.
+        # Stale, archived and superseded memories are still found here (never as the hooks' bites), with why;
+        # a superseded one always ranks below the memory that superseded it.
         scored = self.search(query, limit=limit, project=project, also_statuses=RECALL_ALSO)
         checks = cold_sql.checks_for(self.conn, [s.episode.id for s in scored if s.episode.status != "active"])
         hits = [Hit(s.episode.id, s.episode.summary, utc_date(s.episode.created_at), s.episode.importance,

@@ -1,4 +1,4 @@
-"""Hybrid episode search: BM25 + cosine relevance, then recency and access frequency.
+"""Hybrid episode search: BM25 + cosine relevance, then recency and use.
 
 Relevance mixes FTS5 bm25 (normalised by the best match) with the cosine
 similarity from an in-memory matrix of unit vectors (numpy matmul +
@@ -6,6 +6,14 @@ argpartition). The best `pool` candidates by relevance are then re-ranked by
 the seed's formula: w_rel*relevance + w_rec*recency + w_freq*frequency, with a
 relevance floor for important episodes. Only active episodes in scope
 (global, or the current project) are returned unless asked otherwise.
+
+Time is the project's own: a memory's age is counted back from its project's newest episode (any
+project's for a global memory), never from the wall clock, so a history last touched months ago still
+ranks its newest work first rather than everything at ≈ 0. Frequency counts uses (expansions; being
+returned is not a use), fades with the same half-life since the last one and saturates below 1:
+``uses / (uses + frequency_saturation)``, absolute rather than relative to the other candidates.
+A superseded memory (when asked for) never outranks the memory that superseded it: that one joins
+the candidates and the old one ranks just below it.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import apsw
@@ -42,6 +51,7 @@ class SearchWeights:
     bm25_share: float = Settings.bm25_share.default  # of relevance; the rest is cosine
     pool: int = 20  # candidates re-ranked by the full formula
     slight_relevance: float = 0.25  # cosine from which an important memory counts as related at all
+    frequency_saturation: float = Settings.frequency_saturation.default  # recent uses at half the weight
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,35 @@ class VectorIndex:
             sims = self._matrix[at[found]] @ query.astype(np.float32)
         return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
 
+    def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
+        """The held vectors of these rows (copies)."""
+        wanted = np.asarray(sorted(rowids), dtype=np.int64)
+        with self._lock:
+            if self._size == 0 or not len(wanted):
+                return {}
+            held = self._rowids[: self._size]
+            at = np.minimum(np.searchsorted(held, wanted), self._size - 1)
+            found = held[at] == wanted
+            rows = self._matrix[at[found]].copy()
+        return dict(zip(wanted[found].tolist(), rows, strict=True))
+
+    def top_many(self, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
+        """top() for several queries with one pass over the matrix."""
+        queries = np.asarray(queries, dtype=np.float32).reshape(-1, self.dim)
+        with self._lock:
+            size = self._size
+            if size == 0 or k <= 0 or not len(queries):
+                return [[] for _ in range(len(queries))]
+            sims = self._matrix[:size] @ queries.T
+            rowids = self._rowids[:size]
+        k = min(k, size)
+        result = []
+        for column in sims.T:
+            best = np.argpartition(-column, k - 1)[:k] if k < size else np.arange(size)
+            best = best[np.argsort(-column[best])]
+            result.append([(int(rowids[i]), float(column[i])) for i in best])
+        return result
+
     def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(rowid, cosine) of the k nearest vectors, best first."""
         with self._lock:
@@ -144,6 +183,38 @@ class VectorIndex:
 def _recency(created_at: int, now_ms: int, half_life_days: float) -> float:
     age_days = max(now_ms - created_at, 0) / 86_400_000
     return math.exp(-math.log(2) * age_days / half_life_days) if half_life_days > 0 else 0.0
+
+
+def _frequency(access_count: int, accessed_at: int, reference_ms: int, weights: SearchWeights) -> float:
+    """How much a memory has been used lately, in [0, 1): bounded, decaying, and the same whatever else ranks.
+
+    Uses fade with the recency half-life since the last one (an exponentially decayed count, read
+    from the count and the last use), then saturate: no number of uses is worth more than
+    weight_frequency, and an old burst of use stops counting.
+    """
+    if access_count <= 0:
+        return 0.0
+    uses = access_count * _recency(accessed_at, reference_ms, weights.recency_half_life_days)
+    saturation = max(weights.frequency_saturation, 1e-9)
+    return uses / (uses + saturation)
+
+
+class ProjectClock:
+    """'Now' for ranking: the newest activity of each project (any project's for global memories),
+    read once per search from one end of an index, never later than the wall clock."""
+
+    def __init__(self, conn: apsw.Connection, now_ms: int) -> None:
+        self._conn = conn
+        self._now = now_ms
+        self._seen: dict[str | None, int] = {}
+
+    def now(self, project: str | None) -> int:
+        if project not in self._seen:
+            newest = sql.newest_activity(self._conn, project)
+            if newest is None and project is not None:
+                newest = sql.newest_activity(self._conn, None)
+            self._seen[project] = min(newest, self._now) if newest else self._now
+        return self._seen[project]
 
 
 def search_episodes(
@@ -180,34 +251,82 @@ def search_episodes(
             cosine.update(index.similarity(query_vector, missing))
     facts = sql.ranking_facts(conn, list(cosine.keys() | bm25.keys()))
 
-    relevant: list[tuple[float, float, float, int, RankingFacts]] = []
-    for rowid, ep in facts.items():
+    def allowed(ep: RankingFacts) -> bool:
         if not include_inactive and ep.status != "active" and ep.status not in also_statuses:
-            continue
+            return False
         if project is not None and ep.scope != "global" and ep.project != project:
-            continue
-        if ep.id in exclude_ids:
-            continue
+            return False
+        return ep.id not in exclude_ids
+
+    def relevance_of(rowid: int, ep: RankingFacts) -> tuple[float, float, float]:
         cos = max(cosine.get(rowid, 0.0), 0.0)
         lexical = bm25.get(rowid, 0.0)
         relevance = weights.bm25_share * lexical + (1 - weights.bm25_share) * cos
         # The floor lifts important memories that are at least slightly relevant, not every one.
         if ep.importance == "high" and (lexical > 0 or cos >= weights.slight_relevance):
             relevance = max(relevance, weights.high_importance_floor)
-        relevant.append((relevance, cos, lexical, rowid, ep))
+        return relevance, cos, lexical
+
+    relevant: list[tuple[float, float, float, int, RankingFacts]] = []
+    for rowid, ep in facts.items():
+        if allowed(ep):
+            relevant.append((*relevance_of(rowid, ep), rowid, ep))
     relevant.sort(key=lambda item: item[0], reverse=True)
     pool = relevant[: max(weights.pool, limit)]
-    max_access = max((ep.access_count for *_, ep in pool), default=0)
-    ranked: list[tuple[float, float, float, float, int]] = []
+    pool += _successors(conn, index, query_vector, pool, cosine, allowed, relevance_of)
+    clock = ProjectClock(conn, now_ms)
+    scored: dict[int, list] = {}
     for relevance, cos, lexical, rowid, ep in pool:
-        frequency = math.log1p(ep.access_count) / math.log1p(max_access) if max_access else 0.0
+        reference = clock.now(ep.project)
         score = (weights.relevance * relevance
-                 + weights.recency * _recency(ep.created_at, now_ms, weights.recency_half_life_days)
-                 + weights.frequency * frequency)
-        ranked.append((score, relevance, cos, lexical, rowid))
-    ranked.sort(key=lambda item: item[0], reverse=True)
+                 + weights.recency * _recency(ep.created_at, reference, weights.recency_half_life_days)
+                 + weights.frequency * _frequency(ep.access_count, ep.accessed_at, reference, weights))
+        scored[rowid] = [score, relevance, cos, lexical, rowid]
+    _below_successors(scored, [(rowid, ep) for *_, rowid, ep in pool])
+    ranked = sorted(scored.values(), key=lambda item: item[0], reverse=True)
     winners = ranked[:limit]
     episodes = sql.episodes_by_rowid(conn, [rowid for *_, rowid in winners])
     return [Scored(episodes[rowid], score, relevance, cos, lexical)
             for score, relevance, cos, lexical, rowid in winners if rowid in episodes]
 
+
+SUCCESSOR_HOPS = 8  # a superseded memory's chain of newer versions is followed this far
+
+
+def _successors(conn: apsw.Connection, index: VectorIndex, query_vector: np.ndarray | None,
+                pool: list[tuple[float, float, float, int, RankingFacts]], cosine: dict[int, float],
+                allowed: Callable[[RankingFacts], bool],
+                relevance_of: Callable[[int, RankingFacts], tuple[float, float, float]],
+                ) -> list[tuple[float, float, float, int, RankingFacts]]:
+    """The memories that superseded candidates in the pool, when not there already (so the newer one is
+    shown with, and above, the old one)."""
+    held = {ep.id for *_, ep in pool}
+    wanted = [ep.superseded_by for *_, ep in pool if ep.status == "superseded" and ep.superseded_by]
+    added: list[tuple[float, float, float, int, RankingFacts]] = []
+    for _ in range(SUCCESSOR_HOPS):
+        wanted = [w for w in dict.fromkeys(wanted) if w not in held]
+        if not wanted:
+            break
+        found = sql.ranking_facts_by_id(conn, wanted)
+        if query_vector is not None:
+            cosine.update(index.similarity(query_vector, [r for r in found if r not in cosine]))
+        wanted = []
+        for rowid, ep in found.items():
+            held.add(ep.id)
+            if ep.status == "superseded" and ep.superseded_by:
+                wanted.append(ep.superseded_by)
+            if allowed(ep):
+                added.append((*relevance_of(rowid, ep), rowid, ep))
+    return added
+
+
+def _below_successors(scored: dict[int, list], candidates: list[tuple[int, RankingFacts]]) -> None:
+    """Cap each superseded memory's score just below its successor's, newest first, so chains hold."""
+    by_id = {ep.id: rowid for rowid, ep in candidates}
+    old = sorted(((rowid, ep) for rowid, ep in candidates if ep.status == "superseded" and ep.superseded_by),
+                 key=lambda item: item[1].created_at, reverse=True)
+    for _ in range(2):  # twice: a chain scored out of order settles on the second pass
+        for rowid, ep in old:
+            successor = by_id.get(ep.superseded_by or "")
+            if successor is not None and scored[rowid][0] >= scored[successor][0]:
+                scored[rowid][0] = scored[successor][0] - 1e-6

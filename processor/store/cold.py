@@ -81,6 +81,23 @@ def supersede_into(conn: apsw.Connection, old_ids: list[str], new_id: str, now_m
                      "WHERE id = ? AND status = 'active'", [(new_id, now_ms, old) for old in old_ids])
 
 
+def superseded_by_change(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
+    """Which of these were superseded because a newer episode stated a change (job type 'recency'), not as a
+    version of the same memory."""
+    if not episode_ids:
+        return set()
+    marks = ",".join("?" * len(episode_ids))
+    return {row[0] for row in conn.execute(
+        f"SELECT episode_id FROM cold_actions WHERE job_type = 'recency' AND action = 'superseded' "
+        f"AND episode_id IN ({marks})", episode_ids)}
+
+
+def reinstate(conn: apsw.Connection, episode_id: str, successor_id: str) -> None:
+    """Active again: the memory that had superseded it is gone."""
+    conn.execute("UPDATE episodes SET status = 'active', superseded_by = NULL, valid_to = NULL "
+                 "WHERE id = ? AND status = 'superseded' AND superseded_by = ?", (episode_id, successor_id))
+
+
 def archive(conn: apsw.Connection, ids: list[str], now_ms: int) -> None:
     conn.executemany("UPDATE episodes SET status = 'archived', valid_to = COALESCE(valid_to, ?) "
                      "WHERE id = ? AND status = 'active'", [(now_ms, i) for i in ids])

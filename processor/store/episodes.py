@@ -111,17 +111,39 @@ class RankingFacts(NamedTuple):
     created_at: int
     access_count: int
     accessed_at: int
+    superseded_by: str | None
+
+
+_FACT_COLUMNS = "rowid, id, project, scope, status, importance, created_at, access_count, accessed_at, superseded_by"
 
 
 def ranking_facts(conn: apsw.Connection, rowids: list[int]) -> dict[int, RankingFacts]:
     if not rowids:
         return {}
     marks = ",".join("?" * len(rowids))
-    rows = conn.execute(
-        f"SELECT rowid, id, project, scope, status, importance, created_at, access_count, accessed_at "
-        f"FROM episodes "
-        f"WHERE rowid IN ({marks})", rowids)
+    rows = conn.execute(f"SELECT {_FACT_COLUMNS} FROM episodes WHERE rowid IN ({marks})", rowids)
     return {row[0]: RankingFacts(*row[1:]) for row in rows}
+
+
+def ranking_facts_by_id(conn: apsw.Connection, episode_ids: list[str]) -> dict[int, RankingFacts]:
+    if not episode_ids:
+        return {}
+    marks = ",".join("?" * len(episode_ids))
+    rows = conn.execute(f"SELECT {_FACT_COLUMNS} FROM episodes WHERE id IN ({marks})", episode_ids)
+    return {row[0]: RankingFacts(*row[1:]) for row in rows}
+
+
+def newest_activity(conn: apsw.Connection, project: str | None) -> int | None:
+    """When the project's newest active episode was made (its transcript's time); any project's for None.
+
+    Both read one end of an index (idx_episodes_active_project_created, idx_episodes_created).
+    """
+    if project is None:
+        row = conn.execute("SELECT max(created_at) FROM episodes").fetchone()
+    else:
+        row = conn.execute("SELECT max(created_at) FROM episodes WHERE status = 'active' AND project = ?",
+                           (project,)).fetchone()
+    return row[0] if row else None
 
 
 def active_with_hash(conn: apsw.Connection, content_hash: str, *, memories_only: bool = False) -> str | None:

@@ -1,0 +1,123 @@
+"""Standing preferences and instructions in a user's own words, found without an LLM.
+
+A user message that says how things should be done from now on — "always …", "never …", "I prefer …",
+"I'd rather …", "from now on …", "please keep …", "don't … again" — becomes a memory of its own: kind
+``preference`` (a taste: prefer, rather) or ``convention`` (a rule: always, never, from now on…),
+importance high, so it reaches the SessionStart digest and ranks for analogous tasks.
+
+Only the user's own words count. Left out before anything is matched: fenced code blocks, ``>`` quoted
+lines, tagged output Claude Code pastes (``<bash-stdout>…``), lines that look like tool output (logs,
+tracebacks, test reports, prompts); in a sentence, inline code and "double-quoted" spans are not read for
+the cue (they may still name what the rule is about). Not standing: questions, "never mind",
+"don't worry about X, just fix Y" (a "don't" counts only with a word that makes it last: ever, again,
+anymore, from now on, in future…), "always"/"never" said about something ("it always fails") rather
+than asked of someone, and the middle of a long message (over 2,000 characters of prose: a pasted page;
+its first and last paragraphs are read).
+
+Scope: ``project`` when the statement names something of the project — a path or file, a code identifier
+or backticked span, or the project's own name — else ``global``. English cues only; any other text is
+simply not matched.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from processor.capture.optout import own_words
+from processor.memory.supersede import subjects
+
+MAX_SCAN_CHARS = 20_000  # of one message: a standing instruction is not buried in a megabyte paste
+LONG_PROSE_CHARS = 2_000
+MIN_WORDS = 4
+MAX_SENTENCE_CHARS = 400
+
+_FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
+_TAGGED = re.compile(r"<([a-z][\w-]*)>.*?(?:</\1>|\Z)", re.DOTALL)
+_QUOTED_LINE = re.compile(r"^[ \t]*>.*$", re.MULTILINE)
+# Lines of pasted output rather than prose.
+_OUTPUT_LINE = re.compile(
+    r"^\s*(?:\$ |>>> |#\s|\d{4}-\d\d-\d\d[ T]\d|\[?\d\d:\d\d:\d\d|Traceback |File \"|at [\w$.]+\(|"
+    r"E  |FAILED|PASSED|ERROR|WARNING|INFO|DEBUG|[=_\-*]{4,}|\w+(?:/\w+)*\.\w+:\d+|\w+::\w+|[{}\[\]<]|"
+    r"[+-]{1,3}\s|@@)", re.MULTILINE)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+_STANDING_TIME = r"from now on|going forward|from here on|in (?:the )?future|for future (?:sessions|work)|" \
+                 r"next time|every time|each time|whenever|as a (?:general )?rule"
+_ALWAYS_NEVER = (
+    r"^(?:please\s+|and\s+|but\s+|also,?\s+)?(?:always|never)\b"
+    r"|\b(?:you|we|claude)\s+(?:should\s+|must\s+|shall\s+|will\s+|need\s+to\s+|have\s+to\s+)?(?:always|never)\b"
+    r"|\bplease\s+(?:always|never)\b"
+    r"|\b(?:make sure|be sure|remember)\s+(?:to\s+|that\s+)?(?:you\s+)?(?:always|never)\b"
+    r"|\bi\s+(?:always|never)\s+(?:want|use|prefer|like|run|write|keep|put|need)\b")
+_PREFER = r"\b(?:i|we)\s+(?:would\s+|'d\s+|really\s+|generally\s+|usually\s+|strongly\s+|do\s+)?prefer\b" \
+          r"|\b(?:i|we)'d\s+rather\b|\b(?:i|we)\s+would\s+rather\b|\b(?:my|our)\s+preference\b"
+_DONT_LASTING = r"\b(?:don't|do not|dont)\s+ever\b" \
+                r"|\b(?:don't|do not|dont)\b.*\b(?:again|any ?more|ever)\b"
+_KEEP = r"\bplease\s+keep\b|\balways\s+keep\b"
+_PREFERENCE = re.compile(_PREFER, re.IGNORECASE)
+_CONVENTION = re.compile("|".join((_STANDING_TIME, _ALWAYS_NEVER, _DONT_LASTING, _KEEP)), re.IGNORECASE)
+_NOT_STANDING = re.compile(r"\b(?:never\s*mind|don't worry|do not worry|no worries|don't bother)\b", re.IGNORECASE)
+# Questions without their "?": a wh-word first, or an auxiliary before its subject ("should we always …").
+_QUESTION = re.compile(r"^\W*(?:(?:what|why|how|who|which)\b|(?:is|are|do|does|did|can|could|would|will|should|"
+                       r"shall)\s+(?:you|we|i|it|this|that|there|they)\b)", re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    text: str  # the sentence as the user wrote it
+    kind: str  # "preference" | "convention"
+    scope: str  # "global" | "project"
+
+
+def _prose(text: str) -> str:
+    """The message without what is not the user's prose: code blocks, quotes, tagged and pasted output."""
+    text = text[:MAX_SCAN_CHARS].replace("\u2019", "'").replace("\r", "")
+    for pattern in (_FENCED, _TAGGED, _QUOTED_LINE):
+        text = pattern.sub("\n", text)
+    text = "\n".join(line if line.strip() and not _OUTPUT_LINE.match(line) else "" for line in text.split("\n"))
+    if len(text) > LONG_PROSE_CHARS:
+        # A long message is mostly pasted material (a docs page, an issue): the user's own framing is
+        # its first and last paragraphs.
+        paragraphs = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+        text = "\n".join(paragraphs[:1] + paragraphs[-1:]) if len(paragraphs) > 2 else text[:LONG_PROSE_CHARS]
+    return text
+
+
+def _project_name(project: str | None) -> str | None:
+    if not project:
+        return None
+    name = project.rstrip("/").rpartition("/")[2].lower()
+    return name if len(name) >= 3 else None
+
+
+def _scope(sentence: str, project: str | None) -> str:
+    if subjects(sentence):
+        return "project"
+    name = _project_name(project)
+    if name and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", sentence.lower()):
+        return "project"
+    return "global"
+
+
+def standing_statements(text: str, project: str | None = None) -> list[Statement]:
+    """The standing preferences and instructions a user message states, in order; [] for anything else."""
+    if not text or not isinstance(text, str):
+        return []
+    found: list[Statement] = []
+    for raw in _SENTENCE.split(_prose(text)):
+        sentence = " ".join(raw.split()).strip(" -*•")
+        if not sentence or len(sentence) > MAX_SENTENCE_CHARS or sentence.endswith("?"):
+            continue
+        words = own_words(sentence)
+        if len(_WORD.findall(words)) < MIN_WORDS or _QUESTION.match(words) or _NOT_STANDING.search(words):
+            continue
+        if _PREFERENCE.search(words):
+            kind = "preference"
+        elif _CONVENTION.search(words):
+            kind = "convention"
+        else:
+            continue
+        found.append(Statement(sentence, kind, _scope(sentence, project)))
+    return found

@@ -1,0 +1,271 @@
+"""Time that means something, no rich-get-richer, and preferences without an LLM (issue 9, points 5–7).
+
+On a real database with the real GGUF model: a newer episode that states a change about the same subject
+supersedes the older one (never a bite or in the digest, shown "superseded by …" on recall and never
+above its successor); recency counts from the project's newest activity; recalls never change the
+ranking and uses count bounded and decaying; a standing preference in the user's words becomes a
+high-importance memory that reaches the SessionStart digest, and look-alikes stay ordinary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processor.capture.tailer import Tailer
+from processor.config import SettingsHolder, load_settings
+from processor.memory.episodes import EpisodeStore
+from processor.memory.preferences import standing_statements
+from processor.memory.search import SearchWeights, _frequency
+from processor.memory.supersede import stated_change, subjects
+from processor.recall import digest
+from processor.recall.format import format_hits
+from processor.recall.recollections import RecollectionWriter
+from processor.store import cold as cold_sql
+from processor.store import episodes as sql
+from processor.store import open_store
+from tests.transcripts import assistant_line, user_line
+
+PROJECT = "/work/recorder"
+DAY = 86_400_000
+
+
+@pytest.fixture
+def holder(engram_home: Path) -> SettingsHolder:
+    return SettingsHolder(load_settings())
+
+
+@pytest.fixture
+def store(holder: SettingsHolder) -> EpisodeStore:
+    conn = open_store(holder.current.db_path)
+    yield EpisodeStore(holder, conn)
+    conn.close()
+
+
+def session(store: EpisodeStore, folder: Path, sid: str, day: str, *turns: tuple[str, str],
+            cwd: str = PROJECT) -> list[str]:
+    """Capture one session of (user, assistant) turns on `day` and build its episodes; returns their ids."""
+    path = folder / f"{sid}.jsonl"
+    with open(path, "a") as f:
+        for i, (question, answer) in enumerate(turns):
+            f.write(user_line(question, session_id=sid, cwd=cwd, timestamp=f"{day}T10:{i:02d}:00.000Z"))
+            f.write(assistant_line(answer, session_id=sid, cwd=cwd, message_id=f"m{i}",
+                                   timestamp=f"{day}T10:{i:02d}:30.000Z"))
+    Tailer(store.conn).tail(path)
+    store.episodize(sid, final=True)
+    return [row[0] for row in store.conn.execute(
+        "SELECT id FROM episodes WHERE session_id = ? ORDER BY created_at, rowid", (sid,))]
+
+
+def episode(store: EpisodeStore, episode_id: str) -> sql.Episode:
+    found = sql.get_episode(store.conn, episode_id)
+    assert found is not None
+    return found
+
+
+OLD_DEV_SERVER = ("How do I run the dev server for the recorder?",
+                  "The dev server is Rack: `rackup config.ru` serves the static files of the recorder on port "
+                  "9292, and config.ru maps / to index.html.")
+NEW_DEV_SERVER = ("Move the recorder's dev server off Rack.",
+                  "Done: `config.ru` was replaced by Vite; the recorder's dev server is now `npm run dev` "
+                  "(vite.config.js, port 5173), and `rackup config.ru` is no longer used.")
+
+
+# --- 5. time that means something -------------------------------------------------------------------
+
+
+def test_a_superseded_decision_is_never_injected_and_never_outranks_its_successor(
+        store: EpisodeStore, holder: SettingsHolder, tmp_path: Path) -> None:
+    [old] = session(store, tmp_path, "s-old", "2026-03-01", OLD_DEV_SERVER)
+    [new] = session(store, tmp_path, "s-new", "2026-03-05", NEW_DEV_SERVER)
+    before, after = episode(store, old), episode(store, new)
+    assert before.status == "superseded" and before.superseded_by == new
+    assert before.valid_to == after.created_at  # valid until the newer one was said
+    assert after.status == "active"
+    [action] = [a for a in cold_sql.actions(store.conn, "recency")]
+    assert action[3] == old and "replaced by Vite" in action[5]
+
+    # Used far more than its successor: still ranked below it.
+    for _ in range(50):
+        store.expand(old)
+    query = "how do I start the recorder's dev server with rackup config.ru on port 9292"
+    hits = store.recall(query, project=PROJECT)
+    ids = [h.id for h in hits]
+    assert new in ids and old in ids and ids.index(new) < ids.index(old)
+    old_hit = hits[ids.index(old)]
+    assert old_hit.note == f"superseded by {new} on 2026-03-05"
+    assert f"superseded by {new}" in format_hits(hits)
+
+    # Never a bite: not in the PreToolUse recollection, not in the SessionStart digest.
+    path = RecollectionWriter(holder).write(store, "s-later", "u1", query, project=PROJECT)
+    assert path is not None
+    assert old not in path.read_text()
+    found = digest.collect(store.conn, tmp_path / "queue", PROJECT, after.created_at + 3_600_000)
+    shown = [m.id for section in (found.global_high, found.project_high, found.project_recent) for m in section]
+    assert new in shown and old not in shown
+
+
+def test_a_successor_joins_the_results_of_a_query_that_finds_only_the_old_memory(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    [old] = session(store, tmp_path, "s-old", "2026-03-01", OLD_DEV_SERVER)
+    [new] = session(store, tmp_path, "s-new", "2026-03-05", NEW_DEV_SERVER)
+    hits = store.recall("rackup maps / to index.html on port 9292", project=PROJECT, limit=2)
+    ids = [h.id for h in hits]
+    assert ids.index(new) < ids.index(old)
+
+
+def test_change_wording_without_the_same_subject_or_as_a_question_supersedes_nothing(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    [old] = session(store, tmp_path, "s-old", "2026-03-01", OLD_DEV_SERVER)
+    session(store, tmp_path, "s-2", "2026-03-02", (
+        "Should the recorder's dev server use Vite?",
+        "Should we serve the recorder with Vite instead of `rackup config.ru` on port 9292?"))
+    session(store, tmp_path, "s-3", "2026-03-03", (
+        "The recorder's dev server shows a blank page on port 9292",
+        "The problem is that `rackup config.ru` serves index.html instead of the recorder's static files."))
+    session(store, tmp_path, "s-4", "2026-03-04", (
+        "How do I run the dev server for the recorder?",
+        "The recorder's dev server runs on port 9292; the tests now use pytest instead of nose."))
+    assert episode(store, old).status == "active"
+    # The rules themselves, without the vectors:
+    older = subjects("Run `rackup config.ru` on port 9292.")
+    assert stated_change("We switched to Vite, so config.ru is no longer used.", older)
+    assert stated_change("Let me try Vite instead of config.ru.", older) is None
+    assert stated_change("If config.ru is no longer used, delete it.", older) is None
+    assert stated_change("Is config.ru replaced by Vite now?", older) is None
+    assert stated_change("The linter no longer complains.", older) is None  # no shared subject
+
+
+def test_recency_counts_from_the_projects_newest_activity_not_the_wall_clock(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    text = ("Which port does the billing export listen on?", "The billing export listens on port 8125.")
+    [older] = session(store, tmp_path, "s-a", "2024-01-01", text, cwd="/work/billing")
+    [newer] = session(store, tmp_path, "s-b", "2024-01-31", text, cwd="/work/billing")
+    weights = store.weights
+    scored = {s.episode.id: s for s in store.search("billing export port", project="/work/billing")}
+    # Almost three years old by the wall clock, yet the project's newest work has full recency and a
+    # month-older one half of it: an old project's history is not all ≈ 0.
+    assert scored[newer].score == pytest.approx(
+        weights.relevance * scored[newer].relevance + weights.recency, abs=1e-3)
+    gap = (scored[newer].score - weights.relevance * scored[newer].relevance) - (
+        scored[older].score - weights.relevance * scored[older].relevance)
+    assert gap == pytest.approx(weights.recency * (1 - 0.5 ** (30 / weights.recency_half_life_days)), abs=1e-3)
+
+
+# --- 6. no rich-get-richer ----------------------------------------------------------------------------
+
+
+MEMORIES = [
+    "The staging database is PostgreSQL 16 behind pgbouncer on port 6543",
+    "Staging deploys run from the release workflow; the database migrations run first",
+    "The database backups of staging are kept for 14 days in the eu-west bucket",
+    "The marketing site uses Tailwind CSS and the brand colour is orange",
+    "Sourdough bread needs a 12 hour cold retard in the fridge before baking",
+]
+
+
+def test_a_hundred_identical_recalls_do_not_change_the_ranking(store: EpisodeStore) -> None:
+    for text in MEMORIES:
+        store.remember(text, kind="fact", scope="global")
+    query = "how do I reach the staging database"
+    first = [(h.id, h.score) for h in store.recall(query, limit=5)]
+    for _ in range(100):
+        assert [(h.id, h.score) for h in store.recall(query, limit=5)] == first
+    counts = [row[0] for row in store.conn.execute("SELECT access_count FROM episodes")]
+    assert counts == [0] * len(MEMORIES)
+
+
+def test_the_use_signal_is_bounded_and_decays() -> None:
+    weights, now = SearchWeights(), 1_800_000_000_000
+    assert _frequency(0, now, now, weights) == 0.0
+    assert 0 < _frequency(1, now, now, weights) < _frequency(10, now, now, weights) < 1.0
+    assert _frequency(10**9, now, now, weights) < 1.0  # no count of uses outweighs relevance unboundedly
+    half_life = weights.recency_half_life_days
+    assert _frequency(10, now - int(half_life * DAY), now, weights) == pytest.approx(_frequency(5, now, now, weights))
+    assert _frequency(1000, now - 3650 * DAY, now, weights) < 0.01  # an old burst of use fades out
+
+
+def test_uses_cannot_lift_an_unrelated_memory_over_the_relevant_one(store: EpisodeStore) -> None:
+    ids = [store.remember(text, kind="fact", scope="global")[0] for text in MEMORIES]
+    for _ in range(200):
+        store.expand(ids[4])  # the sourdough memory, used a lot
+    assert store.recall("how do I reach the staging database", limit=5)[0].id == ids[0]
+
+
+# --- 7. preferences without an LLM ------------------------------------------------------------------
+
+
+def test_a_stated_preference_becomes_a_high_importance_memory_in_the_digest(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    session(store, tmp_path, "s-pref", "2026-03-01",
+            ("Fix the flaky upload test. From now on, always run the linter before you commit anything.",
+             "Fixed the race in the upload test and ran the linter; all green."),
+            ("I prefer small commits with one change each.", "Noted."),
+            ("Never edit `js/lib/recorder.js` by hand: it is generated.", "Understood."))
+    rows = store.conn.execute("SELECT id, kind, importance, scope, project, full_content, source_uuids FROM episodes "
+                              "WHERE source_type = 'auto' ORDER BY created_at").fetchall()
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("convention", "high", "global"), ("preference", "high", "global"), ("convention", "high", "project")]
+    assert rows[0][5] == "From now on, always run the linter before you commit anything."
+    assert rows[2][4] == PROJECT
+    found = digest.collect(store.conn, tmp_path / "queue", PROJECT, 1_800_000_000_000)
+    assert {m.id for m in found.global_high} >= {rows[0][0], rows[1][0]}
+    assert rows[2][0] in {m.id for m in found.project_high}
+    text = digest.render(found, 1500, tmp_path / "queue")
+    assert "always run the linter before you commit" in text
+    # It ranks for an analogous task in another project.
+    hits = store.recall("commit these changes to git", project="/work/other", limit=3)
+    assert rows[0][0] in [h.id for h in hits[:3]]
+    # Said again word for word: not a second memory.
+    session(store, tmp_path, "s-pref2", "2026-03-02",
+            ("From now on, always run the linter before you commit anything.", "Will do."))
+    assert store.conn.execute("SELECT count(*) FROM episodes WHERE source_type = 'auto'").fetchone()[0] == 3
+
+
+FALSE_POSITIVES = [
+    "Don't worry about the lint warnings, just fix the failing upload test.",
+    "Why do you always run the whole suite?",
+    "Can you make sure the recorder never crashes on an empty file?",
+    "The export always fails when the cache is cold, can you look.",
+    "Never mind, that works now.",
+    "```\n# always use tabs\nnever commit generated files\n```\nWhat does this config do",
+    "> Always run the tests first\nThis is from the README, is it still true",
+    'The docs say "never commit secrets to git", is that enforced anywhere',
+    "<bash-stdout>WARNING: never call init() twice</bash-stdout> what is this warning",
+    "FAILED tests/test_upload.py::test_never_twice - AssertionError\nE   assert always_true() is False\nfix it",
+    "Bitte benutze immer Tabs. 常にタブを使ってください。 Всегда используй табы.",
+    "don't use mocks in this test",
+    "Intro.\n\n" + "By default the tool always caches things, you should always clear it. " * 40 + "\n\nThanks.",
+]
+
+
+@pytest.mark.parametrize("text", FALSE_POSITIVES)
+def test_look_alikes_are_not_standing_preferences(text: str) -> None:
+    assert standing_statements(text, PROJECT) == []
+
+
+def test_look_alikes_stay_ordinary_rounds(store: EpisodeStore, tmp_path: Path) -> None:
+    session(store, tmp_path, "s-probe", "2026-03-01", *[(text, "ok") for text in FALSE_POSITIVES],
+            ("x" * 300_000 + " always \x00\ud7ff use tabs", "ok"))
+    kinds = {row[0] for row in store.conn.execute("SELECT kind FROM episodes")}
+    assert kinds == {"other"}
+
+
+def test_secrets_in_a_preference_are_redacted(store: EpisodeStore, tmp_path: Path) -> None:
+    session(store, tmp_path, "s-secret", "2026-03-01",
+            ("From now on always deploy with the token ghp_abcdefghijklmnopqrstuvwxyz0123456789 set", "ok"))
+    [content] = [row[0] for row in store.conn.execute(
+        "SELECT full_content FROM episodes WHERE kind = 'convention'")]
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in content and "REDACTED" in content
+
+
+def test_forgetting_the_successor_reinstates_the_memory_it_had_superseded(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    [old] = session(store, tmp_path, "s-old", "2026-03-01", OLD_DEV_SERVER)
+    [new] = session(store, tmp_path, "s-new", "2026-03-05", NEW_DEV_SERVER)
+    assert episode(store, old).status == "superseded"
+    assert [e.id for e in store.forget(new, "wrong")] == [new]  # another memory, not a version of it
+    back = episode(store, old)
+    assert back.status == "active" and back.superseded_by is None and back.valid_to is None
+    assert "rackup config.ru" in back.full_content

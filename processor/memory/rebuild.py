@@ -3,9 +3,9 @@
 `engram reindex` runs it: sessions episodized by an older builder get the current pieces (steps,
 task headers). Ids are kept for what users touched: a memory expanded (access count), given another
 importance or status, reviewed, checked or superseded keeps its id, and takes the new piece that
-starts with the same message (or keeps its old text when no new piece does). A forgotten memory
-stays forgotten, and the messages it was made from are left out of the new pieces, so a rebuild
-never brings forgotten text back.
+starts with the same message (or keeps its old text when no new piece does). A forgotten, archived,
+stale or superseded memory stays as it is, and the messages it was made from are left out of the new
+pieces, so a rebuild never brings forgotten text back nor undoes a sweep.
 """
 
 from __future__ import annotations
@@ -13,16 +13,27 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import apsw
+
+from processor.config import Settings
 from processor.memory.dedupe import content_hash
 from processor.memory.verbatim import RoundPiece, group_rounds, round_pieces
 from processor.store import episodes as sql
 from processor.store import write_transaction
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
 
-if TYPE_CHECKING:
-    from processor.memory.episodes import EpisodeStore
+
+class EpisodeStore(Protocol):
+    """What a rebuild needs of processor.memory.episodes.EpisodeStore (which calls it from reindex)."""
+
+    conn: apsw.Connection
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def vectors_for(self, contents: list[str]) -> list[bytes]: ...
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +73,10 @@ def rebuild_session(store: EpisodeStore, session_id: str, report: RebuildReport)
     project, through = progress
     named = sql.acted_on_ids(store.conn, [e.id for e in old])
     kept = [e for e in old if _kept(e, named)]
-    forgotten_sources = {u for e in kept if e.status == "forgotten" for u in e.source_uuids}
-    messages = _messages(store, session_id, through, forgotten_sources)
+    # What was forgotten, archived, marked stale or merged away stays as it is, and its messages are not
+    # made into new active pieces: a rebuild never undoes a forget or a sweep.
+    put_away = {u for e in kept if e.status != "active" for u in e.source_uuids}
+    messages = _messages(store, session_id, through, put_away)
     pieces: list[RoundPiece] = [p for r in group_rounds(messages, final=True)
                                 for p in round_pieces(r, store.settings.verbatim_max_chars)]
     # A kept active memory takes over the new piece that starts where it started; others stay as they are.

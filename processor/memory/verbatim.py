@@ -256,7 +256,9 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
         digest = hashlib.sha1(f"{first.uuid}:{index}".encode()).hexdigest()[:16]
         if index == 0 or not header:
             content = body
-            summary = summarize(user_text, reply_text) if index == 0 else _head(
+            # The summary says the request, not the markup Claude Code wrapped around it (an opened file).
+            asked = _TAGGED.sub(" ", user_text).strip() or user_text
+            summary = summarize(asked, reply_text) if index == 0 else _head(
                 _prose(body) or body, SUMMARY_TOKENS * CHARS_PER_TOKEN)
         else:
             content = f"{TASK_PREFIX}{header}\n\n{body}"

@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Protocol
 
 from processor.memory.search import _STOPWORDS
@@ -27,7 +28,7 @@ from processor.tokens import CHARS_PER_TOKEN, estimate_tokens
 BITE_TOKENS = 45
 BITE_CHARS = BITE_TOKENS * CHARS_PER_TOKEN
 HEADER_CHARS = 48  # the task header's share of a bite, at most: the answer comes first
-_SCAN_CHARS = 40_000  # of a memory's content; verbatim pieces are far shorter, a stored paste is not
+_SCAN_CHARS = 4_000  # of a memory's content: a verbatim piece is 500; a long manual memory is bitten from its head
 _K1, _B = 1.2, 0.75
 # A tool note names what was touched; it answers "which file" but rarely "why" or "how": it counts less.
 _KIND_WEIGHT = {"sentence": 1.0, "item": 1.0, "code": 0.8, "tool": 0.5}
@@ -67,19 +68,22 @@ def _stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """Content terms: lower-cased stems, identifiers also by their parts (webkitAudioContext → audio…),
     CJK runs as character pairs (those scripts put no spaces between words)."""
-    out: list[str] = []
-    for word in _WORD.findall(text):
-        if _CJK.search(word):
-            out += [word[i:i + 2] for i in range(max(len(word) - 1, 1))]
-            continue
-        lower = word.lower()
-        if lower in _STOPWORDS or (len(lower) < 2 and not lower.isdigit()):
-            continue
-        out.append(_stem(lower))
-        parts = [p.lower() for p in _CAMEL.findall(word.replace("_", " ")) if len(p) > 2]
-        if len(parts) > 1:
-            out += [_stem(p) for p in parts if p not in _STOPWORDS]
-    return out
+    return [t for word in _WORD.findall(text) for t in _word_terms(word)]
+
+
+@lru_cache(maxsize=1 << 16)
+def _word_terms(word: str) -> tuple[str, ...]:
+    # Cached: words repeat (a session's vocabulary is small), so the hot path pays for each once.
+    if _CJK.search(word):
+        return tuple(word[i:i + 2] for i in range(max(len(word) - 1, 1)))
+    lower = word.lower()
+    if lower in _STOPWORDS or (len(lower) < 2 and not lower.isdigit()):
+        return ()
+    out = [_stem(lower)]
+    parts = [p.lower() for p in _CAMEL.findall(word.replace("_", " ")) if len(p) > 2]
+    if len(parts) > 1:
+        out += [_stem(p) for p in parts if p not in _STOPWORDS]
+    return tuple(out)
 
 
 def _candidates(content: str) -> list[Unit]:
@@ -98,24 +102,33 @@ def _scored_text(unit: Unit) -> str:
 def _window(text: str, query: set[str], room: int) -> str:
     """The room-sized stretch of a long unit holding the most query terms, cut at spaces, marked with …."""
     words = text.split()
-    hits = [i for i, w in enumerate(words) if any(t in query for t in terms(w))]
-    best_start, best_count = 0, -1
-    for start in hits or [0]:
-        # Start a little before the first match, so the sentence's subject is not lost.
-        begin = max(start - 3, 0)
-        size, count, end = 0, 0, begin
-        while end < len(words) and size + len(words[end]) + 1 <= room - 2:
-            size += len(words[end]) + 1
-            count += end in hits
+    if not words:
+        return text[: room - 2]
+    flags = [any(t in query for t in terms(w)) for w in words]
+    sizes = [len(w) + 1 for w in words]
+    # Two pointers: for each first word, the longest run that fits; keep the run with the most matches.
+    best_begin, best_count, end, size, count = 0, -1, 0, 0, 0
+    for begin in range(len(words)):
+        if end < begin:
+            end, size, count = begin, 0, 0
+        while end < len(words) and size + sizes[end] <= room - 2:
+            size += sizes[end]
+            count += flags[end]
             end += 1
         if count > best_count:
-            best_start, best_count = begin, count
-    size, end = 0, best_start
-    while end < len(words) and size + len(words[end]) + 1 <= room - 2:
-        size += len(words[end]) + 1
+            best_begin, best_count = begin, count
+        if end > begin:
+            size -= sizes[begin]
+            count -= flags[begin]
+    # Start a little before the first match, so the sentence's subject is not lost.
+    first = next((i for i in range(best_begin, len(words)) if flags[i]), best_begin)
+    begin = max(min(best_begin, first - 3), 0) if best_count > 0 else 0
+    size, end = 0, begin
+    while end < len(words) and size + sizes[end] <= room - 2:
+        size += sizes[end]
         end += 1
-    piece = " ".join(words[best_start:end]) or text[: room - 2]
-    return ("…" if best_start > 0 else "") + piece + ("…" if end < len(words) else "")
+    piece = " ".join(words[begin:end]) or text[: room - 2]
+    return ("…" if begin > 0 else "") + piece + ("…" if end < len(words) else "")
 
 
 def fit(text: str, room: int) -> str:

@@ -18,7 +18,7 @@ from processor.memory import bites as bites_module
 from processor.memory.bites import BITE_TOKENS, Passage, bite_for, bites_for
 from processor.memory.episodes import EpisodeStore
 from processor.memory.sentences import units
-from processor.memory.verbatim import TASK_PREFIX, round_pieces, split_task_header, task_header
+from processor.memory.verbatim import TASK_HEADER_CHARS, TASK_PREFIX, round_pieces, split_task_header, task_header
 from processor.recall.format import format_hits
 from processor.recall.recollections import RecollectionWriter
 from processor.store import episodes as sql
@@ -76,8 +76,8 @@ def test_a_continuation_piece_never_starts_or_ends_inside_a_sentence_or_code_blo
     assert header == REQUEST  # short enough to be the header whole
     every_sentence = [s for m in messages for s in sentences_of(m.text) if not s.startswith("[tool:")]
     for index, piece in enumerate(pieces):
-        assert len(piece.full_content) <= 420
         found_header, body = split_task_header(piece.full_content)
+        assert len(body) <= 420  # the piece's own text; the header comes on top
         if index:
             assert piece.full_content.startswith(f"{TASK_PREFIX}{header}\n\n")
             assert found_header == header and piece.summary.startswith(f"(part {index + 1}) ")
@@ -117,7 +117,8 @@ def test_a_code_block_longer_than_a_piece_is_cut_into_complete_blocks() -> None:
 ])
 def test_bad_input_is_split_and_bitten_within_bounds(text: str) -> None:
     pieces = round_pieces([msg(1, "user", "Look at this paste: " + text[:200]), msg(2, "assistant", text)], 500)
-    assert pieces and all(len(p.full_content) <= 500 for p in pieces)
+    assert pieces and all(len(split_task_header(p.full_content)[1]) <= 500 for p in pieces)
+    assert all(len(split_task_header(p.full_content)[0]) <= TASK_HEADER_CHARS for p in pieces)
     assert len(pieces) <= 12  # a huge message contributes only its head
     for query in ("deploy tests", "テスト デプロイ", "Datei geändert", "binary block", None):
         for bite in bites_for(query, pieces):
@@ -214,11 +215,12 @@ def test_a_rebuild_keeps_the_ids_people_expanded_or_forgot(store: EpisodeStore, 
     replies = [m.text for m in agentic_round()[1:]]
     replies.insert(3, secret_step)
     # An older builder's pieces: small ones, as a store made before this builder would hold.
-    holder.replace(dataclasses.replace(holder.current, values={**holder.current.values, "verbatim_max_chars": 300}))
+    holder.replace(dataclasses.replace(holder.current, values={**holder.current.values, "verbatim_max_chars": 200}))
     capture_round(store, tmp_path / f"{SID}.jsonl", SID, replies)
     before = sql.verbatim_episodes(store.conn, SID)
     assert len(before) >= 4
-    expanded = before[2]
+    # The piece where the work resumed after a pause: the new builder starts a piece there too.
+    expanded = next(e for e in before if "All 42 tests pass" in e.full_content)
     store.expand(expanded.id)
     forgotten = next(e for e in before if "vault path" in e.full_content)
     store.forget(forgotten.id, reason="not to be kept")
@@ -228,7 +230,7 @@ def test_a_rebuild_keeps_the_ids_people_expanded_or_forgot(store: EpisodeStore, 
     after = {e.id: e for e in sql.verbatim_episodes(store.conn, SID)}
     kept = after[expanded.id]
     assert kept.status == "active" and kept.access_count == 1
-    assert kept.source_uuids[0] == expanded.source_uuids[0] and kept.full_content != expanded.full_content
+    assert kept.source_uuids[0] == expanded.source_uuids[0] and kept.full_content.startswith(TASK_PREFIX)
     assert after[forgotten.id].status == "forgotten" and after[forgotten.id].full_content == ""
     # The forgotten text never comes back in a rebuilt piece.
     assert not any("vault path" in e.full_content for e in after.values())

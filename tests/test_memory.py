@@ -18,7 +18,14 @@ from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
-from processor.memory.verbatim import SUMMARY_TOKENS, estimate_tokens, group_rounds, round_pieces
+from processor.memory.verbatim import (
+    SUMMARY_TOKENS,
+    TASK_HEADER_CHARS,
+    estimate_tokens,
+    group_rounds,
+    round_pieces,
+    split_task_header,
+)
 from processor.recall.format import format_expansion, format_hits
 from processor.store import episodes as sql
 from processor.store import open_store, write_transaction
@@ -54,7 +61,9 @@ def test_long_rounds_split_and_summaries_stay_within_budget() -> None:
     pieces = round_pieces(round_messages, max_chars=1200)
     # 5,000 characters of reply in pieces that also carry the task header: five or six pieces.
     assert 5 <= len(pieces) <= 6
-    assert all(len(p.full_content) <= 1200 for p in pieces)
+    # Each piece's own text within the budget; the task header (at most TASK_HEADER_CHARS) on top of it.
+    assert all(len(split_task_header(p.full_content)[1]) <= 1200 for p in pieces)
+    assert all(len(split_task_header(p.full_content)[0]) <= TASK_HEADER_CHARS for p in pieces)
     assert all(estimate_tokens(p.summary) <= SUMMARY_TOKENS for p in pieces)
     assert pieces[0].summary.startswith("Why does the deploy fail on Fridays?")
     assert pieces[0].source_uuids[0] == "u1" and pieces[-1].source_uuids == ["u2"]
@@ -77,7 +86,7 @@ def test_a_continuation_bite_starts_where_its_piece_starts() -> None:
         flat = " ".join(opening.replace("[tool: Bash]", " ").split())
         assert flat.startswith(body), (piece.summary, piece.full_content[:80])
     # A piece that opens with a fresh speaker block drops only the label, never the message's own opening.
-    pieces = round_pieces([msg(1, "user", "Why? " * 230), msg(2, "assistant", "ran it. pytest -q: 3 failed")],
+    pieces = round_pieces([msg(1, "user", "Why? " * 236), msg(2, "assistant", "ran it. pytest -q: 3 failed")],
                           max_chars=1200)
     assert pieces[-1].full_content.endswith("\n\nassistant: ran it. pytest -q: 3 failed")
     assert pieces[-1].summary == "(part 2) Why? Why? → ran it. pytest -q: 3 failed"

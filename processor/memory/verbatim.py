@@ -246,9 +246,9 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
     replies = [m for m in round_messages if m.role == "assistant"]
     reply_text = _prose("\n".join(m.text for m in replies)) or "\n".join(m.text for m in replies)
     first = round_messages[0]
-    # The header and a speaker label take room of their own: what is left is the pieces' text, so that
-    # a whole piece stays within max_chars.
-    room = max(max_chars - (len(TASK_PREFIX) + len(header) + 2 if header else 0), max_chars // 2)
+    # max_chars is the piece's own text, speaker labels included; the task header (at most
+    # TASK_HEADER_CHARS) comes on top, so a continuation holds as much of the work as a first piece.
+    room = max_chars
     unit_room = room - len("assistant: ") - 1
     pieces = []
     for index, entries in enumerate(_pack(_steps(round_messages, unit_room), room)):

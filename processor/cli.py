@@ -370,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     forget.add_argument("--dry-run", action="store_true", help="only show what would be forgotten")
     forget.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     forget.add_argument("--reason", help="why (kept with the forgotten id)")
-    add("reindex", cmd_reindex, "re-embed every memory with the configured embedding model")
+    add("reindex", cmd_reindex, "remake verbatim episodes with the current builder (ids people acted on are kept), "
+        "then re-embed every memory with the configured embedding model")
     remember = add("remember", cmd_remember, "queue a memory for the processor to store (like memory_remember)")
     remember.add_argument("text")
     remember.add_argument("--kind", choices=KINDS)

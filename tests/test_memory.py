@@ -18,7 +18,14 @@ from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
-from processor.memory.verbatim import SUMMARY_TOKENS, estimate_tokens, group_rounds, round_pieces
+from processor.memory.verbatim import (
+    SUMMARY_TOKENS,
+    TASK_HEADER_CHARS,
+    estimate_tokens,
+    group_rounds,
+    round_pieces,
+    split_task_header,
+)
 from processor.recall.format import format_expansion, format_hits
 from processor.store import episodes as sql
 from processor.store import open_store, write_transaction
@@ -52,12 +59,17 @@ def test_rounds_pair_each_user_message_with_the_replies_that_follow() -> None:
 def test_long_rounds_split_and_summaries_stay_within_budget() -> None:
     round_messages = [msg(1, "user", "Why does the deploy fail on Fridays? " * 5), msg(2, "assistant", "x" * 5000)]
     pieces = round_pieces(round_messages, max_chars=1200)
-    assert len(pieces) == 5
-    assert all(len(p.full_content) <= 1200 for p in pieces)
+    # 5,000 characters of reply in pieces that also carry the task header: five or six pieces.
+    assert 5 <= len(pieces) <= 6
+    # Each piece's own text within the budget; the task header (at most TASK_HEADER_CHARS) on top of it.
+    assert all(len(split_task_header(p.full_content)[1]) <= 1200 for p in pieces)
+    assert all(len(split_task_header(p.full_content)[0]) <= TASK_HEADER_CHARS for p in pieces)
     assert all(estimate_tokens(p.summary) <= SUMMARY_TOKENS for p in pieces)
     assert pieces[0].summary.startswith("Why does the deploy fail on Fridays?")
-    assert pieces[0].source_uuids == ["u1", "u2"] and pieces[-1].source_uuids == ["u2"]
-    assert len({p.id for p in pieces}) == 5
+    assert pieces[0].source_uuids[0] == "u1" and pieces[-1].source_uuids == ["u2"]
+    assert all(p.full_content.startswith("task: Why does the deploy fail on Fridays?") for p in pieces[1:])
+    assert "".join(p.full_content.split("assistant: ", 1)[-1] for p in pieces).count("x") == 5000  # nothing lost
+    assert len({p.id for p in pieces}) == len(pieces)
     assert round_pieces(round_messages, 1200)[0].id == pieces[0].id  # deterministic: a redo is a no-op
 
 
@@ -66,14 +78,18 @@ def test_a_continuation_bite_starts_where_its_piece_starts() -> None:
              + "and more " * 200)
     pieces = round_pieces([msg(1, "user", "Fix the cache"), msg(2, "assistant", reply)], max_chars=1200)
     assert len(pieces) > 2
-    for piece in pieces[1:]:
-        opening = piece.full_content.removeprefix("assistant: ").removeprefix("user: ")
-        body = piece.summary.removeprefix(f"(cont. {pieces.index(piece) + 1}) ").rstrip("…")
-        assert " ".join(opening.split()).startswith(body), (piece.summary, piece.full_content[:80])
+    for index, piece in enumerate(pieces[1:], 2):
+        # "(part N) <the task> → <the piece's own opening>": the task first, then where the piece starts.
+        assert piece.summary.startswith(f"(part {index}) Fix the cache → ")
+        opening = piece.full_content.split("\n\n", 1)[1].removeprefix("assistant: ").removeprefix("user: ")
+        body = piece.summary.split(" → ", 1)[1].rstrip("…")
+        flat = " ".join(opening.replace("[tool: Bash]", " ").split())
+        assert flat.startswith(body), (piece.summary, piece.full_content[:80])
     # A piece that opens with a fresh speaker block drops only the label, never the message's own opening.
-    pieces = round_pieces([msg(1, "user", "q " * 590), msg(2, "assistant", "[tool: Bash] pytest -q: 3 failed")],
+    pieces = round_pieces([msg(1, "user", "Why? " * 236), msg(2, "assistant", "ran it. pytest -q: 3 failed")],
                           max_chars=1200)
-    assert pieces[-1].summary == "(cont. 2) [tool: Bash] pytest -q: 3 failed"
+    assert pieces[-1].full_content.endswith("\n\nassistant: ran it. pytest -q: 3 failed")
+    assert pieces[-1].summary == "(part 2) Why? Why? → ran it. pytest -q: 3 failed"
 
 
 def test_fts_query_is_safe_for_any_input() -> None:

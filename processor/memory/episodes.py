@@ -22,13 +22,15 @@ from processor.capture.redact import redact
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory import supersede
+from processor.memory.bites import BITE_CHARS, Passage, bites_for, fit
 from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.preferences import standing_statements
+from processor.memory.rebuild import rebuild_verbatim
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
-from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
+from processor.memory.verbatim import RoundPiece, embedding_text, entities_of, group_rounds, round_pieces, summarize
 from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
@@ -177,7 +179,7 @@ class EpisodeStore:
         return self._index
 
     def _embed(self, texts: list[str]) -> list[bytes]:
-        vectors = self.embedder.embed_documents(texts)
+        vectors = self.embedder.embed_documents([embedding_text(t) for t in texts])
         return [np.ascontiguousarray(v, dtype=np.float32).tobytes() for v in vectors]
 
     # --- writing -----------------------------------------------------------------------------
@@ -417,9 +419,17 @@ class EpisodeStore:
         found = sql.forget_candidates(self.conn, match, before_ms, project, limit + 1)
         return ForgetPlan(found[:limit], truncated=len(found) > limit)
 
-    def reindex(self) -> int:
-        """Re-embed every non-forgotten episode with the configured model and record it."""
-        rows = sql.all_embeddable(self.conn)
+    def vectors_for(self, contents: list[str]) -> list[bytes]:
+        """Stored vectors of these episode contents, as the episode builder makes them."""
+        return self._embed(contents)
+
+    def reindex(self, *, rebuild: bool = True) -> int:
+        """Remake verbatim episodes with the current builder (ids people acted on are kept), then re-embed
+        every other non-forgotten episode with the configured model and record it; returns episodes embedded."""
+        done: set[int] = set()
+        if rebuild:
+            done = set(rebuild_verbatim(self).rowids)
+        rows = [row for row in sql.all_embeddable(self.conn) if row[0] not in done]
         batch = 256
         for start in range(0, len(rows), batch):
             chunk = rows[start:start + batch]
@@ -431,7 +441,7 @@ class EpisodeStore:
             sql.set_meta(self.conn, "embedding_model", self.embedder.model_id)
             sql.set_meta(self.conn, "embedding_dim", str(self.embedder.dim))
         self._index = None
-        return len(rows)
+        return len(rows) + len(done)
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -459,10 +469,11 @@ class EpisodeStore:
         # a superseded one always ranks below the memory that superseded it.
         scored = self.search(query, limit=limit, project=project, also_statuses=RECALL_ALSO)
         checks = cold_sql.checks_for(self.conn, [s.episode.id for s in scored if s.episode.status != "active"])
-        hits = [Hit(s.episode.id, s.episode.summary, utc_date(s.episode.created_at), s.episode.importance,
+        bites = bites_for(query, [s.episode for s in scored])
+        hits = [Hit(s.episode.id, bite, utc_date(s.episode.created_at), s.episode.importance,
                     s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4),
                     _status_note(s.episode, checks.get(s.episode.id)), list(s.episode.source_uuids))
-                for s in scored]
+                for s, bite in zip(scored, bites, strict=True)]
         if session_id:
             hits = self._merge_same_session(hits, query, session_id, limit)
         return hits
@@ -474,11 +485,14 @@ class EpisodeStore:
             return hits
         vectors = self.embedder.embed_documents([m.text for m in recent])
         sims = vectors @ self.embedder.embed_query(query)
+        # The same bite rule as for memories, behind a label that says where it comes from.
+        bites = bites_for(query, [Passage(fit(" ".join(m.text.split()), BITE_CHARS - 30), m.text) for m in recent])
         extra = []
-        for message, sim in zip(recent, sims, strict=True):
+        for message, sim, bite in zip(recent, sims, bites, strict=True):
             score = self.weights.relevance * max(float(sim), 0.0) + self.weights.recency
-            extra.append(Hit(f"msg_{message.uuid}", f"(this session, {message.role}) "
-                             + message.text[:160].replace("\n", " "), utc_date(message.ts_ms), "normal", "other",
+            label = f"(this session, {message.role}) "
+            extra.append(Hit(f"msg_{message.uuid}", label + fit(bite, BITE_CHARS - len(label)),
+                             utc_date(message.ts_ms), "normal", "other",
                              round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4),
                              source_uuids=[message.uuid]))
         merged = sorted(hits + [h for h in extra if h.score > self.weights.recency + 0.2],

@@ -39,6 +39,7 @@ from processor.capture.parse import CapturedLine
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic
+from processor.memory.bites import bites_for
 from processor.memory.citations import extract, missing_paths_on_disk
 from processor.memory.episodes import EpisodeStore
 from processor.store import episodes as episodes_sql
@@ -193,11 +194,12 @@ class RecollectionWriter:
         # Read the marker again: the prompt hook may have shown some of these during the search.
         shown = prompt_shown_ids(folder, session_id)
         scored = [s for s in scored if not self._cites_missing_file(s.episode, project)]
-        bites = [{"id": s.episode.id, "bite": s.episode.summary,
-                  "date": utc_date(s.episode.created_at),
+        scored = [s for s in scored
+                  if s.relevance >= self.settings.recollection_min_relevance and s.episode.id not in shown]
+        # The bite is what of each memory answers this message (the same rule as memory_recall's).
+        bites = [{"id": s.episode.id, "bite": bite, "date": utc_date(s.episode.created_at),
                   "importance": s.episode.importance}
-                 for s in scored
-                 if s.relevance >= self.settings.recollection_min_relevance and s.episode.id not in shown]
+                 for s, bite in zip(scored, bites_for(text, [s.episode for s in scored]), strict=True)]
         # Forgotten while the search ran (memory_forget, `engram forget`): never written back.
         active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
         bites = [b for b in bites if b["id"] in active]

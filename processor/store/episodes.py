@@ -371,3 +371,48 @@ def newest_session_episode_ids(conn: apsw.Connection, session_id: str, limit: in
         (session_id, limit),
     ).fetchall()
     return frozenset(row[0] for row in rows)
+
+
+# --- rebuilding verbatim episodes (processor/memory/rebuild.py) ----------------------------------
+
+def episodized_sessions(conn: apsw.Connection) -> list[str]:
+    """Sessions some of whose messages are already in episodes, oldest first."""
+    return [row[0] for row in conn.execute(
+        "SELECT session_id FROM sessions WHERE episodized_through > 0 ORDER BY rowid").fetchall()]
+
+
+def verbatim_episodes(conn: apsw.Connection, session_id: str) -> list[Episode]:
+    """The verbatim round pieces of a session, in the order they were made."""
+    rows = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE session_id = ? AND source_type = 'verbatim' "
+                        "ORDER BY rowid", (session_id,)).fetchall()
+    return [Episode.from_row(row) for row in rows]
+
+
+def acted_on_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
+    """Of these ids, those another row or a person's record names: a newer version's predecessor link,
+    a review, an inquisitor verdict or a cold-path action. Such ids must survive a rebuild."""
+    found: set[str] = set()
+    for start in range(0, len(episode_ids), 500):
+        chunk = episode_ids[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        found.update(row[0] for row in conn.execute(
+            f"SELECT superseded_by FROM episodes WHERE superseded_by IN ({marks}) "
+            f"UNION SELECT episode_id FROM reviews WHERE episode_id IN ({marks}) "
+            f"UNION SELECT episode_id FROM cold_actions WHERE episode_id IN ({marks})", chunk * 3))
+    return found
+
+
+def delete_episodes(conn: apsw.Connection, episode_ids: list[str]) -> None:
+    """Remove rows outright (the FTS trigger follows); only a rebuild does this, for pieces it remakes."""
+    conn.executemany("DELETE FROM memory_checks WHERE episode_id = ?", [(i,) for i in episode_ids])
+    conn.executemany("DELETE FROM episodes WHERE id = ?", [(i,) for i in episode_ids])
+
+
+def rewrite_episode(conn: apsw.Connection, episode_id: str, ep: NewEpisode, embedding: bytes | None) -> None:
+    """New text for a kept id: its status, importance, access history and creation time stay."""
+    conn.execute(
+        "UPDATE episodes SET summary = ?, full_content = ?, entities = ?, source_uuids = ?, content_hash = ?, "
+        "embedding = ? WHERE id = ?",
+        (ep.summary, ep.full_content, json.dumps(ep.entities), json.dumps(ep.source_uuids), ep.content_hash,
+         embedding, episode_id),
+    )

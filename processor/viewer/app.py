@@ -37,6 +37,7 @@ from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
+from processor.memory.bites import bites_for
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
 from processor.store import cold as cold_sql
@@ -90,9 +91,9 @@ def _ms(value: int | None) -> str:
     return utc_clock(value) if value else "—"
 
 
-def _bite(ep: episodes_sql.Episode) -> str:
-    """The memory as the PreToolUse hook would show it to the agent."""
-    return bite_line({"id": ep.id, "bite": ep.summary, "date": utc_date(ep.created_at),
+def _bite(ep: episodes_sql.Episode, bite: str | None = None) -> str:
+    """The memory as the PreToolUse hook would show it to the agent: its bite for a query, else its summary."""
+    return bite_line({"id": ep.id, "bite": ep.summary if bite is None else bite, "date": utc_date(ep.created_at),
                       "importance": ep.importance}) or ""
 
 
@@ -278,16 +279,19 @@ class Viewer:
                 try:
                     store = self.make_store(conn)
                     weights = store.weights
-                    for scored in store.search(query, limit=SEARCH_LIMIT, project=project):
+                    found = store.search(query, limit=SEARCH_LIMIT, project=project)
+                    bites = bites_for(query, [s.episode for s in found])
+                    for scored, bite in zip(found, bites, strict=True):
                         rest = scored.score - weights.relevance * scored.relevance
                         results.append({"s": scored, "ep": scored.episode, "rest": rest,
+                                        "bite": _bite(scored.episode, bite),
                                         "weighted_relevance": weights.relevance * scored.relevance,
                                         "bm25_share": weights.bm25_share})
                 except EmbedderError as exc:
                     error = f"Search is unavailable: {exc}"
         finally:
             conn.close()
-        context_preview = format_context([_bite(r["ep"]) for r in results[:3]]) if results else ""
+        context_preview = format_context([r["bite"] for r in results[:3]]) if results else ""
         self._page(request, 200, "search.html", title=f"Search: {query}" if query else "Search", nav="search",
                    query=query, project=project or "", projects=projects, results=results, error=error,
                    context_preview=context_preview)

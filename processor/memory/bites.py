@@ -37,6 +37,9 @@ _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
 _NOTE = re.compile(r"\[tool: ([^\]\s]+)(?: ([^\]]*))?\]")
 _SPEAKER = re.compile(r"^(?:user|assistant): ")
+# An auto-memory section's summary opens with where it is stated (capture.automem.cite: "MEMORY.md § Build"):
+# that stays in front of its bite, as a verbatim piece's task header does.
+_CITE = re.compile(r"([^:\n§]{1,80} § [^:\n]{0,80}): ")
 
 
 class Bitable(Protocol):
@@ -172,6 +175,8 @@ def bites_for(query: str | None, memories: Sequence[Bitable]) -> list[str]:
     document_frequency: Counter[str] = Counter()
     for memory in memories:
         header, content = split_task_header(memory.full_content)
+        if not header and (cited := _CITE.match(memory.summary)):
+            header = cited.group(1)
         found = _candidates(content)
         counts = [Counter(t for t in terms(_scored_text(u)) if t in wanted) for u in found]
         for count in counts:

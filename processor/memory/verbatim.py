@@ -97,8 +97,9 @@ TASK_PREFIX = "task: "
 TASK_HEADER_CHARS = 100
 # Steps further apart than this are separate pieces of work (the user stepped away, a long build ran).
 STEP_GAP_MS = 10 * 60_000
-# Markup Claude Code wraps around a prompt (an IDE's opened file, a slash command): not the request.
-_TAGGED = re.compile(r"<([A-Za-z][\w-]*)(?:\s[^>]*)?>.*?</\1>", re.S)
+# Markup Claude Code wraps around a prompt (<ide_opened_file>, <command-name>): not the request. Its tag
+# names hold "_" or "-"; a user's own HTML (<script>, <b>) has none and stays part of what was asked.
+_TAGGED = re.compile(r"<([A-Za-z][A-Za-z0-9]*[_-][\w-]*)(?:\s[^>]*)?>.*?</\1>", re.S)
 
 
 def _short_note(match: re.Match[str]) -> str:

@@ -36,7 +36,7 @@ import jinja2
 from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.jobs.status import jobs_status
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episodes import RECALL_ALSO, EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
@@ -274,7 +274,7 @@ class Viewer:
                 try:
                     store = self.make_store(conn)
                     weights = store.weights
-                    for scored in store.search(query, limit=SEARCH_LIMIT, project=project):
+                    for scored in store.search(query, limit=SEARCH_LIMIT, project=project, also_statuses=RECALL_ALSO):
                         rest = scored.score - weights.relevance * scored.relevance
                         results.append({"s": scored, "ep": scored.episode, "rest": rest,
                                         "weighted_relevance": weights.relevance * scored.relevance,
@@ -283,7 +283,9 @@ class Viewer:
                     error = f"Search is unavailable: {exc}"
         finally:
             conn.close()
-        context_preview = format_context([_bite(r["ep"]) for r in results[:3]]) if results else ""
+        # The hook injects active memories only: stale, archived and superseded ones are found, never injected.
+        injectable = [r["ep"] for r in results if r["ep"].status == "active"][:3]
+        context_preview = format_context([_bite(ep) for ep in injectable]) if injectable else ""
         self._page(request, 200, "search.html", title=f"Search: {query}" if query else "Search", nav="search",
                    query=query, project=project or "", projects=projects, results=results, error=error,
                    context_preview=context_preview)

@@ -17,7 +17,7 @@ from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder, load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.preferences import standing_statements
-from processor.memory.search import SearchWeights, _frequency
+from processor.memory.search import ProjectClock, SearchWeights, _frequency
 from processor.memory.supersede import stated_change, subjects
 from processor.recall import digest
 from processor.recall.format import format_hits
@@ -144,13 +144,24 @@ def test_recency_counts_from_the_projects_newest_activity_not_the_wall_clock(
     [newer] = session(store, tmp_path, "s-b", "2024-01-31", text, cwd="/work/billing")
     weights = store.weights
     scored = {s.episode.id: s for s in store.search("billing export port", project="/work/billing")}
-    # Almost three years old by the wall clock, yet the project's newest work has full recency and a
-    # month-older one half of it: an old project's history is not all ≈ 0.
+    # Almost three years old by the wall clock, yet the project's newest work has full recency, and the one
+    # before it is one active day older (not thirty calendar days): an old project's history is not all ≈ 0.
     assert scored[newer].score == pytest.approx(
         weights.relevance * scored[newer].relevance + weights.recency, abs=1e-3)
     gap = (scored[newer].score - weights.relevance * scored[newer].relevance) - (
         scored[older].score - weights.relevance * scored[older].relevance)
-    assert gap == pytest.approx(weights.recency * (1 - 0.5 ** (30 / weights.recency_half_life_days)), abs=1e-3)
+    assert gap == pytest.approx(weights.recency * (1 - 0.5 ** (1 / weights.recency_half_life_days)), abs=1e-4)
+    assert scored[newer].score > scored[older].score
+
+
+def test_age_counts_the_projects_active_days_not_the_calendar(store: EpisodeStore, tmp_path: Path) -> None:
+    text = ("Which port does the billing export listen on?", "The billing export listens on port 8125.")
+    days = ["2024-01-01", "2024-01-02", "2024-01-03", "2024-06-01"]
+    made = [session(store, tmp_path, f"s-{i}", day, text, cwd="/work/billing")[0] for i, day in enumerate(days)]
+    clock = ProjectClock(store.conn, 1_900_000_000_000)
+    ages = [clock.age_days("/work/billing", episode(store, i).created_at) for i in made]
+    assert ages == [3.0, 2.0, 1.0, 0.0]  # five months of silence count as nothing
+    assert clock.now("/work/billing") < 1_800_000_000_000  # uses fade from the project's own newest day
 
 
 # --- 6. no rich-get-richer ----------------------------------------------------------------------------

@@ -7,9 +7,10 @@ the seed's formula: w_rel*relevance + w_rec*recency + w_freq*frequency, with a
 relevance floor for important episodes. Only active episodes in scope
 (global, or the current project) are returned unless asked otherwise.
 
-Time is the project's own: a memory's age is counted back from its project's newest episode (any
-project's for a global memory), never from the wall clock, so a history last touched months ago still
-ranks its newest work first rather than everything at ≈ 0. Frequency counts uses (expansions; being
+Time is the project's own: a memory's age is the number of days with activity in its project (any
+project's for a global memory) after the memory's day, never wall-clock days, so a history last touched
+months ago still ranks its newest work first rather than everything at ≈ 0, and a project worked on once
+a month does not age thirty times faster than one worked on daily. Frequency counts uses (expansions; being
 returned is not a use), fades with the same half-life since the last one and saturates below 1:
 ``uses / (uses + frequency_saturation)``, absolute rather than relative to the other candidates.
 A superseded memory (when asked for) never outranks the memory that superseded it: that one joins
@@ -18,6 +19,7 @@ the candidates and the old one ranks just below it.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import threading
@@ -200,21 +202,58 @@ def _frequency(access_count: int, accessed_at: int, reference_ms: int, weights: 
 
 
 class ProjectClock:
-    """'Now' for ranking: the newest activity of each project (any project's for global memories),
-    read once per search from one end of an index, never later than the wall clock."""
+    """Age as the project lived it: how many days with activity in the project (any project, for global
+    memories) came after a memory's day, up to its newest episode. Never the wall clock.
+
+    A project worked on every day ages like the calendar; one touched once a month ages a day per session
+    day, so last spring's work is not all at recency ≈ 0. The active days of each project are read once
+    and kept until an episode is added (the table's max rowid changes).
+    """
+
+    _cache: dict[tuple[str, str | None], tuple[int, list[int]]] = {}
+    _lock = threading.Lock()
 
     def __init__(self, conn: apsw.Connection, now_ms: int) -> None:
         self._conn = conn
         self._now = now_ms
-        self._seen: dict[str | None, int] = {}
+        self._stamp = sql.max_rowid(conn)
+        self._seen: dict[str | None, list[int]] = {}
+
+    def _days(self, project: str | None) -> list[int]:
+        if project not in self._seen:
+            key = (self._conn.filename, project)
+            with self._lock:
+                cached = self._cache.get(key)
+            if cached is not None and cached[0] == self._stamp:
+                days = cached[1]
+            else:
+                days = sql.active_days(self._conn, project)
+                if not days and project is not None:
+                    days = sql.active_days(self._conn, None)
+                with self._lock:
+                    if len(self._cache) > 256:
+                        self._cache.clear()
+                    self._cache[key] = (self._stamp, days)
+            self._seen[project] = days
+        return self._seen[project]
+
+    def age_days(self, project: str | None, created_at: int) -> float:
+        """Active days of the project after the memory's own day (0 for its newest day's work)."""
+        days = self._days(project)
+        if not days:
+            return max(self._now - created_at, 0) / 86_400_000
+        return float(len(days) - bisect.bisect_right(days, created_at // 86_400_000))
+
+    def recency(self, project: str | None, created_at: int, half_life_days: float) -> float:
+        if half_life_days <= 0:
+            return 0.0
+        return math.exp(-math.log(2) * self.age_days(project, created_at) / half_life_days)
 
     def now(self, project: str | None) -> int:
-        if project not in self._seen:
-            newest = sql.newest_activity(self._conn, project)
-            if newest is None and project is not None:
-                newest = sql.newest_activity(self._conn, None)
-            self._seen[project] = min(newest, self._now) if newest else self._now
-        return self._seen[project]
+        """The project's newest activity as a time (uses fade from here), never later than the wall clock."""
+        days = self._days(project)
+        newest = (days[-1] + 1) * 86_400_000 - 1 if days else self._now
+        return min(newest, self._now)
 
 
 def search_episodes(
@@ -277,10 +316,9 @@ def search_episodes(
     clock = ProjectClock(conn, now_ms)
     scored: dict[int, list] = {}
     for relevance, cos, lexical, rowid, ep in pool:
-        reference = clock.now(ep.project)
         score = (weights.relevance * relevance
-                 + weights.recency * _recency(ep.created_at, reference, weights.recency_half_life_days)
-                 + weights.frequency * _frequency(ep.access_count, ep.accessed_at, reference, weights))
+                 + weights.recency * clock.recency(ep.project, ep.created_at, weights.recency_half_life_days)
+                 + weights.frequency * _frequency(ep.access_count, ep.accessed_at, clock.now(ep.project), weights))
         scored[rowid] = [score, relevance, cos, lexical, rowid]
     _below_successors(scored, [(rowid, ep) for *_, rowid, ep in pool])
     ranked = sorted(scored.values(), key=lambda item: item[0], reverse=True)

@@ -133,6 +133,17 @@ def ranking_facts_by_id(conn: apsw.Connection, episode_ids: list[str]) -> dict[i
     return {row[0]: RankingFacts(*row[1:]) for row in rows}
 
 
+def active_days(conn: apsw.Connection, project: str | None) -> list[int]:
+    """The days (UTC, as days since the epoch) on which the project's active episodes were made, ascending;
+    every project's for None. One pass over an index range (idx_episodes_active_project_created)."""
+    if project is None:
+        rows = conn.execute("SELECT DISTINCT created_at / 86400000 FROM episodes ORDER BY 1")
+    else:
+        rows = conn.execute("SELECT DISTINCT created_at / 86400000 FROM episodes WHERE status = 'active' "
+                            "AND project = ? ORDER BY 1", (project,))
+    return [row[0] for row in rows]
+
+
 def newest_activity(conn: apsw.Connection, project: str | None) -> int | None:
     """When the project's newest active episode was made (its transcript's time); any project's for None.
 

@@ -38,7 +38,7 @@ from processor.config import Settings, SettingsSource
 from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episodes import RECALL_ALSO, EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
 from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
@@ -279,7 +279,7 @@ class Viewer:
                 try:
                     store = self.make_store(conn)
                     weights = store.weights
-                    found = store.search(query, limit=SEARCH_LIMIT, project=project)
+                    found = store.search(query, limit=SEARCH_LIMIT, project=project, also_statuses=RECALL_ALSO)
                     bites = bites_for(query, [s.episode for s in found])
                     for scored, bite in zip(found, bites, strict=True):
                         rest = scored.score - weights.relevance * scored.relevance
@@ -291,7 +291,13 @@ class Viewer:
                     error = f"Search is unavailable: {exc}"
         finally:
             conn.close()
+<<<<<<< HEAD
         context_preview = format_context([r["bite"] for r in results[:3]]) if results else ""
+=======
+        # The hook injects active memories only: stale, archived and superseded ones are found, never injected.
+        injectable = [r["ep"] for r in results if r["ep"].status == "active"][:3]
+        context_preview = format_context([_bite(ep) for ep in injectable]) if injectable else ""
+>>>>>>> recency
         self._page(request, 200, "search.html", title=f"Search: {query}" if query else "Search", nav="search",
                    query=query, project=project or "", projects=projects, results=results, error=error,
                    context_preview=context_preview)

@@ -291,13 +291,9 @@ class Viewer:
                     error = f"Search is unavailable: {exc}"
         finally:
             conn.close()
-<<<<<<< HEAD
-        context_preview = format_context([r["bite"] for r in results[:3]]) if results else ""
-=======
         # The hook injects active memories only: stale, archived and superseded ones are found, never injected.
-        injectable = [r["ep"] for r in results if r["ep"].status == "active"][:3]
-        context_preview = format_context([_bite(ep) for ep in injectable]) if injectable else ""
->>>>>>> recency
+        injectable = [r["bite"] for r in results if r["ep"].status == "active"][:3]
+        context_preview = format_context(injectable) if injectable else ""
         self._page(request, 200, "search.html", title=f"Search: {query}" if query else "Search", nav="search",
                    query=query, project=project or "", projects=projects, results=results, error=error,
                    context_preview=context_preview)

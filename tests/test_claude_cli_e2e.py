@@ -160,7 +160,7 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
         assert not recalled.lstrip().startswith("{") and recalled.splitlines()[0].startswith("[1] ("), recalled
         # memory_recall knows the calling session: this session's own prompt, not yet in any memory, is
         # found beside the memories (same-session search through MCP).
-        assert any(line.startswith("[1] (") and "(this session, user)" in line and PROMPT_1 in line
+        assert any(re.match(r"\[\d\] \(", line) and "(this session, user)" in line and PROMPT_1 in line
                    for line in recalled.splitlines()), recalled
         assert [i for i in hit_ids(recalled) if i.startswith("ep_")][0] == ids["staging"], recalled
         expanded = tool_result(first_message, "mcp__engram__memory_expand")

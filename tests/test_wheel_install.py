@@ -93,7 +93,7 @@ def test_the_viewer_templates_and_static_files_ship_in_the_install(installed: Pa
               "from processor.config import SettingsHolder, load_settings\n"
               "viewer = app.Viewer(SettingsHolder(load_settings()), lambda conn: None)\n"
               "print(app.__file__)\n"
-              "print(len(viewer.render('reviews.html', title='Reviews')))\n"
+              "print(len(viewer.render('reviews.html', title='Reviews', reviews=[], done='', read_only=False)))\n"
               "for name in ('viewer.css', 'viewer.js', 'icon.svg'):\n"
               "    print(name, len(resources.files('processor.viewer').joinpath('static', name).read_bytes()))\n")
     out = run([str(installed / "bin" / "python"), "-c", script], cwd=tmp_path, env=env)

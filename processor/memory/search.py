@@ -207,7 +207,8 @@ class ProjectClock:
 
     A project worked on every day ages like the calendar; one touched once a month ages a day per session
     day, so last spring's work is not all at recency ≈ 0. The active days of each project are read once
-    and kept until an episode is added (the table's max rowid changes).
+    and kept, and brought up to date from
+    the episodes added since (a rowid range) when the table's max rowid changes.
     """
 
     _cache: dict[tuple[str, str | None], tuple[int, list[int]]] = {}
@@ -226,6 +227,11 @@ class ProjectClock:
                 cached = self._cache.get(key)
             if cached is not None and cached[0] == self._stamp:
                 days = cached[1]
+            elif cached is not None and cached[1] and cached[0] < self._stamp:
+                # Episodes were added since: read only theirs (a full pass over a large store, at every
+                # new episode, cost the hot path hundreds of milliseconds at 100k).
+                added = sql.active_days(self._conn, project, after_rowid=cached[0])
+                days = sorted(set(cached[1]).union(added)) if added else cached[1]
             else:
                 days = sql.active_days(self._conn, project)
                 if not days and project is not None:

@@ -133,14 +133,16 @@ def ranking_facts_by_id(conn: apsw.Connection, episode_ids: list[str]) -> dict[i
     return {row[0]: RankingFacts(*row[1:]) for row in rows}
 
 
-def active_days(conn: apsw.Connection, project: str | None) -> list[int]:
+def active_days(conn: apsw.Connection, project: str | None, after_rowid: int = 0) -> list[int]:
     """The days (UTC, as days since the epoch) on which the project's active episodes were made, ascending;
-    every project's for None. One pass over an index range (idx_episodes_active_project_created)."""
+    every project's for None. One pass over an index range (idx_episodes_active_project_created);
+    after_rowid: only episodes added since (a rowid range, so a cache is brought up to date cheaply)."""
     if project is None:
-        rows = conn.execute("SELECT DISTINCT created_at / 86400000 FROM episodes ORDER BY 1")
+        rows = conn.execute("SELECT DISTINCT created_at / 86400000 FROM episodes WHERE rowid > ? ORDER BY 1",
+                            (after_rowid,))
     else:
         rows = conn.execute("SELECT DISTINCT created_at / 86400000 FROM episodes WHERE status = 'active' "
-                            "AND project = ? ORDER BY 1", (project,))
+                            "AND project = ? AND rowid > ? ORDER BY 1", (project, after_rowid))
     return [row[0] for row in rows]
 
 

@@ -64,3 +64,23 @@ def run_engram(*args: str, env: dict[str, str] | None = None, timeout: float = 1
     if check and proc.returncode != 0:
         raise AssertionError(f"engram {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture
+def holder(engram_home: Path):
+    """The settings of a fresh ENGRAM_HOME, as the processor holds them."""
+    from processor.config import SettingsHolder, load_settings
+
+    return SettingsHolder(load_settings())
+
+
+@pytest.fixture
+def store(holder):
+    """An EpisodeStore on that home's database (a module may define its own `store`)."""
+    from processor.memory.episodes import EpisodeStore
+    from processor.store import open_store
+
+    conn = open_store(holder.current.db_path)
+    yield EpisodeStore(holder, conn)
+    conn.close()
+

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from processor.capture.tailer import Tailer
-from processor.config import SettingsHolder, load_settings
+from processor.config import SettingsHolder
 from processor.memory import bites as bites_module
 from processor.memory.bites import BITE_TOKENS, Passage, bite_for, bites_for
 from processor.memory.episodes import EpisodeStore
@@ -22,7 +22,6 @@ from processor.memory.verbatim import TASK_HEADER_CHARS, TASK_PREFIX, round_piec
 from processor.recall.format import format_hits
 from processor.recall.recollections import RecollectionWriter
 from processor.store import episodes as sql
-from processor.store import open_store
 from processor.store.episodes import StoredMessage
 from processor.tokens import estimate_tokens
 from tests.test_pretooluse_hook import LAUNCHER_ARGV, event, injected
@@ -145,18 +144,6 @@ def test_the_bite_is_the_sentence_that_answers_the_query_within_45_tokens() -> N
                    + "more filler text " * 40 + ".")
     cut = bite_for("retry budget attempts", long)
     assert "the retry budget is 7 attempts" in cut and estimate_tokens(cut) <= BITE_TOKENS
-
-
-@pytest.fixture
-def holder(engram_home: Path) -> SettingsHolder:
-    return SettingsHolder(load_settings())
-
-
-@pytest.fixture
-def store(holder: SettingsHolder) -> EpisodeStore:
-    conn = open_store(holder.current.db_path)
-    yield EpisodeStore(holder, conn)
-    conn.close()
 
 
 def capture_round(store: EpisodeStore, transcript: Path, session_id: str, replies: list[str],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from processor.capture.tailer import Tailer
-from processor.config import SettingsHolder, load_settings
+from processor.config import SettingsHolder
 from processor.memory.episodes import EpisodeStore
 from processor.memory.preferences import standing_statements
 from processor.memory.search import ProjectClock, SearchWeights, _frequency
@@ -24,23 +24,10 @@ from processor.recall.format import format_hits
 from processor.recall.recollections import RecollectionWriter
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
-from processor.store import open_store
 from tests.transcripts import assistant_line, user_line
 
 PROJECT = "/work/recorder"
 DAY = 86_400_000
-
-
-@pytest.fixture
-def holder(engram_home: Path) -> SettingsHolder:
-    return SettingsHolder(load_settings())
-
-
-@pytest.fixture
-def store(holder: SettingsHolder) -> EpisodeStore:
-    conn = open_store(holder.current.db_path)
-    yield EpisodeStore(holder, conn)
-    conn.close()
 
 
 def session(store: EpisodeStore, folder: Path, sid: str, day: str, *turns: tuple[str, str],

@@ -19,7 +19,6 @@ from processor.config import SettingsHolder, load_settings
 from processor.files import write_atomic
 from processor.memory.episodes import EpisodeStore
 from processor.recall.recollections import RecollectionWriter, recollection_path
-from processor.store import open_store
 from tests.transcripts import user_line
 
 SID = "a1b2c3d4-0000-4000-8000-000000000001"
@@ -35,18 +34,6 @@ MEMORIES = {
 
 def iso_now(offset_s: float = 0.0) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + offset_s))
-
-
-@pytest.fixture
-def holder(engram_home: Path) -> SettingsHolder:
-    return SettingsHolder(load_settings())
-
-
-@pytest.fixture
-def store(holder: SettingsHolder) -> EpisodeStore:
-    conn = open_store(holder.current.db_path)
-    yield EpisodeStore(holder, conn)
-    conn.close()
 
 
 @pytest.fixture

@@ -298,7 +298,7 @@ class EngramClaude:
         def stored() -> dict[str, str] | None:
             try:
                 rows = self.query("SELECT full_content, id FROM episodes WHERE status = 'active'")
-            except apsw.SQLError:  # the processor is still creating the schema
+            except (apsw.SQLError, apsw.SchemaChangeError):  # the processor is still creating the schema
                 return None
             found = {text: episode_id for text, episode_id in rows if text in texts}
             return found if len(found) == len(set(texts)) else None

@@ -66,6 +66,25 @@ def run_engram(*args: str, env: dict[str, str] | None = None, timeout: float = 1
     return proc
 
 
+def query_live_db(db: Path, sql: str, *args: object) -> list[tuple]:
+    """Read a running processor's database; [] while it is still being created.
+
+    A reader racing the processor's migrations sees either "no such table" (SQLError) or,
+    when the schema changes between prepare and step, SchemaChangeError; both mean "not yet".
+    """
+    import apsw
+    if not db.exists():
+        return []
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(5000)
+    try:
+        return conn.execute(sql, args).fetchall()
+    except (apsw.SQLError, apsw.SchemaChangeError):
+        return []
+    finally:
+        conn.close()
+
+
 @pytest.fixture
 def holder(engram_home: Path):
     """The settings of a fresh ENGRAM_HOME, as the processor holds them."""

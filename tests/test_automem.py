@@ -21,7 +21,7 @@ from processor.memory.episodes import EpisodeStore
 from processor.recall.format import format_expansion, format_hits
 from processor.store import automem as automem_sql
 from processor.store import open_store, write_transaction
-from tests.conftest import REPO, run_engram
+from tests.conftest import REPO, query_live_db, run_engram
 from tests.jobs_fixtures import make_settings, query
 from tests.test_processor_live import wait_for
 from tests.transcripts import assistant_line, user_line
@@ -329,17 +329,7 @@ def test_the_running_processor_reads_and_rereads_auto_memory(tmp_path: Path) -> 
     db = home / "engram.db"
 
     def section_states() -> list[tuple[str, str]]:
-        if not db.exists():
-            return []
-        import apsw
-        conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
-        conn.set_busy_timeout(5000)
-        try:
-            return conn.execute("SELECT heading, state FROM automem_sections ORDER BY id").fetchall()
-        except apsw.SQLError:
-            return []
-        finally:
-            conn.close()
+        return query_live_db(db, "SELECT heading, state FROM automem_sections ORDER BY id")
 
     try:
         wait_for(lambda: section_states() == [("Releases", "present")], timeout=60, interval=0.1)

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import apsw
 import pytest
 
 from processor.capture.tailer import Tailer
@@ -19,6 +18,7 @@ from processor.memory import gguf_convert
 from processor.service.control_client import ping
 from processor.store import open_store
 from tests.conftest import REPO, run_engram
+from tests.conftest import query_live_db as query
 from tests.transcripts import assistant_line, user_line
 
 SID = "eeeeeeee-0000-0000-0000-000000000001"
@@ -47,19 +47,6 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen[str] | None = Non
             raise AssertionError(f"processor exited {proc.returncode}: {proc.communicate()[1][-3000:]}")
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s")
-
-
-def query(db: Path, sql: str, *args: object) -> list[tuple]:
-    if not db.exists():
-        return []
-    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.set_busy_timeout(5000)
-    try:
-        return conn.execute(sql, args).fetchall()
-    except apsw.SQLError:  # schema not created yet
-        return []
-    finally:
-        conn.close()
 
 
 def message_texts(db: Path) -> list[str]:

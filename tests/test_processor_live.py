@@ -12,7 +12,7 @@ from pathlib import Path
 
 import apsw
 
-from tests.conftest import FIXTURE_PROJECTS, REPO, run_engram
+from tests.conftest import FIXTURE_PROJECTS, REPO, query_live_db, run_engram
 from tests.transcripts import user_line
 
 SID = "bbbbbbbb-0000-0000-0000-000000000002"
@@ -35,16 +35,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.02) -> float:
 
 
 def message_texts(db: Path) -> list[str]:
-    if not db.exists():
-        return []
-    conn = apsw.Connection(str(db))
-    conn.set_busy_timeout(5000)
-    try:
-        return [r[0] for r in conn.execute("SELECT text FROM messages ORDER BY id")]
-    except apsw.SQLError:  # schema not created yet
-        return []
-    finally:
-        conn.close()
+    return [row[0] for row in query_live_db(db, "SELECT text FROM messages ORDER BY id")]
 
 
 def test_live_append_is_captured_within_a_second_and_sigterm_exits_cleanly(tmp_path: Path) -> None:

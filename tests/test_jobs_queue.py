@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from processor.capture.remember_inbox import RememberRequest, write_remember_file
-from processor.jobs import JobRejected, JobRunner, WorkerBusy, format_jobs_status, jobs_status
+from processor.jobs import JobRejected, JobRunner, WorkerBusy, format_jobs_status, jobs_status, queue
 from processor.jobs.backends import BackendError, LLMRequest
 from processor.jobs.backends.mock_backend import MockBackend
+from processor.jobs.base import JobType
 from processor.store import jobs as sql
 from processor.store import open_store, write_transaction
 from tests.fake_openai_server import FakeOpenAI
@@ -245,3 +246,56 @@ def test_worker_killed_mid_job_reruns_it_without_duplicates_or_loss(engram_home:
         query(settings, "SELECT max(id) FROM messages")[0][0]
     assert query(settings, "SELECT count(*) FROM messages")[0][0] == 12
     assert len(server.calls) == 2  # the killed call and its rerun
+
+
+def test_a_capture_asks_only_the_job_types_that_depend_on_the_captured_sessions(engram_home: Path) -> None:
+    """Captures come with every user message, while its recollection is computed: a type whose check scans
+    the whole store (sweeps, the inquisitor) is asked on periodic sweeps and pokes only."""
+    asked: list[tuple[str, frozenset[str] | None]] = []
+
+    def due(name: str):
+        return lambda check: asked.append((name, check.sessions)) or []
+
+    types = [JobType("per-session", lambda ctx, job: None, 0, False, due("per-session"), asked_on_capture=True),
+             JobType("whole-store", lambda ctx, job: None, 1, False, due("whole-store"))]
+    runner = JobRunner(make_settings(), backend=None, types=types, sweep_seconds=3600)
+    runner.open()
+    try:
+        runner.step()  # the first step is a periodic sweep: every type, over everything
+        assert asked == [("per-session", None), ("whole-store", None)]
+        asked.clear()
+        runner.on_messages_captured("s1")
+        runner.step()
+        assert asked == [("per-session", frozenset({"s1"}))]
+        asked.clear()
+        runner.wake()  # a poke (a remember request, new settings): every type again
+        runner.step()
+        assert [name for name, _ in asked] == ["per-session", "whole-store"]
+    finally:
+        runner.close()
+
+
+def test_the_worker_makes_way_for_the_hot_path_but_never_waits_forever(engram_home: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[str] = []
+    runner = JobRunner(make_settings(), backend=None, types=[], sweep_seconds=3600)
+    runner.register("tidy", lambda ctx, job: (ctx.make_way(), ran.append(job.payload["n"])), 1, uses_llm=False)
+    polls: list[int] = []
+
+    def busy_three_times() -> bool:
+        polls.append(1)
+        return len(polls) <= 3
+
+    runner.hot_path_busy = busy_three_times
+    runner.open()
+    try:
+        runner.enqueue("tidy", "t1", {"n": "first"}, conn=runner.conn)
+        assert runner.step()
+        assert ran == ["first"] and len(polls) == 3 + 2  # waited 3 polls at the start, none inside the job
+        monkeypatch.setattr(queue, "MAX_YIELD_SECONDS", 0.05)
+        runner.hot_path_busy = lambda: True  # a flag stuck on: the queue still moves
+        runner.enqueue("tidy", "t2", {"n": "second"}, conn=runner.conn)
+        assert runner.step()
+        assert ran == ["first", "second"]
+    finally:
+        runner.close()

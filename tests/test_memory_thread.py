@@ -68,8 +68,14 @@ def test_a_long_episode_build_serves_new_user_messages_between_slices(engram_hom
     settings = make_settings()
     add_messages(settings, "big", conversation(120), activity_ms=int(time.time() * 1000))
     built_when_served: list[int] = []
-    memory = MemoryThread(settings, recollect=lambda store, sid, ln: built_when_served.append(
-        store.status()["episodes"]))
+    serving: list[bool] = []
+
+    def recollect(store, sid, ln) -> None:
+        serving.append(memory.serving_user())  # what the job worker sees meanwhile: make way
+        built_when_served.append(store.status()["episodes"])
+
+    memory = MemoryThread(settings, recollect=recollect)
+    assert not memory.serving_user()
     memory.start()
     try:
         memory.submit(BuildEpisodes("big"))
@@ -77,12 +83,14 @@ def test_a_long_episode_build_serves_new_user_messages_between_slices(engram_hom
         while memory.busy_with != "episodes" and time.monotonic() < deadline:
             time.sleep(0.01)
         memory.submit(Recollect("other", line("now")))
+        assert memory.serving_user() or built_when_served  # waiting, or already served
         while not built_when_served and time.monotonic() < deadline:
             time.sleep(0.01)
         # Served while the session's 119 complete rounds were still being turned into episodes.
         assert built_when_served and built_when_served[0] < 119
         while memory.backlog and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert serving == [True] and not memory.serving_user()  # building episodes is not the hot path
     finally:
         memory.stop()
     assert query(settings, "SELECT count(*) FROM episodes")[0][0] == 119

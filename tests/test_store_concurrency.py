@@ -11,7 +11,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from processor.store import open_store, write_transaction
+import apsw
+import pytest
+
+from processor.store import connection, open_store, write_transaction
 
 
 def test_concurrent_opens_and_writes_keep_the_database_whole(tmp_path: Path) -> None:
@@ -44,3 +47,60 @@ def test_concurrent_opens_and_writes_keep_the_database_whole(tmp_path: Path) -> 
         assert conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'k%'").fetchone()[0] == 8 * 15
     finally:
         conn.close()
+
+
+def test_writers_of_one_process_queue_on_a_lock_not_on_sqlites_busy_sleeps(tmp_path: Path) -> None:
+    """SQLite's busy handler sleeps in steps of up to 100 ms, so a writer meeting another thread's
+    transaction started late even when it ended at once (capture lagged behind a sweep's chunks).
+    A second writer of this process now waits for the first on a lock: SQLite never reports it busy."""
+    db = tmp_path / "engram.db"
+    first, second = open_store(db), open_store(db)
+    busy_calls: list[int] = []
+    second.set_busy_handler(lambda attempts: busy_calls.append(attempts) or True)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with write_transaction(first):
+            first.execute("INSERT INTO meta(key, value) VALUES ('first', '1')")
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(10)
+    threading.Timer(0.2, release.set).start()
+    with write_transaction(second):  # waits for the holder's commit
+        second.execute("INSERT INTO meta(key, value) VALUES ('second', '2')")
+    holder.join()
+    assert busy_calls == []
+    assert dict(second.execute("SELECT key, value FROM meta WHERE key IN ('first', 'second')")) == {
+        "first": "1", "second": "2"}
+    first.close()
+    second.close()
+
+
+def test_a_writer_held_up_past_the_busy_timeout_gets_busy_error(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "BUSY_TIMEOUT_MS", 200)
+    db = tmp_path / "engram.db"
+    first, second = open_store(db), open_store(db)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with write_transaction(first):
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert inside.wait(10)
+    try:
+        with pytest.raises(apsw.BusyError, match="held the write lock"), write_transaction(second):
+            pass
+    finally:
+        release.set()
+        holder.join()
+    with write_transaction(second):  # and the lock is free again
+        second.execute("INSERT INTO meta(key, value) VALUES ('after', '1')")
+    first.close()
+    second.close()

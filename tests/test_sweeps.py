@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
 
 import apsw
 import numpy as np
 import pytest
 
+from processor.jobs import consolidation
 from processor.jobs.backends.base import LLMRequest, LLMResponse
 from processor.jobs.backends.mock_backend import MockBackend
+from processor.jobs.base import JobContext
 from processor.jobs.costs import record_call
 from processor.jobs.planning import dry_run, run_once
 from processor.jobs.queue import JobRunner
@@ -227,4 +230,51 @@ def test_the_statuses_migration_keeps_rows_and_text_search(tmp_path: Path) -> No
     conn.execute("UPDATE episodes SET status = 'archived' WHERE id = 'ep_more'")
     with pytest.raises(apsw.ConstraintError):
         conn.execute("UPDATE episodes SET status = 'bogus' WHERE id = 'ep_more'")
+    conn.close()
+
+
+def test_a_long_sweep_commits_in_chunks_makes_way_between_them_and_resumes_after_a_crash(engram_home: Path) -> None:
+    """Pass 1 never holds the write lock long: it commits WRITE_CHUNK changes at a time, each with its
+    recorded actions, and makes way for the hot path between chunks with no transaction open. Killed
+    half-way, it leaves consistent rows; the next sweep finishes the rest and nothing is done twice."""
+    settings = make_settings(cold_path=True, max_memories_per_project=10)
+    rng = np.random.default_rng(3)
+    old = now_ms() - 90 * DAY
+    conn = open_store(settings.db_path)
+    total = 2 * consolidation.WRITE_CHUNK + 50
+    with write_transaction(conn):
+        for n in range(total):
+            text = f"an old conversation round number {n}"
+            sql.insert_episode(conn, NewEpisode(f"ep_old_{n:04d}", "s1", PROJECT, "project", text, [], "normal",
+                                                "other", "verbatim", text, [], content_hash(text), old + n),
+                               unit(rng.standard_normal(DIM)).tobytes())
+
+    def archived() -> int:
+        return conn.execute("SELECT count(*) FROM episodes WHERE status = 'archived'").fetchone()[0]
+
+    store = EpisodeStore(settings, open_store(settings.db_path))
+    seen: list[int] = []
+
+    def make_way(crash_at: int | None) -> None:
+        assert not store.conn.in_transaction  # never while holding the write lock
+        seen.append(archived())
+        if crash_at is not None and archived() >= crash_at:
+            raise RuntimeError("killed")
+
+    def context(crash_at: int | None) -> JobContext:
+        return JobContext(None, settings, store.conn, store, None, threading.Event(),  # type: ignore[arg-type]
+                          lambda *a: None, lambda: make_way(crash_at))
+
+    with pytest.raises(RuntimeError, match="killed"):
+        consolidation.run_pass1(context(2 * consolidation.WRITE_CHUNK), PROJECT)
+    assert seen[-3:] == [0, consolidation.WRITE_CHUNK, 2 * consolidation.WRITE_CHUNK]  # one call per chunk
+    assert archived() == 2 * consolidation.WRITE_CHUNK
+    assert len(cold_sql.actions(conn, "sweep")) == 2 * consolidation.WRITE_CHUNK  # each chunk with its actions
+    assert query(settings, "SELECT count(*) FROM sweeps") == [(0,)]  # no sweep recorded: it runs again
+
+    result = consolidation.run_pass1(context(None), PROJECT)
+    assert result["archived"] == 50 and archived() == total
+    assert len(cold_sql.actions(conn, "sweep")) == total  # nothing archived or recorded twice
+    assert query(settings, "SELECT archived FROM sweeps WHERE pass = 1") == [(50,)]
+    store.conn.close()
     conn.close()

@@ -58,12 +58,17 @@ class DueCheck:
     llm_available: bool
 
 
+def _no_hot_path() -> None:
+    return None
+
+
 class JobContext:
     """What a handler gets: the worker's connection and store, the backend, and the one way to call it."""
 
     def __init__(self, job: JobRow, settings: Settings, conn: apsw.Connection, store: EpisodeStore,
                  backend: Backend | None, stop_event: threading.Event,
-                 call_llm: Callable[[JobRow | None, LLMRequest, Callable[[str], Any]], Any]) -> None:
+                 call_llm: Callable[[JobRow | None, LLMRequest, Callable[[str], Any]], Any],
+                 make_way: Callable[[], None] = _no_hot_path) -> None:
         self.job = job
         self.settings = settings
         self.conn = conn
@@ -71,9 +76,18 @@ class JobContext:
         self.backend = backend
         self._stop_event = stop_event
         self._call_llm = call_llm
+        self._make_way = make_way
 
     def stop_requested(self) -> bool:
         return self._stop_event.is_set()
+
+    def make_way(self) -> None:
+        """Between two slices of a long job: wait while the processor serves a user message.
+
+        The worker shares the processor's interpreter with the hot path (a new user message's
+        recollection); a job that kept the CPU, the interpreter lock or the write lock meanwhile would
+        make that recollection late. Call it where no transaction is open."""
+        self._make_way()
 
     def call_llm(self, request: LLMRequest, parse: Callable[[str], T]) -> T:
         """Call the backend under the LLM gate (one call at a time, budget, breaker, ledger)."""
@@ -90,10 +104,17 @@ def _nothing_due(check: DueCheck) -> list[DueJob]:
 
 @dataclass(frozen=True)
 class JobType:
-    """A kind of job the one worker runs. `due` is asked on captures and periodic sweeps; it only reads."""
+    """A kind of job the one worker runs. `due` only reads; it is asked on periodic sweeps and pokes, and,
+    when `asked_on_capture`, each time sessions capture new messages (then `check.sessions` names them).
+
+    Only a type whose due-ness depends on the captured sessions should be asked on capture: a capture
+    comes with every user message, just when the recollection for it is being computed, and a check
+    that scans the whole store there (pressure, memories citing code) would slow that hot path down.
+    """
 
     name: str
     handler: Handler
     priority: int  # lower runs first (seed 000: extract/remember 0, curator 1, context check 2, inquisitor 3)
     uses_llm: bool
     due: DueFinder = field(default=_nothing_due)
+    asked_on_capture: bool = False

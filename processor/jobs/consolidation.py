@@ -39,6 +39,8 @@ SWEEP = "sweep"
 CONSOLIDATE = "consolidate"
 PRIORITY = 1
 MAX_CALLS_PER_JOB = 5
+READ_PAGE = 500     # rows read per read transaction in pass 1 (the worker makes way between pages)
+WRITE_CHUNK = 100   # changes per write transaction in pass 1: the write lock is held ~20 ms at a time
 DAY_MS = 86_400_000
 
 SYSTEM_PROMPT = (
@@ -115,38 +117,60 @@ def _vectors(blobs: list[bytes | None], dim: int | None) -> np.ndarray | None:
     return out
 
 
+def _active_rows(ctx: JobContext, project: str) -> tuple[list[cold_sql.SweepRow], np.ndarray | None]:
+    """A project's active memories oldest first, and their vectors, read a page at a time (the worker makes
+    way for the hot path between pages)."""
+    rows: list[cold_sql.SweepRow] = []
+    while page := cold_sql.sweep_rows_page(ctx.conn, project, rows[-1].rowid if rows else 0, READ_PAGE):
+        rows += page
+        ctx.make_way()
+    order = sorted(range(len(rows)), key=lambda i: (rows[i].created_at, rows[i].rowid))
+    rows = [rows[i] for i in order]
+    return rows, _vectors([r.embedding for r in rows], None)
+
+
 def run_pass1(ctx: JobContext, project: str) -> dict[str, Any]:
-    """Merge duplicates into the newest and archive old verbatim pieces; returns what it did."""
+    """Merge duplicates into the newest and archive old verbatim pieces; returns what it did.
+
+    The changes are committed WRITE_CHUNK episodes at a time, each with its recorded actions, so the
+    write lock is never held long; a sweep cut short leaves consistent rows, and the next one (no sweep
+    is recorded until the end) plans again from what is still active."""
     settings, conn = ctx.settings, ctx.conn
     started, t0 = now_ms(), time.perf_counter()
     tight = strict(conn, settings)
-    rows = cold_sql.sweep_rows(conn, project)
+    rows, vectors = _active_rows(ctx, project)
     limit = max(settings.max_memories_per_project, 1)
     pressure = len(rows) / limit
     items = [Item(r.id, r.created_at, r.importance, r.kind, r.source_type == "verbatim", r.access_count,
                   r.content_hash) for r in rows]
-    vectors = _vectors([r.embedding for r in rows], None)
     archive_days = settings.archive_after_days / (4 if tight else 1)
     plan = plan_pass1(items, vectors, threshold=settings.duplicate_similarity,
-                      archive_before_ms=started - int(archive_days * DAY_MS))
-    stamp = now_ms()
+                      archive_before_ms=started - int(archive_days * DAY_MS), between=ctx.make_way)
+    # One list of changes: (episodes, the one they merge into or None to archive), cut into chunks.
+    changes = [([rows[i].id for i in old], rows[keeper].id) for old, keeper in plan.merges]
+    changes += [([rows[i].id], None) for i in plan.archive]
+    merged = archived = 0
+    for start in range(0, len(changes), WRITE_CHUNK):
+        ctx.make_way()
+        stamp = now_ms()
+        with write_transaction(conn):
+            for ids, keep_id in changes[start:start + WRITE_CHUNK]:
+                if keep_id is not None:
+                    for episode_id in cold_sql.supersede_into(conn, ids, keep_id, stamp):
+                        merged += 1
+                        cold_sql.record_action(conn, stamp, SWEEP, "merge", episode_id=episode_id,
+                                               detail=f"duplicate of {keep_id}")
+                else:
+                    for episode_id in cold_sql.archive(conn, ids, stamp):
+                        archived += 1
+                        cold_sql.record_action(conn, stamp, SWEEP, "archive", episode_id=episode_id, detail=(
+                            f"verbatim, normal, never expanded, older than {archive_days:g} days"))
     with write_transaction(conn):
-        for old, keeper in plan.merges:
-            keep_id = rows[keeper].id
-            cold_sql.supersede_into(conn, [rows[i].id for i in old], keep_id, stamp)
-            for i in old:
-                cold_sql.record_action(conn, stamp, SWEEP, "merge", episode_id=rows[i].id,
-                                       detail=f"duplicate of {keep_id}")
-        archived = [rows[i].id for i in plan.archive]
-        cold_sql.archive(conn, archived, stamp)
-        for episode_id in archived:
-            cold_sql.record_action(conn, stamp, SWEEP, "archive", episode_id=episode_id,
-                                   detail=f"verbatim, normal, never expanded, older than {archive_days:g} days")
-        cold_sql.record_sweep(conn, project, 1, started, now_ms(), pressure, plan.merged, len(archived), 0)
-    result = {"project": project, "active_before": len(rows), "merged": plan.merged, "archived": len(plan.archive),
+        cold_sql.record_sweep(conn, project, 1, started, now_ms(), pressure, merged, archived, 0)
+    result = {"project": project, "active_before": len(rows), "merged": merged, "archived": archived,
               "compared": plan.compared, "seconds": round(time.perf_counter() - t0, 3)}
     log.info("sweep pass 1 %s: %d active, %d merged into newer duplicates, %d archived (%.2f s)", project,
-             len(rows), plan.merged, len(plan.archive), result["seconds"])
+             len(rows), merged, archived, result["seconds"])
     return result
 
 

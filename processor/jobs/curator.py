@@ -67,6 +67,7 @@ class Curator:
         for review in survivors:
             if self.ctx.stop_requested():
                 break
+            self.ctx.make_way()
             if review.chosen is not None:
                 continue  # a person chose; the review job applies it
             if not self._auto_resolve(review) and tight and now - review.created_at > OLD_REVIEW_MS:

@@ -378,4 +378,4 @@ class Extractor:
 
 
 def job_type(limits: OutputLimits | None = None) -> JobType:
-    return JobType(EXTRACT, Extractor(limits), priority=0, uses_llm=True, due=find_due)
+    return JobType(EXTRACT, Extractor(limits), priority=0, uses_llm=True, due=find_due, asked_on_capture=True)

@@ -158,6 +158,7 @@ class Inquisitor:
         for ep, citations in due:
             if ctx.stop_requested():
                 break
+            ctx.make_way()
             try:
                 finding = check(snapshot, citations, ep.created_at, symbol_budget=budget)
             except RepoUnavailable as exc:

@@ -60,6 +60,8 @@ SWEEP_SECONDS = 30.0          # time-based triggers and housekeeping, at least t
 KEEP_DONE_DAYS = 7            # finished jobs are kept this long for `engram status`
 STALE_RUNNING_MS = 3 * 3600 * 1000  # a 'running' job this old has lost its worker even if the pid lives on
 MAX_WAIT_SECONDS = 5.0
+MAX_YIELD_SECONDS = 2.0     # the longest a job waits for the hot path at one point (a recollection takes ~0.1 s)
+YIELD_POLL_SECONDS = 0.005
 
 # One JobRunner per process works the queue: held by the worker for as long as it runs.
 _WORKER_LOCK = threading.Lock()
@@ -104,6 +106,9 @@ class JobRunner:
         self._backend_settings = self._backend_key(self.settings)
         self._only: set[str] | None = None
         self._reconfigure_backend = False
+        # True while the processor serves a user message (the memory thread's recollection): the worker
+        # starts nothing then, and long jobs pause at their slice boundaries (JobContext.make_way).
+        self.hot_path_busy: Callable[[], bool] | None = None
 
     @property
     def settings(self) -> Settings:
@@ -269,8 +274,18 @@ class JobRunner:
 
     # --- one turn of the worker --------------------------------------------------------------
 
+    def make_way(self) -> None:
+        """Wait while the hot path is busy, at most MAX_YIELD_SECONDS: a flag stuck on never stalls the queue."""
+        busy = self.hot_path_busy
+        if busy is None:
+            return
+        deadline = time.monotonic() + MAX_YIELD_SECONDS
+        while busy() and time.monotonic() < deadline and not self.stop_event.is_set():
+            time.sleep(YIELD_POLL_SECONDS)
+
     def step(self) -> bool:
         """Queue what is due, then run the most urgent ready job; False when there was none."""
+        self.make_way()
         if self._reconfigure_backend:
             self._build_backend()
         now = now_ms()
@@ -282,19 +297,24 @@ class JobRunner:
             self.enqueue_due(None, now)
             with write_transaction(self.conn):
                 sql.prune_done_jobs(self.conn, now - KEEP_DONE_DAYS * 86_400_000)
-        elif captured or self._poked:
+        elif self._poked:
             self._poked = False
             self.enqueue_due(frozenset(captured), now)
+        elif captured:
+            self.enqueue_due(frozenset(captured), now, on_capture=True)
         job = self._claim(now)
         if job is None:
             return False
         self.execute(job)
         return True
 
-    def enqueue_due(self, sessions: frozenset[str] | None, now: int) -> list[int]:
-        """Ask every job type what is due (sessions: the ones just captured; None: a full sweep) and queue it."""
+    def enqueue_due(self, sessions: frozenset[str] | None, now: int, *, on_capture: bool = False) -> list[int]:
+        """Ask the job types what is due (sessions: the ones just captured; None: a full sweep) and queue it.
+
+        on_capture: only sessions captured, so only the types asked on capture are asked."""
         check = DueCheck(self.conn, self.settings, now, sessions, self._llm_available(now))
-        due = [(job_type, job) for job_type in self.types.values() for job in job_type.due(check)]
+        due = [(job_type, job) for job_type in self.types.values() if job_type.asked_on_capture or not on_capture
+               for job in job_type.due(check)]
         queued: list[int] = []
         if not due:
             return queued
@@ -373,7 +393,7 @@ class JobRunner:
             if job_type is None:  # claimed only registered types; a race with unregister is a pause
                 raise RetryLater(f"no handler registered for job type {job.type!r}", 3600)
             job_type.handler(JobContext(job, self.settings, self.conn, self.store, self.backend, self.stop_event,
-                                                    self.call_llm), job)
+                                        self.call_llm, self.make_way), job)
         except RetryLater as pause:
             self._reschedule(job, now_ms() + int(pause.delay_seconds * 1000), pause.reason, pause.count_attempt)
         except costs.BudgetExhausted as exc:

@@ -12,7 +12,7 @@ Pass 2 groups related memories (cosine >= a lower threshold) into batches of 10-
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,12 +67,14 @@ def _class_of(item: Item) -> str:
 
 
 def near_duplicate_pairs(vectors: np.ndarray, classes: Sequence[str], threshold: float, *, seed: int = 0,
-                         tables: int = TABLES, bits: int = BITS) -> tuple[set[tuple[int, int]], int]:
+                         tables: int = TABLES, bits: int = BITS,
+                         between: Callable[[], object] | None = None) -> tuple[set[tuple[int, int]], int]:
     """(pairs i < j of the same class with cosine >= threshold, pairs compared), by LSH buckets.
 
     Per table, rows are sorted by bucket code; rows d apart in that order share a bucket when their codes
     are equal, so every same-bucket pair is reached by one vectorised step per distance d (up to
     MAX_DISTANCE: in a degenerate bucket larger than that, only neighbours that close are compared).
+    between: called after each table (the job worker makes way for the hot path there).
     """
     n, dim = vectors.shape
     if n < 2:
@@ -99,6 +101,8 @@ def near_duplicate_pairs(vectors: np.ndarray, classes: Sequence[str], threshold:
             if hit.any():
                 lo, hi = np.minimum(a[hit], b[hit]), np.maximum(a[hit], b[hit])
                 found.append(lo * n + hi)
+        if between is not None:
+            between()
     if not found:
         return set(), compared
     keys = np.unique(np.concatenate(found))
@@ -106,7 +110,7 @@ def near_duplicate_pairs(vectors: np.ndarray, classes: Sequence[str], threshold:
 
 
 def plan_pass1(items: Sequence[Item], vectors: np.ndarray | None, *, threshold: float, archive_before_ms: int,
-               seed: int = 0) -> Pass1Plan:
+               seed: int = 0, between: Callable[[], object] | None = None) -> Pass1Plan:
     """Merges (exact and near duplicates, into the newest) and archivals for one project's active memories.
 
     vectors: unit vectors aligned with items (rows of zeros for items without one), or None.
@@ -120,7 +124,8 @@ def plan_pass1(items: Sequence[Item], vectors: np.ndarray | None, *, threshold: 
             uf.union(first, i)
     compared = 0
     if vectors is not None and n > 1:
-        pairs, compared = near_duplicate_pairs(vectors, [_class_of(i) for i in items], threshold, seed=seed)
+        pairs, compared = near_duplicate_pairs(vectors, [_class_of(i) for i in items], threshold, seed=seed,
+                                               between=between)
         for a, b in pairs:
             uf.union(a, b)
     groups: dict[int, list[int]] = {}

@@ -166,6 +166,10 @@ class PendingWork:
             work, self._recollect = list(self._recollect.values()), {}
             return work
 
+    def has_recollections(self) -> bool:
+        with self._ready:
+            return bool(self._recollect)
+
     def _has_work(self) -> bool:
         return bool(self._recollect or self._build or self._finalize or self._ingest or self._automem or self._stop)
 
@@ -272,6 +276,10 @@ class MemoryThread:
     def session_backlog(self) -> int:
         """The most requests one session has waiting: at most 2 (its newest recollection and one build)."""
         return self.pending.most_for_one_session(self._building)
+
+    def serving_user(self) -> bool:
+        """A user message's recollection is being computed or waits: the hot path other work makes way for."""
+        return self.busy_with == "recollection" or self.pending.has_recollections()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="engram-memory", daemon=True)

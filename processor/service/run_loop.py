@@ -59,6 +59,7 @@ class Processor:
         self.memory.periodic.append(self.ingest_injections)
         self._automem_dirs: set[Path] = set()  # project folders whose auto memory was asked for once already
         self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
+        self.jobs.hot_path_busy = self.memory.serving_user
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
         self.problems = CaptureProblems()  # capture problems, each logged once; listed by `engram status`

@@ -76,9 +76,11 @@ def set_status(conn: apsw.Connection, episode_id: str, status: str, now_ms: int)
                  (status, status, now_ms, episode_id))
 
 
-def supersede_into(conn: apsw.Connection, old_ids: list[str], new_id: str, now_ms: int) -> None:
-    conn.executemany("UPDATE episodes SET status = 'superseded', superseded_by = ?, valid_to = COALESCE(valid_to, ?) "
-                     "WHERE id = ? AND status = 'active'", [(new_id, now_ms, old) for old in old_ids])
+def supersede_into(conn: apsw.Connection, old_ids: list[str], new_id: str, now_ms: int) -> list[str]:
+    """Mark these superseded by new_id; returns the ones that were still active (the others are left alone)."""
+    return [old for old in old_ids if conn.execute(
+        "UPDATE episodes SET status = 'superseded', superseded_by = ?, valid_to = COALESCE(valid_to, ?) "
+        "WHERE id = ? AND status = 'active' RETURNING id", (new_id, now_ms, old)).fetchall()]
 
 
 def superseded_by_change(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
@@ -98,9 +100,11 @@ def reinstate(conn: apsw.Connection, episode_id: str, successor_id: str) -> None
                  "WHERE id = ? AND status = 'superseded' AND superseded_by = ?", (episode_id, successor_id))
 
 
-def archive(conn: apsw.Connection, ids: list[str], now_ms: int) -> None:
-    conn.executemany("UPDATE episodes SET status = 'archived', valid_to = COALESCE(valid_to, ?) "
-                     "WHERE id = ? AND status = 'active'", [(now_ms, i) for i in ids])
+def archive(conn: apsw.Connection, ids: list[str], now_ms: int) -> list[str]:
+    """Archive these; returns the ones that were still active (the others are left alone)."""
+    return [i for i in ids if conn.execute(
+        "UPDATE episodes SET status = 'archived', valid_to = COALESCE(valid_to, ?) "
+        "WHERE id = ? AND status = 'active' RETURNING id", (now_ms, i)).fetchall()]
 
 
 def episode_embedding(conn: apsw.Connection, episode_id: str) -> bytes | None:
@@ -114,6 +118,9 @@ def episode_embedding(conn: apsw.Connection, episode_id: str) -> bytes | None:
 def active_counts_by_project(conn: apsw.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT project, count(*) FROM episodes WHERE status = 'active' AND scope = 'project' "
                              "AND project IS NOT NULL GROUP BY project").fetchall())
+
+
+_SWEEP_COLUMNS = "rowid, id, created_at, importance, kind, source_type, access_count, content_hash, embedding, summary"
 
 
 @dataclass(frozen=True)
@@ -133,9 +140,15 @@ class SweepRow:
 def sweep_rows(conn: apsw.Connection, project: str) -> list[SweepRow]:
     """A project's active memories with what pass 1 decides on, oldest first."""
     return [SweepRow(*r) for r in conn.execute(
-        "SELECT rowid, id, created_at, importance, kind, source_type, access_count, content_hash, embedding, summary "
-        "FROM episodes WHERE status = 'active' AND project = ? AND scope = 'project' ORDER BY created_at, rowid",
-        (project,))]
+        f"SELECT {_SWEEP_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? AND scope = 'project' "
+        "ORDER BY created_at, rowid", (project,))]
+
+
+def sweep_rows_page(conn: apsw.Connection, project: str, after_rowid: int, limit: int) -> list[SweepRow]:
+    """The next `limit` of a project's active memories by rowid: a long sweep reads its rows a page at a time."""
+    return [SweepRow(*r) for r in conn.execute(
+        f"SELECT {_SWEEP_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? AND scope = 'project' "
+        "AND rowid > ? ORDER BY rowid LIMIT ?", (project, after_rowid, limit))]
 
 
 def record_sweep(conn: apsw.Connection, project: str | None, pass_no: int, started: int, finished: int,

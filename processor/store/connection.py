@@ -167,22 +167,52 @@ def close(conn: apsw.Connection) -> None:
     conn.close()
 
 
+# One lock per database file for this process's writers. SQLite's busy handler waits by sleeping in
+# growing steps (up to 100 ms), so a writer that meets another thread's transaction wakes up late even
+# when that transaction ended at once: capture then lagged ~100 ms behind a cold-path sweep's chunk.
+# Threads of one process queue on this lock instead and are handed the write lock as soon as it is
+# free; the busy timeout still covers other processes (the CLI, a second processor being refused).
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_GUARD = threading.Lock()
+
+
+def _writers_lock(conn: apsw.Connection) -> threading.RLock | None:
+    name = conn.filename
+    if not name:
+        return None  # a private in-memory or temporary database: no other connection to wait for
+    with _WRITERS_GUARD:
+        lock = _WRITERS.get(name)
+        if lock is None:
+            lock = _WRITERS[name] = threading.RLock()  # re-entrant: a thread's nested writes keep their old behaviour
+        return lock
+
+
 @contextlib.contextmanager
 def write_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     """BEGIN IMMEDIATE … COMMIT, rolled back on any exception.
 
     IMMEDIATE takes the write lock up front, so a writer waits (busy timeout) at
-    BEGIN instead of failing half-way with a lock upgrade deadlock.
+    BEGIN instead of failing half-way with a lock upgrade deadlock. Writers of this
+    process first queue on one lock per database file (see _WRITERS).
     """
-    conn.execute("BEGIN IMMEDIATE")
+    lock = _writers_lock(conn)
+    # As long as SQLite would wait: a writer of this process held up longer gets the same BusyError.
+    if lock is not None and not lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+        raise apsw.BusyError(f"another thread of this process held the write lock of {conn.filename} for "
+                             f"over {BUSY_TIMEOUT_MS} ms")
     try:
-        yield conn
-    except BaseException:
-        with contextlib.suppress(apsw.Error):
-            conn.execute("ROLLBACK")
-        raise
-    else:
-        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            with contextlib.suppress(apsw.Error):
+                conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def retry_when_busy(fn, *, what: str, attempts: int = 0, pause: float = 1.0, stop: threading.Event | None = None):

@@ -12,6 +12,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import unicodedata
 import zipfile
 from pathlib import Path
@@ -207,6 +208,23 @@ def test_over_long_input_is_truncated_to_the_context(embedder: Embedder) -> None
     assert count_tokens(embedder, cut + " database") > embedder.max_tokens - 1
     unbroken = "x" * 20000  # one huge "word", and non-ASCII pieces
     assert np.all(np.isfinite(embedder.embed_documents([unbroken, "é" * 5000, "北" * 3000])))
+
+
+def test_a_query_never_waits_for_a_bulk_decode_and_gets_the_same_vector(embedder: Embedder) -> None:
+    """Queries have a llama.cpp context of their own on the same weights: a /recall or a recollection
+    does not wait behind a pack of episodes being embedded, and its vector is the one the shared
+    context gives (the document side of the same model)."""
+    assert embedder._queries is not None
+    assert embedder._queries.llama._model is embedder._llama._model  # the weights are loaded once
+    long_query = "why does the checkout integration test fail on CI " * 40  # several packs' worth of tokens
+    done: list[np.ndarray] = []
+    with embedder._lock:  # a bulk decode holds the shared context for as long as this block
+        worker = threading.Thread(target=lambda: done.append(embedder.embed_query(long_query)))
+        worker.start()
+        worker.join(timeout=30)
+        assert done, "the query waited for the bulk context"
+    shared = embedder._llama.embed([embedder._fit(embedder.query_prefix + long_query)[0]], normalize=False)[0]
+    assert cos(done[0], np.asarray(shared, dtype=np.float32)) > 0.9999
 
 
 def test_the_model_is_loaded_once_per_process(embedder: Embedder, models_dir: Path) -> None:

@@ -12,11 +12,13 @@ names the model that made them, so a store can refuse to mix vectors from differ
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,8 @@ from processor.memory.gguf_convert import (
     read_gguf_metadata,
 )
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MODEL = "default"
 NOMIC_QUERY_PREFIX = "search_query: "
 NOMIC_DOCUMENT_PREFIX = "search_document: "
@@ -42,6 +46,7 @@ DEFAULT_MAX_TOKENS = 512
 # Short texts are packed into one llama.cpp decode up to this many tokens. Attention spans the whole
 # packed batch, so bigger packs cost more per token: 128-192 measured fastest on a 2-core CPU.
 _PACK_TOKENS = 160
+QUERY_SEQUENCES = 4  # texts one query-context decode may hold
 
 # llama.cpp's pooling types (enum llama_pooling_type) that yield one vector per text.
 _POOLING_MEAN, _POOLING_CLS, _POOLING_LAST = 1, 2, 3
@@ -105,6 +110,11 @@ class Embedder:
         self._lock = threading.Lock()
         self._urgent = 0  # queries waiting for the model; bulk embedding yields to them
         self._urgent_lock = threading.Lock()
+        # Queries get a llama.cpp context of their own on the same weights, so a /recall or a new user
+        # message's recollection never waits behind a bulk decode (one pack of episodes, ~100 ms on a
+        # busy CPU). Without it (an older llama-cpp-python), queries share the one context, first in line.
+        self._queries: _QueryContext | None = _QueryContext.open(self._llama)
+        self._query_lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors for texts to be stored, shape (len(texts), dim), float32, unit length."""
@@ -119,37 +129,48 @@ class Embedder:
         with _loaded_lock:
             for key in [k for k, v in _loaded.items() if v is self]:
                 del _loaded[key]
-        with self._lock:
+        with self._query_lock, self._lock:
+            if self._queries is not None:
+                self._queries.close()  # before the weights it uses
+                self._queries = None
             self._llama.close()
 
     def _embed(self, texts: list[str], *, urgent: bool = False) -> np.ndarray:
         """Vectors for texts, one pack (about _PACK_TOKENS) per model call.
 
-        The model is held one pack at a time, and a bulk caller steps aside while an urgent one (a
-        query) waits: a search never waits behind a whole batch of episodes, only behind one pack.
+        Urgent texts (queries) go to the query context when there is one. Otherwise the model is held
+        one pack at a time, and a bulk caller steps aside while an urgent one waits: a search never
+        waits behind a whole batch of episodes, only behind one pack.
         """
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        start = 0
+        if urgent and self._queries is not None:
+            with self._query_lock:
+                self._decode(self._queries.llama, texts, out, lambda: None)
+            return _unit_rows(out)
         if urgent:
             with self._urgent_lock:
                 self._urgent += 1
         try:
-            while start < len(texts):
-                if not urgent:
-                    while self._urgent:  # a query is waiting for the model: let it go first
-                        time.sleep(0.0005)
-                with self._lock:
-                    group = self._pack(texts, start)
-                    vectors = self._llama.embed(group, normalize=False, truncate=True)
-                out[start : start + len(group)] = np.asarray(vectors, dtype=np.float32)
-                start += len(group)
+            self._decode(self._llama, texts, out, lambda: None if urgent else self._yield_to_queries())
         finally:
             if urgent:
                 with self._urgent_lock:
                     self._urgent -= 1
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        np.divide(out, norms, out=out, where=norms > 0)
-        return out
+        return _unit_rows(out)
+
+    def _yield_to_queries(self) -> None:
+        while self._urgent:  # a query is waiting for the shared context: let it go first
+            time.sleep(0.0005)
+
+    def _decode(self, llama: Any, texts: list[str], out: np.ndarray, before_pack: Callable[[], None]) -> None:
+        start = 0
+        while start < len(texts):
+            before_pack()
+            with self._lock if llama is self._llama else contextlib.nullcontext():
+                group = self._pack(texts, start)
+                vectors = llama.embed(group, normalize=False, truncate=True)
+            out[start : start + len(group)] = np.asarray(vectors, dtype=np.float32)
+            start += len(group)
 
     def _pack(self, texts: list[str], start: int) -> list[str]:
         """The fitted texts from `start` on that fit in _PACK_TOKENS together (at least one)."""
@@ -192,6 +213,53 @@ class Embedder:
             else:
                 hi = mid - 1
         return text[:lo], len(self._tokenize(text[:lo]))
+
+
+def _unit_rows(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    np.divide(vectors, norms, out=vectors, where=norms > 0)
+    return vectors
+
+
+class _QueryContext:
+    """A second llama.cpp context on the loaded model's weights, for queries.
+
+    llama.cpp allows several contexts per model, each used by one thread at a time; the weights
+    (mmapped) are shared, so a context costs only its own buffers (~16 MB measured for the default
+    model). llama-cpp-python's Llama has no public way to add one, so this makes a second Llama
+    object over the same attributes whose context, batch and context parameters are its own; if its
+    internals differ from what this expects, queries fall back to the shared context.
+    """
+
+    def __init__(self, llama: Any, stack: contextlib.ExitStack) -> None:
+        self.llama = llama
+        self._stack = stack
+
+    @classmethod
+    def open(cls, main: Any) -> _QueryContext | None:
+        try:
+            from llama_cpp import _internals, llama_context_params
+
+            # A query is one text: few sequences, so much smaller buffers than the bulk context's.
+            params = llama_context_params.from_buffer_copy(main.context_params)
+            params.n_seq_max = min(params.n_seq_max, QUERY_SEQUENCES)
+            stack = contextlib.ExitStack()
+            ctx = stack.enter_context(contextlib.closing(
+                _internals.LlamaContext(model=main._model, params=params, verbose=False)))
+            batch = stack.enter_context(contextlib.closing(
+                _internals.LlamaBatch(n_tokens=main.n_batch, embd=0, n_seq_max=params.n_ctx, verbose=False)))
+        except Exception as exc:  # an llama-cpp-python whose internals differ: queries share the one context
+            log.info("embedding queries share the bulk context (%s)", exc)
+            return None
+        # Not copy.copy: Llama's __getstate__/__setstate__ would load the whole model again.
+        llama = object.__new__(type(main))
+        llama.__dict__.update(main.__dict__)
+        llama._ctx, llama._batch, llama.context_params = ctx, batch, params
+        llama._stack = stack  # closing this copy frees its own context and batch, never the weights
+        return cls(llama, stack)
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 def _load_llama(llama_class: Any, path: Path, n_ctx: int, pooling_type: int, n_threads: int) -> Any:

@@ -55,9 +55,17 @@ def _status(processor: Processor) -> dict[str, Any]:
 EXIT_NOT_ENGRAM_DATABASE = 78  # sysexits EX_CONFIG, as the CLI's configuration errors
 
 
+# The processor's threads hand the interpreter lock back and forth: capture parses and redacts in pure
+# Python while a query (/recall, a recollection) mostly waits in C (SQLite, llama.cpp, numpy) and needs
+# the lock back after each call. With the default 5 ms switch interval a query waited up to 5 ms at each
+# of its few dozen hand-backs whenever capture was busy; a shorter interval bounds that wait.
+SWITCH_INTERVAL_SECONDS = 0.0005
+
+
 def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) -> int:
     settings = load_settings(overrides=overrides)
     ensure_home(settings)
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     from processor.service.logs import setup_logging
 
     setup_logging(settings)

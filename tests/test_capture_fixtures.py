@@ -144,3 +144,35 @@ def test_subagent_meta_and_injected_lines_are_absent(captured: tuple[Path, dict]
         assert "<system-reminder>" not in text
         assert "<command-name>" not in text
         assert "<engram-recollection>" not in text
+
+
+def _tail_all(db: Path, batch_bytes: int) -> tuple[list[tuple], list[tuple]]:
+    from processor.capture.tailer import Tailer
+    from processor.store import open_store
+
+    conn = open_store(db)
+    tailer = Tailer(conn, batch_bytes=batch_bytes)
+    for path in sorted(FIXTURE_PROJECTS.glob("*/*.jsonl")):
+        tailer.tail(path)
+    messages = conn.execute("SELECT uuid, session_id, role, text, line_offset, api_message_id FROM messages "
+                            "ORDER BY id").fetchall()
+    merged = conn.execute("SELECT line_uuid, message_uuid FROM message_lines ORDER BY line_uuid").fetchall()
+    search = conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'test'").fetchall()
+    conn.close()
+    return messages, merged + search
+
+
+def test_a_messages_parts_in_one_batch_are_stored_as_the_part_by_part_appends_stored_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """store_lines writes a multi-part assistant message once; the rows, the merged-part records and
+    the full-text index equal the part-by-part path's, whether the parts share a batch or not."""
+    from processor.store import sessions
+
+    whole = _tail_all(tmp_path / "batched.db", batch_bytes=1 << 20)
+    split = _tail_all(tmp_path / "split.db", batch_bytes=1)  # one line per batch: every part appended
+    monkeypatch.setattr(sessions, "store_lines", lambda conn, sid, lines: [
+        sessions.store_line(conn, sid, line, offset) for line, offset in lines])
+    part_by_part = _tail_all(tmp_path / "part_by_part.db", batch_bytes=1 << 20)
+    assert len(whole[0]) > 500 and any(row[5] for row in whole[0])
+    assert len(whole[1]) > 100  # parts merged into their message, recorded
+    assert whole == split == part_by_part

@@ -281,9 +281,9 @@ class Tailer:
                              result.session_id)
             result.opt_out = level
             # Off the record: the offset moves on, nothing of the session is stored, now or after a restart.
-            for line, captured in parsed if level != RECORD else ():
-                if session_sql.store_line(self.conn, result.session_id, captured, line.offset):
-                    result.captured.append(captured)
+            stored = [(captured, line.offset) for line, captured in parsed] if level != RECORD else []
+            new = session_sql.store_lines(self.conn, result.session_id, stored)
+            result.captured.extend(captured for (captured, _), is_new in zip(stored, new, strict=True) if is_new)
             # In the transaction that advances the offset: a crash between a tool_use and its
             # result re-reads neither line, and loses neither.
             self._pair_tool_events(result.session_id, tool_events)

@@ -84,8 +84,9 @@ def upsert_session(
     )
 
 
-def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int) -> bool:
-    """Store one captured line; returns False when it was already stored.
+def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int,
+               text: str | None = None) -> bool:
+    """Store one captured line (text: in place of its own, see store_lines); False when already stored.
 
     Assistant lines sharing message.id are parts of one message: later parts are
     appended to the row of the first part, and message_lines records each merged
@@ -106,7 +107,7 @@ def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_o
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """,
             (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
-             line.git_branch, line.text, line_offset, line.api_message_id),
+             line.git_branch, line.text if text is None else text, line_offset, line.api_message_id),
         )
         return conn.changes() == 1  # 0: this uuid is stored already (a re-read, or a resumed session's copy)
     if target == line.uuid:
@@ -115,6 +116,47 @@ def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_o
     if conn.changes() == 0:
         return False
     conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
+    return True
+
+
+def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[MessageLine, int]]) -> list[bool]:
+    """store_line for a batch of (line, its byte offset), in order; returns, per line, whether it was new.
+
+    The parts of one assistant message (Claude Code writes a line per content block, all with the
+    message's id) that arrive in one batch are written at once: the row is inserted with their texts
+    joined, instead of inserted and then appended to once per part. Each append rewrote the row's
+    full-text entry, so a message of k parts was tokenised k times. The stored text is the same.
+    """
+    parts: dict[str, list[int]] = {}  # api message id → indexes of its parts in this batch
+    for index, (line, _) in enumerate(lines):
+        if line.api_message_id:
+            parts.setdefault(line.api_message_id, []).append(index)
+    new = [False] * len(lines)
+    merged: set[int] = set()
+    for index, (line, offset) in enumerate(lines):
+        if index in merged:
+            continue
+        group = parts.get(line.api_message_id or "", [])
+        if len(group) > 1 and group[0] == index and _store_as_one(conn, session_id, [lines[i] for i in group]):
+            for i in group:
+                new[i] = True
+            merged.update(group)
+            continue
+        new[index] = store_line(conn, session_id, line, offset)
+    return new
+
+
+def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[MessageLine, int]]) -> bool:
+    """A new message's parts as one row; False (nothing written) when the message has a row already,
+    or its first line is stored under another message: then the parts go one by one."""
+    first, offset = parts[0]
+    if conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND api_message_id = ?",
+                    (session_id, first.api_message_id)).fetchone():
+        return False
+    if not store_line(conn, session_id, first, offset, text="\n".join(line.text for line, _ in parts)):
+        return False
+    conn.executemany("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)",
+                     [(line.uuid, first.uuid) for line, _ in parts[1:]])
     return True
 
 

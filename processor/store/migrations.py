@@ -290,6 +290,9 @@ def m011_cold_path(conn: apsw.Connection) -> None:
                    CASE WHEN status = 'stale' AND superseded_by IS NOT NULL THEN 'superseded' ELSE status END,
                    forgotten_reason
             FROM episodes;
+        -- With foreign keys on, DROP TABLE first deletes every row, and each delete looks for rows whose
+        -- superseded_by refers to it: without an index that is a full scan per row, hours at 100k episodes.
+        CREATE INDEX IF NOT EXISTS idx_episodes_superseded_by_old ON episodes(superseded_by);
         DROP TABLE episodes;
         ALTER TABLE episodes_v2 RENAME TO episodes;
         CREATE INDEX idx_episodes_scope ON episodes(scope, project);

@@ -144,14 +144,13 @@ class Embedder:
         """
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if urgent and self._queries is not None:
-            with self._query_lock:
-                self._decode(self._queries.llama, texts, out, lambda: None)
+            self._decode(self._queries.llama, self._query_lock, texts, out, lambda: None)
             return _unit_rows(out)
         if urgent:
             with self._urgent_lock:
                 self._urgent += 1
         try:
-            self._decode(self._llama, texts, out, lambda: None if urgent else self._yield_to_queries())
+            self._decode(self._llama, self._lock, texts, out, lambda: None if urgent else self._yield_to_queries())
         finally:
             if urgent:
                 with self._urgent_lock:
@@ -162,11 +161,13 @@ class Embedder:
         while self._urgent:  # a query is waiting for the shared context: let it go first
             time.sleep(0.0005)
 
-    def _decode(self, llama: Any, texts: list[str], out: np.ndarray, before_pack: Callable[[], None]) -> None:
+    def _decode(self, llama: Any, lock: threading.Lock, texts: list[str], out: np.ndarray,
+                before_pack: Callable[[], None]) -> None:
+        """Embed texts into out, one pack per call of `llama`, holding its context's lock for each."""
         start = 0
         while start < len(texts):
             before_pack()
-            with self._lock if llama is self._llama else contextlib.nullcontext():
+            with lock:
                 group = self._pack(texts, start)
                 vectors = llama.embed(group, normalize=False, truncate=True)
             out[start : start + len(group)] = np.asarray(vectors, dtype=np.float32)

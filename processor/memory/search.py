@@ -129,27 +129,27 @@ class VectorIndex:
 
     def similarity(self, query: np.ndarray, rowids: list[int]) -> dict[int, float]:
         """Cosine of each given row the index holds (rowids are added in increasing order)."""
-        wanted = np.asarray(rowids, dtype=np.int64)
         with self._lock:
-            if self._size == 0 or not len(wanted):
-                return {}
-            held = self._rowids[: self._size]
-            at = np.minimum(np.searchsorted(held, wanted), self._size - 1)
-            found = held[at] == wanted
-            sims = self._matrix[at[found]] @ query.astype(np.float32)
-        return dict(zip(wanted[found].tolist(), sims.tolist(), strict=True))
+            ids, at = self._held(rowids)
+            sims = self._matrix[at] @ query.astype(np.float32)
+        return dict(zip(ids.tolist(), sims.tolist(), strict=True))
 
     def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
         """The held vectors of these rows (copies)."""
-        wanted = np.asarray(sorted(rowids), dtype=np.int64)
         with self._lock:
-            if self._size == 0 or not len(wanted):
-                return {}
-            held = self._rowids[: self._size]
-            at = np.minimum(np.searchsorted(held, wanted), self._size - 1)
-            found = held[at] == wanted
-            rows = self._matrix[at[found]].copy()
-        return dict(zip(wanted[found].tolist(), rows, strict=True))
+            ids, at = self._held(rowids)
+            rows = self._matrix[at].copy()
+        return dict(zip(ids.tolist(), rows, strict=True))
+
+    def _held(self, rowids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Of these rowids, the ones the index holds and their rows' positions (call under the lock)."""
+        wanted = np.asarray(rowids, dtype=np.int64)
+        if self._size == 0 or not len(wanted):
+            return wanted[:0], wanted[:0]
+        held = self._rowids[: self._size]  # added in increasing rowid order: sorted
+        at = np.minimum(np.searchsorted(held, wanted), self._size - 1)
+        found = held[at] == wanted
+        return wanted[found], at[found]
 
     def top_many(self, queries: np.ndarray, k: int) -> list[list[tuple[int, float]]]:
         """top() for several queries with one pass over the matrix."""

@@ -84,32 +84,16 @@ def upsert_session(
     )
 
 
-def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int,
-               text: str | None = None) -> bool:
-    """Store one captured line (text: in place of its own, see store_lines); False when already stored.
+def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int) -> bool:
+    """Store one captured line; returns False when it was already stored.
 
     Assistant lines sharing message.id are parts of one message: later parts are
     appended to the row of the first part, and message_lines records each merged
     part so that re-reading the file never appends it twice.
     """
-    target = None
-    if line.api_message_id:
-        row = conn.execute(
-            "SELECT uuid FROM messages WHERE session_id = ? AND api_message_id = ?",
-            (session_id, line.api_message_id),
-        ).fetchone()
-        target = row[0] if row else None
+    target = _message_row(conn, session_id, line.api_message_id)
     if target is None:
-        conn.execute(
-            """
-            INSERT OR IGNORE INTO messages (uuid, session_id, parent_uuid, role, timestamp, ts_ms, cwd, git_branch,
-                                            text, line_offset, api_message_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
-             line.git_branch, line.text if text is None else text, line_offset, line.api_message_id),
-        )
-        return conn.changes() == 1  # 0: this uuid is stored already (a re-read, or a resumed session's copy)
+        return _insert_message(conn, session_id, line, line_offset, line.text)
     if target == line.uuid:
         return False  # the first part itself, read again
     conn.execute("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)", (line.uuid, target))
@@ -117,6 +101,28 @@ def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_o
         return False
     conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
     return True
+
+
+def _message_row(conn: apsw.Connection, session_id: str, api_message_id: str | None) -> str | None:
+    """The uuid of the row that holds this API message's parts, if any."""
+    if not api_message_id:
+        return None
+    row = conn.execute("SELECT uuid FROM messages WHERE session_id = ? AND api_message_id = ?",
+                       (session_id, api_message_id)).fetchone()
+    return row[0] if row else None
+
+
+def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int, text: str) -> bool:
+    conn.execute(
+        """
+        INSERT OR IGNORE INTO messages (uuid, session_id, parent_uuid, role, timestamp, ts_ms, cwd, git_branch,
+                                        text, line_offset, api_message_id)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        """,
+        (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
+         line.git_branch, text, line_offset, line.api_message_id),
+    )
+    return conn.changes() == 1  # 0: this uuid is stored already (a re-read, or a resumed session's copy)
 
 
 def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[MessageLine, int]]) -> list[bool]:
@@ -150,10 +156,9 @@ def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[Mess
     """A new message's parts as one row; False (nothing written) when the message has a row already,
     or its first line is stored under another message: then the parts go one by one."""
     first, offset = parts[0]
-    if conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND api_message_id = ?",
-                    (session_id, first.api_message_id)).fetchone():
+    if _message_row(conn, session_id, first.api_message_id) is not None:
         return False
-    if not store_line(conn, session_id, first, offset, text="\n".join(line.text for line, _ in parts)):
+    if not _insert_message(conn, session_id, first, offset, "\n".join(line.text for line, _ in parts)):
         return False
     conn.executemany("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)",
                      [(line.uuid, first.uuid) for line, _ in parts[1:]])

@@ -36,10 +36,12 @@ while serving, so llama.cpp or a stray print can never corrupt the protocol stre
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -52,6 +54,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter
 
+from mcp_tools import PROJECT_HEADER, SESSION_HEADER
 from processor.capture.project import project_root
 from processor.config import ConfigError, Settings, load_settings
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
@@ -179,8 +182,9 @@ SESSION_ENV = "CLAUDE_CODE_SESSION_ID"
 RECALL_TIMEOUT_SECONDS = 2.0
 
 
-def calling_session(ctx: Context | None) -> str | None:
-    """The Claude Code session that called the tool: its request meta, else the server's environment."""
+def calling_session(ctx: Context | None, *, environment: bool = True) -> str | None:
+    """The Claude Code session that called the tool: its request meta, else the bridge's header, else (for
+    a server Claude Code started itself: `environment`) the server's environment."""
     meta = None
     try:
         meta = ctx.request_context.meta if ctx is not None else None
@@ -191,8 +195,33 @@ def calling_session(ctx: Context | None) -> str | None:
         extra = meta.model_dump(by_alias=True) if hasattr(meta, "model_dump") else dict(meta)
         value = extra.get(SESSION_META)
     if not isinstance(value, str) or not value:
+        value = _header(ctx, SESSION_HEADER)  # the bridge's environment, when the processor serves the tool
+    if (not isinstance(value, str) or not value) and environment:
         value = os.environ.get(SESSION_ENV)
     return value if isinstance(value, str) and 0 < len(value) <= 128 else None
+
+
+@functools.lru_cache(maxsize=256)
+def _project_of_directory(directory: str) -> str:
+    return project_root(directory)
+
+
+def _header(ctx: Context | None, name: str) -> str | None:
+    """A header of the HTTP request that carried this call (None on stdio or outside a request)."""
+    try:
+        headers = ctx.headers if ctx is not None else None
+    except (ValueError, AttributeError):  # no request (a direct call)
+        return None
+    return headers.get(name.lower()) if headers else None
+
+
+def calling_project(ctx: Context | None, default: str | None) -> str | None:
+    """The git root of the calling client's directory (PROJECT_HEADER), else the server's own default."""
+    encoded = _header(ctx, PROJECT_HEADER)
+    if not encoded:
+        return default
+    directory = urllib.parse.unquote(encoded)
+    return _project_of_directory(directory) if os.path.isabs(directory) else default
 
 
 # --- the database side: one thread, one connection --------------------------------------------
@@ -201,15 +230,24 @@ def calling_session(ctx: Context | None) -> str | None:
 class MemoryService:
     """Everything the tools do, with database work confined to one dedicated thread."""
 
-    def __init__(self, settings: Settings | None = None, cwd: str | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, cwd: str | None = None,
+                 store: Callable[[], EpisodeStore] | None = None) -> None:
         self._settings = settings
         self._settings_error: str | None = None
-        self.project = project_root(os.path.abspath(cwd or os.getcwd()))
+        # Hosted by the processor (`store` given): its per-thread store, sharing the warm model and vectors,
+        # and no default project of its own: each request names its client's directory (PROJECT_HEADER).
+        self._hosted_store = store
+        self.project = None if store is not None else project_root(os.path.abspath(cwd or os.getcwd()))
         # One worker: the connection below is only ever touched from it, and calls are serialised
         # (an apsw connection runs one statement at a time anyway).
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-mcp-db")
         self._store: EpisodeStore | None = None
         self._store_thread: int | None = None
+
+    @property
+    def hosted(self) -> bool:
+        """Served by the processor for every session (mcp_tools/host.py), not started by one."""
+        return self._hosted_store is not None
 
     @property
     def loaded_settings(self) -> Settings | None:
@@ -235,6 +273,8 @@ class MemoryService:
     def _episodes(self) -> EpisodeStore:
         """The store, opened on first use (on the DB thread) so a server starts even before the DB exists."""
         _load_memory_layer()
+        if self._hosted_store is not None:
+            return self._hosted_store()
         if self._store is None:
             settings = self.settings
             conn = open_store(settings.db_path)
@@ -267,6 +307,8 @@ class MemoryService:
         """
         from processor.service.control_client import ControlError, request
 
+        if self._hosted_store is not None:  # this is the processor: search here, with its warm model
+            return None
         if not light:
             _load_memory_layer()
         body: dict[str, Any] = {"query": query, "limit": limit}
@@ -339,15 +381,18 @@ async def _guarded(service: MemoryService, fn: Callable[[], T]) -> T:
 # --- tools -----------------------------------------------------------------------------------
 
 
-def build_server(settings: Settings | None = None, cwd: str | None = None, *, structured: bool = True) -> MCPServer:
+def build_server(settings: Settings | None = None, cwd: str | None = None, *, structured: bool = True,
+                 store: Callable[[], EpisodeStore] | None = None) -> MCPServer:
     """The MCP server object; tests connect to it in-process with ``mcp.Client(server)``.
 
     settings: default ``load_settings()`` (ENGRAM_HOME and friends), read on the first tool call.
     cwd: the directory whose git root is the default project for recall and remember.
     structured: declare output schemas and return ``structuredContent`` beside the text (see the
     module docstring: not for Claude Code).
+    store: the processor hosting these tools (``mcp_tools/host.py``) gives its per-thread
+    store, which shares its warm model and vectors; the default project then comes with each request.
     """
-    service = MemoryService(settings, cwd)
+    service = MemoryService(settings, cwd, store)
     if structured:  # the output schemas name Hit and Expansion
         _load_memory_layer()
 
@@ -405,9 +450,9 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
             raise ToolError(f"the query is {len(text)} characters; memory_recall takes at most {MAX_QUERY_CHARS}. "
                             "Pass a few key words or a short question instead of a whole text")
         scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
-                                                      else service.project)
+                                                      else calling_project(ctx, service.project))
         count = limit or service.settings.recall_limit
-        session_id = calling_session(ctx)
+        session_id = calling_session(ctx, environment=not service.hosted)
         hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id,
                                                                                   light=not structured))
         if hits is None:
@@ -450,13 +495,14 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
         text: Annotated[str, Field(description="the memory, in a sentence or a short paragraph")],
         kind: Annotated[str | None, Field(description=f"one of {', '.join(KINDS)}")] = None,
         scope: Annotated[str | None, Field(description="'project' (default) or 'global'")] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RememberResult]:
         if kind is not None and kind not in KINDS:
             raise ToolError(f"unknown kind {kind!r}; use one of {', '.join(KINDS)} (or leave it out)")
         if scope is not None and scope not in SCOPES:
             raise ToolError(f"unknown scope {scope!r}; use 'project' or 'global' (or leave it out)")
         settings = service.settings
-        project = None if scope == "global" else service.project
+        project = None if scope == "global" else calling_project(ctx, service.project)
         # No database and no model here: one small file write, so the call returns at once.
         from processor.capture.remember_inbox import RememberRequest, write_remember_file
 
@@ -513,9 +559,10 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
     async def memory_review(
         project: Annotated[str | None, Field(description="project root path; default: the current project; "
                                              f"'{ALL_PROJECTS}' for all projects")] = None,
+        ctx: Context | None = None,
     ) -> Annotated[CallToolResult, ReviewsResult]:
         scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
-                                                      else service.project)
+                                                      else calling_project(ctx, service.project))
         items = await _guarded(service, lambda: service.reviews(scope))
         return result(_format_reviews(items), ReviewsResult(project=scope, reviews=items))
 

@@ -44,9 +44,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         report, episodes = Processor(settings).run_once(settings.recent_days)
         log.info("captured %d conversation lines; %d new episodes", report.messages, episodes)
         return 0
+    from mcp_tools.host import McpHost
     from processor.service.lifecycle import run_service
 
-    return run_service({"projects_dir": args.projects_dir}, mock=args.mock)
+    return run_service({"projects_dir": args.projects_dir}, mock=args.mock, tools=McpHost)
 
 
 def _progress_printer() -> Callable[[int, int, Path], None]:
@@ -326,10 +327,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from mcp_tools.server import main as serve
+    from mcp_tools.bridge import main as serve
 
-    serve()
-    return 0
+    return serve()
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -431,3 +431,35 @@ def test_client_never_sends_the_token_to_a_stale_port(tmp_path: Path) -> None:
             request(run_dir, "POST", "/recall", {"query": "x"})
         with pytest.raises(TimeoutError):
             squatter.accept()
+
+
+# --- the MCP tools' endpoint ---
+
+
+def test_mcp_requests_need_the_token_a_loopback_host_and_post(run_dir: Path) -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    def mcp(request: Any, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        seen.append((request.headers.get("X-Engram-Cwd"), body))
+        return 200, [("Content-Type", "application/json"), ("Content-Length", "999")], b'{"answer": 1}'
+
+    with ControlServer(run_dir, port=0, mcp=mcp, **FAST) as control:
+        port = control.port
+        assert port is not None
+        message = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+        assert call(port, "POST", "/mcp", message)[0] == 401
+        assert call(port, "POST", "/mcp", message, {**auth(control), "Host": "evil.example"})[0] == 403
+        assert call(port, "POST", "/mcp", message, {**auth(control), "Origin": "http://localhost:1"})[0] == 403
+        assert call(port, "GET", "/mcp", None, auth(control))[0] == 405
+        too_big = b" " * (1024 * 1024 + 1)
+        assert call(port, "POST", "/mcp", too_big, auth(control))[0] == 413
+        assert seen == []  # nothing reached the tools
+        status, answer, response = call(port, "POST", "/mcp", message, {**auth(control), "X-Engram-Cwd": "/w"})
+    assert (status, answer) == (200, {"answer": 1})
+    assert response.getheader("Content-Length") == str(len(b'{"answer": 1}'))  # ours, not the handler's
+    assert seen == [("/w", message)]
+
+
+def test_without_an_mcp_handler_the_path_is_unknown(server: ControlServer) -> None:
+    assert server.port is not None
+    assert call(server.port, "POST", "/mcp", b"{}", auth(server))[0] == 404

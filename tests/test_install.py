@@ -133,7 +133,7 @@ def test_install_adds_engram_and_keeps_everything_else(settings_path: Path, mcp_
     assert list(config) == list(USER_CLAUDE_JSON)
     assert config["mcpServers"]["github"] == USER_CLAUDE_JSON["mcpServers"]["github"]
     assert config["mcpServers"]["engram"] == {
-        "type": "stdio", "command": PYTHON, "args": ["-I", "-m", "mcp_tools.server"], "env": {},
+        "type": "stdio", "command": PYTHON, "args": ["-I", "-m", "mcp_tools.bridge"], "env": {},
     }
     assert config["projects"] == USER_CLAUDE_JSON["projects"]
 
@@ -248,7 +248,7 @@ def test_dry_run_writes_nothing_and_shows_the_change(settings_path: Path, mcp_pa
     assert sorted(settings_path.parent.iterdir()) == listing
     assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in before} == before
     assert "would update" in text and "nothing was written" in text
-    assert "+" in text and "recall_hook/pretooluse.py" in text and "mcp_tools.server" in text
+    assert "+" in text and "recall_hook/pretooluse.py" in text and "mcp_tools.bridge" in text
 
     do_install(settings_path, mcp_path, registration)
     listing = sorted(settings_path.parent.iterdir())
@@ -369,7 +369,7 @@ def test_registered_commands(registration: Registration) -> None:
     assert shlex.split(start.command) == [PYTHON, "-I", "-S", "-c", SESSION_START_LAUNCHER,
                                           str(registration.hook_script.with_name("session_start.py"))]
     assert start.matcher is None
-    assert registration.mcp_server.config()["args"] == ["-I", "-m", "mcp_tools.server"]
+    assert registration.mcp_server.config()["args"] == ["-I", "-m", "mcp_tools.bridge"]
 
 
 def test_registered_hook_command_really_injects(tmp_path: Path, registration: Registration) -> None:

@@ -197,3 +197,38 @@ def test_process_table_without_proc_matches_proc() -> None:
         parent.wait()
         parent.stdout.close()
         subprocess.run(["kill", "-9", str(grandchild)], check=False)
+
+
+ARENA_PROBE = """
+import ctypes, os, sys, tempfile, threading
+from processor.service.resources import limit_malloc_arenas
+if sys.argv[1] == "capped":
+    assert limit_malloc_arenas()
+barrier = threading.Barrier(6)
+held = []
+def work():
+    barrier.wait()  # all six allocate at once: each contends for an arena
+    held.append([bytes(4096) for _ in range(2000)])
+threads = [threading.Thread(target=work) for _ in range(6)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc = ctypes.CDLL(None)
+libc.fdopen.restype = ctypes.c_void_p
+with tempfile.TemporaryFile() as f:
+    stream = libc.fdopen(os.dup(f.fileno()), b"w")
+    libc.malloc_info(0, ctypes.c_void_p(stream))
+    libc.fclose(ctypes.c_void_p(stream))
+    f.seek(0)
+    print(f.read().decode().count("<heap nr="))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc arenas are glibc's")
+def test_the_processor_caps_malloc_arenas() -> None:
+    def arenas(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", ARENA_PROBE, mode], capture_output=True, text=True,
+                             check=True, timeout=60).stdout
+        return int(out.strip())
+
+    assert arenas("capped") <= 2
+    assert arenas("default") > 2  # the probe can tell: without the cap the threads get arenas of their own

@@ -7,7 +7,8 @@ What gets registered (see ``Registration``):
 - optionally (``Registration.prompt_submit``, ``engram install --prompt-submit``) ``UserPromptSubmit``:
   ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/prompt_submit.py``; the hook itself stays
   inert unless the ``prompt_submit_enabled`` setting is on (see recall_hook/prompt_submit.py);
-- MCP server ``engram`` (stdio): ``<engram's python> -I -m mcp_tools.server``.
+- MCP server ``engram`` (stdio): ``<engram's python> -I -m mcp_tools.bridge``, which passes the session to
+  the running processor's tools (``mcp_tools/bridge.py``: no second-long SDK import per session).
 
 Where:
 - hooks go in ``${CLAUDE_CONFIG_DIR:-~/.claude}/settings.json`` under ``hooks``, the documented
@@ -64,7 +65,9 @@ SESSION_START_MARKER = "recall_hook/session_start.py"
 MODULE_SESSION_START_MARKER = "-m recall_hook.session_start"
 LEGACY_SESSION_START_MARKER = "-m processor.recall.session_start"
 PROMPT_SUBMIT_MARKER = "recall_hook/prompt_submit.py"
-MCP_SERVER_MODULE = "mcp_tools.server"
+MCP_SERVER_MODULE = "mcp_tools.bridge"
+# What earlier versions registered (the full server per session): still Engram's, replaced on install.
+MCP_SERVER_MARKERS = (MCP_SERVER_MODULE, "mcp_tools.server")
 # Any hook command containing one of these is Engram's: install replaces it, uninstall removes it.
 HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, MODULE_SESSION_START_MARKER, LEGACY_SESSION_START_MARKER,
                 PROMPT_SUBMIT_MARKER)
@@ -338,7 +341,7 @@ def is_engram_mcp_server(config: object) -> bool:
         return False
     args = config.get("args")
     parts = [config.get("command"), *(args if isinstance(args, list) else [])]
-    return any(isinstance(p, str) and MCP_SERVER_MODULE in p for p in parts)
+    return any(isinstance(p, str) and any(marker in p for marker in MCP_SERVER_MARKERS) for p in parts)
 
 
 def _object_at(data: JsonObject, key: str, path: Path) -> JsonObject | None:

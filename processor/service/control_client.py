@@ -39,7 +39,7 @@ def request(
     The token is only sent to a port published by a live instance (the pid lock is held): after a
     crash, another local program could have taken over the stale port and would receive the token.
     """
-    port = _live_port(run_dir)
+    port = live_port(run_dir)
     headers = {"Accept": "application/json"}
     if path != "/ping":
         token = read_token(run_dir)
@@ -81,7 +81,7 @@ def ping(run_dir: Path, *, timeout: float = 1.0) -> JSONDict | None:
         return None
 
 
-def _live_port(run_dir: Path) -> int:
+def live_port(run_dir: Path) -> int:
     if not is_running(run_dir):
         raise NotRunning(f"the Engram processor is not running (no lock held in {run_dir})")
     port = read_port(run_dir)

@@ -70,6 +70,11 @@ Route = Callable[[JSONDict], JSONDict]
 # every path under UI_PREFIX, after the loopback Host check; it answers the request in full.
 UiHandler = Callable[[BaseHTTPRequestHandler], None]
 UI_PREFIX = "/ui/"
+# Engram's MCP tools (mcp_tools/host.py): given the authenticated request and its body, the status,
+# headers and body to answer with.
+McpHandler = Callable[[BaseHTTPRequestHandler, bytes], tuple[int, list[tuple[str, str]], bytes]]
+MCP_PATH = "/mcp"
+MAX_MCP_BODY_BYTES = 1024 * 1024  # memory_remember takes a paragraph, not a file
 
 # Loopback names only, optionally with a port. Anything else is a name some other party controls.
 _LOOPBACK_HOST = re.compile(r"(?:localhost|127\.0\.0\.1|\[::1\])(?::\d{1,5})?", re.IGNORECASE)
@@ -195,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
         # Authenticated: from here on the request has a slot no unauthenticated connection can take.
         if not self.server.admit(self.connection):
             return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+        if path == MCP_PATH and control.mcp is not None:
+            return self._answer_mcp(control.mcp)
         allowed = control.methods_for(path)
         if not allowed:
             return self._error(HTTPStatus.NOT_FOUND, f"no endpoint {path}")
@@ -219,7 +226,51 @@ class _Handler(BaseHTTPRequestHandler):
         # Headers arrive as latin-1 text; compare bytes in constant time.
         return hmac.compare_digest(presented.strip().encode("latin-1", "replace"), token.encode("ascii"))
 
+    def _answer_mcp(self, handler: McpHandler) -> None:
+        # Stateless JSON mode: a client only ever POSTs one message and reads its answer.
+        if self.command != "POST":
+            return self._error(HTTPStatus.METHOD_NOT_ALLOWED, "use POST", allow="POST")
+        try:
+            body = self._read_body(MAX_MCP_BODY_BYTES)
+        except RequestRejected as exc:
+            return self._error(exc.status, exc.message)
+        except TimeoutError:
+            return self._error(HTTPStatus.REQUEST_TIMEOUT, "request body not received in time")
+        if body is None:
+            self.close_connection = True
+            return None
+        try:
+            status, headers, payload = handler(self, body)
+        except Exception:
+            log.exception("control endpoint POST %s failed", MCP_PATH)
+            return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the engram log")
+        self.connection.settimeout(self.server.control.request_timeout)
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in ("content-length", "connection"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(payload)
+        return None
+
     def _read_json_body(self, limit: int) -> JSONDict | None:
+        data = self._read_body(limit)
+        if data is None:
+            return None
+        if not data:
+            return {}
+        try:
+            body = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            raise RequestRejected(HTTPStatus.BAD_REQUEST, "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise RequestRejected(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
+        return body
+
+    def _read_body(self, limit: int) -> bytes | None:
+        """The request's body (b"" without one); None when the client went away mid-body."""
         if self.headers.get("Transfer-Encoding") is not None:
             raise RequestRejected(HTTPStatus.LENGTH_REQUIRED,
                                   "send a Content-Length; chunked bodies are refused")
@@ -231,17 +282,9 @@ class _Handler(BaseHTTPRequestHandler):
             # Refused unread: the connection is closed, the body is never buffered.
             raise RequestRejected(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} bytes")
         if length == 0:
-            return {}
+            return b""
         data = self.rfile.read(length)
-        if len(data) < length:
-            return None
-        try:
-            body = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
-            raise RequestRejected(HTTPStatus.BAD_REQUEST, "body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise RequestRejected(HTTPStatus.BAD_REQUEST, "body must be a JSON object")
-        return body
+        return data if len(data) == length else None
 
     def _answer(self, route: Route, body: JSONDict) -> None:
         try:
@@ -377,7 +420,8 @@ class ControlServer:
     ``(METHOD, path)`` to a callable taking the JSON body (``{}`` for GET) and returning a JSON object;
     it may raise RequestRejected for a 4xx answer. ``ping`` returns the fields of ``GET /ping``.
     ``ui``, if given, answers every request under ``/ui/`` (the browser viewer, ``processor/viewer/``):
-    those requests pass the Host check here, and their authentication is the viewer's own.
+    those requests pass the Host check here, and their authentication is the viewer's own. ``mcp``, if
+    given, answers authenticated ``POST /mcp`` requests (Engram's MCP tools, ``mcp_tools/host.py``).
     """
 
     def __init__(
@@ -388,6 +432,7 @@ class ControlServer:
         ping: Callable[[], JSONDict] | None = None,
         *,
         ui: UiHandler | None = None,
+        mcp: McpHandler | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
@@ -403,6 +448,7 @@ class ControlServer:
             self.routes[(method, path)] = fn
         self.ping: Callable[[], JSONDict] = ping or dict
         self.ui = ui
+        self.mcp = mcp
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
         self.max_connections = max_connections

@@ -11,12 +11,14 @@ import logging
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Protocol
 
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.service.control_server import ControlServer, RequestRejected
 from processor.service.pidfile import EXIT_ALREADY_RUNNING, AlreadyRunning, PidFile
-from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog
+from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog, limit_malloc_arenas
 from processor.service.run_loop import Processor
 from processor.service.units import load_env_file
 from processor.status import collect_status
@@ -62,10 +64,25 @@ EXIT_NOT_ENGRAM_DATABASE = 78  # sysexits EX_CONFIG, as the CLI's configuration 
 SWITCH_INTERVAL_SECONDS = 0.0005
 
 
-def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) -> int:
+class ToolsHost(Protocol):
+    """Engram's MCP tools served at /mcp (``mcp_tools/host.py``: the tools sit above this layer)."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def handle(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]: ...
+
+
+ToolsHostFactory = Callable[[Settings, Callable[[], Any]], ToolsHost]
+
+
+def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False,
+                tools: ToolsHostFactory | None = None) -> int:
+    """tools: builds the host of the MCP tools (given the settings and the per-thread store factory);
+    without it the processor serves no /mcp and each session's bridge runs its own server."""
     settings = load_settings(overrides=overrides)
     ensure_home(settings)
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+    limit_malloc_arenas()
     from processor.service.logs import setup_logging
 
     setup_logging(settings)
@@ -87,12 +104,12 @@ def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False) 
         names = load_env_file(settings.home / "env")
         if names:
             log.info("environment from %s: %s", settings.home / "env", ", ".join(names))
-        return _serve(settings, overrides, mock)
+        return _serve(settings, overrides, mock, tools)
     finally:
         lock.release()
 
 
-def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> int:
+def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, tools: ToolsHostFactory | None) -> int:
     processor = Processor(settings, mock=mock)
     # The claude backend's CLI and anything it starts: found by walking our process tree at shutdown.
     children = ChildProcesses()
@@ -101,6 +118,8 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> 
         on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds,
     )
     viewer = Viewer(processor.holder, processor.viewer_store, stop=processor.stop_event)
+    # The MCP tools every Claude Code session calls, with this process's warm model (their bridges connect here).
+    mcp = tools(settings, processor.memory.reader) if tools is not None else None
     control = ControlServer(
         settings.run_dir, port=settings.http_port, ping=processor.ping_info,
         routes={
@@ -110,6 +129,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> 
             ("POST", LOGIN_PATH): login_route(viewer, lambda: control.port),
         },
         ui=viewer.handle,
+        mcp=mcp.handle if mcp is not None else None,
     )
 
     def on_stop(signum: int, _frame: object) -> None:
@@ -130,12 +150,16 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool) -> 
     signal.signal(signal.SIGHUP, on_reload)
     started = time.monotonic()
     try:
+        if mcp is not None:
+            mcp.start()
         control.start()
         watchdog.start()
         processor.run()
     finally:
         watchdog.stop()
         control.stop()
+        if mcp is not None:
+            mcp.stop()
         outcome = children.shutdown(grace=settings.child_grace_seconds)
         if outcome.killed or outcome.survivors:
             log.warning("child processes at shutdown: killed %s, survivors %s", outcome.killed, outcome.survivors)

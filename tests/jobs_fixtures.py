@@ -9,6 +9,7 @@ from typing import Any
 from processor.config import Settings, ensure_home, load_settings
 from processor.jobs.queue import JobRunner
 from processor.store import open_store, write_transaction
+from processor.store.sessions import index_new_messages
 
 TEST_DEFAULTS: dict[str, Any] = {
     "extractor": "verbatim",
@@ -55,6 +56,7 @@ def add_messages(settings: Settings, session_id: str, turns: list[tuple[str, str
                     "INSERT INTO messages (uuid, session_id, role, text, ts_ms, line_offset) VALUES (?, ?, ?, ?, ?, ?)",
                     (str(uuidlib.uuid4()), session_id, role, text, first + i * step_ms, i))
                 ids.append(conn.last_insert_rowid())
+            index_new_messages(conn, ids[:])  # capture indexes its rows for full-text search the same way
     finally:
         conn.close()
     return ids

@@ -158,6 +158,10 @@ def _tail_all(db: Path, batch_bytes: int) -> tuple[list[tuple], list[tuple]]:
                             "ORDER BY id").fetchall()
     merged = conn.execute("SELECT line_uuid, message_uuid FROM message_lines ORDER BY line_uuid").fetchall()
     search = conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'test'").fetchall()
+    # Every row indexed once, with its stored text (rank 1: FTS5 checks the index against the table too).
+    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
+    search += conn.execute("SELECT count(*) FROM messages_fts_docsize").fetchall()
+    search += conn.execute("SELECT count(*) FROM messages").fetchall()
     conn.close()
     return messages, merged + search
 
@@ -176,3 +180,32 @@ def test_a_messages_parts_in_one_batch_are_stored_as_the_part_by_part_appends_st
     assert len(whole[0]) > 500 and any(row[5] for row in whole[0])
     assert len(whole[1]) > 100  # parts merged into their message, recorded
     assert whole == split == part_by_part
+    assert whole[1][-1] == whole[1][-2]  # as many index entries as rows
+
+
+def test_a_store_from_before_batch_indexing_keeps_its_index_and_indexes_new_rows(tmp_path: Path) -> None:
+    """m015 drops the per-row insert trigger: rows indexed by it stay found, new rows are indexed by capture."""
+    import apsw
+
+    from processor.capture.tailer import Tailer
+    from processor.store import migrations, open_store
+
+    conn = apsw.Connection(str(tmp_path / "old.db"))
+    migrations.applied_migrations(conn)
+    for migration in migrations.MIGRATIONS[:14]:  # up to m014: the trigger indexes every insert
+        migration(conn)
+        conn.execute("INSERT INTO schema_migrations(name, applied_at) VALUES (?, 0)", (migration.__name__,))
+    conn.execute("INSERT INTO messages (uuid, session_id, role, text, line_offset) "
+                 "VALUES ('old-row', 's', 'user', 'zanzibar before the upgrade', 0)")
+    conn.close()
+    conn = open_store(tmp_path / "old.db")  # migrates
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'messages_fts_insert'").fetchone() == (0,)
+    tailer = Tailer(conn)
+    for path in sorted(FIXTURE_PROJECTS.glob("*/*.jsonl"))[:3]:
+        tailer.tail(path)
+    conn.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
+    rows = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert rows > 10 and conn.execute("SELECT count(*) FROM messages_fts_docsize").fetchone() == (rows,)
+    assert conn.execute("SELECT uuid FROM messages_fts JOIN messages ON messages.id = messages_fts.rowid "
+                        "WHERE messages_fts MATCH 'zanzibar'").fetchall() == [("old-row",)]
+    conn.close()

@@ -62,6 +62,11 @@ def test_commit_messages_are_read_from_every_form() -> None:
     assert signals.from_bash("git commit --message=Tidy && git push").text == "Tidy"
     assert signals.from_bash("git status && git log --oneline") is None
     assert signals.from_bash("git commit -m 'unbalanced") is None
+    # A heredoc body is raw text: its quotes stay, and cannot unbalance the command around it.
+    quoted = "git commit -m \"$(cat <<'EOF'\nMark \"!CORRUPTED\" entries; don't skip them\nEOF\n)\" && git push"
+    assert signals.from_bash(quoted).text == "Mark \"!CORRUPTED\" entries; don't skip them"
+    tracker = "gh issue close 7 --comment \"$(cat <<'EOF'\nFixed by 'a1b2c3d'\nEOF\n)\""
+    assert signals.from_bash(tracker).text == "gh issue close: Fixed by 'a1b2c3d'"
     closed = signals.from_bash('bd close eng-12 --reason "Chose SQLite over Postgres: one file"')
     assert closed.text == "bd close: Chose SQLite over Postgres: one file"
     assert signals.kind_of(closed.text) == "decision"

@@ -60,13 +60,32 @@ def _heredoc_body(value: str) -> str:
     return match.group(3) if match else value
 
 
+_SET_ASIDE = re.compile("\x00heredoc(\\d+)\x00")
+
+
 def _words(command: str) -> list[str] | None:
+    # Heredoc bodies (most commit messages) are set aside while shlex splits the line and put back in the
+    # word that held them: shlex reads in Python, a character at a time, and a body is most of a commit
+    # command. A body is raw text to the shell (quoted delimiter) or expanded later, never split into
+    # words, so quotes inside it no longer derail the split either.
+    bodies: list[str] = []
+
+    def set_aside(match: re.Match[str]) -> str:
+        bodies.append(match.group(3))
+        whole, start = match.group(0), match.start(0)
+        return f"{whole[:match.start(3) - start]}\x00heredoc{len(bodies) - 1}\x00{whole[match.end(3) - start:]}"
+
+    if "<<" in command and "\x00" not in command:
+        command = _HEREDOC.sub(set_aside, command)
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
         lexer.whitespace_split = True
-        return list(lexer)
+        words = list(lexer)
     except ValueError:
         return None
+    if bodies:
+        words = [_SET_ASIDE.sub(lambda m: bodies[int(m.group(1))], word) for word in words]
+    return words
 
 
 def _segments(words: list[str]) -> list[list[str]]:

@@ -479,6 +479,14 @@ def m014_auto_memory(conn: apsw.Connection) -> None:
     )
 
 
+def m015_messages_indexed_per_batch(conn: apsw.Connection) -> None:
+    # FTS5 writes its pending terms out as a new segment at the end of every statement that adds to it
+    # (each statement is a savepoint), so the insert trigger made one segment per message, and merging
+    # them cost a fifth of capture's time. Capture now indexes each batch's new rows in one statement
+    # (store/sessions.py `index_new_messages`); the update and delete triggers stay.
+    conn.execute("DROP TRIGGER IF EXISTS messages_fts_insert")
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -494,6 +502,7 @@ MIGRATIONS: list[Migration] = [
     m012_injections,
     m013_tool_signals,
     m014_auto_memory,
+    m015_messages_indexed_per_batch,
 ]
 
 

@@ -5,6 +5,7 @@ Callers own the transaction (see write_transaction); these functions only run st
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,14 +92,24 @@ def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_o
     appended to the row of the first part, and message_lines records each merged
     part so that re-reading the file never appends it twice.
     """
+    unindexed: list[int] = []
+    new = _store_line(conn, session_id, line, line_offset, unindexed)
+    index_new_messages(conn, unindexed)
+    return new
+
+
+def _store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int,
+                unindexed: list[int]) -> bool:
     target = _message_row(conn, session_id, line.api_message_id)
     if target is None:
-        return _insert_message(conn, session_id, line, line_offset, line.text)
+        return _insert_message(conn, session_id, line, line_offset, line.text, unindexed)
     if target == line.uuid:
         return False  # the first part itself, read again
     conn.execute("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)", (line.uuid, target))
     if conn.changes() == 0:
         return False
+    # The update trigger replaces the row's full-text entry, so the row must have one first.
+    index_new_messages(conn, unindexed)
     conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
     return True
 
@@ -112,7 +123,10 @@ def _message_row(conn: apsw.Connection, session_id: str, api_message_id: str | N
     return row[0] if row else None
 
 
-def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int, text: str) -> bool:
+def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int, text: str,
+                    unindexed: list[int]) -> bool:
+    """Insert the row (not yet in the full-text index: its id is added to `unindexed`); False when this
+    uuid is stored already (a re-read, or a resumed session's copy)."""
     conn.execute(
         """
         INSERT OR IGNORE INTO messages (uuid, session_id, parent_uuid, role, timestamp, ts_ms, cwd, git_branch,
@@ -122,7 +136,22 @@ def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, l
         (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
          line.git_branch, text, line_offset, line.api_message_id),
     )
-    return conn.changes() == 1  # 0: this uuid is stored already (a re-read, or a resumed session's copy)
+    if conn.changes() != 1:
+        return False
+    unindexed.append(conn.last_insert_rowid())
+    return True
+
+
+def index_new_messages(conn: apsw.Connection, unindexed: list[int]) -> None:
+    """Add these new rows to the messages' full-text index, in one statement, and clear the list.
+
+    One statement per batch, not a trigger per row: FTS5 writes a segment at the end of each statement
+    that adds to it (see migration m015). Every insert reaches here before its transaction commits.
+    """
+    if unindexed:
+        conn.execute("INSERT INTO messages_fts(rowid, text) SELECT id, text FROM messages "
+                     "WHERE id IN (SELECT value FROM json_each(?)) ORDER BY id", (json.dumps(unindexed),))
+        unindexed.clear()
 
 
 def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[MessageLine, int]]) -> list[bool]:
@@ -132,6 +161,7 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
     message's id) that arrive in one batch are written at once: the row is inserted with their texts
     joined, instead of inserted and then appended to once per part. Each append rewrote the row's
     full-text entry, so a message of k parts was tokenised k times. The stored text is the same.
+    The batch's new rows are indexed for full-text search together, at the end.
     """
     parts: dict[str, list[int]] = {}  # api message id → indexes of its parts in this batch
     for index, (line, _) in enumerate(lines):
@@ -139,26 +169,30 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
             parts.setdefault(line.api_message_id, []).append(index)
     new = [False] * len(lines)
     merged: set[int] = set()
+    unindexed: list[int] = []
     for index, (line, offset) in enumerate(lines):
         if index in merged:
             continue
         group = parts.get(line.api_message_id or "", [])
-        if len(group) > 1 and group[0] == index and _store_as_one(conn, session_id, [lines[i] for i in group]):
+        if len(group) > 1 and group[0] == index and _store_as_one(conn, session_id, [lines[i] for i in group],
+                                                                   unindexed):
             for i in group:
                 new[i] = True
             merged.update(group)
             continue
-        new[index] = store_line(conn, session_id, line, offset)
+        new[index] = _store_line(conn, session_id, line, offset, unindexed)
+    index_new_messages(conn, unindexed)
     return new
 
 
-def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[MessageLine, int]]) -> bool:
+def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[MessageLine, int]],
+                  unindexed: list[int]) -> bool:
     """A new message's parts as one row; False (nothing written) when the message has a row already,
     or its first line is stored under another message: then the parts go one by one."""
     first, offset = parts[0]
     if _message_row(conn, session_id, first.api_message_id) is not None:
         return False
-    if not _insert_message(conn, session_id, first, offset, "\n".join(line.text for line, _ in parts)):
+    if not _insert_message(conn, session_id, first, offset, "\n".join(line.text for line, _ in parts), unindexed):
         return False
     conn.executemany("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)",
                      [(line.uuid, first.uuid) for line, _ in parts[1:]])

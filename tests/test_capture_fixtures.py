@@ -195,6 +195,8 @@ def test_a_store_from_before_batch_indexing_keeps_its_index_and_indexes_new_rows
     for migration in migrations.MIGRATIONS[:14]:  # up to m014: the trigger indexes every insert
         migration(conn)
         conn.execute("INSERT INTO schema_migrations(name, applied_at) VALUES (?, 0)", (migration.__name__,))
+    conn.execute("INSERT INTO sessions (session_id, transcript_path, created_at, updated_at) "
+                 "VALUES ('s', '/old/s.jsonl', 0, 0)")
     conn.execute("INSERT INTO messages (uuid, session_id, role, text, line_offset) "
                  "VALUES ('old-row', 's', 'user', 'zanzibar before the upgrade', 0)")
     conn.close()

@@ -181,6 +181,9 @@ def _tool_results(content: object, awaited: Collection[str]) -> tuple[ToolResult
     )
 
 
+_PARSE_ANYWAY = re.compile(rb'"type":(?: |"(?:text|tool_use)")')
+
+
 def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bool:
     """Byte-level shortcut for the lines that dominate a transcript's size, before json.loads.
 
@@ -188,12 +191,14 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
     text (inside a JSON string its quotes would be escaped). Anything unusual falls through to
     the full parse, which stays the judge of what is malformed.
     """
-    if not (raw.startswith(b"{") and raw.endswith((b"}", b"}\r"))) or b'"type": ' in raw:
+    if not (raw.startswith(b"{") and raw.endswith((b"}", b"}\r"))):
         return False
+    # JSON with spaces after colons is not Claude Code's compact form: the parser judges it.
     if b'"type":"user"' not in raw and b'"type":"assistant"' not in raw:
-        return True  # summary, system, attachment, progress, snapshot lines…
-    # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited.
-    if b'"type":"tool_result"' in raw and b'"type":"text"' not in raw and b'"type":"tool_use"' not in raw:
+        return b'"type": ' not in raw  # summary, system, attachment, progress, snapshot lines…
+    # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited. One scan
+    # for the spaced form, text and tool uses: these lines are long.
+    if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None:
         return not (awaited and any(m.decode(errors="replace") in awaited for m in _TOOL_USE_ID.findall(raw)))
     return False
 

@@ -730,22 +730,24 @@ class _LiteralGate:
         self._owners = owners
         self._automaton = ahocorasick_rs.BytesAhoCorasick(literals) if literals else None
 
-    def runnable(self, data: bytes) -> set[int] | None:
-        """Positions of gated rules whose opening occurs in ``data`` (None: nothing is gated)."""
+        self._always = tuple(position for position in range(len(rules)) if position not in self.gated)
+        self._every = tuple(range(len(rules)))
+
+    def to_run(self, data: bytes) -> list[int] | tuple[int, ...]:
+        """Positions of the rules to run on ``data``, in order: the ungated ones and the gated ones whose
+        opening occurs in it (usually none, so the loop over the rules is short)."""
         if self._automaton is None:
-            return None
-        return {self._owners[i] for i, _, _ in self._automaton.find_matches_as_indexes(data, overlapping=True)}
+            return self._every
+        found = {self._owners[i] for i, _, _ in self._automaton.find_matches_as_indexes(data, overlapping=True)}
+        return sorted(found.union(self._always)) if found else self._always
 
 
 _GATE = _LiteralGate(_RULES)
 
 
 def _redact_once(data: bytes) -> bytes:
-    runnable = _GATE.runnable(data)
-    for position, rule in enumerate(_RULES):
-        if runnable is not None and position in _GATE.gated and position not in runnable:
-            continue
-        data = rule.apply(data)
+    for position in _GATE.to_run(data):
+        data = _RULES[position].apply(data)
     return data
 
 

@@ -497,6 +497,10 @@ def check_claude_mcp(probe: _Probe) -> Check:
     gone = _missing_programs([a for a in [server.get("command"), *args] if isinstance(a, str)])
     if gone:
         return _error(name, f"the engram MCP server needs {probe.show(Path(gone[0]))}, which is gone", "engram install")
+    if cs.MCP_SERVER_MODULE not in args:
+        return _warning(name, f"{cs.MCP_SERVER_NAME!r} in {shown} is an earlier Engram's registration: a server of its "
+                        "own per session, which takes over a second to start",
+                        "engram install (registers the bridge to the running processor)")
     return _ok(name, f"{cs.MCP_SERVER_NAME!r} registered in {shown}")
 
 

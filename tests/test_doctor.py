@@ -370,3 +370,14 @@ def test_doctor_lists_files_that_cannot_be_captured_and_the_processors_own_list(
     assert "dangling.jsonl: symbolic link to missing" in check.detail
     assert "over max_line_bytes" in check.detail
     assert (project / "pipe.jsonl").exists()  # doctor changed nothing
+
+
+def test_an_earlier_engrams_mcp_registration_is_a_warning(healthy: Home) -> None:
+    """Registered before the bridge: a full server per session (over a second to start) still works."""
+    path = claude_settings.default_mcp_config_path(healthy.env)
+    config = json.loads(path.read_text())
+    config["mcpServers"]["engram"]["args"] = ["-I", "-m", "mcp_tools.server"]
+    path.write_text(json.dumps(config))
+    check = by_name(run_checks(healthy.env))["Claude Code MCP server"]
+    assert not check.ok and check.severity == "warning" and "earlier Engram" in check.detail
+    assert (check.fix or "").startswith("engram install")

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
+from pathlib import Path
 from typing import IO
 
 from mcp_tools import PROJECT_HEADER, SESSION_HEADER
@@ -52,8 +53,6 @@ class ProcessorLink:
     """POSTs messages to the processor's /mcp, re-reading its port and token once when they changed."""
 
     def __init__(self, run_dir: os.PathLike[str] | str, cwd: str) -> None:
-        from pathlib import Path
-
         self.run_dir = Path(run_dir)
         self.cwd = urllib.parse.quote(cwd, safe="/")
         session = os.environ.get(SESSION_ENV, "")
@@ -80,20 +79,26 @@ class ProcessorLink:
         return self._address
 
     def post(self, message: bytes) -> bytes:
-        """The processor's answer to one message (b"" for a notification); LinkDown when there is none."""
-        for attempt in (1, 2):
+        """The processor's answer to one message (b"" for a notification); LinkDown when there is none.
+
+        A refused connection or a refused token (the processor restarted: new port, new token) is tried
+        once more with the files re-read; nothing was carried out then. Any other failure is LinkDown,
+        and the message goes to the bridge's own server: after a timeout it may then run twice.
+        """
+        retried = False
+        while True:
             port, token = self._address or self._refresh()
             try:
                 status, body = self._post_once(port, token, message)
-            except OSError as exc:
+            except ConnectionRefusedError as exc:
                 status, body = 0, str(exc).encode()
+            except OSError as exc:
+                raise LinkDown(str(exc)) from None
             if status in (200, 202):
                 return body.strip()
-            if attempt == 1 and status in (0, 401):  # a restarted processor: new port or token
-                self._address = None
-                continue
-            raise LinkDown(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
-        raise AssertionError("unreachable")
+            if retried or status not in (0, 401):
+                raise LinkDown(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
+            retried, self._address = True, None
 
     def _post_once(self, port: int, token: str, message: bytes) -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json",

@@ -1,6 +1,6 @@
-"""Engram's MCP server: the memory tools Claude Code calls, over stdio.
+"""Engram's MCP server: the memory tools Claude Code calls.
 
-Start it the way Claude Code does, from the project directory::
+Start it on stdio from the project directory (the bridge does, when no processor answers)::
 
     python -m mcp_tools.server
 
@@ -23,8 +23,12 @@ text when there is one (1.5–1.8× the characters of the text), so the server C
 (``main``) declares no output schemas and returns the compact text only; ``build_server(...,
 structured=True)`` (the default, for programs and tests) adds the structured copy.
 
-Recall while the processor runs goes over its control plane (``POST /recall``), where the embedding
-model is already warm: the first recall costs a request, not a model load. When the processor is down,
+Where it runs: the running processor serves these tools itself (``mcp_tools/host.py``, ``POST /mcp``)
+with its warm model and vectors, and the command Claude Code starts is the stdlib bridge
+(``mcp_tools/bridge.py``) that passes each session there; each request then names the client's directory
+and session in headers. This in-process server is the bridge's fallback when no processor answers; its
+recall still goes over the processor's control plane (``POST /recall``) whenever one is up, where the
+embedding model is already warm: the first recall costs a request, not a model load. When the processor is down,
 or does not answer, the server searches in-process as before. The calling session (Claude Code's
 ``claudecode/sessionId`` request meta, else ``$CLAUDE_CODE_SESSION_ID``) is passed along, so messages of
 the same session not yet in a memory are found too.

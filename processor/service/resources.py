@@ -67,9 +67,10 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
     glibc gives each thread that allocates its own arena, up to 8 per core, and memory freed in one is not
     reused by another: the processor's capture, memory, job, control-plane and MCP threads held about
     20 MB more resident memory under load than with two arenas (bench/load.py). Python's small objects
-    do not go through malloc, so the extra locking is not on a hot path. Not glibc (macOS): nothing to do.
+    do not go through malloc, so the extra locking is not on a hot path. Not glibc (macOS), or
+    ``MALLOC_ARENA_MAX`` set in the environment: nothing to do.
     """
-    if not _LINUX:
+    if not _LINUX or os.environ.get("MALLOC_ARENA_MAX"):  # the user's own setting, which glibc applied
         return False
     try:
         import ctypes

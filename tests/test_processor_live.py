@@ -12,6 +12,7 @@ from pathlib import Path
 
 import apsw
 
+from processor.service.control_client import ping
 from tests.conftest import FIXTURE_PROJECTS, REPO, query_live_db, run_engram
 from tests.transcripts import user_line
 
@@ -125,3 +126,34 @@ def test_sigkill_at_random_moments_during_replay_ends_with_the_rows_of_a_clean_r
     clean_rows = snapshot(clean_home / "engram.db")
     assert len(clean_rows) > 50
     assert killed_rows == clean_rows
+
+
+def test_on_a_fresh_home_the_first_session_is_captured_when_its_folder_appears(tmp_path: Path) -> None:
+    """No ~/.claude/projects at start (nor ~/.claude): the processor watches the nearest folder that exists
+    and picks the first session up as soon as it is written, not at the next rescan (set to an hour here)."""
+    home, claude = tmp_path / "home", tmp_path / "user-home" / ".claude"
+    claude.parent.mkdir()
+    projects = claude / "projects"
+    env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects),
+           "ENGRAM_RESCAN_SECONDS": "3600"}
+    proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        db = home / "engram.db"
+        wait_for(lambda: ping(home / "run") is not None, timeout=60)
+        time.sleep(0.5)  # past start-up: what follows is the live path, not the first discovery
+        transcript = projects / "-tmp-app" / f"{SID}.jsonl"
+        claude.mkdir()  # Claude Code creates its folders one by one, then writes the first line
+        time.sleep(0.2)
+        transcript.parent.mkdir(parents=True)
+        transcript.write_text(user_line("the very first message", session_id=SID))
+        took = wait_for(lambda: message_texts(db) == ["the very first message"], timeout=10)
+        assert took < 2.0, took
+        with open(transcript, "a") as f:  # and the root is watched from then on
+            f.write(user_line("the second message", session_id=SID))
+        wait_for(lambda: len(message_texts(db)) == 2, timeout=2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    assert "watching" in err and str(tmp_path / "user-home") in err

@@ -125,3 +125,60 @@ class FolderWatcher:
             self._observer.stop()
             self._observer.join(timeout=5)
             self._observer = None
+
+
+class _AnyEventHandler(FileSystemEventHandler):
+    def __init__(self, notify: Callable[[], None]) -> None:
+        self.notify = notify
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self.notify()
+
+
+def nearest_existing(path: Path) -> Path | None:
+    """The path itself or its closest ancestor that is a directory now."""
+    for folder in (path, *path.parents):
+        if folder.is_dir():
+            return folder
+    return None
+
+
+class AppearanceWatcher:
+    """Until a folder exists, watches its nearest existing ancestor (not recursively: that may be the home
+    folder) and calls `notify` on any change there, so the caller can look again at once.
+
+    A fresh home has no ``~/.claude/projects`` until Claude Code's first session writes its first line;
+    without this, that session waited for the next periodic rescan (a minute) to be captured.
+    """
+
+    def __init__(self, target: Path, notify: Callable[[], None]) -> None:
+        self.target = target
+        self.notify = notify
+        self.watched: Path | None = None
+        self._observer: Observer | None = None
+
+    def follow(self) -> bool:
+        """(Re)point the watch at the nearest existing ancestor; False (and nothing watched) once the
+        target exists or nothing can be watched."""
+        folder = None if self.target.is_dir() else nearest_existing(self.target.parent)
+        if folder == self.watched and (folder is None or self._observer is not None):
+            return folder is not None
+        self.stop()
+        if folder is None:
+            return False
+        observer = Observer()
+        observer.schedule(_AnyEventHandler(self.notify), str(folder), recursive=False)
+        try:
+            observer.start()
+        except OSError as exc:
+            log.warning("cannot watch %s for %s to appear: %s; relying on periodic rescans", folder, self.target, exc)
+            return False
+        self._observer, self.watched = observer, folder
+        return True
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+        self.watched = None

@@ -22,7 +22,7 @@ from processor.capture.discover import TranscriptFilter, discover
 from processor.capture.parse import CapturedLine
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
 from processor.capture.tailer import Tailer, TailResult
-from processor.capture.watcher import FolderWatcher, TranscriptWatcher
+from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
@@ -191,13 +191,20 @@ class Processor:
         queue_marker = self.settings.queue_dir
         queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
         injection_watcher = FolderWatcher(self.settings.recollections_dir, self.ingest_injections)
+        # Put on the paths queue when something changes where the missing transcripts root will appear.
+        root_marker = self.filter.root
+        appearance = AppearanceWatcher(self.filter.root, lambda: self.paths.put(root_marker))
         self.memory.start()
         self.jobs.start()
         try:
             queue_watcher.start()
             injection_watcher.start()
             watching = watcher.start()
-            log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
+            if not watching and appearance.follow():
+                log.info("capturing %s (root missing: watching %s until it appears)", self.filter.root,
+                         appearance.watched)
+            else:
+                log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
             pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days,
                                               self.problems))
             self._read_all_auto_memory()
@@ -210,14 +217,18 @@ class Processor:
                 if queue_marker in pending:
                     pending.discard(queue_marker)
                     self.jobs.wake()
+                if root_marker in pending:  # a change where the root will appear
+                    pending.discard(root_marker)
+                    if _watch_root(watcher, appearance):
+                        pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days,
+                                                self.problems))
                 locked = {path for path in sorted(pending) if not self.stop_event.is_set()
                           and not self._tail(tailer, path)}
                 # Paths that met a locked database are retried after a pause; nothing is dropped.
                 pending = self._drain(timeout=_IDLE_WAIT_SECONDS) | locked
                 if time.monotonic() >= next_rescan:
                     next_rescan = time.monotonic() + self.settings.rescan_seconds
-                    if not watcher.alive and watcher.start():
-                        log.info("watching %s again", self.filter.root)
+                    _watch_root(watcher, appearance)
                     pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days,
                                             self.problems))
                     self._read_all_auto_memory()  # unchanged files cost a stat each
@@ -227,6 +238,7 @@ class Processor:
         finally:
             queue_watcher.stop()
             injection_watcher.stop()
+            appearance.stop()
             watcher.stop()
             self.jobs.stop()
             self.memory.stop()
@@ -270,3 +282,12 @@ class Processor:
             if os.path.isdir(path.parent / MEMORY_FOLDER):
                 self.read_auto_memory(path.parent / MEMORY_FOLDER)
         return True
+
+
+def _watch_root(watcher: TranscriptWatcher, appearance: AppearanceWatcher) -> bool:
+    """Start watching the transcripts root if it exists now (True when this call started it); while it
+    is missing, keep the appearance watch on its nearest existing ancestor."""
+    if watcher.alive or appearance.follow() or not watcher.start():
+        return False
+    log.info("watching %s", watcher.filter.root)
+    return True

@@ -73,6 +73,13 @@ class McpHost:
             self._thread.join(timeout=5)
             self._thread = None
 
+    @property
+    def state(self) -> str:
+        """For /ping and `engram doctor`: "loading", "ready" or "unavailable: <why>"."""
+        if self.error is not None:
+            return f"unavailable: {self.error}"
+        return "ready" if self._loop is not None and self._ready.is_set() else "loading"
+
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
 

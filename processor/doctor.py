@@ -561,10 +561,17 @@ def check_processor(probe: _Probe) -> Check:
         return _error(name, f"running ({pid}) but not answering on port {read_port(run_dir)}",
                       "check engram service logs; restart it: engram service restart")
     facts = [pid]
-    if isinstance(answer.get("uptime_s"), int | float):
-        facts.append(f"up {_duration(float(answer['uptime_s']))}")
+    if isinstance(answer.get("uptime_seconds"), int | float):
+        facts.append(f"up {_duration(float(answer['uptime_seconds']))}")
     if answer.get("queue_depth") is not None:
         facts.append(f"queue {answer['queue_depth']}")
+    tools = answer.get("mcp_tools")
+    if isinstance(tools, str) and tools.startswith("unavailable"):
+        return _warning(name, f"running ({', '.join(facts)}), but its MCP tools are {tools}: each Claude Code "
+                        "session starts a server of its own (over a second to start)",
+                        "see the engram log; restart it: engram service restart")
+    if isinstance(tools, str):
+        facts.append(f"MCP tools {tools}")
     return _ok(name, f"running ({', '.join(facts)})")
 
 

@@ -10,7 +10,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ class Home:
     env: dict[str, str]
     home: Path
     claude: Path
+    ping: dict = field(default_factory=dict)  # what the fake processor's /ping answers
 
     @property
     def db(self) -> Path:
@@ -78,9 +79,9 @@ def healthy(tmp_path: Path, shared_models_dir: Path) -> Iterator[Home]:
     unit = units.service_file(settings.home, settings.logs_dir, env=env)
     unit.path.parent.mkdir(parents=True)
     unit.path.write_text(unit.text)
-    ping = {"uptime_s": 42.0, "queue_depth": 0}
+    ping = {"uptime_seconds": 42.0, "queue_depth": 0, "mcp_tools": "ready"}
     with PidFile(settings.run_dir), ControlServer(settings.run_dir, port=0, ping=lambda: ping, poll_interval=0.02):
-        yield Home(env, settings.home, Path(env["CLAUDE_CONFIG_DIR"]))
+        yield Home(env, settings.home, Path(env["CLAUDE_CONFIG_DIR"]), ping)
 
 
 # --------------------------------------------------------------------------- the two homes
@@ -95,6 +96,7 @@ def test_healthy_home_is_all_green(healthy: Home) -> None:
     assert "✗" not in report and "!" not in report and report.rstrip().endswith("no problems")
     found = by_name(checks)
     assert "running" in found["processor"].detail and "up 42 s" in found["processor"].detail
+    assert "MCP tools ready" in found["processor"].detail
     assert found["LLM spend today"].detail == "$0.00 of the $0.50 daily budget (UTC day)"
     assert found["stored vectors"].detail == f"made by {MODEL_NAME}, the configured model"
     assert "1 project" in found["transcripts"].detail
@@ -381,3 +383,10 @@ def test_an_earlier_engrams_mcp_registration_is_a_warning(healthy: Home) -> None
     check = by_name(run_checks(healthy.env))["Claude Code MCP server"]
     assert not check.ok and check.severity == "warning" and "earlier Engram" in check.detail
     assert (check.fix or "").startswith("engram install")
+
+
+def test_a_processor_that_cannot_serve_the_mcp_tools_is_a_warning(healthy: Home) -> None:
+    healthy.ping["mcp_tools"] = "unavailable: ImportError: no module named mcp"
+    check = by_name(run_checks(healthy.env))["processor"]
+    assert not check.ok and check.severity == "warning" and "ImportError" in check.detail
+    assert "server of its own" in check.detail

@@ -117,6 +117,7 @@ async def test_the_running_processor_serves_the_tools_through_the_bridge(workspa
     assert ids["here"] in recalled and ids["there"] not in recalled
     assert ids["here"] in everywhere and ids["there"] in everywhere
     assert status.startswith("The Engram processor is running")
+    assert (ping(settings.run_dir) or {}).get("mcp_tools") == "ready"  # what `engram doctor` shows
     assert remembered.startswith("Queued; the Engram processor stores it")
     repo = str(start_dir.parent)
     deadline = time.monotonic() + 30

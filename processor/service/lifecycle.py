@@ -67,6 +67,8 @@ SWITCH_INTERVAL_SECONDS = 0.0005
 class ToolsHost(Protocol):
     """Engram's MCP tools served at /mcp (``mcp_tools/host.py``: the tools sit above this layer)."""
 
+    @property
+    def state(self) -> str: ...
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def handle(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]: ...
@@ -121,7 +123,8 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
     # The MCP tools every Claude Code session calls, with this process's warm model (their bridges connect here).
     mcp = tools(settings, processor.memory.reader) if tools is not None else None
     control = ControlServer(
-        settings.run_dir, port=settings.http_port, ping=processor.ping_info,
+        settings.run_dir, port=settings.http_port,
+        ping=lambda: {**processor.ping_info(), "mcp_tools": mcp.state if mcp is not None else "not served"},
         routes={
             ("GET", "/status"): lambda _body: _status(processor),
             ("POST", "/recall"): _recall_route(processor),

@@ -31,15 +31,13 @@ import urllib.parse
 from pathlib import Path
 from typing import IO
 
-from mcp_tools import PROJECT_HEADER, SESSION_HEADER
+from mcp_tools import CALL_TIMEOUT_SECONDS, PROJECT_HEADER, SESSION_HEADER
 from processor.config import ConfigError, load_settings
 from processor.service.control_client import NotRunning, live_port
 from processor.service.control_files import read_token
 from processor.service.control_server import MCP_PATH
 
 VERSION_HEADER = "MCP-Protocol-Version"
-# Well above a search (milliseconds) and below Claude Code's own tool timeout.
-CALL_TIMEOUT_SECONDS = 30.0
 HANDSHAKE = ("initialize", "notifications/initialized")
 SERVER_MODULE = "mcp_tools.server"
 SESSION_ENV = "CLAUDE_CODE_SESSION_ID"  # what Claude Code sets for the MCP servers it starts

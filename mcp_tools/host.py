@@ -32,6 +32,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
+from mcp_tools import CALL_TIMEOUT_SECONDS
 from processor.config import Settings
 from processor.service.control_server import MAX_MCP_BODY_BYTES, MCP_PATH
 
@@ -40,9 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A tool call is a search or a small write; past this the bridge gets an error and falls back to its own
-# in-process server.
-CALL_TIMEOUT_SECONDS = 30.0
 # How long a request waits for the SDK to finish loading at start-up before it is refused (the bridge then
 # serves that session itself).
 READY_TIMEOUT_SECONDS = 10.0
@@ -79,9 +77,6 @@ class McpHost:
         if self.error is not None:
             return f"unavailable: {self.error}"
         return "ready" if self._loop is not None and self._ready.is_set() else "loading"
-
-    def wait_ready(self, timeout: float) -> bool:
-        return self._ready.wait(timeout)
 
     def _run(self) -> None:
         try:

@@ -20,6 +20,20 @@ from processor.capture.discover import TranscriptFilter
 log = logging.getLogger(__name__)
 
 
+def _watch(handler: FileSystemEventHandler, folder: Path, *, recursive: bool) -> Observer:
+    """A started observer of `folder` (OSError when it cannot be watched)."""
+    observer = Observer()
+    observer.schedule(handler, str(folder), recursive=recursive)
+    observer.start()
+    return observer
+
+
+def _unwatch(observer: Observer | None) -> None:
+    if observer is not None:
+        observer.stop()
+        observer.join(timeout=5)
+
+
 class _QueueingHandler(FileSystemEventHandler):
     def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None],
                  on_memory: Callable[[Path], None] | None = None) -> None:
@@ -78,11 +92,9 @@ class TranscriptWatcher:
         self.stop()
         if not self.filter.root.is_dir():
             return False
-        observer = Observer()
-        observer.schedule(_QueueingHandler(self.filter, self.paths, self.on_memory), str(self.filter.root),
-                          recursive=True)
         try:
-            observer.start()
+            observer = _watch(_QueueingHandler(self.filter, self.paths, self.on_memory), self.filter.root,
+                              recursive=True)
         except OSError as exc:
             log.warning("cannot watch %s: %s; relying on periodic rescans", self.filter.root, exc)
             return False
@@ -90,10 +102,8 @@ class TranscriptWatcher:
         return True
 
     def stop(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
-            self._observer = None
+        _unwatch(self._observer)
+        self._observer = None
 
 
 class _NotifyingHandler(FileSystemEventHandler):
@@ -115,16 +125,11 @@ class FolderWatcher:
 
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        observer = Observer()
-        observer.schedule(_NotifyingHandler(self.notify), str(self.folder), recursive=False)
-        observer.start()
-        self._observer = observer
+        self._observer = _watch(_NotifyingHandler(self.notify), self.folder, recursive=False)
 
     def stop(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
-            self._observer = None
+        _unwatch(self._observer)
+        self._observer = None
 
 
 class _AnyEventHandler(FileSystemEventHandler):
@@ -166,10 +171,8 @@ class AppearanceWatcher:
         self.stop()
         if folder is None:
             return False
-        observer = Observer()
-        observer.schedule(_AnyEventHandler(self.notify), str(folder), recursive=False)
         try:
-            observer.start()
+            observer = _watch(_AnyEventHandler(self.notify), folder, recursive=False)
         except OSError as exc:
             log.warning("cannot watch %s for %s to appear: %s; relying on periodic rescans", folder, self.target, exc)
             return False
@@ -177,8 +180,6 @@ class AppearanceWatcher:
         return True
 
     def stop(self) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
-            self._observer = None
+        _unwatch(self._observer)
+        self._observer = None
         self.watched = None

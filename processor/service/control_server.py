@@ -244,15 +244,10 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:
             log.exception("control endpoint POST %s failed", MCP_PATH)
             return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error; see the engram log")
-        self.connection.settimeout(self.server.control.request_timeout)
-        self.send_response(status)
-        for name, value in headers:
-            if name.lower() not in ("content-length", "connection"):
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(payload)
+        content_type = next((value for name, value in headers if name.lower() == "content-type"), None)
+        self._send(status, payload, {name: value for name, value in headers
+                                     if name.lower() not in ("content-type", "content-length", "connection")},
+                   content_type=content_type)
         return None
 
     def _read_json_body(self, limit: int) -> JSONDict | None:
@@ -308,11 +303,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._send(status, json.dumps({"error": message}).encode(), headers)
 
-    def _send(self, status: int, payload: bytes, headers: Mapping[str, str] | None = None) -> None:
+    def _send(self, status: int, payload: bytes, headers: Mapping[str, str] | None = None, *,
+              content_type: str | None = "application/json") -> None:
         # Reads were bounded by the deadline; a write gets the plain per-operation timeout.
         self.connection.settimeout(self.server.control.request_timeout)
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if content_type:
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("Connection", "close")

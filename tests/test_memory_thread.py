@@ -54,14 +54,24 @@ def test_past_the_bound_requests_are_dropped_counted_and_logged_once(caplog) -> 
     assert sum("dropped" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_a_megabyte_paste_becomes_a_few_episodes_not_thousands() -> None:
+def test_a_megabyte_paste_becomes_one_note_not_thousands_of_episodes() -> None:
     paste = "2026-11-23 08:00:00 INFO request served in 12 ms\n" * 21_000  # about 1 MB
     messages = [StoredMessage(1, "u1", "user", "Why is this slow?\n" + paste, 1),
                 StoredMessage(2, "a1", "assistant", "The cache is cold after each deploy.", 2)]
     pieces = round_pieces(messages, 500)
+    assert len(pieces) == 1
+    assert "Why is this slow?" in pieces[0].full_content
+    assert "[pasted output, 21,000 lines" in pieces[0].full_content
+    assert "The cache is cold" in pieces[0].full_content
+
+
+def test_a_megabyte_reply_becomes_a_few_episodes_not_thousands() -> None:
+    reply = "The request was served from the warm cache in twelve milliseconds. " * 15_000  # about 1 MB
+    messages = [StoredMessage(1, "u1", "user", "Why is this slow?", 1),
+                StoredMessage(2, "a1", "assistant", reply + "\nThe cache is cold after each deploy.", 2)]
+    pieces = round_pieces(messages, 500)
     assert len(pieces) <= MESSAGE_HEAD_PIECES + 2
-    assert any("whole message is kept" in p.full_content for p in pieces)
-    assert "The cache is cold" in pieces[-1].full_content
+    assert "whole message is kept" in pieces[-1].full_content
 
 
 def test_a_long_episode_build_serves_new_user_messages_between_slices(engram_home: Path) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Protocol
 
+from processor.memory.pasted import PASTE_WEIGHT
 from processor.memory.search import _STOPWORDS
 from processor.memory.sentences import Unit, units
 from processor.memory.verbatim import split_task_header
@@ -31,7 +32,7 @@ HEADER_CHARS = 48  # the task header's share of a bite, at most: the answer come
 _SCAN_CHARS = 4_000  # of a memory's content: a verbatim piece is 500; a long manual memory is bitten from its head
 _K1, _B = 1.2, 0.75
 # A tool note names what was touched; it answers "which file" but rarely "why" or "how": it counts less.
-_KIND_WEIGHT = {"sentence": 1.0, "item": 1.0, "code": 0.8, "tool": 0.5}
+_KIND_WEIGHT = {"sentence": 1.0, "item": 1.0, "code": 0.8, "tool": 0.5, "paste": PASTE_WEIGHT}
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from processor.capture.optout import own_words
+from processor.memory.pasted import OUTPUT_LINE
 from processor.memory.supersede import subjects
 
 MAX_SCAN_CHARS = 20_000  # of one message: a standing instruction is not buried in a megabyte paste
@@ -35,11 +36,6 @@ MAX_SENTENCE_CHARS = 400
 _FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
 _TAGGED = re.compile(r"<([a-z][\w-]*)>.*?(?:</\1>|\Z)", re.DOTALL)
 _QUOTED_LINE = re.compile(r"^[ \t]*>.*$", re.MULTILINE)
-# Lines of pasted output rather than prose.
-_OUTPUT_LINE = re.compile(
-    r"^\s*(?:\$ |>>> |#\s|\d{4}-\d\d-\d\d[ T]\d|\[?\d\d:\d\d:\d\d|Traceback |File \"|at [\w$.]+\(|"
-    r"E  |FAILED|PASSED|ERROR|WARNING|INFO|DEBUG|[=_\-*]{4,}|\w+(?:/\w+)*\.\w+:\d+|\w+::\w+|[{}\[\]<]|"
-    r"[+-]{1,3}\s|@@)", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 _STANDING_TIME = r"from now on|going forward|from here on|in (?:the )?future|for future (?:sessions|work)|" \
@@ -76,7 +72,7 @@ def _prose(text: str) -> str:
     text = text[:MAX_SCAN_CHARS].replace("\u2019", "'").replace("\r", "")
     for pattern in (_FENCED, _TAGGED, _QUOTED_LINE):
         text = pattern.sub("\n", text)
-    text = "\n".join(line if line.strip() and not _OUTPUT_LINE.match(line) else "" for line in text.split("\n"))
+    text = "\n".join(line if line.strip() and not OUTPUT_LINE.match(line) else "" for line in text.split("\n"))
     if len(text) > LONG_PROSE_CHARS:
         # A long message is mostly pasted material (a docs page, an issue): the user's own framing is
         # its first and last paragraphs.

@@ -31,6 +31,8 @@ import numpy as np
 
 from processor.config import Settings
 from processor.memory.common_terms import selective_terms
+from processor.memory.pasted import NOTE_PREFIX, PASTE_WEIGHT, paste_share
+from processor.memory.verbatim import split_task_header
 from processor.store import episodes as sql
 from processor.store.episodes import Episode, RankingFacts
 
@@ -295,6 +297,9 @@ def search_episodes(
         if missing:
             cosine.update(index.similarity(query_vector, missing))
     facts = sql.ranking_facts(conn, list(cosine.keys() | bm25.keys()))
+    # A piece that is mostly what someone pasted (a log's note) counts less than written prose.
+    weight = {rowid: 1.0 - (1.0 - PASTE_WEIGHT) * paste_share(split_task_header(content)[1])
+              for rowid, content in sql.contents_with(conn, list(facts), NOTE_PREFIX).items()}
 
     def allowed(ep: RankingFacts) -> bool:
         if not include_inactive and ep.status != "active" and ep.status not in also_statuses:
@@ -306,7 +311,7 @@ def search_episodes(
     def relevance_of(rowid: int, ep: RankingFacts) -> tuple[float, float, float]:
         cos = max(cosine.get(rowid, 0.0), 0.0)
         lexical = bm25.get(rowid, 0.0)
-        relevance = weights.bm25_share * lexical + (1 - weights.bm25_share) * cos
+        relevance = (weights.bm25_share * lexical + (1 - weights.bm25_share) * cos) * weight.get(rowid, 1.0)
         # The floor lifts important memories that are at least slightly relevant, not every one.
         if ep.importance == "high" and (lexical > 0 or cos >= weights.slight_relevance):
             relevance = max(relevance, weights.high_importance_floor)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from processor.memory.pasted import is_note
+
 # A fenced code block opens with ``` or ~~~ at a line start (indent allowed) and closes with the same fence.
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 _LIST_ITEM = re.compile(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t]+")
@@ -25,7 +27,7 @@ class Unit:
     """One uncuttable span of text: a sentence, a list item, a code block or a tool note line."""
 
     text: str
-    kind: str  # "sentence" | "item" | "code" | "tool"
+    kind: str  # "sentence" | "item" | "code" | "tool" | "paste" (the note a paste leaves: memory.pasted)
     starts_line: bool = True  # False for a sentence that goes on the line of the one before it
 
 
@@ -99,7 +101,9 @@ def units(text: str, max_chars: int) -> list[Unit]:
         stripped = line.strip()
         if not stripped:
             continue
-        if _TOOL_NOTE_LINE.match(stripped):
+        if is_note(stripped):
+            found += [Unit(part, "paste") for part in _hard_cuts(stripped, max_chars)]
+        elif _TOOL_NOTE_LINE.match(stripped):
             # Runs of tool notes share a line: they are what was touched, not prose to read line by line.
             follows = bool(found) and found[-1].kind == "tool"
             found += [Unit(part, "tool", not follows and n == 0)

@@ -14,6 +14,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 
+from processor.memory.pasted import condense, without_notes
 from processor.memory.sentences import Unit, join, split_sentences, units
 from processor.store.episodes import StoredMessage
 from processor.tokens import CHARS_PER_TOKEN, estimate_tokens  # noqa: F401 - the one rule, re-exported here
@@ -119,7 +120,9 @@ def embedding_text(content: str) -> str:
 def task_header(user_text: str) -> str:
     """The user's request, condensed to TASK_HEADER_CHARS, markup left out: the whole of a short one;
     of a longer one the head of its first sentence (the setting) and of its last (most often the ask)."""
-    text = _WS.sub(" ", _TAGGED.sub(" ", user_text)).strip() or _WS.sub(" ", user_text).strip()
+    # The user's words say the task; a paste's note does only when the message is nothing else.
+    own = without_notes(user_text)
+    text = _WS.sub(" ", _TAGGED.sub(" ", own)).strip() or _WS.sub(" ", user_text).strip()
     if len(text) <= TASK_HEADER_CHARS:
         return text
     sentences = split_sentences(text, TASK_HEADER_CHARS * 4)
@@ -151,7 +154,8 @@ class _Step:
 
 
 def _message_units(message: StoredMessage, max_chars: int) -> list[Unit]:
-    text = message.text
+    # What the user pasted (logs, diffs, pages) stays whole in the message; the episode holds its note.
+    text = condense(message.text, f"msg_{message.uuid}") if message.role == "user" else message.text
     limit = max_chars * MESSAGE_HEAD_PIECES
     found = units(text[:limit], max_chars)
     if len(text) > limit:
@@ -242,7 +246,7 @@ def _prose(text: str) -> str:
 def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[RoundPiece]:
     """Split a round into episodes of about max_chars of content each, at the boundaries of its work."""
     user = next((m for m in round_messages if m.role == "user"), None)
-    user_text = user.text if user else ""
+    user_text = condense(user.text) if user else ""
     header = task_header(user_text) if user_text else ""
     replies = [m for m in round_messages if m.role == "assistant"]
     reply_text = _prose("\n".join(m.text for m in replies)) or "\n".join(m.text for m in replies)
@@ -258,7 +262,7 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
         if index == 0 or not header:
             content = body
             # The summary says the request, not the markup Claude Code wrapped around it (an opened file).
-            asked = _TAGGED.sub(" ", user_text).strip() or user_text
+            asked = _TAGGED.sub(" ", without_notes(user_text)).strip() or user_text
             summary = summarize(asked, reply_text) if index == 0 else _head(
                 _prose(body) or body, SUMMARY_TOKENS * CHARS_PER_TOKEN)
         else:

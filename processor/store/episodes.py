@@ -125,6 +125,15 @@ def ranking_facts(conn: apsw.Connection, rowids: list[int]) -> dict[int, Ranking
     return {row[0]: RankingFacts(*row[1:]) for row in rows}
 
 
+def contents_with(conn: apsw.Connection, rowids: list[int], marker: str) -> dict[int, str]:
+    """The full content of those of these episodes that contain marker (most hold none: few rows come back)."""
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    return dict(conn.execute(f"SELECT rowid, full_content FROM episodes WHERE rowid IN ({marks}) "
+                             "AND instr(full_content, ?) > 0", [*rowids, marker]).fetchall())
+
+
 def ranking_facts_by_id(conn: apsw.Connection, episode_ids: list[str]) -> dict[int, RankingFacts]:
     if not episode_ids:
         return {}

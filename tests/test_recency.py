@@ -267,3 +267,35 @@ def test_forgetting_the_successor_reinstates_the_memory_it_had_superseded(
     back = episode(store, old)
     assert back.status == "active" and back.superseded_by is None and back.valid_to is None
     assert "rackup config.ru" in back.full_content
+
+
+def test_a_change_away_from_what_the_older_never_said_supersedes_nothing() -> None:
+    older_text = "Switched the build backend in `pyproject.toml` to Hatchling."
+    older = subjects(older_text)
+    # Names the same file, but replaces a value the older memory never stated.
+    assert stated_change("Changed from 3.6+ to 3.10+ to match `pyproject.toml`.", older, older_text) is None
+    assert stated_change("Changed from setuptools to Hatchling in `pyproject.toml`.", older,
+                         "We build `pyproject.toml` with setuptools.")
+    # "You can now use X" offers something; it does not say that X replaced anything.
+    assert stated_change("You can now use `act` to test `ci.yml` locally.", subjects("Run `ci.yml` on main.")) is None
+    # "X is deprecated" describes X; it is not a change the project made.
+    assert stated_change("Note: `ScriptProcessor` is still used (deprecated but functional).",
+                         subjects("The recorder uses `ScriptProcessor`.")) is None
+
+
+def test_later_steps_of_one_round_do_not_supersede_its_earlier_steps(store: EpisodeStore, tmp_path: Path) -> None:
+    first = ("The recorder's dev server runs with `rackup config.ru` on port 9292; I read config.ru and "
+             "index.html to see how the static files are served. " * 4)
+    later = ("Done: `config.ru` was replaced by Vite; the recorder's dev server is now `npm run dev` and "
+             "`rackup config.ru` is no longer used. " * 4)
+    ids = session(store, tmp_path, "s-round", "2026-03-01", ("Move the recorder's dev server off Rack.", first))
+    path = tmp_path / "s-round.jsonl"
+    with open(path, "a") as f:  # the same round goes on: more assistant steps, ten minutes later
+        f.write(assistant_line(later, session_id="s-round", cwd=PROJECT, message_id="m9",
+                               timestamp="2026-03-01T10:20:00.000Z"))
+        f.write(user_line("thanks", session_id="s-round", cwd=PROJECT, timestamp="2026-03-01T10:30:00.000Z"))
+    Tailer(store.conn).tail(path)
+    store.episodize("s-round", final=True)
+    pieces = [row[0] for row in store.conn.execute(
+        "SELECT id FROM episodes WHERE session_id = 's-round' ORDER BY created_at, rowid")]
+    assert len(pieces) > len(ids) and all(episode(store, i).status == "active" for i in pieces)

@@ -3,8 +3,8 @@
 No LLM. A false supersede hides a good memory from every bite and digest, so all three tests must hold:
 
 1. **similar**: the two episodes' vectors are at least ``supersede_similarity`` apart (cosine), both of one
-   project (project-scoped), the newer made strictly later (pieces of one round share their time and never
-   supersede each other);
+   project (project-scoped), the newer made strictly later, and not pieces of one round (one piece of work,
+   whose later steps naturally replace its earlier tries);
 2. **a change is stated**: one sentence of the newer says that something changed — "no longer", "replaced
    by", "switched to", "renamed", "use X instead", "is now", "now uses", "from now on"… — as an assertion:
    questions, proposals, conditionals and diagnoses ("should we use X instead?", "let me try X instead",
@@ -12,6 +12,8 @@ No LLM. A false supersede hides a good memory from every bite and digest, so all
 3. **about the same subject**: that very sentence names a subject the older episode names too: a file, a
    path, a code identifier (``snake_case``, ``camelCase``, ``dotted.name``, ``call()``), a backticked span or
    one of the older episode's entities. Plain words are not subjects: "tests", "the config" are too common.
+   When the sentence names what was replaced ("changed from 3.6+", "instead of ScriptProcessor", "replaced
+   X with"), the older episode must mention it.
 
 A user's standing instruction (a ``preference`` or ``convention`` episode) is only superseded by another one
 (the user's own words), never by what an assistant said in passing.
@@ -33,6 +35,7 @@ import numpy as np
 from processor.memory.search import VectorIndex
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
+from processor.store import sessions as sessions_sql
 from processor.store import write_transaction
 from processor.store.episodes import Episode
 
@@ -41,15 +44,17 @@ STANDING = frozenset({"preference", "convention"})
 JOB_TYPE = "recency"
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+# "Deprecated" and "obsolete" are left out: "X is deprecated" says what X is (most often an outside API),
+# not that the project changed.
 _CHANGE = re.compile(
     r"\b(?:no longer|not any ?more|(?:does|do|is|are|was|were)n't\s+\w+\s+any ?more|"
     r"replaced (?:by|with)|replaces|in favou?r of|switched (?:to|from|over)|swapped|migrated (?:to|from)|"
-    r"moved (?:to|from|over)|renamed|deprecated|superseded|obsolete|changed (?:to|from|it to)|from now on|"
+    r"moved (?:to|from|over)|renamed|superseded|changed (?:to|from|it to)|from now on|"
     r"(?:use|uses|using|used|chose|choose|picked|went with|go with)\b[^.;]*\binstead\b|"
     r"(?:is|are|does|do|has|have)\s+now\b(?!\s+(?:correctly|properly|working|works|fixed|passing|fine|ready|"
     r"done|complete|available|showing|shown|visible))|"
-    r"(?<=\w )now\s+(?:uses?|returns?|lives?|calls?|reads?|writes?|points?|defaults?|expects?|requires?|"
-    r"sends?|stores?|keeps?|raises?|accepts?))\b",
+    r"(?<=\w )(?<!can )(?<!could )(?<!may )(?<!might )now\s+(?:uses?|returns?|lives?|calls?|reads?|writes?|"
+    r"points?|defaults?|expects?|requires?|sends?|stores?|keeps?|raises?|accepts?))\b",
     re.IGNORECASE)
 # Not assertions of a change: questions are cut by "?"; these open proposals, hypotheses and conditionals,
 # or diagnose a problem ("the issue is that it loads X instead of Y" describes a symptom, not a decision).
@@ -59,6 +64,12 @@ _TENTATIVE = re.compile(
     r"would be|should we|could we|or should|issue|problem|bug|error|cause|because|fails?|failing|broken|"
     r"wrong)\b",
     re.IGNORECASE)
+# A change that names what was replaced ("changed from X", "instead of X", "replaced X with"): X.
+_ARTICLE = r"(?:the\s+|a\s+|an\s+|our\s+|its\s+)?[`'\"]?"
+_VALUE = r"([^\s`'\",;:)]+)"
+_REPLACED = re.compile(
+    rf"\b(?:changed|switched|migrated|moved|renamed|converted)\s+(?:it\s+|over\s+)?from\s+{_ARTICLE}{_VALUE}"
+    rf"|\binstead of\s+{_ARTICLE}{_VALUE}|\breplaced\s+{_ARTICLE}{_VALUE}\s+(?:with|by)\b", re.IGNORECASE)
 _BACKTICK = re.compile(r"`([^`\n]{2,80})`")
 _IDENTIFIER = re.compile(
     r"(?<![\w/.-])("
@@ -85,16 +96,24 @@ def subjects(text: str, entities: list[str] | tuple[str, ...] = ()) -> set[str]:
     return found
 
 
-def stated_change(newer: str, older_subjects: set[str]) -> str | None:
-    """The sentence of `newer` that asserts a change about one of `older_subjects`, or None."""
+def stated_change(newer: str, older_subjects: set[str], older_text: str | None = None) -> str | None:
+    """The sentence of `newer` that asserts a change about one of `older_subjects`, or None. When the
+    sentence names what was replaced ("changed from 3.6", "instead of ScriptProcessor") and `older_text` is
+    given, the older must mention that: a change away from something it never said does not outdate it."""
     if not older_subjects:
         return None
     for sentence in _SENTENCE.split(newer):
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?") or not _CHANGE.search(sentence) or _TENTATIVE.search(sentence):
             continue
-        if subjects(sentence) & older_subjects:
-            return sentence
+        if not subjects(sentence) & older_subjects:
+            continue
+        replaced = _REPLACED.search(sentence)
+        if older_text is not None and replaced:
+            value = next(v for v in replaced.groups() if v).rstrip(".").lower()
+            if value not in older_text.lower():
+                continue
+        return sentence
     return None
 
 
@@ -139,6 +158,16 @@ def detect(conn: apsw.Connection, index: VectorIndex, new_rowids: list[int], thr
     others.update(new)
     best: dict[str, Change] = {}
     subject_cache: dict[str, set[str]] = {}
+    rounds: dict[str, int | None] = {}
+
+    def same_round(a: Episode, b: Episode) -> bool:
+        """Two pieces of one round: one piece of work, whose later steps replace its earlier tries."""
+        if a.session_id != b.session_id or not a.source_uuids or not b.source_uuids:
+            return False
+        for ep in (a, b):
+            if ep.id not in rounds:
+                rounds[ep.id] = sessions_sql.round_of(conn, ep.source_uuids[0])
+        return rounds[a.id] is not None and rounds[a.id] == rounds[b.id]
 
     def subjects_of(ep: Episode) -> set[str]:
         if ep.id not in subject_cache:
@@ -155,7 +184,9 @@ def detect(conn: apsw.Connection, index: VectorIndex, new_rowids: list[int], thr
             if pair is None:
                 continue
             older, newer = pair
-            sentence = stated_change(newer.full_content, subjects_of(older))
+            if same_round(older, newer):
+                continue
+            sentence = stated_change(newer.full_content, subjects_of(older), older.full_content)
             if sentence is None:
                 continue
             current = best.get(older.id)

@@ -258,6 +258,15 @@ class MessageSource:
     timestamp: str | None
 
 
+def round_of(conn: apsw.Connection, uuid: str) -> int | None:
+    """The id of the user message that opened the round this message belongs to (None: not captured, or
+    before the session's first user message). One index range of the session (idx_messages_session)."""
+    row = conn.execute(
+        "SELECT (SELECT max(u.id) FROM messages u WHERE u.session_id = m.session_id AND u.id <= m.id "
+        "AND u.role = 'user') FROM messages m WHERE m.uuid = ?", (uuid,)).fetchone()
+    return row[0] if row else None
+
+
 def message_sources(conn: apsw.Connection, uuids: list[str]) -> list[MessageSource]:
     """The stored messages with these uuids, in the order given (missing ones left out)."""
     found = {}

@@ -32,6 +32,7 @@ NOTE_PREFIX = "[pasted "
 _EDGE_CHARS = 90  # of the first and last line quoted in a note
 _NAMES_CHARS = 160
 _NAMES = 8
+_NAMES_SCAN_CHARS = 100_000  # of a paste, read for its names: a megabyte one says what it is in its head
 # What a paste says counts this much of what the user or the assistant wrote, in ranking as in bites: a
 # piece that is mostly a note ranks below prose that states the same names.
 PASTE_WEIGHT = 0.5
@@ -67,7 +68,7 @@ def paste_share(content: str) -> float:
 
 
 def _not_prose(line: str) -> bool:
-    stripped = line.strip()
+    stripped = line[:2_000].strip()  # a line's head says what it is (a megabyte line is not read whole)
     if not stripped:
         return False
     if OUTPUT_LINE.match(line) or line[0] in " \t":  # indented: code, a diff's context, a log's detail
@@ -76,7 +77,8 @@ def _not_prose(line: str) -> bool:
     return letters < len(stripped) * 0.5  # mostly digits, punctuation, symbols: data, not words
 
 
-def _edge(line: str) -> str:
+def _edge(line: str, last: bool = False) -> str:
+    line = line[-4 * _EDGE_CHARS:] if last else line[: 4 * _EDGE_CHARS]
     line = " ".join(line.split()).strip("=_-*~ ")
     return line if len(line) <= _EDGE_CHARS else line[: _EDGE_CHARS - 1].rstrip() + "…"
 
@@ -85,7 +87,7 @@ def _names(block: str) -> list[str]:
     """What a paste is about, as identifiers: those on failure/error lines first, then the most repeated."""
     signal: list[str] = []
     counts: Counter[str] = Counter()
-    for line in block.split("\n")[:4_000]:
+    for line in block[:_NAMES_SCAN_CHARS].split("\n"):
         found = [name for name in (_short(m) for m in _IDENT.findall(line)) if _is_identifier(name)]
         counts.update(found)
         if _SIGNAL_LINE.search(line):
@@ -124,7 +126,7 @@ def note(block: str, what: str, whole: str | None = None) -> str:
     lines = [line for line in block.split("\n") if _LETTERS.search(line)]
     parts = [f"{NOTE_PREFIX}{what}, {block.count(chr(10)) + 1:,} lines, {len(block):,} characters"]
     if lines:
-        first, last = _edge(lines[0]), _edge(lines[-1])
+        first, last = _edge(lines[0]), _edge(lines[-1], last=True)
         parts.append(f'starts "{first}"' + (f' / ends "{last}"' if len(lines) > 1 and last != first else ""))
     names = _names(block)
     if names:

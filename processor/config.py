@@ -84,7 +84,7 @@ class Settings:
     automem_max_bytes = Option(128 * 1024, "an auto-memory file is read up to this many bytes (with a log line)")
     recall_limit = Option(5, "memories returned by memory_recall / engram recall by default")
     weight_relevance = Option(0.5, "ranking weight of relevance (BM25 + cosine)")
-    weight_recency = Option(0.3, "ranking weight of recency (decay over the project's own active days)")
+    weight_recency = Option(0.3, "ranking weight of recency (decay over the project's active days) × relevance")
     weight_frequency = Option(0.2, "ranking weight of use (expansions, decayed and saturating)")
     frequency_saturation = Option(3.0, "decayed uses at which the use signal reaches half of weight_frequency")
     high_importance_floor = Option(0.3, "minimum relevance of an importance=high memory that matched at all")

@@ -9,6 +9,7 @@ high-importance memory that reaches the SessionStart digest, and look-alikes sta
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -133,12 +134,30 @@ def test_recency_counts_from_the_projects_newest_activity_not_the_wall_clock(
     scored = {s.episode.id: s for s in store.search("billing export port", project="/work/billing")}
     # Almost three years old by the wall clock, yet the project's newest work has full recency, and the one
     # before it is one active day older (not thirty calendar days): an old project's history is not all ≈ 0.
-    assert scored[newer].score == pytest.approx(
-        weights.relevance * scored[newer].relevance + weights.recency, abs=1e-3)
-    gap = (scored[newer].score - weights.relevance * scored[newer].relevance) - (
-        scored[older].score - weights.relevance * scored[older].relevance)
-    assert gap == pytest.approx(weights.recency * (1 - 0.5 ** (1 / weights.recency_half_life_days)), abs=1e-4)
+    # Recency counts in proportion to relevance (both hold the same text: the same relevance).
+    relevance = scored[newer].relevance
+    assert scored[older].relevance == pytest.approx(relevance, abs=1e-3)
+    assert scored[newer].score == pytest.approx((weights.relevance + weights.recency) * relevance, abs=1e-3)
+    gap = scored[newer].score - scored[older].score
+    assert gap == pytest.approx(weights.recency * relevance * (1 - 0.5 ** (1 / weights.recency_half_life_days)),
+                                abs=1e-3)
     assert scored[newer].score > scored[older].score
+
+
+def test_recency_never_lifts_a_recent_memory_that_barely_matches_over_an_older_one_that_answers(
+        store: EpisodeStore, tmp_path: Path) -> None:
+    [answer] = session(store, tmp_path, "s-old", "2024-01-01",
+                       ("Which port does the billing export listen on?", "The billing export listens on port 8125."),
+                       cwd="/work/billing")
+    # Three months of newer work in the same project; the last days' memories share words with the question.
+    for day in range(90):
+        date = (datetime(2024, 1, 2) + timedelta(days=day)).strftime("%Y-%m-%d")
+        turn = (("Where does the billing export write its files?",
+                 f"The billing export writes its CSV files to /srv/exports ({day}).") if day >= 87 else
+                (f"Tidy the invoice PDF layout, part {day}", "Moved the invoice footer and fixed the PDF margins."))
+        session(store, tmp_path, f"s-{day}", date, turn, cwd="/work/billing")
+    assert store.search("Which port does the billing export listen on?", project="/work/billing",
+                        limit=1)[0].episode.id == answer
 
 
 def test_age_counts_the_projects_active_days_not_the_calendar(store: EpisodeStore, tmp_path: Path) -> None:

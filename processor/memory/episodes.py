@@ -41,6 +41,8 @@ from processor.store.episodes import Episode, NewEpisode, StoredMessage
 log = logging.getLogger(__name__)
 
 SAME_SESSION_LIMIT = 50
+# A message of the current session joins the hits only when at least this similar to the query.
+SAME_SESSION_MIN_SIMILARITY = 0.4
 MAX_REASON_CHARS = 500
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
@@ -489,13 +491,15 @@ class EpisodeStore:
         bites = bites_for(query, [Passage(fit(" ".join(m.text.split()), BITE_CHARS - 30), m.text) for m in recent])
         extra = []
         for message, sim, bite in zip(recent, sims, bites, strict=True):
-            score = self.weights.relevance * max(float(sim), 0.0) + self.weights.recency
+            # Ranked as memories are: this session's messages are the newest there are (recency 1), and
+            # recency counts in proportion to relevance.
+            score = (self.weights.relevance + self.weights.recency) * max(float(sim), 0.0)
             label = f"(this session, {message.role}) "
             extra.append(Hit(f"msg_{message.uuid}", label + fit(bite, BITE_CHARS - len(label)),
                              utc_date(message.ts_ms), "normal", "other",
                              round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4),
                              source_uuids=[message.uuid]))
-        merged = sorted(hits + [h for h in extra if h.score > self.weights.recency + 0.2],
+        merged = sorted(hits + [h for h in extra if (h.relevance or 0.0) > SAME_SESSION_MIN_SIMILARITY],
                         key=lambda h: h.score, reverse=True)
         return merged[:limit]
 

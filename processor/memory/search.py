@@ -3,9 +3,14 @@
 Relevance mixes FTS5 bm25 (normalised by the best match) with the cosine
 similarity from an in-memory matrix of unit vectors (numpy matmul +
 argpartition). The best `pool` candidates by relevance are then re-ranked by
-the seed's formula: w_rel*relevance + w_rec*recency + w_freq*frequency, with a
+the seed's formula, recency scaled by relevance: w_rel*relevance + w_rec*recency*relevance +
+w_freq*frequency, with a
 relevance floor for important episodes. Only active episodes in scope
 (global, or the current project) are returned unless asked otherwise.
+
+Recency counts in proportion to relevance: it orders the memories that answer (the newer first), it
+does not lift a recent memory that barely matches over an older one that answers (added flat, it cost
+LoCoMo's long conversations a sixth of their recall: questions about the first sessions lost to the last).
 
 Time is the project's own: a memory's age is the number of days with activity in its project (any
 project's for a global memory) after the memory's day, never wall-clock days, so a history last touched
@@ -297,9 +302,7 @@ def search_episodes(
         if missing:
             cosine.update(index.similarity(query_vector, missing))
     facts = sql.ranking_facts(conn, list(cosine.keys() | bm25.keys()))
-    # A piece that is mostly what someone pasted (a log's note) counts less than written prose.
-    weight = {rowid: 1.0 - (1.0 - PASTE_WEIGHT) * paste_share(split_task_header(content)[1])
-              for rowid, content in sql.contents_with(conn, list(facts), NOTE_PREFIX).items()}
+    weight: dict[int, float] = {}  # below 1 for a piece that is mostly what someone pasted (see below)
 
     def allowed(ep: RankingFacts) -> bool:
         if not include_inactive and ep.status != "active" and ep.status not in also_statuses:
@@ -322,13 +325,24 @@ def search_episodes(
         if allowed(ep):
             relevant.append((*relevance_of(rowid, ep), rowid, ep))
     relevant.sort(key=lambda item: item[0], reverse=True)
-    pool = relevant[: max(weights.pool, limit)]
+    # A piece that is mostly what someone pasted (a log's note) counts less than written prose. Only the
+    # head of the candidates is read for it (twice the pool: a weight only ever lowers a piece), so the
+    # hot path reads a few dozen contents, not every candidate's.
+    window = relevant[: 2 * max(weights.pool, limit)]
+    pasted = sql.contents_with(conn, [rowid for *_, rowid, _ in window], NOTE_PREFIX)
+    if pasted:
+        weight.update({rowid: 1.0 - (1.0 - PASTE_WEIGHT) * paste_share(split_task_header(content)[1])
+                       for rowid, content in pasted.items()})
+        window = sorted(((*relevance_of(rowid, ep), rowid, ep) for *_, rowid, ep in window),
+                        key=lambda item: item[0], reverse=True)
+    pool = window[: max(weights.pool, limit)]
     pool += _successors(conn, index, query_vector, pool, cosine, allowed, relevance_of)
     clock = ProjectClock(conn, now_ms)
     scored: dict[int, list] = {}
     for relevance, cos, lexical, rowid, ep in pool:
         score = (weights.relevance * relevance
-                 + weights.recency * clock.recency(ep.project, ep.created_at, weights.recency_half_life_days)
+                 + weights.recency * relevance
+                 * clock.recency(ep.project, ep.created_at, weights.recency_half_life_days)
                  + weights.frequency * _frequency(ep.access_count, ep.accessed_at, clock.now(ep.project), weights))
         scored[rowid] = [score, relevance, cos, lexical, rowid]
     _below_successors(scored, [(rowid, ep) for *_, rowid, ep in pool])

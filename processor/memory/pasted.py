@@ -120,9 +120,8 @@ def _short(token: str) -> str:
     return token.rsplit("/", 1)[-1] if "/" in token else token
 
 
-def note(block: str, what: str, whole: str | None = None) -> str:
-    """The one line a paste leaves in an episode: what it is, how big, its first and last lines, its names,
-    and (``whole``) the id under which memory_expand shows the whole message."""
+def note(block: str, what: str) -> str:
+    """The one line a paste leaves in an episode: what it is, how big, its first and last lines, its names."""
     lines = [line for line in block.split("\n") if _LETTERS.search(line)]
     parts = [f"{NOTE_PREFIX}{what}, {block.count(chr(10)) + 1:,} lines, {len(block):,} characters"]
     if lines:
@@ -131,23 +130,21 @@ def note(block: str, what: str, whole: str | None = None) -> str:
     names = _names(block)
     if names:
         parts.append("names " + ", ".join(names))
-    if whole:
-        parts.append(f"whole: {whole}")
     return " — ".join(parts).replace("\n", " ") + "]"
 
 
-def _tagged(text: str, whole: str | None) -> str:
+def _tagged(text: str) -> str:
     def replace(match: re.Match[str]) -> str:
         inner = match.group(2).strip()
         if not inner:  # an empty <bash-stderr></bash-stderr>: nothing was said
             return ""
         if len(inner) < MIN_CHARS:
             return match.group(0)
-        return f"\n{note(inner, match.group(1), whole)}\n"
+        return f"\n{note(inner, match.group(1))}\n"
     return _TAG_BLOCK.sub(replace, text)
 
 
-def _runs(text: str, whole: str | None) -> str:
+def _runs(text: str) -> str:
     """Runs of non-prose lines (fenced blocks whole) long enough to be a paste, each as its note."""
     lines = text.split("\n")
     out: list[str] = []
@@ -156,7 +153,7 @@ def _runs(text: str, whole: str | None) -> str:
     def flush() -> None:
         body = "\n".join(run).strip("\n")
         if len(body) >= MIN_CHARS and sum(1 for line in run if line.strip()) >= MIN_LINES:
-            out.append(note(body, "output" if not _FENCE.match(run[0]) else "code", whole))
+            out.append(note(body, "output" if not _FENCE.match(run[0]) else "code"))
         else:
             out.extend(run)
         run.clear()
@@ -187,7 +184,7 @@ def _runs(text: str, whole: str | None) -> str:
     return "\n".join(out)
 
 
-def _large(text: str, whole: str | None) -> str:
+def _large(text: str) -> str:
     """A message still over LARGE_CHARS: its opening and closing paragraphs, the middle as a paste."""
     if len(text) <= LARGE_CHARS:
         return text
@@ -215,12 +212,16 @@ def _large(text: str, whole: str | None) -> str:
         head = [cut]
     if not middle:
         return text
-    return "\n\n".join([*head, note("\n\n".join(middle).strip(), "text", whole), *tail])
+    return "\n\n".join([*head, note("\n\n".join(middle).strip(), "text"), *tail])
 
 
-def condense(text: str, whole: str | None = None) -> str:
-    """A user message with every paste in it replaced by its note (the message itself is not changed);
-    ``whole``: the id that expands to the whole message (``msg_<uuid>``), named in each note."""
+def condense(text: str) -> str:
+    """A user message with every paste in it replaced by its note (the message itself is not changed)."""
     if len(text) < MIN_CHARS:
         return text
-    return _large(_runs(_tagged(text, whole), whole), whole)
+    return _large(_runs(_tagged(text)))
+
+
+def with_whole(condensed: str, whole: str) -> str:
+    """Each note of a condensed message ends with the id that expands to the whole message (``msg_<uuid>``)."""
+    return _NOTE_LINE.sub(lambda m: f"{m.group(0).rstrip()[:-1]} — whole: {whole}]", condensed)

@@ -4,8 +4,7 @@ Relevance mixes FTS5 bm25 (normalised by the best match) with the cosine
 similarity from an in-memory matrix of unit vectors (numpy matmul +
 argpartition). The best `pool` candidates by relevance are then re-ranked by
 the seed's formula, recency scaled by relevance: w_rel*relevance + w_rec*recency*relevance +
-w_freq*frequency, with a
-relevance floor for important episodes. Only active episodes in scope
+w_freq*frequency, with a relevance floor for important episodes. Only active episodes in scope
 (global, or the current project) are returned unless asked otherwise.
 
 Recency counts in proportion to relevance: it orders the memories that answer (the newer first), it

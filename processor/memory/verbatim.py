@@ -14,7 +14,7 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 
-from processor.memory.pasted import condense, without_notes
+from processor.memory.pasted import condense, with_whole, without_notes
 from processor.memory.sentences import Unit, join, split_sentences, units
 from processor.store.episodes import StoredMessage
 from processor.tokens import CHARS_PER_TOKEN, estimate_tokens  # noqa: F401 - the one rule, re-exported here
@@ -153,9 +153,9 @@ class _Step:
         return sum(len(unit.text) + 1 for _, unit in self.entries)
 
 
-def _message_units(message: StoredMessage, max_chars: int) -> list[Unit]:
+def _message_units(message: StoredMessage, max_chars: int, condensed: dict[int, str]) -> list[Unit]:
     # What the user pasted (logs, diffs, pages) stays whole in the message; the episode holds its note.
-    text = condense(message.text, f"msg_{message.uuid}") if message.role == "user" else message.text
+    text = with_whole(condensed[message.id], f"msg_{message.uuid}") if message.id in condensed else message.text
     limit = max_chars * MESSAGE_HEAD_PIECES
     found = units(text[:limit], max_chars)
     if len(text) > limit:
@@ -163,12 +163,12 @@ def _message_units(message: StoredMessage, max_chars: int) -> list[Unit]:
     return found
 
 
-def _steps(round_messages: list[StoredMessage], max_chars: int) -> list[_Step]:
+def _steps(round_messages: list[StoredMessage], max_chars: int, condensed: dict[int, str]) -> list[_Step]:
     steps: list[_Step] = []
     after_tools = False
     previous_ms: int | None = None
     for message in round_messages:
-        found = _message_units(message, max_chars)
+        found = _message_units(message, max_chars, condensed)
         if not found:
             continue
         tools_only = all(u.kind == "tool" for u in found)
@@ -245,8 +245,10 @@ def _prose(text: str) -> str:
 
 def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[RoundPiece]:
     """Split a round into episodes of about max_chars of content each, at the boundaries of its work."""
+    # Each user message condensed once (pastes as notes): for the task header and for the pieces.
+    condensed = {m.id: condense(m.text) for m in round_messages if m.role == "user"}
     user = next((m for m in round_messages if m.role == "user"), None)
-    user_text = condense(user.text) if user else ""
+    user_text = condensed[user.id] if user else ""
     header = task_header(user_text) if user_text else ""
     replies = [m for m in round_messages if m.role == "assistant"]
     reply_text = _prose("\n".join(m.text for m in replies)) or "\n".join(m.text for m in replies)
@@ -256,7 +258,7 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
     room = max_chars
     unit_room = room - len("assistant: ") - 1
     pieces = []
-    for index, entries in enumerate(_pack(_steps(round_messages, unit_room), room)):
+    for index, entries in enumerate(_pack(_steps(round_messages, unit_room, condensed), room)):
         body = _render(entries)
         digest = hashlib.sha1(f"{first.uuid}:{index}".encode()).hexdigest()[:16]
         if index == 0 or not header:

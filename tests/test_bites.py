@@ -146,6 +146,19 @@ def test_the_bite_is_the_sentence_that_answers_the_query_within_45_tokens() -> N
     assert "the retry budget is 7 attempts" in cut and estimate_tokens(cut) <= BITE_TOKENS
 
 
+def test_a_sentence_that_ends_with_a_colon_brings_what_it_announces() -> None:
+    content = ("assistant: I looked at the failing browser tests after the refactoring. "
+               "The refactoring broke the browser tests because:\n"
+               "- sidechain messages lost their CSS class in the template\n"
+               "- the timeline read `text` where it should read `content`\n"
+               "Let me fix the browser tests:\n[tool: Edit /w/app/render.py]")
+    memory = Passage("browser tests", content)
+    bite = bite_for("what broke the browser tests after the refactoring?", memory)
+    assert "because: - sidechain messages lost their CSS class" in bite, bite
+    # An announced action is followed by its tool call, not by an answer: the note is not pulled in.
+    assert "[tool: Edit" not in bite_for("fix the browser tests", memory)
+
+
 def capture_round(store: EpisodeStore, transcript: Path, session_id: str, replies: list[str],
                   request: str = REQUEST) -> None:
     lines = [user_line(request, session_id=session_id, uid=f"{session_id}-q", cwd="/work/shop")]

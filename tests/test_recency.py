@@ -123,6 +123,17 @@ def test_change_wording_without_the_same_subject_or_as_a_question_supersedes_not
     assert stated_change("If config.ru is no longer used, delete it.", older) is None
     assert stated_change("Is config.ru replaced by Vite now?", older) is None
     assert stated_change("The linter no longer complains.", older) is None  # no shared subject
+    # A rename makes a name stale, not what was said (the inquisitor rewrites names from git).
+    assert stated_change("- Add index.html (renamed from config.ru) with the recorder", older) is None
+
+
+def test_a_change_to_what_the_older_memory_proposed_fulfils_it_and_does_not_outdate_it() -> None:
+    proposal = "You can set group.visible using the vis library. Using the built-in `visible` property is cleaner."
+    older = subjects(proposal)
+    done = "The `applyFilters()` function now uses the vis-timeline library's built-in `visible` property."
+    assert stated_change(done, older, proposal) is None
+    # The same cue with the older memory's subject before it is a change of that subject.
+    assert stated_change("The `visible` property is no longer used; `applyFilters()` hides items.", older, proposal)
 
 
 def test_recency_counts_from_the_projects_newest_activity_not_the_wall_clock(

@@ -135,6 +135,11 @@ def _window(text: str, query: set[str], room: int) -> str:
     return ("…" if begin > 0 else "") + piece + ("…" if end < len(words) else "")
 
 
+def _introduces(text: str) -> bool:
+    """A sentence that ends with a colon announces what follows it (a list, a command, the reason)."""
+    return text.rstrip().endswith(":")
+
+
 def fit(text: str, room: int) -> str:
     """text within room characters, cut at a space when one is near, with … when cut."""
     if len(text) <= room:
@@ -201,7 +206,14 @@ def bites_for(query: str | None, memories: Sequence[Bitable]) -> list[str]:
         best = found[ranked[0]].text
         chosen = [(ranked[0], best if len(best) <= BITE_CHARS else _window(best, wanted, BITE_CHARS))]
         used = len(chosen[0][1])
+        follow = ranked[0] + 1
+        if _introduces(best) and follow < len(found) and found[follow].kind != "tool" and used < BITE_CHARS - 16:
+            # "The tests failed because:" says what the answer is about; the unit after it is the answer.
+            chosen.append((follow, fit(found[follow].text, BITE_CHARS - used - 3)))
+            used += len(chosen[-1][1]) + 3
         for i in ranked[1:]:  # more answering sentences while they fit whole
+            if any(i == position for position, _ in chosen):
+                continue
             if used + len(found[i].text) + 3 <= BITE_CHARS:
                 chosen.append((i, found[i].text))
                 used += len(found[i].text) + 3

@@ -6,14 +6,16 @@ No LLM. A false supersede hides a good memory from every bite and digest, so all
    project (project-scoped), the newer made strictly later, and not pieces of one round (one piece of work,
    whose later steps naturally replace its earlier tries);
 2. **a change is stated**: one sentence of the newer says that something changed — "no longer", "replaced
-   by", "switched to", "renamed", "use X instead", "is now", "now uses", "from now on"… — as an assertion:
+   by", "switched to", "use X instead", "is now", "now uses", "from now on"… — as an assertion:
    questions, proposals, conditionals and diagnoses ("should we use X instead?", "let me try X instead",
    "if X no longer…", "the problem is it loads X instead of Y") state no change;
 3. **about the same subject**: that very sentence names a subject the older episode names too: a file, a
    path, a code identifier (``snake_case``, ``camelCase``, ``dotted.name``, ``call()``), a backticked span or
    one of the older episode's entities. Plain words are not subjects: "tests", "the config" are too common.
    When the sentence names what was replaced ("changed from 3.6+", "instead of ScriptProcessor", "replaced
-   X with"), the older episode must mention it.
+   X with"), the older episode must mention it; when it does not, the shared subject must come before the
+   change word (what changed), not only after it (the new value: an older episode that proposed or used
+   that very thing is fulfilled, not outdated).
 
 A user's standing instruction (a ``preference`` or ``convention`` episode) is only superseded by another one
 (the user's own words), never by what an assistant said in passing.
@@ -45,11 +47,12 @@ JOB_TYPE = "recency"
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 # "Deprecated" and "obsolete" are left out: "X is deprecated" says what X is (most often an outside API),
-# not that the project changed.
+# not that the project changed. "Renamed" is left out too: a rename makes a memory's name stale, not what it
+# says; the inquisitor rewrites such names from git (memory.code_check) instead of hiding the memory.
 _CHANGE = re.compile(
     r"\b(?:no longer|not any ?more|(?:does|do|is|are|was|were)n't\s+\w+\s+any ?more|"
     r"replaced (?:by|with)|replaces|in favou?r of|switched (?:to|from|over)|swapped|migrated (?:to|from)|"
-    r"moved (?:to|from|over)|renamed|superseded|changed (?:to|from|it to)|from now on|"
+    r"moved (?:to|from|over)|superseded|changed (?:to|from|it to)|from now on|"
     r"(?:use|uses|using|used|chose|choose|picked|went with|go with)\b[^.;]*\binstead\b|"
     r"(?:is|are|does|do|has|have)\s+now\b(?!\s+(?:correctly|properly|working|works|fixed|passing|fine|ready|"
     r"done|complete|available|showing|shown|visible))|"
@@ -106,9 +109,15 @@ def stated_change(newer: str, older_subjects: set[str], older_text: str | None =
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?") or not _CHANGE.search(sentence) or _TENTATIVE.search(sentence):
             continue
-        if not subjects(sentence) & older_subjects:
+        last_cue = max(m.start() for m in _CHANGE.finditer(sentence))
+        shared = subjects(sentence) & older_subjects
+        if not shared:
             continue
         replaced = _REPLACED.search(sentence)
+        if not replaced and not subjects(sentence[:last_cue]) & older_subjects:
+            # What changed comes before the cue ("the recorder now uses X"); what follows is the new value.
+            # An older memory that shares only the new value proposed or used that very thing: still true.
+            continue
         if older_text is not None and replaced:
             value = next(v for v in replaced.groups() if v).rstrip(".").lower()
             if value not in older_text.lower():

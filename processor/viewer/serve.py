@@ -59,7 +59,8 @@ def serve_read_only(settings: Settings, *, open_browser: bool = True, ready: Cal
         ready(url)
         if open_browser:
             webbrowser.open(url)
-        stop.wait()
+        while not stop.wait(0.5):  # a timed wait: Ctrl-C is seen within half a second whatever the platform
+            pass
     except KeyboardInterrupt:
         pass
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import threading
 import time
@@ -441,8 +442,11 @@ def test_engram_open_without_a_processor_serves_the_viewer_read_only(world: Worl
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")},
            "ENGRAM_HOME": str(world.settings.home), "ENGRAM_MODELS_DIR": os.environ["ENGRAM_MODELS_DIR"],
            "ENGRAM_PROJECTS_DIR": str(world.settings.transcripts_root)}
+    # Ctrl-C as a terminal gives it: a suite started in the background (nohup, `&`) ignores SIGINT, and the
+    # child would inherit that and never see the test's Ctrl-C.
     proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "open", "--no-browser"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

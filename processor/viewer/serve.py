@@ -59,8 +59,7 @@ def serve_read_only(settings: Settings, *, open_browser: bool = True, ready: Cal
         ready(url)
         if open_browser:
             webbrowser.open(url)
-        while not stop.wait(0.5):  # a timed wait: Ctrl-C is seen within half a second whatever the platform
-            pass
+        stop.wait()
     except KeyboardInterrupt:
         pass
     finally:

@@ -47,12 +47,11 @@ OUTPUT_LINE = re.compile(
 _LETTERS = re.compile(r"[^\W\d_]", re.UNICODE)
 _IDENT = re.compile(r"[A-Za-z_][\w.:/\[\]-]*[\w\]]")
 _SIGNAL_LINE = re.compile(r"FAILED|ERROR|Error\b|error\b|Exception|failed|Traceback")
-
-
 _NOTE_LINE = re.compile(r"^[ \t]*\[pasted [^\n]*\][ \t]*$", re.M)
 
 
 def is_note(line: str) -> bool:
+    """A stripped line that is a paste's note (as ``note`` writes it)."""
     return line.startswith(NOTE_PREFIX) and line.endswith("]")
 
 

@@ -109,11 +109,10 @@ def stated_change(newer: str, older_subjects: set[str], older_text: str | None =
         sentence = sentence.strip()
         if not sentence or sentence.endswith("?") or not _CHANGE.search(sentence) or _TENTATIVE.search(sentence):
             continue
-        last_cue = max(m.start() for m in _CHANGE.finditer(sentence))
-        shared = subjects(sentence) & older_subjects
-        if not shared:
+        if not subjects(sentence) & older_subjects:
             continue
         replaced = _REPLACED.search(sentence)
+        last_cue = max(m.start() for m in _CHANGE.finditer(sentence))
         if not replaced and not subjects(sentence[:last_cue]) & older_subjects:
             # What changed comes before the cue ("the recorder now uses X"); what follows is the new value.
             # An older memory that shares only the new value proposed or used that very thing: still true.

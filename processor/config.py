@@ -101,7 +101,6 @@ class Settings:
     service_restart_seconds = Option(10, "systemd RestartSec / launchd ThrottleInterval")
     service_nice = Option(10, "systemd Nice= for the processor")
     recollection_bites = Option(3, "memory bites precomputed per user message for the PreToolUse hook")
-    recollection_min_relevance = Option(0.15, "bites below this relevance are not shown")
     topic_gate = Option(0.85, "a user message this similar (cosine) to the previous one keeps the old bites")
     recollection_skip_recent = Option(6, "episodes from this many latest rounds of the same session are not bites")
     recollection_idle_hours = Option(1.0, "recollection files of sessions idle this long are removed")

@@ -439,6 +439,16 @@ def format_context(lines: list[str]) -> str:
     return fence(body)
 
 
+def format_call_context(target: str, lines: list[str]) -> str:
+    """What earlier sessions left about the file or command a tool call is about to work on."""
+    body = "\n".join([
+        f"Before this call on {target}: an earlier session left these about it:",
+        *lines,
+        f"Call {EXPAND_TOOL}(id) for the full context if one applies. Otherwise, continue your work.",
+    ])
+    return fence(body)
+
+
 # --- what the session's digest showed: the bites leave those memories out ------------------------
 
 SESSION_START_BUDGET_DEFAULT = 1500  # processor.config Settings.session_start_token_budget (pinned by tests)
@@ -554,6 +564,56 @@ def claim(directory: str, session_id: str, message_uuid: str) -> bool:
     finally:
         if lock_fd >= 0:
             _os.close(lock_fd)  # releases the lock
+
+
+# --- what the PreToolUse hook told this session about the files and commands in hand ---------------
+
+LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.json
+LESSONS_LIMIT = 64 * 1024  # processor/recall/lesson_index.py INDEX_LIMIT
+SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "created": [paths]}
+SHOWN_LIMIT = 16 * 1024
+SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
+CREATED_PATHS = 100
+
+
+def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
+    """(memory ids shown about tool calls, files the agent created) in this session; ([], []) if none."""
+    try:
+        data = load_json_file(f"{directory}/{session_id}{SHOWN_SUFFIX}", SHOWN_LIMIT)
+    except Exception:
+        return [], []
+    if not isinstance(data, dict):
+        return [], []
+    shown, created = data.get("shown"), data.get("created")
+    return ([i for i in shown if isinstance(i, str)] if isinstance(shown, list) else [],
+            [p for p in created if isinstance(p, str)] if isinstance(created, list) else [])
+
+
+def claim_shown(directory: str, session_id: str, ids: list[str], created: str | None = None) -> list[str]:
+    """Record `ids` as shown (and `created` as a file the agent made) under the hook's lock; returns the
+    ids no parallel hook process claimed first: each memory is told once per session."""
+    lock_fd = -1
+    if hasattr(_os, "lockf"):
+        lock_fd = _os.open(
+            f"{directory}/{LOCK_NAME}", _os.O_RDWR | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0), 0o600
+        )
+    try:
+        if lock_fd >= 0:
+            _os.lockf(lock_fd, _os.F_LOCK, 0)
+        shown, made = load_shown(directory, session_id)
+        fresh = [i for i in ids if i not in shown]
+        if created and created not in made:
+            made.append(created)
+        elif not fresh:
+            return []
+        shown = (shown + fresh)[-SHOWN_KEPT:]
+        data = ('{"shown":[' + ",".join(quote(i) for i in shown) + '],"created":['
+                + ",".join(quote(p) for p in made[-CREATED_PATHS:]) + "]}\n").encode()
+        write_private(directory, session_id + SHOWN_SUFFIX, data)
+        return fresh
+    finally:
+        if lock_fd >= 0:
+            _os.close(lock_fd)
 
 
 def serve(run_hook: "Callable[[bytes], str | None]") -> None:  # noqa: F821 - no typing import on the hot path

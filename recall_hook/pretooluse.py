@@ -17,7 +17,11 @@ Input: the PreToolUse event JSON on stdin. The session is ``session_id`` from th
 
     {"messageUuid": str, "timestamp": ms, "bites": [{"id", "bite", "date", "importance"}]}
 
-The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state``) as
+The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state``), and, on every call that
+works on a file or runs a command, what earlier sessions left about that file or command: the project's
+lesson index named by the recollection (``lessons/<project>.json``, ``processor/recall/lesson_index.py``),
+looked up by the call's keys (``tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
+(``<session_id>.shown``), and nothing about a file the agent is creating or created. All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
 "Engram: 2 memories — ep_…, ep_…"}`` (the line the user sees; off with the ``show_injected``
 setting, which costs a config.toml read only when the environment does not decide) and never
@@ -34,13 +38,18 @@ import sys
 
 if __package__:  # imported as recall_hook.pretooluse (tests, tools)
     from . import hook_io as _io
+    from . import tool_keys as _keys
 else:  # run through LAUNCHER, or as a script: this file's folder is on sys.path
     _here = __file__.rpartition("/")[0]
     if _here not in sys.path:
         sys.path.insert(0, _here)
     import hook_io as _io
+    import tool_keys as _keys
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;pretooluse.main()'
+MAX_CALL_BITES = 2  # memories told about one tool call, at most
+_CREATING = ("Write", "NotebookEdit")
+
 
 def run(stdin: bytes) -> str | None:
     """The hook's stdout for this stdin (None: print nothing). Raises on any bad input."""
@@ -62,15 +71,36 @@ def run(stdin: bytes) -> str | None:
     recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
     if not isinstance(recollection, dict):
         return None
+    lines, ids, message_uuid = _message_bites(directory, session_id, recollection)
+    about = _call_bites(directory, session_id, recollection, event, ids)
+    if not lines and not about:
+        return None
+    # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
+    # when about to inject; a recollection written just before the opt-out must not slip through).
+    if _io.opted_out(directory, session_id):
+        return None
+    if lines and not _io.claim(directory, session_id, message_uuid):
+        lines, ids = [], []  # a parallel tool call's hook injected this message's bites
+    if about:
+        fresh = _io.claim_shown(directory, session_id, [i for i, _ in about])
+        about = [(i, line) for i, line in about if i in fresh]
+    if not lines and not about:
+        return None
+    parts = [_io.format_context(lines)] if lines else []
+    if about:
+        parts.append(_io.format_call_context(_target(event), [line for _, line in about]))
+    return _io.hook_json("PreToolUse", "\n".join(parts), ids + [i for i, _ in about], directory.rpartition("/")[0])
+
+
+def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple[list[str], list[str], str]:
+    """The bites of the session's newest user message, unless already injected: (lines, ids, its uuid)."""
     message_uuid = recollection.get("messageUuid")
     bites = recollection.get("bites")
-    if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list):
-        return None
-
+    if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list) or not bites:
+        return [], [], ""
     # Cheap check first, without the lock: most tool calls of a message end here.
     if _io.last_injected(f"{directory}/{session_id}.state") == message_uuid:
-        return None
-
+        return [], [], ""
     lines = []
     ids = []
     for bite in bites:
@@ -80,15 +110,66 @@ def run(stdin: bytes) -> str | None:
             ids.append(bite["id"])  # bite_line checked it
             if len(lines) == _io.MAX_BITES:
                 break
-    if not lines:
-        # Nothing to say; state is left alone, so a rewrite of this message's file still counts.
-        return None
+    return lines, ids, message_uuid
 
-    # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
-    # when about to inject; a recollection written just before the opt-out must not slip through).
-    if _io.opted_out(directory, session_id) or not _io.claim(directory, session_id, message_uuid):
-        return None
-    return _io.hook_json("PreToolUse", _io.format_context(lines), ids, directory.rpartition("/")[0])
+
+def _call_bites(directory: str, session_id: str, recollection: dict, event: dict,
+                exclude: list[str]) -> list[tuple[str, str]]:
+    """What earlier sessions left about the file or command this call works on: (id, line), at most
+    MAX_CALL_BITES, each memory once per session, nothing about a file the agent itself created."""
+    name = recollection.get("lessons")
+    if not isinstance(name, str) or not name.endswith(".json") or "/" in name or name.startswith("."):
+        return []
+    index = _io.load_json_file(f"{directory}/{_io.LESSONS_FOLDER}/{name}", _io.LESSONS_LIMIT)
+    if not isinstance(index, dict) or not isinstance(index.get("keys"), dict) or not index["keys"]:
+        return []
+    tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
+    root = index.get("root") if isinstance(index.get("root"), str) else None
+    keys = _keys.tool_keys(tool_name, tool_input, root)
+    filed = index["keys"]
+    if not keys or not any(key in filed for key in keys):
+        return []
+    shown, created = _io.load_shown(directory, session_id)
+    if tool_name in _CREATING and keys[0].startswith("file:") and not _exists(tool_input):
+        _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
+        return []
+    bites = index.get("bites") if isinstance(index.get("bites"), dict) else {}
+    found: list[tuple[str, str]] = []
+    for key in keys:
+        ids = filed.get(key)
+        if key in created or not isinstance(ids, list):
+            continue
+        for bite_id in ids:
+            if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
+                    or any(bite_id == i for i, _ in found)):
+                continue
+            bite = bites.get(bite_id)
+            line = _io.bite_line({"id": bite_id, **bite}) if isinstance(bite, dict) else None
+            if line is not None:
+                found.append((bite_id, line))
+                if len(found) == MAX_CALL_BITES:
+                    return found
+    return found
+
+
+def _exists(tool_input: object) -> bool:
+    path = tool_input.get("file_path") or tool_input.get("notebook_path") if isinstance(tool_input, dict) else None
+    if not isinstance(path, str):
+        return True
+    try:
+        _io.os_api.stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def _target(event: dict) -> str:
+    tool_input = event.get("tool_input") if isinstance(event.get("tool_input"), dict) else {}
+    for key in ("file_path", "notebook_path", "command", "path"):
+        value = tool_input.get(key)
+        if isinstance(value, str) and value.strip():
+            return _io.one_line(value, 80)
+    return str(event.get("tool_name") or "this call")
 
 
 def main() -> None:

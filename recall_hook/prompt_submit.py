@@ -19,8 +19,9 @@ When enabled, within ``prompt_submit_budget_ms`` (default 150 ms; env
    never sent to a port a dead processor left behind), ``POST /recall {query, limit, project}`` to
    ``127.0.0.1:<run/engram.port>`` with ``run/token``, over a raw socket whose every operation
    waits at most what is left of the budget. ``project`` is the git root of the event's ``cwd``,
-   computed like ``processor.capture.project.project_root``.
-   If ``/recall`` reports a bite's ``relevance``, bites under ``MIN_RELEVANCE`` are dropped.
+   computed like ``processor.capture.project.project_root``, and ``"unasked": true``: the processor
+   answers with what clears the bar of a user message's bites (``processor/memory/unasked.py``), most
+   often nothing, not with memory_recall's ranking.
 3. Inject the bites neither shown by this hook earlier in the session nor in the session's current
    (older) recollection file, and list their ids in ``<session>.prompt``; the processor's
    RecollectionWriter leaves those ids out of the recollection it writes for the same prompt, so
@@ -57,7 +58,6 @@ BUDGET_ENV = "ENGRAM_PROMPT_SUBMIT_BUDGET_MS"
 DEFAULT_BUDGET_MS = 150
 MAX_BUDGET_MS = 2000
 BITES = 3  # asked of /recall, as the recollection_bites default
-MIN_RELEVANCE = 0.15  # applied when /recall reports a bite's relevance (recollection_min_relevance)
 QUERY_CHARS = 4000  # /recall reads at most this much of the query
 TAIL_BYTES = 256 * 1024  # of the transcript, searched for the prompt's own line
 TAIL_LINES = 50
@@ -211,7 +211,8 @@ def post_recall(port: int, token: str, body: bytes, deadline: float) -> object:
 
 
 def recall_body(prompt: str, project: str | None) -> bytes:
-    parts = ['{"query":', _io.quote(prompt[:QUERY_CHARS]), ',"limit":', str(BITES)]
+    # "unasked": the bar of a user message's bites (processor/memory/unasked.py), not memory_recall's ranking.
+    parts = ['{"query":', _io.quote(prompt[:QUERY_CHARS]), ',"limit":', str(BITES), ',"unasked":true']
     if project:
         parts += [',"project":', _io.quote(project)]
     return ("".join(parts) + "}").encode("ascii")
@@ -354,7 +355,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     state_path = f"{directory}/{session_id}.state"
 
     # The processor's recollection for this prompt, if already written, is the better answer (topic
-    # gate, same-session exclusions, relevance floor), even when it says there is nothing to show.
+    # gate, same-session exclusions, the bar), even when it says there is nothing to show.
     recollection = _recollection(directory, session_id)
     if _is_fresh(recollection, prompt_uuid, state_path, started_ms):
         return _inject_recollection(directory, session_id, recollection)  # type: ignore[arg-type]
@@ -380,9 +381,6 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     new_ids: list[str] = []
     for bite in bites:
         if not isinstance(bite, dict) or bite.get("id") in skip:
-            continue
-        relevance = bite.get("relevance")
-        if isinstance(relevance, (int, float)) and relevance < MIN_RELEVANCE:
             continue
         line = _io.bite_line(bite)
         if line is not None:

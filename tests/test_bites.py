@@ -14,7 +14,6 @@ import pytest
 
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder
-from processor.memory import bites as bites_module
 from processor.memory.bites import BITE_TOKENS, Passage, bite_for, bites_for
 from processor.memory.episodes import EpisodeStore
 from processor.memory.sentences import units
@@ -173,40 +172,29 @@ def capture_round(store: EpisodeStore, transcript: Path, session_id: str, replie
     store.episodize(session_id)
 
 
-def test_the_recollection_file_the_hook_text_and_memory_recall_show_the_same_bite(
-        store: EpisodeStore, holder: SettingsHolder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_user_message_gets_statements_and_memory_recall_gets_the_answering_sentence(
+        store: EpisodeStore, holder: SettingsHolder, tmp_path: Path) -> None:
+    """Shown unasked: what a memory states (a rule, a lesson), never a verbatim round's narration; asked for
+    (memory_recall, `engram recall`): the sentence of a round that answers, as before."""
     replies = [m.text for m in agentic_round()[1:]]
     capture_round(store, tmp_path / f"{OTHER_SID}.jsonl", OTHER_SID, replies)
-    calls: list[str | None] = []
-    real = bites_module.bites_for
-
-    def counting(query: str | None, memories: list) -> list[str]:
-        calls.append(query)
-        return real(query, memories)
-
-    # Every caller goes through the one function: patched where each of them looks it up.
-    for module in ("processor.memory.episodes", "processor.recall.recollections"):
-        monkeypatch.setattr(f"{module}.bites_for", counting)
+    rule, _ = store.remember("The CSV importer must keep using the stdlib csv module for quoted fields; "
+                             "never split lines by hand.", kind="convention", scope="global")
     query = "Why did the CSV importer need no change for quoted fields?"
-    writer = RecollectionWriter(holder)
-    path = writer.write(store, SID, "p1", query, project=None)
+    path = RecollectionWriter(holder).write(store, SID, "p1", query, project=None)
     file_bites = json.loads(path.read_text())["bites"]
+    assert [b["id"] for b in file_bites] == [rule]
+    assert file_bites[0]["bite"] == sql.get_episode(store.conn, rule).summary
+    assert estimate_tokens(file_bites[0]["bite"]) <= BITE_TOKENS
     hits = store.recall(query, limit=3)
-    assert calls == [query, query]
-    assert file_bites and hits
-    by_id = {h.id: h.bite for h in hits}
-    for bite in file_bites:
-        assert bite["bite"] == by_id[bite["id"]]
-        assert estimate_tokens(bite["bite"]) <= BITE_TOKENS
-    top = hits[0].bite
+    top = next(h for h in hits if h.id != rule).bite
     assert "already used the csv module" in top, top  # the sentence that answers, not the piece's head
-    assert top != sql.get_episode(store.conn, hits[0].id).summary
-    assert f"{top} — ID: {hits[0].id}" in format_hits(hits)  # memory_recall's and `engram recall`'s text
+    assert f"{top} — ID: " in format_hits(hits)  # memory_recall's and `engram recall`'s text
     # The PreToolUse hook (the real process) injects the file's bite as it is.
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ENGRAM_HOME": str(holder.current.home)}
     done = subprocess.run(LAUNCHER_ARGV, input=event(SID), capture_output=True, env=env, timeout=30)
     context = injected(done)
-    assert f"{file_bites[0]['bite']} (id: {file_bites[0]['id']})" in context
+    assert f"{file_bites[0]['bite']} (id: {rule})" in context
 
 
 def test_a_rebuild_keeps_the_ids_people_expanded_or_forgot(store: EpisodeStore, holder: SettingsHolder,

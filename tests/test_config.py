@@ -63,10 +63,12 @@ def test_the_stdlib_hooks_copies_of_defaults_equal_the_options() -> None:
 
     assert Settings.prompt_submit_budget_ms.default == prompt_submit.DEFAULT_BUDGET_MS
     assert Settings.recollection_bites.default == prompt_submit.BITES
-    assert Settings.recollection_min_relevance.default == prompt_submit.MIN_RELEVANCE
+    from processor.recall import lesson_index, recollections
     from recall_hook import hook_io
 
     assert Settings.show_injected.default is hook_io.SHOW_INJECTED_DEFAULT
+    assert (lesson_index.FOLDER, lesson_index.INDEX_LIMIT) == (hook_io.LESSONS_FOLDER, hook_io.LESSONS_LIMIT)
+    assert recollections.SHOWN_SUFFIX == hook_io.SHOWN_SUFFIX
     assert Settings.session_start_token_budget.default == hook_io.SESSION_START_BUDGET_DEFAULT
 
 

@@ -20,7 +20,7 @@ from processor.capture.optout import env_level, marker_level
 from processor.capture.tailer import Tailer
 from processor.config import Settings, SettingsHolder, load_settings
 from processor.memory.episodes import EpisodeStore
-from processor.recall import forget
+from processor.recall import forget, recollections
 from processor.recall.digest import hook_output
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
 from processor.store import episodes as episodes_sql
@@ -270,18 +270,21 @@ def test_forget_erases_the_memory_its_versions_and_its_bites(
 
 
 def test_the_writer_never_writes_back_a_memory_forgotten_during_its_search(
-        store: EpisodeStore, settings: Settings, ids: dict[str, str]) -> None:
+        store: EpisodeStore, settings: Settings, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     writer = RecollectionWriter(SettingsHolder(settings))
-    original = store.search
+    original = recollections.offers
+    found_then: list[str] = []
 
     def search_then_forget(*args, **kwargs):
         found = original(*args, **kwargs)
+        found_then.extend(o.episode.id for o in found)
         forget.forget(store, settings, ids["db"])  # memory_forget from another process, mid-search
         return found
 
-    store.search = search_then_forget  # type: ignore[method-assign]
+    monkeypatch.setattr(recollections, "offers", search_then_forget)
     path = writer.write(store, SID, "u1", "How do I connect to the staging database pgbouncer?", project=None)
-    assert ids["db"] not in [b["id"] for b in json.loads(path.read_text())["bites"]]
+    assert ids["db"] in found_then  # the search found it…
+    assert ids["db"] not in [b["id"] for b in json.loads(path.read_text())["bites"]]  # …and it was not written
 
 
 def test_engram_forget_bulk_shows_first_and_asks(settings: Settings, store: EpisodeStore, ids: dict[str, str],

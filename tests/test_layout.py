@@ -11,7 +11,8 @@ PACKAGES = ("processor", "recall_hook", "mcp_tools")
 
 # Bottom-up: a module may import from its own layer and the layers before it, never from a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("recall_hook.hook_io",),                                   # the hooks' stdlib helpers: nothing of Engram
+    # the hooks' stdlib helpers, nothing of Engram: their files and answers, and what a tool call works on
+    ("recall_hook.hook_io", "recall_hook.tool_keys"),
     ("processor.files", "processor.clock", "processor.tokens", "processor.config"),  # what every layer stands on
     ("processor.store",),
     ("processor.capture",),

@@ -505,7 +505,7 @@ def test_state_cannot_be_recorded_means_no_injection(home: Path, env: dict[str, 
 
 
 def test_hook_imports_only_the_standard_library() -> None:
-    for source in (HOOK, HOOK.with_name("hook_io.py")):
+    for source in (HOOK, HOOK.with_name("hook_io.py"), HOOK.with_name("tool_keys.py")):
         tree = ast.parse(source.read_text())
         imported = set()
         for node in ast.walk(tree):
@@ -513,7 +513,8 @@ def test_hook_imports_only_the_standard_library() -> None:
                 imported.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])
-        allowed = {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "time", "tomllib", "", "hook_io"}
+        allowed = {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "time", "tomllib", "", "hook_io",
+                   "tool_keys"}
         assert imported <= allowed, source
 
 
@@ -526,5 +527,5 @@ def test_hook_run_loads_no_heavy_modules(home: Path, env: dict[str, str]) -> Non
     assert done.returncode == 0
     injected(subprocess.CompletedProcess(done.args, 0, done.stdout, b""))
     modules = set(done.stderr.decode().split())
-    assert {"pretooluse", "hook_io"} <= modules
+    assert {"pretooluse", "hook_io", "tool_keys"} <= modules
     assert not modules & {"json", "re", "enum", "os", "processor", "recall_hook", "site"}

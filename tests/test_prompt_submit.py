@@ -175,7 +175,9 @@ def test_bites_from_recall_are_injected_and_remembered(processor: FakeProcessor,
     (repo / ".git").mkdir(parents=True)
     (repo / "api").mkdir()
     context = context_of(run(env, prompt_event(cwd=str(repo / "api"))))
-    assert processor.calls == [{"query": "How do I reach the staging database?", "limit": 3, "project": str(repo)}]
+    # "unasked": the processor answers with what clears the bar of a user message's bites, not a ranking.
+    assert processor.calls == [{"query": "How do I reach the staging database?", "limit": 3, "unasked": True,
+                                "project": str(repo)}]
     lines = context.splitlines()
     assert lines[2] == "- [2026-11-20, normal] staging DB is PostgreSQL 16 on port 6543 (id: ep_db)"
     assert len([line for line in lines if line.startswith("- [")]) == 3 and "memory_expand(id)" in context
@@ -194,11 +196,14 @@ def test_a_later_prompt_does_not_repeat_what_was_shown(processor: FakeProcessor,
     silent(run(env, prompt_event(prompt="again")))  # nothing new to say
 
 
-def test_bites_the_processor_rates_irrelevant_are_dropped(processor: FakeProcessor, env: dict[str, str]) -> None:
-    processor.answer = lambda body: {"bites": [bite("ep_low", "barely related", relevance=0.05),
-                                               bite("ep_ok", "related", relevance=0.4)]}
+def test_the_processor_decides_what_clears_the_bar(processor: FakeProcessor, env: dict[str, str]) -> None:
+    """The hook asks for the bar of a user message's bites and shows what comes back; silence when nothing."""
+    processor.answer = lambda body: {"bites": [bite("ep_ok", "related", relevance=0.4)]} if body.get(
+        "unasked") is True else {"bites": [bite("ep_ranked", "a ranking, not a bite")]}
     context = context_of(run(env, prompt_event()))
-    assert "ep_ok" in context and "ep_low" not in context
+    assert "ep_ok" in context and "ep_ranked" not in context
+    processor.answer = lambda body: {"bites": []}
+    silent(run(env, prompt_event(prompt="something else entirely")))
 
 
 def test_a_fresh_recollection_is_preferred_and_claimed(processor: FakeProcessor, env: dict[str, str],

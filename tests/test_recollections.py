@@ -59,15 +59,15 @@ def test_the_file_has_the_hooks_shape_and_the_relevant_memory_first(
     path = writer.write(store, SID, "u1", "How do I connect to the staging database?", project=None)
     assert path == recollection_path(store.settings.recollections_dir, SID)
     data = read(path)
-    assert set(data) == {"messageUuid", "timestamp", "bites"} and data["messageUuid"] == "u1"
+    assert set(data) == {"messageUuid", "timestamp", "bites", "lessons"} and data["messageUuid"] == "u1"
     assert abs(data["timestamp"] - time.time() * 1000) < 60_000
     assert 1 <= len(data["bites"]) <= 3
     first = data["bites"][0]
-    assert set(first) == {"id", "bite", "date", "importance"}
+    assert set(first) == {"id", "bite", "date", "importance", "kind"}
     assert first["id"] == ids["db"] and "PostgreSQL 16" in first["bite"]
     assert first["date"] == time.strftime("%Y-%m-%d", time.gmtime()) and first["importance"] == "normal"
     assert os.stat(path).st_mode & 0o777 == 0o600
-    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, "lessons"])  # no temp file left
 
 
 def test_topic_gate_keeps_the_file_for_the_same_topic_and_replaces_it_for_a_new_one(
@@ -118,7 +118,7 @@ def test_bites_below_the_relevance_floor_are_left_out(store: EpisodeStore, write
     writer.write(store, SID, "u1", "How do I connect to the staging database?", project=None)
     path = writer.write(store, SID, "u2", "qwzx vbnk plmo", project=None)
     # Replaced all the same: the previous message's bites are not for this one.
-    assert read(path) == {"messageUuid": "u2", "timestamp": read(path)["timestamp"], "bites": []}
+    assert read(path)["messageUuid"] == "u2" and read(path)["bites"] == []
 
 
 # --- handle(): what the memory thread calls -----------------------------------------------------
@@ -224,7 +224,7 @@ def test_a_concurrent_reader_never_sees_a_partial_file(store: EpisodeStore, writ
     result = json.loads(out)
     assert result["bad"] == 0, result
     assert result["reads"] > 100 and result["seen"] > 10, result
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, "lessons"])
 
 
 # --- idle cleanup -----------------------------------------------------------------------------------

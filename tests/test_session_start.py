@@ -61,10 +61,11 @@ def run_hook(home: Path, stdin: bytes, timeout: float = 60, argv: list[str] = HO
 
 
 def episode(conn: apsw.Connection, eid: str, summary: str, *, project: str | None, scope: str = "project",
-            importance: str = "normal", created_at: int, status: str = "active", session_id: str | None = None) -> None:
+            importance: str = "normal", created_at: int, status: str = "active", session_id: str | None = None,
+            kind: str = "other", source_type: str = "manual") -> None:
     insert_episode(conn, NewEpisode(
         id=eid, session_id=session_id, project=project, scope=scope, summary=summary, entities=[],
-        importance=importance, kind="other", source_type="manual", full_content=summary, source_uuids=[],
+        importance=importance, kind=kind, source_type=source_type, full_content=summary, source_uuids=[],
         content_hash=eid, created_at=created_at), None)
     if status != "active":
         conn.execute("UPDATE episodes SET status = ? WHERE id = ?", (status, eid))
@@ -138,7 +139,7 @@ def test_digest_holds_preferences_project_memories_and_pending_reviews(seeded: P
     lines = context.splitlines()
 
     prefs = lines.index("Preferences and conventions (all projects):")
-    important = lines.index("Important in this project (shop-api):")
+    important = lines.index("Lessons and rules of this project (shop-api):")
     recent = lines.index("This project, last 48 hours:")
     assert prefs < important < recent
     # Newest first within a section; ids are shown so memory_expand can be called.
@@ -164,6 +165,27 @@ def test_a_memory_in_two_sections_is_shown_once(seeded: Path, repo: Path) -> Non
     assert context.index("(id: ep_both)") < context.index("This project, last 48 hours:")
 
 
+def test_lessons_and_rules_come_first_and_rounds_of_conversation_never(seeded: Path, repo: Path) -> None:
+    conn = open_store(load_settings().db_path)
+    now = now_ms()
+    with write_transaction(conn):
+        episode(conn, "ep_gotcha", "The `dist/` folder is git-ignored, so a built file must be added with -f",
+                project=str(repo), kind="gotcha", source_type="auto", created_at=now - 30 * 24 * HOUR_MS)
+        episode(conn, "ep_routine", "Close-out routine in this project: `make test` → `git commit`",
+                project=str(repo), kind="convention", importance="high", source_type="auto",
+                created_at=now - 10 * 24 * HOUR_MS)
+        episode(conn, "ep_round", "Now let me run the tests to make sure everything works", project=str(repo),
+                source_type="verbatim", created_at=now - HOUR_MS)
+        episode(conn, "ep_prompt", "Work on bead shop-12. Run bd show shop-12", project=str(repo),
+                source_type="verbatim", created_at=now - 2 * HOUR_MS)
+    conn.close()
+    lines = context_of(run_hook(seeded, start_event(repo))).splitlines()
+    section = lines.index("Lessons and rules of this project (shop-api):")
+    assert [line.rsplit("(id: ", 1)[1] for line in lines[section + 1:section + 4]] == [
+        "ep_routine)", "ep_gotcha)", "ep_proj_db)"]  # gotchas and conventions, newest first, then the rest
+    assert not any("ep_round" in line or "ep_prompt" in line for line in lines)
+
+
 def test_outside_any_project_only_global_memories_are_shown(seeded: Path, tmp_path: Path) -> None:
     context = context_of(run_hook(seeded, start_event(tmp_path)))
     assert "ep_pref_tabs" in context and "ep_proj_db" not in context and "this project" not in context.lower()
@@ -187,10 +209,10 @@ def test_the_digest_never_exceeds_its_token_budget(budget: int, tmp_path: Path) 
     assert text is not None
     assert estimate_tokens(text) <= budget
     lines = text.splitlines()
-    assert all(line.startswith(("- [", FENCE_OPEN, FENCE_CLOSE, "Engram", "Preferences", "Important", "This",
+    assert all(line.startswith(("- [", FENCE_OPEN, FENCE_CLOSE, "Engram", "Preferences", "Lessons", "This",
                                 "Pending")) for line in lines)  # whole lines only, never a cut
     if budget >= 800:  # every section gets its share: the first cannot crowd out the others
-        assert {"Preferences and conventions (all projects):", "Important in this project (app):",
+        assert {"Preferences and conventions (all projects):", "Lessons and rules of this project (app):",
                 "This project, last 48 hours:"} <= set(lines)
 
 
@@ -345,7 +367,8 @@ def test_digest_queries_read_indexes_not_the_table(big_home: tuple[Path, str]) -
     conn = apsw.Connection(str(home / "engram.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         for sql, params in ((digest_sql.GLOBAL_SQL, (20,)),
-                            (digest_sql.PROJECT_IMPORTANT_SQL, (project, 20)),
+                            (digest_sql.PROJECT_RULES_SQL, (project, 20)),
+                            (digest_sql.PROJECT_LESSONS_SQL, (project, 20)),
                             (digest_sql.PROJECT_RECENT_SQL, (project, now_ms() - 48 * HOUR_MS, 20))):
             plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert plan.startswith("SEARCH episodes USING INDEX idx_episodes_active_"), plan
@@ -362,7 +385,7 @@ def test_digest_at_100k_episodes_is_fast(big_home: tuple[Path, str]) -> None:
         proc = run_hook(home, start_event(project))
         timings.append(time.monotonic() - started)
         context = context_of(proc)
-    assert "Important in this project (project7):" in context and "This project, last 48 hours:" in context
+    assert "Lessons and rules of this project (project7):" in context and "This project, last 48 hours:" in context
     assert estimate_tokens(context) <= Settings.session_start_token_budget.default
     # The goal is < 1 s for the whole process; on a busy shared 2-core runner allow head-room.
     print(f"SessionStart hook at 100k episodes: best {min(timings) * 1000:.0f} ms of {len(timings)} runs")

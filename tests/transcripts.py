@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
@@ -30,3 +31,72 @@ def assistant_line(blocks: list[dict[str, Any]] | str, *, session_id: str, messa
         "uuid": uid or str(uuidlib.uuid4()), "timestamp": timestamp, **extra,
     }
     return json.dumps(entry) + "\n"
+
+
+class Conversation:
+    """A session written the way Claude Code writes it: prompts, replies, tool uses and their results, each
+    line a few seconds after the one before. ``lines`` is the transcript (JSON lines, newline-ended)."""
+
+    def __init__(self, session_id: str, *, cwd: str = "/tmp/project", start: str = "2026-11-01T10:00:00",
+                 step_seconds: int = 5) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self._at = datetime.fromisoformat(start).replace(tzinfo=UTC)
+        self._step = step_seconds
+        self._messages = 0
+        self.lines: list[str] = []
+        self.uuids: list[str] = []
+
+    def _stamp(self) -> str:
+        self._at += timedelta(seconds=self._step)
+        return self._at.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+    def _add(self, line: str) -> str:
+        self.lines.append(line)
+        uid = json.loads(line)["uuid"]
+        self.uuids.append(uid)
+        return uid
+
+    def user(self, text: str) -> str:
+        return self._add(user_line(text, session_id=self.session_id, cwd=self.cwd, timestamp=self._stamp()))
+
+    def say(self, text: str, *, end_turn: bool = False) -> str:
+        self._messages += 1
+        line = assistant_line(text, session_id=self.session_id,
+                              message_id=f"msg_{self.session_id[:8]}_{self._messages}", cwd=self.cwd,
+                              timestamp=self._stamp())
+        if end_turn:
+            entry = json.loads(line)
+            entry["message"]["stop_reason"] = "end_turn"
+            line = json.dumps(entry) + "\n"
+        return self._add(line)
+
+    def tool(self, name: str, tool_input: dict[str, Any], output: str = "", *, error: bool = False) -> str:
+        """A tool use and its result; returns the tool_use id."""
+        self._messages += 1
+        use_id = f"toolu_{uuidlib.uuid4().hex[:20]}"
+        self._add(assistant_line([{"type": "tool_use", "id": use_id, "name": name, "input": tool_input}],
+                                 session_id=self.session_id,
+                                 message_id=f"msg_{self.session_id[:8]}_{self._messages}", cwd=self.cwd,
+                                 timestamp=self._stamp()))
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use_id, "content": output}
+        if error:
+            result["is_error"] = True
+        self._add(user_line([result], session_id=self.session_id, cwd=self.cwd, timestamp=self._stamp()))
+        return use_id
+
+    def bash(self, command: str, output: str = "", *, error: bool = False) -> str:
+        return self.tool("Bash", {"command": command, "description": "run it"}, output, error=error)
+
+    def edit(self, path: str, old: str = "a", new: str = "b") -> str:
+        return self.tool("Edit", {"file_path": path, "old_string": old, "new_string": new},
+                         f"The file {path} has been updated.")
+
+    def read(self, path: str) -> str:
+        return self.tool("Read", {"file_path": path}, "     1\tcontent")
+
+    def write(self, path: str, content: str = "x") -> str:
+        return self.tool("Write", {"file_path": path, "content": content}, f"File created successfully at: {path}")
+
+    def text(self) -> str:
+        return "".join(self.lines)

@@ -6,6 +6,8 @@ conversation; their ``message.content`` is a string or a list of blocks. We keep
 results and images. High-signal tool calls (commits, tracker closes, questions to
 the user: ``signals``) are returned beside the text, and the results of the ones
 awaited are read from tool_result blocks, so the two can be paired.
+Every tool use is noted with what it works on (a file, a command), and a failed tool result (``is_error``)
+keeps the head and tail of its output: the raw material of lessons (``processor/memory/lessons.py``).
 Meta lines, compact summaries, slash-command plumbing,
 system reminders, ``<private>`` spans and anything Engram itself injected are
 never captured. Secrets are redacted here, before anything reaches the store.
@@ -43,6 +45,25 @@ class CapturedLine:
     end_turn: bool = False
     tool_uses: tuple[tuple[str, signals.PendingSignal], ...] = ()  # (tool_use_id, what it would mean)
     tool_results: tuple[ToolResult, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # every tool use of an assistant line: what it worked on
+    failures: tuple[ToolFailure, ...] = ()  # the failed tool results a user line carries
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool use: its tool and what it works on (a file path, a shell command, a search), redacted."""
+
+    tool_use_id: str
+    name: str
+    target: str | None
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """A tool result marked ``is_error``: the head and tail of its output, redacted (never the whole of it)."""
+
+    tool_use_id: str
+    text: str
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,7 @@ class ToolResultsOnly:
     session_id: str | None
     ts_ms: int | None
     tool_results: tuple[ToolResult, ...]
+    failures: tuple[ToolFailure, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,6 +192,55 @@ def _tool_uses(content: object) -> tuple[tuple[str, signals.PendingSignal], ...]
     return tuple(found)
 
 
+# A tool call's target, as stored: a command longer than this is cut (its head names the program and files).
+TARGET_CHARS = 500
+# Of a failed result's output: its head (the command's first complaint) and tail (the summary line, the exit
+# code), never the whole of it (a failing build can print megabytes).
+FAILURE_HEAD_CHARS = 1_200
+FAILURE_TAIL_CHARS = 400
+_REDACT_MARGIN = 2_000  # read past each cut before redacting, so a secret that straddles it is still whole
+_TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query")
+
+
+def _target(tool_input: object) -> str | None:
+    if not isinstance(tool_input, dict):
+        return None
+    for key in _TARGET_KEYS:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value.strip():
+            return redact(value[:TARGET_CHARS + _REDACT_MARGIN])[:TARGET_CHARS]
+    return None
+
+
+def _tool_calls(content: object) -> tuple[ToolCall, ...]:
+    if not isinstance(content, list):
+        return ()
+    return tuple(ToolCall(block["id"], block["name"] if isinstance(block.get("name"), str) else "tool",
+                          _target(block.get("input")))
+                 for block in content
+                 if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str))
+
+
+def failure_text(output: str) -> str:
+    """The head and tail of a failed tool's output, redacted; the middle of a long one is left out."""
+    output = output.replace("\x00", "")
+    if len(output) <= FAILURE_HEAD_CHARS + FAILURE_TAIL_CHARS:
+        return redact(output).strip()
+    head = redact(output[:FAILURE_HEAD_CHARS + _REDACT_MARGIN])[:FAILURE_HEAD_CHARS]
+    tail = redact(output[-(FAILURE_TAIL_CHARS + _REDACT_MARGIN):])[-FAILURE_TAIL_CHARS:]
+    return f"{head.rstrip()}\n[… {len(output) - FAILURE_HEAD_CHARS - FAILURE_TAIL_CHARS} characters left out …]\n" \
+           f"{tail.lstrip()}"
+
+
+def _failures(content: object) -> tuple[ToolFailure, ...]:
+    if not isinstance(content, list):
+        return ()
+    return tuple(ToolFailure(block["tool_use_id"], failure_text(signals.result_text(block.get("content"))))
+                 for block in content
+                 if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error") is True
+                 and isinstance(block.get("tool_use_id"), str))
+
+
 def _tool_results(content: object, awaited: Collection[str]) -> tuple[ToolResult, ...]:
     if not awaited or not isinstance(content, list):
         return ()
@@ -198,7 +269,7 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
         return b'"type": ' not in raw  # summary, system, attachment, progress, snapshot lines…
     # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited. One scan
     # for the spaced form, text and tool uses: these lines are long.
-    if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None:
+    if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None and b'"is_error":true' not in raw:
         return not (awaited and any(m.decode(errors="replace") in awaited for m in _TOOL_USE_ID.findall(raw)))
     return False
 
@@ -247,13 +318,14 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
     if content is None:
         return Skipped(f"{kind} line {uuid}: message.content is neither a string nor a list", problem=True)
     results = _tool_results(raw_content, awaited) if kind == "user" else ()
+    failures = _failures(raw_content) if kind == "user" else ()
     if kind == "user" and _is_command_plumbing(content):
         return Skipped("slash-command line")
     content = content.replace("\x00", "").strip()
     if not content:
-        if results:
+        if results or failures:
             timestamp = _opt_str(entry, "timestamp")
-            return ToolResultsOnly(uuid, _opt_str(entry, "sessionId"), _timestamp_ms(timestamp), results)
+            return ToolResultsOnly(uuid, _opt_str(entry, "sessionId"), _timestamp_ms(timestamp), results, failures)
         return Skipped("no capturable text (tool results, thinking, images or injected context only)")
 
     role = message.get("role")
@@ -275,4 +347,6 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
         end_turn=kind == "assistant" and message.get("stop_reason") == "end_turn",
         tool_uses=_tool_uses(raw_content) if kind == "assistant" else (),
         tool_results=results,
+        tool_calls=_tool_calls(raw_content) if kind == "assistant" else (),
+        failures=failures,
     )

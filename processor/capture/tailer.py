@@ -23,7 +23,15 @@ import apsw
 from processor.capture import signals
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.optout import RECORD, marker_level, stronger
-from processor.capture.parse import CapturedLine, Skipped, ToolResult, ToolResultsOnly, parse_line
+from processor.capture.parse import (
+    CapturedLine,
+    Skipped,
+    ToolCall,
+    ToolFailure,
+    ToolResult,
+    ToolResultsOnly,
+    parse_line,
+)
 from processor.capture.problems import (
     CANNOT_OPEN,
     CANNOT_READ,
@@ -38,6 +46,7 @@ from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.store import sessions as session_sql
 from processor.store import signals as signal_sql
+from processor.store import tool_calls as tool_call_sql
 from processor.store import write_transaction
 
 log = logging.getLogger(__name__)
@@ -225,6 +234,8 @@ class Tailer:
         # High-signal tool uses and their results, in line order: (uuid, ts_ms, uses, results).
         tool_events: list[tuple[str, int | None, tuple, tuple[ToolResult, ...]]] = []
         awaited = signal_sql.pending_ids(self.conn, result.session_id)
+        # Every tool call and failed result, in line order: (uuid, ts_ms, calls, failures).
+        worked_on: list[tuple[str, int | None, tuple[ToolCall, ...], tuple[ToolFailure, ...]]] = []
         for line in batch:
             if line.data is None:
                 result.problems += 1
@@ -240,6 +251,10 @@ class Tailer:
                     result.problems += 1
                     log.warning("%s: line at byte %d skipped: %s", path, line.offset, outcome.reason)
                 continue
+            if isinstance(outcome, CapturedLine) and outcome.tool_calls:
+                worked_on.append((outcome.uuid, outcome.ts_ms, outcome.tool_calls, ()))
+            if outcome.failures:
+                worked_on.append((outcome.uuid, outcome.ts_ms, (), outcome.failures))
             if outcome.tool_results or (isinstance(outcome, CapturedLine) and outcome.tool_uses):
                 uses = outcome.tool_uses if isinstance(outcome, CapturedLine) else ()
                 awaited.update(tool_use_id for tool_use_id, _ in uses)
@@ -287,4 +302,16 @@ class Tailer:
             # In the transaction that advances the offset: a crash between a tool_use and its
             # result re-reads neither line, and loses neither.
             self._pair_tool_events(result.session_id, tool_events)
+            if level != RECORD:
+                self._record_tool_calls(result.session_id, worked_on)
         result.lines += len(batch)
+
+    def _record_tool_calls(self, session_id: str, worked_on: list[tuple[str, int | None, tuple[ToolCall, ...],
+                                                                       tuple[ToolFailure, ...]]]) -> None:
+        for uuid, ts_ms, calls, failures in worked_on:
+            if calls:
+                tool_call_sql.add_calls(self.conn, session_id, uuid, ts_ms,
+                                        [(c.tool_use_id, c.name, c.target) for c in calls])
+            if failures:
+                tool_call_sql.add_failures(self.conn, session_id, uuid, ts_ms,
+                                           [(f.tool_use_id, f.text) for f in failures])

@@ -27,8 +27,10 @@ from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
+from processor.memory.lessons import mine_round
 from processor.memory.preferences import standing_statements
 from processor.memory.rebuild import rebuild_verbatim
+from processor.memory.routines import routine, tasks_of
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, embedding_text, entities_of, group_rounds, round_pieces, summarize
 from processor.store import automem as automem_sql
@@ -36,6 +38,7 @@ from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store import signals as signal_sql
+from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,7 @@ MAX_REASON_CHARS = 500
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
 RECALL_ALSO = frozenset({"stale", "archived", "superseded"})
+ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
 
 
 def _status_note(ep: Episode, check: cold_sql.LastCheck | None) -> str | None:
@@ -130,6 +134,7 @@ class EpisodeStore:
         self._embedder = embedder
         self._index = index  # may be shared by several threads' stores: it locks itself
         self._deduper: Deduper | None = None
+        self._routine_stamps: dict[str, int] = {}  # project → its newest tool call when its routine was read
 
     @property
     def settings(self) -> Settings:
@@ -254,6 +259,58 @@ class EpisodeStore:
                     created_at=message.ts_ms or now_ms()))
         return found
 
+    def _lessons(self, session_id: str, project: str | None, rounds: list[list[StoredMessage]], taken: int,
+                 found: list[NewEpisode]) -> list[NewEpisode]:
+        """What the first `taken` rounds taught: a failure, its diagnosis and fix (``processor.memory.lessons``)."""
+        start = next((m.ts_ms for m in rounds[0] if m.ts_ms is not None), None)
+        calls = tool_call_sql.session_calls(self.conn, session_id, since_ms=start) if start is not None else []
+        if not calls:
+            return []
+        lessons: list[NewEpisode] = []
+        for index, round_messages in enumerate(rounds[:taken]):
+            following = rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None
+            for lesson in mine_round(round_messages, calls, following):
+                digest = content_hash(lesson.full_content)
+                if sql.get_episode(self.conn, lesson.id) is not None or sql.active_with_hash(
+                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in found):
+                    continue
+                lessons.append(NewEpisode(
+                    id=lesson.id, session_id=session_id, project=project, scope="project" if project else "global",
+                    summary=lesson.text, entities=lesson.entities, importance=default_importance(lesson.kind),
+                    kind=lesson.kind, source_type="auto", full_content=lesson.full_content,
+                    source_uuids=lesson.source_uuids, content_hash=digest,
+                    created_at=lesson.created_at or now_ms()))
+        return lessons
+
+    def refresh_routine(self, project: str) -> int:
+        """The project's close-out routine (``processor.memory.routines``) as a convention memory, made or
+        superseded when its steps changed; returns 1 when a new one was stored."""
+        stamp = tool_call_sql.project_stamp(self.conn, project)
+        if self._routine_stamps.get(project) == stamp:
+            return 0
+        self._routine_stamps[project] = stamp
+        sessions = tool_call_sql.project_sessions_with_calls(self.conn, project, ROUTINE_SESSIONS)
+        found = routine(project, {sid: tasks_of(tool_call_sql.session_calls(self.conn, sid),
+                                               tool_call_sql.prompt_times(self.conn, sid)) for sid in sessions})
+        meta_key = f"routine:{project}"
+        previous = sql.get_meta(self.conn, meta_key)
+        if found is None or found.id == previous or sql.get_episode(self.conn, found.id) is not None:
+            return 0
+        [blob] = self._embed([found.text])
+        stamp_ms = now_ms()
+        with write_transaction(self.conn):
+            self.record_model()
+            sql.insert_episode(self.conn, NewEpisode(
+                id=found.id, session_id=None, project=project, scope="project", summary=found.text,
+                entities=found.entities, importance=default_importance("convention"), kind="convention",
+                source_type="auto", full_content=found.text, source_uuids=[], content_hash=content_hash(found.text),
+                created_at=stamp_ms), blob)
+            if previous and (old := sql.get_episode(self.conn, previous)) is not None and old.status == "active":
+                sql.supersede(self.conn, previous, found.id, stamp_ms)
+            sql.set_meta(self.conn, meta_key, found.id)
+        log.info("close-out routine of %s: %s", project, found.text)
+        return 1
+
     def _supersede(self, rowids: list[int]) -> None:
         """Older episodes these new ones state a change about are superseded (``processor.memory.supersede``)."""
         if not rowids:
@@ -305,6 +362,7 @@ class EpisodeStore:
                 between()
             blobs += self._embed([p.full_content for p in pieces[start:start + max_pieces]])
         standing = self._preferences(rounds[:taken], project, session_id)
+        standing += self._lessons(session_id, project, rounds, taken, standing)
         standing_blobs = self._embed([e.full_content for e in standing]) if standing else []
         stamp = now_ms()
         added = 0
@@ -330,7 +388,10 @@ class EpisodeStore:
                     added += 1
             sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
         self._supersede(rowids)
-        return added + signal_added, taken < len(rounds) or full_page
+        more = taken < len(rounds) or full_page
+        if final and not more and project:
+            added += self.refresh_routine(project)
+        return added + signal_added, more
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,

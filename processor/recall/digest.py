@@ -8,10 +8,12 @@ this order:
 
 1. preferences and conventions for all projects: active ``scope='global'`` episodes of
    importance high, newest first;
-2. this project's important episodes: active, importance high, newest first; the project is the
-   git root of the event's ``cwd`` (``processor.capture.project.project_root``), the same key
-   capture stores in ``episodes.project``;
-3. this project's episodes of the last 48 hours, newest first;
+2. this project's lessons and rules: active gotchas and conventions first (what bit earlier sessions,
+   the routine they follow), then decisions, preferences and what the user asked to remember, newest
+   first; the project is the git root of the event's ``cwd`` (``processor.capture.project.project_root``),
+   the same key capture stores in ``episodes.project``;
+3. what this project's sessions learned in the last 48 hours (memories, newest first).
+Never a verbatim round: those are mostly narration, tool calls and the user's own earlier prompts.
 4. pending reviews, when there are any: the open rows of the ``reviews`` table (the cold path's
    judgement calls, walked with `engram review`), plus remember requests quarantined in
    ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored), which also need the user.
@@ -98,7 +100,7 @@ def collect(conn: object, queue_dir: object, project: str | None, now_ms: int) -
     project_high: list[Memory] = []
     project_recent: list[Memory] = []
     if project:
-        project_high = digest_sql.project_important(conn, project, limit)
+        project_high = digest_sql.project_lessons(conn, project, limit)
         since = now_ms - RECENT_HOURS * 3_600_000
         project_recent = digest_sql.project_recent(conn, project, since, limit)
     return Digest(global_high, project_high, project_recent, count_pending(conn, queue_dir), project)
@@ -145,7 +147,7 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
     project_name = digest.project.rstrip("/").rpartition("/")[2] if digest.project else ""
     sections = (
         ("Preferences and conventions (all projects):", digest.global_high, SECTION_SHARE),
-        (f"Important in this project ({project_name}):", digest.project_high, SECTION_SHARE),
+        (f"Lessons and rules of this project ({project_name}):", digest.project_high, SECTION_SHARE),
         (f"This project, last {RECENT_HOURS} hours:", digest.project_recent, 1.0),
     )
     for title, memories, share in sections:

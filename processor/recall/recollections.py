@@ -39,9 +39,10 @@ from processor.capture.parse import CapturedLine
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic
-from processor.memory.bites import bites_for
 from processor.memory.citations import extract, missing_paths_on_disk
 from processor.memory.episodes import EpisodeStore
+from processor.memory.unasked import offers
+from processor.recall.lesson_index import LessonIndex
 from processor.store import episodes as episodes_sql
 from processor.store import sessions, write_transaction
 from processor.store import viewer as viewer_sql
@@ -53,7 +54,8 @@ _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 STATE_SUFFIX = ".state"  # recall_hook/pretooluse.py
 PROMPT_SUFFIX = ".prompt"  # recall_hook/prompt_submit.py MARKER_SUFFIX
 DIGEST_SUFFIX = ".digest"  # recall_hook/hook_io.py DIGEST_SUFFIX
-_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX, DIGEST_SUFFIX)
+SHOWN_SUFFIX = ".shown"  # recall_hook/hook_io.py SHOWN_SUFFIX
+_SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX, DIGEST_SUFFIX, SHOWN_SUFFIX)
 _MARKER_LIMIT = 16 * 1024
 _DIGEST_LIMIT = 64 * 1024
 _RECOLLECTION_LIMIT = 64 * 1024  # recall_hook/hook_io.py RECOLLECTION_LIMIT
@@ -72,9 +74,10 @@ _MIN_TOPIC_WORDS = 3
 
 def prompt_shown_ids(recollections_dir: Path, session_id: str) -> frozenset[str]:
     """Ids the hooks already showed in this session: the UserPromptSubmit hook's ``<session>.prompt``
-    marker and the SessionStart digest's ``<session>.digest``."""
-    return _marker_ids(recollections_dir, session_id, PROMPT_SUFFIX, _MARKER_LIMIT) | _marker_ids(
-        recollections_dir, session_id, DIGEST_SUFFIX, _DIGEST_LIMIT)
+    marker, the SessionStart digest's ``<session>.digest`` and the PreToolUse hook's ``<session>.shown``."""
+    return (_marker_ids(recollections_dir, session_id, PROMPT_SUFFIX, _MARKER_LIMIT)
+            | _marker_ids(recollections_dir, session_id, DIGEST_SUFFIX, _DIGEST_LIMIT)
+            | _marker_ids(recollections_dir, session_id, SHOWN_SUFFIX, _MARKER_LIMIT))
 
 
 def _marker_ids(recollections_dir: Path, session_id: str, suffix: str, limit: int) -> frozenset[str]:
@@ -110,10 +113,11 @@ def requested_opt_out(recollections_dir: Path, session_id: str) -> str | None:
 
 
 def drop_bites(recollections_dir: Path, ids: set[str] | frozenset[str]) -> int:
-    """Remove these memories from every recollection file; returns how many files were rewritten."""
+    """Remove these memories from every recollection file and every project's lesson index; returns how
+    many files were rewritten."""
     if not ids:
         return 0
-    rewritten = 0
+    rewritten = LessonIndex(recollections_dir).drop(ids)
     try:
         entries = list(os.scandir(recollections_dir))
     except FileNotFoundError:
@@ -141,6 +145,7 @@ class RecollectionWriter:
     def __init__(self, settings: SettingsSource) -> None:
         self._settings = settings
         self._last_vector: dict[str, np.ndarray] = {}  # session id → embedding of its previous user message
+        self.lessons = LessonIndex(self.settings.recollections_dir)
 
     @property
     def settings(self) -> Settings:
@@ -189,17 +194,13 @@ class RecollectionWriter:
             os.utime(path)  # the session is active: keep its file from the idle cleanup
             return None
         exclude = self._recent_episode_ids(store, session_id) | prompt_shown_ids(folder, session_id)
-        scored = store.search(text, limit=self.settings.recollection_bites, project=project,
-                              exclude_ids=exclude, query_vector=vector)
-        # Read the marker again: the prompt hook may have shown some of these during the search.
+        # Silence unless a memory clears the bar (processor.memory.unasked): most messages get no bites.
+        found = offers(store.conn, store.index, text, vector, project, exclude, limit=self.settings.recollection_bites)
+        # Read the markers again: a hook may have shown some of these during the search.
         shown = prompt_shown_ids(folder, session_id)
-        scored = [s for s in scored if not self._cites_missing_file(s.episode, project)]
-        scored = [s for s in scored
-                  if s.relevance >= self.settings.recollection_min_relevance and s.episode.id not in shown]
-        # The bite is what of each memory answers this message (the same rule as memory_recall's).
-        bites = [{"id": s.episode.id, "bite": bite, "date": utc_date(s.episode.created_at),
-                  "importance": s.episode.importance}
-                 for s, bite in zip(scored, bites_for(text, [s.episode for s in scored]), strict=True)]
+        found = [o for o in found if o.episode.id not in shown and not self._cites_missing_file(o.episode, project)]
+        bites = [{"id": o.episode.id, "bite": o.bite, "date": utc_date(o.episode.created_at),
+                  "importance": o.episode.importance, "kind": o.episode.kind} for o in found]
         # Forgotten while the search ran (memory_forget, `engram forget`): never written back.
         active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
         bites = [b for b in bites if b["id"] in active]
@@ -207,8 +208,9 @@ class RecollectionWriter:
             with write_transaction(store.conn):
                 viewer_sql.record_offer(store.conn, session_id, message_uuid, json.dumps(bites, ensure_ascii=False),
                                         now_ms())
-        write_atomic(path, json.dumps({"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites},
-                                      ensure_ascii=False))
+        record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites,
+                  "lessons": self.lessons.refresh(store.conn, project, project)}
+        write_atomic(path, json.dumps(record, ensure_ascii=False))
         return path
 
     @staticmethod

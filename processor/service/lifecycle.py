@@ -41,6 +41,9 @@ def _recall_route(processor: Processor):
         project = body.get("project") if isinstance(body.get("project"), str) else None
         # The MCP server's memory_recall passes the calling session: its messages not yet in a memory are
         # found too. Returning a hit is not using it (only memory_expand counts an access).
+        if body.get("unasked") is True:
+            # The UserPromptSubmit hook: what may be shown unasked for this prompt, by the bites' own bar.
+            return {"bites": processor.offers_for_http(query[:4000], limit=limit, project=project)}
         session_id = body.get("session_id") if isinstance(body.get("session_id"), str) else None
         hits = processor.recall_for_http(query[:4000], limit=limit, project=project, session_id=session_id)
         return {"bites": [h.__dict__ for h in hits]}

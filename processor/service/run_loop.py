@@ -23,12 +23,14 @@ from processor.capture.parse import CapturedLine
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
 from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
+from processor.clock import utc_date
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
 from processor.memory.episodes import EpisodeStore
 from processor.memory.errors import EmbedderError
 from processor.memory.gguf_convert import remove_stale_conversions
+from processor.memory.unasked import offers
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
 from processor.service.memory_thread import (
     BuildEpisodes,
@@ -153,6 +155,14 @@ class Processor:
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
         return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id)
+
+    def offers_for_http(self, query: str, *, limit: int, project: str | None) -> list[dict]:
+        """What clears the bar of a user message's bites for this text (``processor.memory.unasked``)."""
+        store = self.memory.reader()
+        found = offers(store.conn, store.index, query, store.embedder.embed_query(query), project, limit=limit)
+        return [{"id": o.episode.id, "bite": o.bite, "date": utc_date(o.episode.created_at),
+                 "importance": o.episode.importance, "kind": o.episode.kind, "relevance": round(o.cosine, 4)}
+                for o in found]
 
     # --- one pass ----------------------------------------------------------------------------
 

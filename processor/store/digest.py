@@ -23,10 +23,17 @@ _COLUMNS = "id, summary, created_at, importance"
 # `status = 'active'` must appear literally for SQLite to use those partial indexes.
 GLOBAL_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND scope = 'global' "
               "AND importance = 'high' ORDER BY created_at DESC LIMIT ?")
-PROJECT_IMPORTANT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? "
-                         "AND importance = 'high' ORDER BY created_at DESC LIMIT ?")
-PROJECT_RECENT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND project = ? "
-                      "AND created_at >= ? ORDER BY created_at DESC LIMIT ?")
+# The project's lessons and rules: gotchas and conventions first, then decisions, preferences and what is
+# marked important; never a verbatim round (narration, the user's own prompts). Two reads of the partial
+# index idx_episodes_active_memories (m017), each newest first and stopped at its LIMIT.
+_LESSONS = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND source_type != 'verbatim' "
+            "AND project = ? AND {kinds} ORDER BY created_at DESC LIMIT ?")
+PROJECT_RULES_SQL = _LESSONS.format(kinds="kind IN ('gotcha', 'convention')")
+PROJECT_LESSONS_SQL = _LESSONS.format(
+    kinds="kind NOT IN ('gotcha', 'convention') AND (kind IN ('decision', 'preference') OR importance = 'high')")
+# What the project's sessions learned lately: memories only, no verbatim rounds.
+PROJECT_RECENT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND source_type != 'verbatim' "
+                      "AND project = ? AND created_at >= ? ORDER BY created_at DESC LIMIT ?")
 
 
 
@@ -39,8 +46,11 @@ def global_important(conn: object, limit: int) -> list[Memory]:
     return _memories(conn, GLOBAL_SQL, (limit,))
 
 
-def project_important(conn: object, project: str, limit: int) -> list[Memory]:
-    return _memories(conn, PROJECT_IMPORTANT_SQL, (project, limit))
+def project_lessons(conn: object, project: str, limit: int) -> list[Memory]:
+    """The project's lessons and rules, gotchas and conventions first, newest first within each."""
+    rules = _memories(conn, PROJECT_RULES_SQL, (project, limit))
+    return rules + _memories(conn, PROJECT_LESSONS_SQL, (project, limit - len(rules))) if len(rules) < limit \
+        else rules
 
 
 def project_recent(conn: object, project: str, since_ms: int, limit: int) -> list[Memory]:

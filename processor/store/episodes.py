@@ -386,6 +386,37 @@ def idle_sessions_with_new_messages(conn: apsw.Connection, captured_before_ms: i
     return {row[0] for row in rows}
 
 
+def project_memories(conn: apsw.Connection, project: str | None, limit: int) -> list[Episode]:
+    """The newest active memories (not verbatim rounds) in the project's scope: its own and global ones."""
+    # Two reads of the partial index idx_episodes_active_memories (an OR across project and scope would scan).
+    memories = " status = 'active' AND source_type != 'verbatim' "
+    if project is None:
+        rows = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE{memories}AND project IS NULL "
+                            "ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+        return [Episode.from_row(row) for row in rows]
+    rows = conn.execute(
+        f"SELECT * FROM (SELECT {EPISODE_COLUMNS} FROM episodes WHERE{memories}AND project IS ? "
+        "ORDER BY created_at DESC LIMIT ?) UNION ALL "
+        f"SELECT * FROM (SELECT {EPISODE_COLUMNS} FROM episodes WHERE{memories}AND project IS NULL "
+        "AND scope = 'global' ORDER BY created_at DESC LIMIT ?)", (project, limit, limit)).fetchall()
+    return [Episode.from_row(row) for row in rows]
+
+
+def project_round_rowids(conn: apsw.Connection, project: str | None, limit: int) -> list[int]:
+    """The rowids of the project's newest verbatim rounds (one index range: idx_episodes_active_project_created)."""
+    rows = conn.execute("SELECT rowid FROM episodes WHERE status = 'active' AND project IS ? "
+                        "AND source_type = 'verbatim' ORDER BY created_at DESC LIMIT ?", (project, limit))
+    return [row[0] for row in rows]
+
+
+def memories_signature(conn: apsw.Connection, project: str | None) -> tuple[int, int]:
+    """(how many, newest rowid) of the project's active memories: changes when one is added, forgotten or
+    superseded (two reads of the partial index idx_episodes_active_memories)."""
+    row = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM episodes WHERE status = 'active' "
+                       "AND source_type != 'verbatim' AND project IS ?", (project,)).fetchone()
+    return (row[0], row[1])
+
+
 def newest_session_episode_ids(conn: apsw.Connection, session_id: str, limit: int) -> frozenset[str]:
     """The ids of a session's newest episodes."""
     rows = conn.execute(

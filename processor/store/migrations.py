@@ -487,6 +487,35 @@ def m015_messages_indexed_per_batch(conn: apsw.Connection) -> None:
     conn.execute("DROP TRIGGER IF EXISTS messages_fts_insert")
 
 
+def m016_tool_calls(conn: apsw.Connection) -> None:
+    # Every tool use with what it worked on, and whether its result failed (the head and tail of the
+    # error): lessons are mined from a failure, the diagnosis after it and the call that then succeeded.
+    conn.execute(
+        """
+        CREATE TABLE tool_calls (
+            tool_use_id  TEXT PRIMARY KEY,
+            session_id   TEXT NOT NULL,
+            use_uuid     TEXT NOT NULL,
+            ts_ms        INTEGER,
+            tool         TEXT NOT NULL,
+            target       TEXT,
+            failed       INTEGER NOT NULL DEFAULT 0,
+            error        TEXT,
+            result_uuid  TEXT,
+            result_ts_ms INTEGER
+        );
+        CREATE INDEX idx_tool_calls_session ON tool_calls(session_id, ts_ms);
+        """
+    )
+
+
+def m017_memories_index(conn: apsw.Connection) -> None:
+    # A user message's bites are chosen among the project's memories (not its verbatim rounds), read on the
+    # hot path: a partial index keeps that read to the memories, however many rounds the project has.
+    conn.execute("CREATE INDEX idx_episodes_active_memories ON episodes(project, created_at) "
+                 "WHERE status = 'active' AND source_type != 'verbatim'")
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -503,6 +532,8 @@ MIGRATIONS: list[Migration] = [
     m013_tool_signals,
     m014_auto_memory,
     m015_messages_indexed_per_batch,
+    m016_tool_calls,
+    m017_memories_index,
 ]
 
 

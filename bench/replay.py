@@ -1,0 +1,119 @@
+"""Real sessions in time order: which transcripts a project holds, their typed prompts, and the tool calls
+each prompt's work made — what a precision replay walks through (``bench/precision.py``).
+
+A session's prompts are the user lines Claude Code wrote for what the user typed: the capture parser's
+verdict (no tool results, meta lines, slash-command plumbing, compaction summaries or injected context),
+minus interruptions. The tool calls of a prompt are the assistant's tool uses until the next prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from processor.capture.discover import TranscriptFilter
+from processor.capture.parse import CapturedLine, parse_line
+from processor.capture.tailer import session_id_for
+
+INTERRUPTION = "[Request interrupted by user"
+# What the user ran in Claude Code's shell mode ("! cmd") and its output: context for the next prompt, not a
+# prompt of its own (no agent turn answers it).
+SHELL_MODE = ("<bash-input>", "<bash-stdout>", "<bash-stderr>")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool use of the assistant, as the PreToolUse hook receives it."""
+
+    uuid: str  # the assistant line that made it
+    tool_use_id: str
+    name: str
+    input: dict
+    ts_ms: int | None
+
+
+@dataclass
+class Prompt:
+    session: str
+    uuid: str
+    text: str
+    ts_ms: int | None
+    cwd: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass
+class Session:
+    """One main transcript: its raw lines (with their times) and its prompts."""
+
+    session_id: str
+    path: Path
+    lines: list[tuple[int | None, bytes]]
+    prompts: list[Prompt]
+
+    @property
+    def start_ms(self) -> int | None:
+        return next((ts for ts, _ in self.lines if ts is not None), None)
+
+
+def _line_time(raw: bytes) -> int | None:
+    try:
+        entry = json.loads(raw)
+        return int(datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
+    except (ValueError, UnicodeDecodeError, RecursionError, TypeError, KeyError, AttributeError):
+        return None
+
+
+def _tool_uses(raw: bytes) -> list[tuple[str, str, dict]]:
+    try:
+        entry = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return []
+    if not isinstance(entry, dict) or entry.get("type") != "assistant" or entry.get("isSidechain") is True:
+        return []
+    content = (entry.get("message") or {}).get("content") if isinstance(entry.get("message"), dict) else None
+    if not isinstance(content, list):
+        return []
+    return [(str(block.get("id") or ""), str(block.get("name") or ""),
+             block.get("input") if isinstance(block.get("input"), dict) else {})
+            for block in content if isinstance(block, dict) and block.get("type") == "tool_use"]
+
+
+def is_prompt(parsed: object) -> bool:
+    return (isinstance(parsed, CapturedLine) and parsed.role == "user"
+            and not parsed.text.startswith(INTERRUPTION) and not parsed.text.lstrip().startswith(SHELL_MODE))
+
+
+def read_session(path: Path) -> Session:
+    session_id = session_id_for(path)
+    lines: list[tuple[int | None, bytes]] = []
+    prompts: list[Prompt] = []
+    with open(path, "rb") as f:
+        for raw in f:
+            raw = raw.rstrip(b"\r\n")
+            if not raw.strip():
+                continue
+            ts = _line_time(raw)
+            lines.append((ts, raw))
+            parsed = parse_line(raw)
+            if is_prompt(parsed):
+                assert isinstance(parsed, CapturedLine)
+                prompts.append(Prompt(session_id, parsed.uuid, parsed.text, parsed.ts_ms or ts, parsed.cwd))
+            elif prompts and isinstance(parsed, CapturedLine) and parsed.role == "assistant":
+                prompts[-1].tool_calls += [ToolCall(parsed.uuid, use_id, name, tool_input, parsed.ts_ms or ts)
+                                           for use_id, name, tool_input in _tool_uses(raw)]
+    return Session(session_id, path, lines, prompts)
+
+
+def project_sessions(project_dir: Path) -> list[Session]:
+    """The project's main transcripts that hold a timestamped line, oldest first (by their first line)."""
+    accepted = TranscriptFilter(project_dir.parent)
+    sessions = [read_session(p) for p in sorted(project_dir.glob("*.jsonl")) if accepted.accepts(p)]
+    sessions = [s for s in sessions if s.start_ms is not None]
+    return sorted(sessions, key=lambda s: (s.start_ms, s.session_id))
+
+
+def projects(projects_dir: Path) -> list[Path]:
+    return sorted(p for p in projects_dir.iterdir() if p.is_dir())

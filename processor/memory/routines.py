@@ -1,0 +1,112 @@
+"""The close-out routine a project's sessions repeat at the end of their tasks, stated as a convention.
+
+Teams have a routine for finishing a task (tests and linter, close the ticket, commit, push) that sessions
+carry out every time and nobody ever writes down. It shows in the tool calls: the shell commands a task runs
+after its last file change. A command (by its ``cmd:`` key, ``recall_hook/tool_keys.py``) that closes at
+least ``MIN_TASKS`` tasks in at least ``MIN_SESSIONS`` sessions belongs to the routine, and a routine has
+at least two steps; it lists them in the order they usually run, each as the project types it when one short
+form recurs (else by its program and subcommand), in one sentence:
+
+    Close-out routine in this project (the last steps of 7 tasks in 4 sessions): `uv run pytest -q` →
+    `uv run ruff check .` → `git commit` → `git push`.
+
+It is one ``convention`` memory per project, with the commands as entities, so the PreToolUse hook tells a
+later session the whole routine when it starts closing out (``processor/recall/lesson_index.py``) and the
+SessionStart digest lists it with the project's rules. A changed routine is a new memory that supersedes
+the old one. Only commands that ran clean count: a failed run is not the routine.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from processor.store.tool_calls import StoredToolCall
+from recall_hook.tool_keys import command_key, command_keys
+
+MIN_TASKS = 3
+MIN_SESSIONS = 2
+MIN_STEPS = 2
+MAX_STEPS = 6
+SHOWN_CHARS = 40
+_CHANGES = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+
+
+@dataclass(frozen=True)
+class Routine:
+    id: str
+    text: str
+    entities: list[str]
+    tasks: int
+    sessions: int
+
+
+def _closing_commands(calls: list[StoredToolCall]) -> list[tuple[str, str]]:
+    """(cmd key, command line) of the clean shell commands after a task's last file change, in order."""
+    last_change = max((i for i, c in enumerate(calls) if c.tool in _CHANGES), default=None)
+    if last_change is None:
+        return []
+    found: list[tuple[str, str]] = []
+    for call in calls[last_change + 1:]:
+        if call.tool != "Bash" or call.failed or not call.target:
+            continue
+        for segment_key in command_keys(call.target):
+            if segment_key.startswith("cmd:") and all(segment_key != k for k, _ in found):
+                found.append((segment_key, _line_for(call.target, segment_key)))
+    return found
+
+
+def _line_for(command: str, key: str) -> str:
+    """The simple command of a command line that has this key (what the project typed for that step)."""
+    for line in command.replace("&&", "\n").replace(";", "\n").splitlines():
+        if command_key(line.strip()) == key:
+            return line.strip()
+    return key[4:]
+
+
+def tasks_of(calls: list[StoredToolCall], prompt_times: list[int]) -> list[list[StoredToolCall]]:
+    """A session's tool calls cut into tasks at its user messages' times."""
+    tasks: dict[int, list[StoredToolCall]] = defaultdict(list)
+    for call in calls:
+        if call.ts_ms is not None:
+            tasks[bisect.bisect_right(prompt_times, call.ts_ms)].append(call)
+    return [tasks[k] for k in sorted(tasks)]
+
+
+def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Routine | None:
+    """The project's close-out routine from its sessions' tasks, or None when nothing repeats enough."""
+    task_count: Counter[str] = Counter()
+    session_sets: dict[str, set[str]] = defaultdict(set)
+    positions: dict[str, list[float]] = defaultdict(list)
+    typed: dict[str, Counter[str]] = defaultdict(Counter)
+    for session_id, tasks in sessions.items():
+        for task in tasks:
+            closing = _closing_commands(task)
+            for position, (key, line) in enumerate(closing):
+                task_count[key] += 1
+                session_sets[key].add(session_id)
+                positions[key].append(position / max(len(closing) - 1, 1))
+                typed[key][line] += 1
+    steps = [k for k, n in task_count.items() if n >= MIN_TASKS and len(session_sets[k]) >= MIN_SESSIONS]
+    if not steps:
+        return None
+    steps.sort(key=lambda k: (sorted(positions[k])[len(positions[k]) // 2], -task_count[k]))
+    steps = steps[:MAX_STEPS]
+    if len(steps) < MIN_STEPS:
+        return None  # one command after every change is a habit, not a routine to tell anyone
+    shown = [_as_typed(k, typed[k]) for k in steps]
+    tasks = max(task_count[k] for k in steps)
+    sessions_seen = len(set().union(*(session_sets[k] for k in steps)))
+    text = (f"Close-out routine in this project (the last steps of {tasks} tasks in {sessions_seen} sessions): "
+            + " → ".join(f"`{line}`" for line in shown) + ".")
+    digest = hashlib.sha1(f"routine:{project}:{' '.join(steps)}".encode()).hexdigest()[:16]
+    return Routine(f"ep_{digest}", text, [f"$ {line}" for line in shown], tasks, sessions_seen)
+
+
+def _as_typed(key: str, typed: Counter[str]) -> str:
+    """The step as the project usually types it, when one form recurs and is short; else its program and
+    subcommand (a one-off form, such as a test file's path, says nothing about the routine)."""
+    line, count = typed.most_common(1)[0]
+    return line if count >= 2 and len(line) <= SHOWN_CHARS else key[4:]

@@ -1,0 +1,120 @@
+"""What may be shown to the agent unasked: the bar a memory must clear to become a bite of a user message.
+
+A bite the agent did not ask for costs its attention; one that does not help the prompt's work is clutter,
+and a memory tool that clutters gets switched off. So the answer is silence unless a memory is:
+
+1. **A statement another session can act on**: a lesson (``gotcha``), a rule (``convention``), a
+   ``decision`` or a ``preference``, or anything the user asked to remember (``memory_remember``). Never a
+   verbatim round (narration, tool calls and the user's own earlier prompts are what those are mostly made
+   of), never a ``bugfix`` of code that has moved on, never narration, a tool list or a fragment
+   (``processor.memory.statements``). Those stay findable with ``memory_recall``.
+2. **About this prompt, by both signals**: its embedding close to the prompt's (cosine ≥ ``MIN_COSINE``)
+   *and* standing out from the project's usual scores for this prompt (``MIN_Z`` standard deviations above
+   the mean similarity of the project's memories and newest rounds, once there are enough of them to have
+   a usual score) *and* sharing with the prompt a word that is not what every memory of the project says
+   (held by at most a third of them).
+3. **Not the prompt again**: a memory the prompt already says (its words, ids aside, inside the prompt) or
+   as similar to the prompt as a restatement (a template the user types with other ids) tells the agent
+   nothing.
+
+The constants are general thresholds of the embedding model's scale (all-MiniLM-L6: unrelated texts score
+about 0.0–0.2, a text that answers a question 0.3 and up, a paraphrase 0.85 and up) and of a distribution
+(2 σ), not fitted to any data set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from processor.memory.bites import BITE_CHARS, fit, terms
+from processor.memory.search import VectorIndex
+from processor.memory.statements import states_something
+from processor.store import episodes as sql
+from processor.store.episodes import Episode
+
+PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
+MIN_COSINE = 0.3
+MIN_Z = 2.0
+MIN_REFERENCE = 8  # scores needed before "the project's usual score" means anything
+RESTATES = 0.85
+COMMON_SHARE = 1 / 3  # a word held by more of the project's memories than this says nothing specific
+REFERENCE_MEMORIES = 2_000  # the project's newest memories read per prompt
+REFERENCE_ROUNDS = 500  # and its newest verbatim rounds, for the usual score
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A memory that cleared the bar, with why: its similarity, how far it stands out, the words it shares."""
+
+    episode: Episode
+    bite: str
+    cosine: float
+    z: float | None
+    shared: tuple[str, ...]
+
+
+def pushable(ep: Episode) -> bool:
+    """May this memory ever be shown unasked (before asking whether it fits the prompt)?"""
+    if ep.status != "active" or ep.source_type == "verbatim":
+        return False
+    if ep.kind not in PUSHED_KINDS and ep.source_type != "manual":
+        return False
+    return states_something(ep.summary) or states_something(ep.full_content[:BITE_CHARS * 2])
+
+
+_ID = re.compile(r"\b[\w-]*\d[\w-]*\b")
+
+
+def _without_ids(text: str) -> str:
+    """Lower-cased words with ids and numbers left out: a template typed with another id reads the same."""
+    return " ".join(_ID.sub(" ", text.lower()).split())
+
+
+def _words(ep: Episode) -> set[str]:
+    return set(terms(" ".join([ep.summary, *ep.entities])))
+
+
+def bite_of(ep: Episode) -> str:
+    """A memory shown unasked is shown as what it states: its summary (a lesson's sentence, a rule)."""
+    return fit(" ".join(ep.summary.split()), BITE_CHARS)
+
+
+def offers(conn, index: VectorIndex, query: str, vector: np.ndarray, project: str | None,
+           exclude: frozenset[str] = frozenset(), limit: int = 3) -> list[Offer]:
+    """The memories that clear the bar for this user message, most similar first (often none)."""
+    memories = sql.project_memories(conn, project, REFERENCE_MEMORIES)
+    if not memories:
+        return []
+    index.refresh(conn)
+    # The project's usual score for this prompt: over its memories and its newest rounds.
+    rounds = sql.project_round_rowids(conn, project, REFERENCE_ROUNDS)
+    sims = index.similarity(vector, [ep.rowid for ep in memories] + rounds)
+    cosine = np.array([sims.get(ep.rowid, 0.0) for ep in memories], dtype=np.float32)
+    reference = np.concatenate([cosine, np.array([sims.get(r, 0.0) for r in rounds], dtype=np.float32)])
+    usual = (float(reference.mean()), float(reference.std())) if len(reference) >= MIN_REFERENCE else None
+    wanted = set(terms(query))
+    typed = _without_ids(query)
+    close: list[tuple[Episode, float, float | None]] = []
+    for ep, cos in zip(memories, cosine.tolist(), strict=True):
+        z = (cos - usual[0]) / usual[1] if usual and usual[1] > 1e-6 else None
+        if cos >= MIN_COSINE and cos < RESTATES and (z is None or z >= MIN_Z) and ep.id not in exclude:
+            close.append((ep, cos, z))
+    if not close:
+        return []
+    # How many of the project's memories say each of the prompt's words: a memory's words are its statement
+    # (the summary) and what it is about (its entities).
+    frequency = Counter(t for ep in memories for t in _words(ep) & wanted)
+    common = max(1, int(len(memories) * COMMON_SHARE))
+    found: list[Offer] = []
+    for ep, cos, z in close:
+        if not pushable(ep) or _without_ids(ep.summary) in typed:
+            continue
+        shared = tuple(sorted(t for t in _words(ep) & wanted if frequency[t] <= common))
+        if shared:
+            found.append(Offer(ep, bite_of(ep), cos, z, shared))
+    found.sort(key=lambda o: o.cosine, reverse=True)
+    return found[:limit]

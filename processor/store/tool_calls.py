@@ -1,0 +1,87 @@
+"""The SQL for tool calls: what each tool use worked on and, for a failed one, the head and tail of its error.
+
+Written with the transcript lines that carry them, in the capture transaction (callers own it); read by the
+lesson miner (``processor/memory/lessons.py``) and the routine miner (``processor/memory/routines.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+
+@dataclass(frozen=True)
+class StoredToolCall:
+    tool_use_id: str
+    session_id: str
+    use_uuid: str
+    ts_ms: int | None
+    tool: str
+    target: str | None
+    failed: bool
+    error: str | None
+    result_uuid: str | None
+    result_ts_ms: int | None
+
+
+_COLUMNS = "tool_use_id, session_id, use_uuid, ts_ms, tool, target, failed, error, result_uuid, result_ts_ms"
+
+
+def _call(row: tuple) -> StoredToolCall:
+    return StoredToolCall(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), row[7], row[8], row[9])
+
+
+def add_calls(conn: apsw.Connection, session_id: str, use_uuid: str, ts_ms: int | None,
+              calls: list[tuple[str, str, str | None]]) -> None:
+    """(tool_use_id, tool, target) of one assistant line; a call seen again (a re-read line) is kept as is."""
+    conn.executemany(
+        "INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, target) VALUES (?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(tool_use_id) DO UPDATE SET use_uuid = excluded.use_uuid, tool = excluded.tool, "
+        "target = excluded.target, ts_ms = COALESCE(tool_calls.ts_ms, excluded.ts_ms) WHERE tool_calls.tool = ''",
+        [(tool_use_id, session_id, use_uuid, ts_ms, tool, target) for tool_use_id, tool, target in calls])
+
+
+def add_failures(conn: apsw.Connection, session_id: str, result_uuid: str, ts_ms: int | None,
+                 failures: list[tuple[str, str]]) -> None:
+    """(tool_use_id, error text) of one result line. A failure whose call was never captured (it came before
+    Engram started reading) is kept with an empty tool: the error alone still tells what went wrong."""
+    conn.executemany(
+        "INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, failed, error, result_uuid, "
+        "result_ts_ms) VALUES (?, ?, '', ?, '', 1, ?, ?, ?) "
+        "ON CONFLICT(tool_use_id) DO UPDATE SET failed = 1, error = excluded.error, "
+        "result_uuid = excluded.result_uuid, result_ts_ms = excluded.result_ts_ms",
+        [(tool_use_id, session_id, ts_ms, text, result_uuid, ts_ms) for tool_use_id, text in failures])
+
+
+def session_calls(conn: apsw.Connection, session_id: str, since_ms: int | None = None,
+                  until_ms: int | None = None) -> list[StoredToolCall]:
+    """The session's tool calls in the order they were made (optionally within a time range, inclusive)."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM tool_calls WHERE session_id = ? AND (? IS NULL OR ts_ms >= ?) "
+        "AND (? IS NULL OR ts_ms <= ?) ORDER BY rowid", (session_id, since_ms, since_ms, until_ms, until_ms))
+    return [_call(row) for row in rows]
+
+
+def project_sessions_with_calls(conn: apsw.Connection, project: str, limit: int) -> list[str]:
+    """The project's newest sessions that made tool calls, newest first."""
+    rows = conn.execute(
+        "SELECT s.session_id FROM sessions s WHERE s.project = ? AND EXISTS "
+        "(SELECT 1 FROM tool_calls t WHERE t.session_id = s.session_id) "
+        "ORDER BY COALESCE(s.last_activity, s.created_at) DESC LIMIT ?", (project, limit))
+    return [row[0] for row in rows]
+
+
+def project_stamp(conn: apsw.Connection, project: str) -> int:
+    """The newest tool call of the project's sessions (its rowid): changes whenever one of them makes a call."""
+    row = conn.execute("SELECT coalesce(max(t.rowid), 0) FROM tool_calls t JOIN sessions s "
+                       "ON s.session_id = t.session_id WHERE s.project = ?", (project,)).fetchone()
+    return row[0]
+
+
+def prompt_times(conn: apsw.Connection, session_id: str) -> list[int]:
+    """When the session's user messages were written, in order: where its tasks begin."""
+    rows = conn.execute("SELECT ts_ms FROM messages WHERE session_id = ? AND role = 'user' AND ts_ms IS NOT NULL "
+                        "ORDER BY ts_ms", (session_id,))
+    return [row[0] for row in rows]
+

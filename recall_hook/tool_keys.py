@@ -1,0 +1,168 @@
+"""What a tool call works on, as the keys an earlier session's lessons are filed under.
+
+The PreToolUse hook derives them from the call about to run, the processor from the calls a lesson came
+from (``processor/recall/lesson_index.py``), with this one function, so both sides always agree:
+
+- ``file:<path>``: a file the call reads or changes (Read/Edit/Write/MultiEdit/NotebookEdit, a Grep or Glob
+  confined to one file, a path a shell command names), relative to the project root when inside it;
+- ``cmd:<program subcommand…>``: a shell command's program with its subcommand words, one key per command
+  of a pipeline or ``&&`` chain: ``uv run pytest``, ``git commit``, ``npm run build``, ``python -m pytest``.
+  Commands that only look around (``ls``, ``cat``, ``grep``, ``cd``…) get none: a lesson is never about them.
+
+Stdlib only and no ``re`` (the hook's start-up is its cost): plain string operations.
+"""
+
+# Programs that only read or navigate: no lesson is ever filed under them.
+GENERIC = frozenset(
+    "cd ls ll cat bat head tail less more echo printf grep egrep rg ag find fd sed awk wc sort uniq cut tr xargs "
+    "pwd which whereis type file stat true false sleep tee diff mkdir touch rm cp mv chmod chown ln env export "
+    "set unset source . test [ open xdg-open date whoami clear history command jq yq tree du df ps kill pkill "
+    "realpath dirname basename read exit".split())
+# Runners whose next words name the tool that really runs (`uv run pytest`, `npx tsc`): the key keeps the
+# runner and the tool with its own subcommand (`uv run ty check`). Value: the runner's own subcommand, if any.
+RUNNERS = {"uv": "run", "poetry": "run", "pipenv": "run", "pdm": "run", "hatch": "run", "rye": "run",
+           "npx": "", "pnpx": "", "bunx": "", "pnpm": "exec", "yarn": "exec", "bundle": "exec"}
+# Prefixes that run the next word: skipped.
+WRAPPERS = frozenset("sudo time exec nohup nice command builtin".split())
+MAX_COMMAND_WORDS = 3
+MAX_KEYS = 8
+_FILE_TOOLS = ("Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead")
+_PATH_KEYS = ("file_path", "notebook_path", "path")
+
+
+def _word_like(word: str) -> bool:
+    """A subcommand, not an option, path, value or quoted text: letters, digits, - _ : only."""
+    if not word or word[0] in "-'\"$" or not word[0].isalpha():
+        return False
+    return all(c.isalnum() or c in "-_:" for c in word)
+
+
+def _path_like(word: str) -> bool:
+    word = word.strip("'\"")
+    if not word or word[0] == "-" or "://" in word or "=" in word or "$" in word or "*" in word:
+        return False
+    if "/" in word:
+        return len(word) > 1
+    dot = word.rfind(".")
+    return 0 < dot < len(word) - 1 and word[dot + 1:].isalnum() and not word[:dot].isdigit()
+
+
+def relative(path: str, root: str | None) -> str:
+    """The path relative to the project root when inside it, without a leading ./"""
+    path = path.strip().strip("'\"")
+    while path.startswith("./"):
+        path = path[2:]
+    if root and path.startswith("/"):
+        prefix = root.rstrip("/") + "/"
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+
+def _split_commands(command: str) -> list[str]:
+    """The simple commands of a command line, split at && || ; | and newlines outside quotes; a heredoc's
+    body and anything after it are not commands (the body is text fed to one)."""
+    parts: list[str] = []
+    current: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(command):
+        char = command[i]
+        if quote:
+            if char == quote:
+                quote = ""
+            elif char == "\\" and quote == '"':
+                current.append(char)
+                i += 1
+                char = command[i] if i < len(command) else ""
+            current.append(char)
+        elif char in "'\"":
+            quote = char
+            current.append(char)
+        elif command.startswith("<<", i):
+            break
+        elif char in ";|\n&":
+            if char == "&" and not command.startswith("&&", i):
+                current.append(char)  # a redirection (2>&1) or a background job
+            else:
+                parts.append("".join(current))
+                current = []
+                if command.startswith(("&&", "||"), i):
+                    i += 1
+        else:
+            current.append(char)
+        i += 1
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def command_key(segment: str) -> str | None:
+    """``cmd:…`` for one simple command, or None for a look-around command or nothing recognisable."""
+    words = segment.split()
+    while words and ("=" in words[0] and not words[0].startswith("=") or words[0] in WRAPPERS):
+        words = words[1:]  # FOO=bar cmd, sudo cmd
+    if not words:
+        return None
+    program = words[0].rsplit("/", 1)[-1]
+    if program in ("python3", "py"):
+        program = "python"
+    if not _word_like(program) or program in GENERIC:
+        return None
+    runner: list[str] = []
+    rest = words[1:]
+    if program in RUNNERS:  # uv run ty check: the tool is what `uv run` runs
+        if RUNNERS[program] and rest[:1] != [RUNNERS[program]]:
+            runner = []
+        else:
+            runner = [program] + rest[:1] if RUNNERS[program] else [program]
+            rest = rest[1:] if RUNNERS[program] else rest
+            if not rest:
+                return None
+            program = rest[0].rsplit("/", 1)[-1]
+            rest = rest[1:]
+            if program in ("python3", "py"):
+                program = "python"
+            if not _word_like(program) or program in GENERIC:
+                return None
+    if program == "python" and len(rest) >= 2 and rest[0] == "-m" and _word_like(rest[1]):
+        return "cmd:" + " ".join([*runner, "python", "-m", rest[1]])
+    key = [program]
+    for word in rest:
+        if len(key) >= MAX_COMMAND_WORDS or not _word_like(word):
+            break
+        key.append(word)
+    return "cmd:" + " ".join(runner + key)
+
+
+def command_keys(command: str, root: str | None = None) -> list[str]:
+    """The keys of a shell command line: each command's ``cmd:`` key and the files its words name."""
+    keys: list[str] = []
+    for segment in _split_commands(command[:2000]):
+        key = command_key(segment)
+        if key and key not in keys:
+            keys.append(key)
+        for word in segment.split()[1:]:
+            if _path_like(word):
+                file_key = "file:" + relative(word, root)
+                if file_key not in keys:
+                    keys.append(file_key)
+        if len(keys) >= MAX_KEYS:
+            break
+    return keys[:MAX_KEYS]
+
+
+def tool_keys(tool_name: object, tool_input: object, root: str | None = None) -> list[str]:
+    """The keys of one tool call (PreToolUse's tool_name and tool_input)."""
+    if not isinstance(tool_name, str) or not isinstance(tool_input, dict):
+        return []
+    if tool_name == "Bash":
+        command = tool_input.get("command")
+        return command_keys(command, root) if isinstance(command, str) else []
+    if tool_name in _FILE_TOOLS or tool_name in ("Grep", "Glob"):
+        for name in _PATH_KEYS:
+            value = tool_input.get(name)
+            if isinstance(value, str) and value.strip() and (tool_name in _FILE_TOOLS or _path_like(value)):
+                if tool_name in ("Grep", "Glob") and "/" not in value and "." not in value:
+                    return []
+                return ["file:" + relative(value, root)]
+    return []

@@ -1,0 +1,86 @@
+"""The bar a memory must clear to be shown with a user message (processor/memory/unasked.py): a template
+prompt typed again, narration and tool lists never clear it; a rule that answers the prompt does. Real
+transcripts through the real processor pass, the real embedding model, the real recollection writer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from processor.config import load_settings
+from processor.memory.episodes import EpisodeStore
+from processor.memory.statements import is_narration, is_tool_list, states_something
+from processor.recall.recollections import RecollectionWriter
+from processor.service.run_loop import Processor
+from processor.store import open_store
+from tests.transcripts import Conversation
+
+CWD = "/work/shop"
+SESSIONS = [f"22222222-0000-4000-8000-00000000000{n}" for n in range(1, 6)]
+TEMPLATE = "Work on bead shop-{n}. Run `bd show shop-{n}` and implement it. Always run `bd close` when done."
+
+
+def processed(projects: Path, conversations: list[Conversation]) -> EpisodeStore:
+    folder = projects / "-work-shop"
+    folder.mkdir(parents=True, exist_ok=True)
+    for c in conversations:
+        (folder / f"{c.session_id}.jsonl").write_text(c.text(), encoding="utf-8")
+    settings = load_settings()
+    Processor(settings).run_once(None)
+    return EpisodeStore(settings, open_store(settings.db_path))
+
+
+def bites(store: EpisodeStore, session_id: str, prompt: str) -> list[dict]:
+    path = RecollectionWriter(load_settings()).write(store, session_id, f"{session_id}-prompt", prompt, project=CWD)
+    return json.loads(Path(path).read_text())["bites"] if path else []
+
+
+def template_session(n: int) -> Conversation:
+    c = Conversation(SESSIONS[n], cwd=CWD, start=f"2026-11-0{n + 1}T10:00:00")
+    c.user(TEMPLATE.format(n=n + 10))
+    c.say("Now let me look at the bead.")
+    c.bash(f"bd show shop-{n + 10}", f"shop-{n + 10}: fix the cart total")
+    c.say("I'll run the tests to make sure everything works.")
+    c.bash("npm test", "All 27 tests pass")
+    c.say("All 27 tests pass. Let me close the bead.")
+    c.bash(f"bd close shop-{n + 10}", "closed")
+    c.say("Done!", end_turn=True)
+    return c
+
+
+def test_a_template_prompt_typed_again_is_never_a_bite(engram_home: Path, projects_dir: Path) -> None:
+    store = processed(projects_dir, [template_session(n) for n in range(4)])
+    # The template's rule became a memory of its own; typed again in the prompt, it is not news.
+    assert store.conn.execute("SELECT count(*) FROM episodes WHERE kind = 'convention'").fetchone()[0] == 1
+    assert bites(store, SESSIONS[4], TEMPLATE.format(n=99)) == []
+
+
+def test_narration_and_tool_lists_are_never_bites(engram_home: Path, projects_dir: Path) -> None:
+    store = processed(projects_dir, [template_session(n) for n in range(2)])
+    narration = store.remember("Now let me run the tests to make sure everything works after the change.",
+                               kind="fact", scope="project", project=CWD)[0]
+    tools = store.remember("[tool: Bash] [tool: Read /work/shop/src/cart.ts] [tool: Edit /work/shop/src/cart.ts]",
+                           kind="fact", scope="project", project=CWD)[0]
+    shown = {b["id"] for b in bites(store, SESSIONS[4], "Run the tests after the cart change")}
+    assert narration not in shown and tools not in shown
+
+
+def test_a_rule_that_answers_the_prompt_is_a_bite(engram_home: Path, projects_dir: Path) -> None:
+    store = processed(projects_dir, [template_session(n) for n in range(3)])
+    rule, _ = store.remember("Deploys go out with `make release` from the main branch; never deploy on Fridays.",
+                             kind="convention", scope="project", project=CWD)
+    for text in ("The cart total is computed in src/cart.ts from the line items.",
+                 "Coupons are validated by the pricing service before checkout.",
+                 "The shop uses Stripe test keys in development."):
+        store.remember(text, kind="fact", scope="project", project=CWD)
+    shown = bites(store, SESSIONS[4], "How do we deploy a release of the shop?")
+    assert [b["id"] for b in shown] == [rule] and shown[0]["bite"].startswith("Deploys go out with `make release`")
+
+
+def test_what_a_statement_is() -> None:
+    assert is_narration("Now let me run the tests to make sure everything works.")
+    assert is_narration("All 27 tests pass.") and is_narration("You're absolutely right! Let me fix it.")
+    assert is_tool_list("[tool: Grep] [tool: Read /a/b.py] done")
+    assert not states_something("…the table must be rewritten")  # a cut-off fragment
+    assert states_something("SQLite doesn't support ALTER TABLE MODIFY, so the table must be rewritten.")
+    assert states_something("always use uv, never pip, in this repo")  # a user's rule, typed in lower case

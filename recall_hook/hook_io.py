@@ -568,7 +568,8 @@ def claim(directory: str, session_id: str, message_uuid: str) -> bool:
 
 # --- what the PreToolUse hook told this session about the files and commands in hand ---------------
 
-LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.json
+LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.index
+LESSONS_SUFFIX = ".index"  # processor/recall/lesson_index.py SUFFIX
 LESSONS_LIMIT = 64 * 1024  # processor/recall/lesson_index.py INDEX_LIMIT
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "created": [paths]}
 SHOWN_LIMIT = 16 * 1024

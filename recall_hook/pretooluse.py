@@ -19,7 +19,7 @@ Input: the PreToolUse event JSON on stdin. The session is ``session_id`` from th
 
 The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state``), and, on every call that
 works on a file or runs a command, what earlier sessions left about that file or command: the project's
-lesson index named by the recollection (``lessons/<project>.json``, ``processor/recall/lesson_index.py``),
+lesson index named by the recollection (``lessons/<project>.index``, ``processor/recall/lesson_index.py``),
 looked up by the call's keys (``tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
 (``<session_id>.shown``), and nothing about a file the agent is creating or created. All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
@@ -118,33 +118,43 @@ def _call_bites(directory: str, session_id: str, recollection: dict, event: dict
     """What earlier sessions left about the file or command this call works on: (id, line), at most
     MAX_CALL_BITES, each memory once per session, nothing about a file the agent itself created."""
     name = recollection.get("lessons")
-    if not isinstance(name, str) or not name.endswith(".json") or "/" in name or name.startswith("."):
-        return []
-    index = _io.load_json_file(f"{directory}/{_io.LESSONS_FOLDER}/{name}", _io.LESSONS_LIMIT)
-    if not isinstance(index, dict) or not isinstance(index.get("keys"), dict) or not index["keys"]:
+    if not isinstance(name, str) or not name.endswith(_io.LESSONS_SUFFIX) or "/" in name or name.startswith("."):
         return []
     tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
-    root = index.get("root") if isinstance(index.get("root"), str) else None
+    root = recollection.get("root") if isinstance(recollection.get("root"), str) else None
     keys = _keys.tool_keys(tool_name, tool_input, root)
-    filed = index["keys"]
-    if not keys or not any(key in filed for key in keys):
+    if not keys:
+        return []
+    raw = _io.read_limited(f"{directory}/{_io.LESSONS_FOLDER}/{name}", _io.LESSONS_LIMIT)
+    if raw is None:
+        return []
+    # One line per key (processor/recall/lesson_index.py): find the call's keys' lines, parse only those.
+    text = raw.decode("utf-8")
+    filed: list[tuple[str, list]] = []
+    for key in keys:
+        start = text.find("\n" + _io.quote(key) + "\t")
+        if start >= 0:
+            start = text.index("\t", start + 1) + 1
+            end = text.find("\n", start)
+            entries = _io.loads(text[start:] if end < 0 else text[start:end])
+            if isinstance(entries, list):
+                filed.append((key, entries))
+    if not filed:
         return []
     shown, created = _io.load_shown(directory, session_id)
     if tool_name in _CREATING and keys[0].startswith("file:") and not _exists(tool_input):
         _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
         return []
-    bites = index.get("bites") if isinstance(index.get("bites"), dict) else {}
     found: list[tuple[str, str]] = []
-    for key in keys:
-        ids = filed.get(key)
-        if key in created or not isinstance(ids, list):
+    for key, entries in filed:
+        if key in created:
             continue
-        for bite_id in ids:
+        for entry in entries:
+            bite_id = entry.get("id") if isinstance(entry, dict) else None
             if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
                     or any(bite_id == i for i, _ in found)):
                 continue
-            bite = bites.get(bite_id)
-            line = _io.bite_line({"id": bite_id, **bite}) if isinstance(bite, dict) else None
+            line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))
                 if len(found) == MAX_CALL_BITES:

@@ -16,6 +16,7 @@ import pytest
 from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.lessons import diagnosis_kind, users_words
+from processor.recall import forget
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
@@ -221,3 +222,11 @@ def test_a_close_out_routine_repeated_across_sessions_becomes_one_convention(eng
     RecollectionWriter(load_settings()).write(store, S3, "u-s3", "Change the shipping rules", project=CWD)
     assert routine_id in hook(engram_home, call(S3, "Bash", {"command": "uv run pytest -q"}))
     assert hook(engram_home, call(S3, "Bash", {"command": "git commit -am y"})) == ""
+
+
+def test_a_forgotten_lesson_is_never_told_again(engram_home: Path, projects_dir: Path) -> None:
+    store, lesson_id = later_session(engram_home, projects_dir, "Rebuild the bundle")
+    forget.forget(store, load_settings(), lesson_id)
+    index = next((engram_home / "recollections" / "lessons").iterdir()).read_text()
+    assert lesson_id not in index
+    assert hook(engram_home, call(S2, "Bash", {"command": "git add dist/app.js"})) == ""

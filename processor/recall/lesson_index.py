@@ -4,17 +4,23 @@ When an earlier session left a lesson, a rule or a decision about a file or a co
 it just before it touches that file or runs that command, not at a user message that merely shares words.
 The hook cannot search (it is stdlib-only and its start-up is its cost), so the processor files each such
 memory under the keys of what it is about (``recall_hook/tool_keys.py``: ``file:…`` and ``cmd:…``) in a
-small JSON file per project, ``recollections/lessons/<sha1 of the project>.json`` (a folder of its own:
-nothing that scans the session files mistakes them for one)::
+small file per project, ``recollections/lessons/<sha1 of the project>.index`` (a folder of its own:
+nothing that scans the session files mistakes them for one). Its first line is a JSON object saying whose it
+is; then one line per key, the key as a JSON string, a tab, and the JSON list of what is filed under it::
 
-    {"project": str, "root": str, "at": ms, "keys": {"cmd:uv run pytest": ["ep_…"], "file:src/a.py": [...]},
-     "bites": {"ep_…": {"bite": str, "date": "YYYY-MM-DD", "importance": str, "kind": str}}}
+    {"project": "/work/shop", "root": "/work/shop", "at": 1764151200000}
+    "cmd:git add"\t[{"id": "ep_…", "bite": "…", "date": "2026-11-01", "importance": "normal", "kind": "gotcha"}]
+    "file:dist/app.js"\t[{"id": "ep_…", …}]
+
+Lines, ASCII only, because most tool calls touch nothing filed: the hook looks for ``\n"key"\t`` in the
+text and parses the one line it finds, never the whole file (its start-up is its cost).
 
 What is filed: memories that may be shown unasked (``processor.memory.unasked.pushable``) with something to
 file them under: a lesson's failed command (entity ``$ …``) and changed files, a rule's backticked command
 or path. Newest first, at most ``IDS_PER_KEY`` per key and ``MAX_BITES`` in all, under ``INDEX_LIMIT`` bytes.
 
-The session's recollection file names its project's index (``"lessons"``), and the writer brings the index
+The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
+makes a path relative to it before it looks a file up), and the writer brings the index
 up to date when the project's memories changed (``refresh``), so a lesson learned an hour ago in another
 session is there for the next tool call. A forgotten memory leaves every index at once (``drop``).
 """
@@ -37,6 +43,7 @@ from recall_hook.tool_keys import GENERIC, command_keys
 log = logging.getLogger(__name__)
 
 FOLDER = "lessons"  # recall_hook/hook_io.py LESSONS_FOLDER
+SUFFIX = ".index"  # recall_hook/hook_io.py LESSONS_SUFFIX
 IDS_PER_KEY = 5
 MAX_BITES = 300
 INDEX_LIMIT = 64 * 1024  # recall_hook/hook_io.py LESSONS_LIMIT
@@ -44,7 +51,7 @@ SCANNED = 5_000  # the project's newest memories looked at
 
 
 def index_name(project: str | None) -> str:
-    return hashlib.sha1((project or "").encode()).hexdigest()[:16] + ".json"
+    return hashlib.sha1((project or "").encode()).hexdigest()[:16] + SUFFIX
 
 
 def keys_of(ep: Episode, root: str | None) -> list[str]:
@@ -87,55 +94,54 @@ class LessonIndex:
         return name
 
     def write(self, project: str | None, root: str | None, memories: list[Episode]) -> Path:
-        keys: dict[str, list[str]] = {}
-        bites: dict[str, dict] = {}
+        filed: dict[str, list[dict]] = {}
+        told = 0
         for ep in memories:  # newest first
-            if len(bites) >= MAX_BITES or not pushable(ep):
+            if told >= MAX_BITES or not pushable(ep):
                 continue
-            filed = False
+            entry = {"id": ep.id, "bite": bite_of(ep), "date": utc_date(ep.created_at),
+                     "importance": ep.importance, "kind": ep.kind}
+            placed = False
             for key in keys_of(ep, root):
-                ids = keys.setdefault(key, [])
-                if len(ids) < IDS_PER_KEY:
-                    ids.append(ep.id)
-                    filed = True
-            if filed:
-                bites[ep.id] = {"bite": bite_of(ep), "date": utc_date(ep.created_at), "importance": ep.importance,
-                                "kind": ep.kind}
-        data = {"project": project, "root": root, "at": now_ms(), "keys": keys, "bites": bites}
-        text = json.dumps(data, ensure_ascii=False)
-        while len(text.encode()) > INDEX_LIMIT and bites:  # drop the oldest memories until it fits
-            oldest = list(bites)[-1]
-            del bites[oldest]
-            data["keys"] = {k: [i for i in ids if i != oldest] for k, ids in keys.items()}
-            data["keys"] = {k: ids for k, ids in data["keys"].items() if ids}
-            keys = data["keys"]
-            text = json.dumps(data, ensure_ascii=False)
+                entries = filed.setdefault(key, [])
+                if len(entries) < IDS_PER_KEY:
+                    entries.append(entry)
+                    placed = True
+            told += placed
+        header = json.dumps({"project": project, "root": root, "at": now_ms()})
+        lines = [header] + [f"{json.dumps(key)}\t{json.dumps(entries)}" for key, entries in filed.items()]
+        while sum(len(line) + 1 for line in lines) > INDEX_LIMIT and len(lines) > 1:
+            lines.pop()  # the keys of the oldest memories were filed last
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)
         path = self.path(project)
-        write_atomic(path, text)
+        write_atomic(path, "\n".join(lines) + "\n")
         return path
 
     def drop(self, ids: set[str] | frozenset[str]) -> int:
         """Take these memories out of every index (a forget); returns how many files were rewritten."""
         rewritten = 0
         try:
-            entries = [e for e in os.scandir(self.folder) if e.name.endswith(".json") and not e.name.startswith(".")]
+            entries = [e for e in os.scandir(self.folder) if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
         except FileNotFoundError:
             return 0
         for entry in entries:
             try:
-                data = json.loads(Path(entry.path).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+                lines = Path(entry.path).read_text(encoding="utf-8").splitlines()
+            except OSError:
                 continue
-            bites = data.get("bites") if isinstance(data, dict) else None
-            if not isinstance(bites, dict) or not ids & bites.keys():
-                continue
-            data["bites"] = {i: b for i, b in bites.items() if i not in ids}
-            data["keys"] = {k: [i for i in v if i not in ids] for k, v in (data.get("keys") or {}).items()}
-            data["keys"] = {k: v for k, v in data["keys"].items() if v}
-            write_atomic(Path(entry.path), json.dumps(data, ensure_ascii=False))
-            rewritten += 1
+            kept = lines[:1]
+            for line in lines[1:]:
+                key, _, listed = line.partition("\t")
+                try:
+                    filed = [e for e in json.loads(listed) if e.get("id") not in ids]
+                except (ValueError, AttributeError):
+                    continue
+                if filed:
+                    kept.append(f"{key}\t{json.dumps(filed)}")
+            if kept != lines:
+                write_atomic(Path(entry.path), "\n".join(kept) + "\n")
+                rewritten += 1
         for project in list(self._signatures):
             self._signatures.pop(project)  # the next refresh rewrites from the store
         return rewritten

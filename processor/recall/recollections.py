@@ -209,7 +209,7 @@ class RecollectionWriter:
                 viewer_sql.record_offer(store.conn, session_id, message_uuid, json.dumps(bites, ensure_ascii=False),
                                         now_ms())
         record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites,
-                  "lessons": self.lessons.refresh(store.conn, project, project)}
+                  "lessons": self.lessons.refresh(store.conn, project, project), "root": project}
         write_atomic(path, json.dumps(record, ensure_ascii=False))
         return path
 

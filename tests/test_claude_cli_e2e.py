@@ -46,7 +46,8 @@ MEMORIES = {
     "pref": ("User prefers uv over pip for installing Python packages", "preference", "global"),
     "staging": ("shop-api staging database: PostgreSQL 16 behind pgbouncer on port 6543, reached through the "
                 "bastion host", "fact", "project"),
-    "flaky": ("shop-api checkout tests are flaky unless time is frozen with freezegun", "gotcha", "project"),
+    # A fact, not a gotcha: gotchas are digest material (lessons and rules first), and this one must be a bite.
+    "flaky": ("shop-api checkout tests are flaky unless time is frozen with freezegun", "fact", "project"),
 }
 NEW_MEMORY = "shop-api laptops reach staging with ssh -J through the bastion, then psql on port 6543"
 PROMPT_1 = "How do I connect to the staging database from my laptop?"

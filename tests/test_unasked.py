@@ -84,3 +84,14 @@ def test_what_a_statement_is() -> None:
     assert not states_something("…the table must be rewritten")  # a cut-off fragment
     assert states_something("SQLite doesn't support ALTER TABLE MODIFY, so the table must be rewritten.")
     assert states_something("always use uv, never pip, in this repo")  # a user's rule, typed in lower case
+
+
+def test_bad_prompts_get_nothing_and_break_nothing(engram_home: Path, projects_dir: Path) -> None:
+    store = processed(projects_dir, [template_session(n) for n in range(3)])
+    rule, _ = store.remember("Deploys go out with `make release` from the main branch; never deploy on Fridays.",
+                             kind="convention", scope="project", project=CWD)
+    log = "\n".join(f"2026-11-01 10:00:{n % 60:02d} ERROR worker-{n} timeout after 30s" for n in range(5_000))
+    for n, prompt in enumerate((log, "请帮我修复部署脚本中的错误", "ok", " ", "🙂🙂🙂")):
+        assert bites(store, SESSIONS[n % 2 + 3], prompt) == [], prompt[:40]
+    # One word may still name what a rule is about: the rule, and nothing the rules forbid.
+    assert {b["id"] for b in bites(store, SESSIONS[4], "deploy")} <= {rule}

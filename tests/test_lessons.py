@@ -15,7 +15,7 @@ import pytest
 
 from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
-from processor.memory.lessons import diagnosis_kind, users_words
+from processor.memory.lessons import diagnosis_kind, reason_of, users_words
 from processor.recall import forget
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
@@ -122,9 +122,17 @@ def test_a_megabyte_error_is_kept_as_its_head_and_tail(engram_home: Path, projec
     ("All 27 tests pass.", None),
     ("Le problème est que la table `users` n'existe pas encore.", None),  # no English cue: no lesson
     ("The issue is that it fails.", None),  # says nothing it is about
+    ("The `ty` type checker seems to have an issue with `pytest.skip()`.", "gotcha"),
 ])
 def test_what_counts_as_a_diagnosis(sentence: str, kind: str | None) -> None:
     assert diagnosis_kind(sentence) == kind
+
+
+def test_a_narrated_fix_gives_its_reason() -> None:
+    said = ("Let me try a type ignore comment for this case since `pytest.skip()` is a valid call but the `ty` "
+            "type checker seems to have issues with it.")
+    assert reason_of(said).startswith("`pytest.skip()` is a valid call") and diagnosis_kind(reason_of(said)) == "gotcha"
+    assert reason_of("Let me run the tests.") == "Let me run the tests."  # no reason: stays narration
 
 
 def test_a_declined_call_is_the_users_words_not_an_error() -> None:

@@ -302,9 +302,11 @@ class EpisodeStore:
             self.record_model()
             sql.insert_episode(self.conn, NewEpisode(
                 id=found.id, session_id=None, project=project, scope="project", summary=found.text,
-                entities=found.entities, importance=default_importance("convention"), kind="convention",
+                # Normal, not high: it is in the digest by its kind, and the ranking's floor for important
+                # memories would lift a routine (which names the project's commands) over what answers a query.
+                entities=found.entities, importance="normal", kind="convention",
                 source_type="auto", full_content=found.text, source_uuids=[], content_hash=content_hash(found.text),
-                created_at=stamp_ms), blob)
+                created_at=found.last_ms or stamp_ms), blob)
             if previous and (old := sql.get_episode(self.conn, previous)) is not None and old.status == "active":
                 sql.supersede(self.conn, previous, found.id, stamp_ms)
             sql.set_meta(self.conn, meta_key, found.id)

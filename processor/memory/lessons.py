@@ -50,6 +50,7 @@ _CONSTRAINT = re.compile(
     r"|\bonly (?:works?|supports?|accepts?|runs?)\b|\brequires?\b|\bmust (?:be|have|use|run)\b"
     r"|\bneeds? to be (?:run|installed|built|set|added|enabled|configured|committed|forced?)\b"
     r"|\blimitation\b|\bincompatible\b|\bdeprecated in\b|\bno longer (?:supports?|works?|accepts?)\b"
+    r"|\b(?:has|have|having)\s+(?:an?\s+|some\s+)?(?:issues?|problems?|troubles?|bugs?)\s+with\b|\bfalse positives?\b"
     r"|\b(?:expects?|wants?) (?:a|an|the)\b", re.IGNORECASE)
 # The cause of a failure.
 _CAUSE = re.compile(
@@ -115,6 +116,22 @@ def _clean(sentence: str) -> str:
     return _FLUFF.sub("", sentence).strip()
 
 
+# "Let me add a type ignore since `pytest.skip()` is a valid call but ty has issues with it": the action is
+# narration, the reason after "since"/"because" is the diagnosis.
+_REASON = re.compile(r"\b(?:since|because|as)\s+(?=\S)", re.IGNORECASE)
+
+
+def reason_of(sentence: str) -> str:
+    """The sentence, or of a narrated action the reason it gives."""
+    if not _NARRATION.match(sentence):
+        return sentence
+    match = _REASON.search(sentence)
+    if match is None:
+        return sentence
+    reason = sentence[match.end():].strip()
+    return reason[:1].upper() + reason[1:]
+
+
 def diagnosis_kind(sentence: str) -> str | None:
     """gotcha or bugfix when the sentence states a constraint or a cause and can stand alone; else None."""
     if len(sentence) > LESSON_CHARS or sentence.endswith("?") or _NARRATION.match(sentence):
@@ -136,7 +153,7 @@ def _diagnosis(messages: list[StoredMessage]) -> tuple[str, str, StoredMessage] 
         for unit in units(message.text, LESSON_CHARS * 2):
             if unit.kind not in ("sentence", "item"):
                 continue
-            sentence = _clean(unit.text.lstrip("-*• "))
+            sentence = reason_of(_clean(unit.text.lstrip("-*• ")))
             kind = diagnosis_kind(sentence)
             if kind is None:
                 continue

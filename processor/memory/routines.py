@@ -41,6 +41,7 @@ class Routine:
     entities: list[str]
     tasks: int
     sessions: int
+    last_ms: int  # when a task last closed out this way: the memory's time, not the clock's
 
 
 def _closing_commands(calls: list[StoredToolCall]) -> list[tuple[str, str]]:
@@ -78,12 +79,15 @@ def tasks_of(calls: list[StoredToolCall], prompt_times: list[int]) -> list[list[
 def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Routine | None:
     """The project's close-out routine from its sessions' tasks, or None when nothing repeats enough."""
     task_count: Counter[str] = Counter()
+    last_ms = 0
     session_sets: dict[str, set[str]] = defaultdict(set)
     positions: dict[str, list[float]] = defaultdict(list)
     typed: dict[str, Counter[str]] = defaultdict(Counter)
     for session_id, tasks in sessions.items():
         for task in tasks:
             closing = _closing_commands(task)
+            if closing:
+                last_ms = max(last_ms, max(c.ts_ms or 0 for c in task))
             for position, (key, line) in enumerate(closing):
                 task_count[key] += 1
                 session_sets[key].add(session_id)
@@ -102,7 +106,7 @@ def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Ro
     text = (f"Close-out routine in this project (the last steps of {tasks} tasks in {sessions_seen} sessions): "
             + " → ".join(f"`{line}`" for line in shown) + ".")
     digest = hashlib.sha1(f"routine:{project}:{' '.join(steps)}".encode()).hexdigest()[:16]
-    return Routine(f"ep_{digest}", text, [f"$ {line}" for line in shown], tasks, sessions_seen)
+    return Routine(f"ep_{digest}", text, [f"$ {line}" for line in shown], tasks, sessions_seen, last_ms)
 
 
 def _as_typed(key: str, typed: Counter[str]) -> str:

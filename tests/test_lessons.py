@@ -17,6 +17,7 @@ from processor.config import load_settings
 from processor.memory.episodes import EpisodeStore
 from processor.memory.lessons import diagnosis_kind, reason_of, users_words
 from processor.recall import forget
+from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
@@ -238,3 +239,13 @@ def test_a_forgotten_lesson_is_never_told_again(engram_home: Path, projects_dir:
     index = next((engram_home / "recollections" / "lessons").iterdir()).read_text()
     assert lesson_id not in index
     assert hook(engram_home, call(S2, "Bash", {"command": "git add dist/app.js"})) == ""
+
+
+def test_what_was_told_about_a_call_is_recorded_for_the_viewer_once(engram_home: Path, projects_dir: Path) -> None:
+    store, lesson_id = later_session(engram_home, projects_dir, "Rebuild the bundle")
+    assert lesson_id in hook(engram_home, call(S2, "Bash", {"command": "git add dist/app.js"}))
+    folder = engram_home / "recollections"
+    assert ingest(store.conn, folder) == 1 and ingest(store.conn, folder) == 0
+    [(content,)] = store.conn.execute("SELECT content FROM injections WHERE session_id = ? AND message_uuid = ?",
+                                      (S2, f"tool:{lesson_id}")).fetchall()
+    assert json.loads(content)[0]["bite"] == DIAGNOSIS

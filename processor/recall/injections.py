@@ -8,6 +8,9 @@ Injections are recorded for real, without slowing the hooks down:
   under its lock, atomically; that file is the proof of injection and its mtime the time. ``ingest``
   turns each state file into an injection row once (the offer's bites, the hook's time). The hook is
   unchanged: not one more syscall on its hot path.
+- **told about a tool call.** What the PreToolUse hook told about the file or command in hand is listed in
+  ``<session>.shown`` (written under its lock when it tells); ``ingest`` records each memory once per session
+  as a ``bites`` injection keyed ``tool:<memory id>``, with the memory's statement as it was told.
 - **digest.** The SessionStart hook leaves ``<session>.digest`` (the ids it showed, which the bite
   writer leaves out, its text and its time, written atomically); ``ingest`` records each digest once
   (by its time) and leaves the file, which is removed with the session's other files when it idles.
@@ -25,7 +28,9 @@ from pathlib import Path
 
 import apsw
 
-from processor.clock import now_ms
+from processor.clock import now_ms, utc_date
+from processor.memory.unasked import bite_of
+from processor.store import episodes as episodes_sql
 from processor.store import viewer as sql
 from processor.store import write_transaction
 
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 
 STATE_SUFFIX = ".state"  # written by recall_hook/hook_io.py write_state
 DIGEST_SUFFIX = ".digest"  # written by the SessionStart hook: recall_hook/hook_io.py write_digest_ids
+SHOWN_SUFFIX = ".shown"  # written by the PreToolUse hook: recall_hook/hook_io.py claim_shown
 _FILE_LIMIT = 256 * 1024
 OFFER_RETENTION_MS = 7 * 86_400_000  # an offer not injected within a week never will be
 
@@ -49,11 +55,12 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
     """Record every injection the hooks' files reveal; returns how many are new."""
     try:
         entries = [e for e in os.scandir(recollections_dir)
-                   if not e.name.startswith(".") and e.name.endswith((STATE_SUFFIX, DIGEST_SUFFIX))]
+                   if not e.name.startswith(".") and e.name.endswith((STATE_SUFFIX, DIGEST_SUFFIX, SHOWN_SUFFIX))]
     except FileNotFoundError:
         return 0
     states: list[tuple[str, str, int]] = []
     digests: list[tuple[Path, str, str, int]] = []
+    told: list[tuple[str, list[str], int]] = []
     for entry in entries:
         path = Path(entry.path)
         try:
@@ -65,11 +72,15 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
             uuid = data.get("lastInjectedMessageUuid") if isinstance(data, dict) else None
             if isinstance(uuid, str) and uuid:
                 states.append((entry.name[: -len(STATE_SUFFIX)], uuid, mtime_ms))
+        elif entry.name.endswith(SHOWN_SUFFIX):
+            shown = data.get("shown") if isinstance(data, dict) else None
+            if isinstance(shown, list) and shown:
+                told.append((entry.name[: -len(SHOWN_SUFFIX)], [i for i in shown if isinstance(i, str)], mtime_ms))
         elif isinstance(data, dict) and isinstance(data.get("text"), str):
             at = data.get("at")
             digests.append((path, entry.name[: -len(DIGEST_SUFFIX)], data["text"],
                             at if isinstance(at, int) else mtime_ms))
-    if not states and not digests:
+    if not states and not digests and not told:
         return 0
     new = 0
     with write_transaction(conn):
@@ -77,6 +88,11 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
             new += sql.mark_injected(conn, session_id, uuid, at)
         for _path, session_id, text, at in sorted(digests, key=lambda d: d[3]):
             new += sql.insert_digest(conn, session_id, text, at)
+        for session_id, ids, at in told:
+            for episode in episodes_sql.episodes_by_id(conn, sql.not_told(conn, session_id, ids)):
+                new += sql.insert_told(conn, session_id, episode.id, json.dumps([{
+                    "id": episode.id, "bite": bite_of(episode), "date": utc_date(episode.created_at),
+                    "importance": episode.importance, "kind": episode.kind, "at": "tool"}]), at)
         sql.prune_offers(conn, now_ms() - OFFER_RETENTION_MS)
     if new:
         log.debug("recorded %d injections", new)

@@ -100,6 +100,14 @@ def episodes_by_rowid(conn: apsw.Connection, rowids: list[int]) -> dict[int, Epi
     return {row[0]: Episode.from_row(row) for row in rows}
 
 
+def episodes_by_id(conn: apsw.Connection, episode_ids: list[str]) -> list[Episode]:
+    if not episode_ids:
+        return []
+    marks = ",".join("?" * len(episode_ids))
+    return [Episode.from_row(row) for row in conn.execute(
+        f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE id IN ({marks})", episode_ids)]
+
+
 class RankingFacts(NamedTuple):
     """The few columns ranking needs; full rows are read only for the winners."""
 

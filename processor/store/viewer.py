@@ -51,6 +51,28 @@ def prune_offers(conn: apsw.Connection, before_ms: int) -> int:
     return conn.changes()
 
 
+TOLD_PREFIX = "tool:"  # the message_uuid of a memory told about a tool call (once per session)
+
+
+def not_told(conn: apsw.Connection, session_id: str, episode_ids: list[str]) -> list[str]:
+    """Of these memories, those not yet recorded as told about a tool call in this session."""
+    if not episode_ids:
+        return []
+    marks = ",".join("?" * len(episode_ids))
+    recorded = {row[0][len(TOLD_PREFIX):] for row in conn.execute(
+        f"SELECT message_uuid FROM injections WHERE kind = 'bites' AND session_id = ? AND message_uuid IN ({marks})",
+        [session_id, *(TOLD_PREFIX + i for i in episode_ids)])}
+    return [i for i in episode_ids if i not in recorded]
+
+
+def insert_told(conn: apsw.Connection, session_id: str, episode_id: str, content: str, told_at: int) -> int:
+    """Record a memory the PreToolUse hook told about a file or command; 0 when it is recorded already."""
+    conn.execute(
+        "INSERT OR IGNORE INTO injections (session_id, kind, message_uuid, offered_at, injected_at, content) "
+        "VALUES (?, 'bites', ?, ?, ?, ?)", (session_id, TOLD_PREFIX + episode_id, told_at, told_at, content))
+    return conn.changes()
+
+
 def insert_digest(conn: apsw.Connection, session_id: str, text: str, injected_at: int) -> int:
     """Record a digest shown at `injected_at`; 0 when that one is recorded already."""
     conn.execute(

@@ -225,8 +225,8 @@ def test_a_close_out_routine_repeated_across_sessions_becomes_one_convention(eng
     write(projects_dir, first, second)
     store = process(projects_dir)
     [(routine_id, _, summary, *_)] = memories(store, "convention")
-    assert summary == ("Close-out routine in this project (the last steps of 3 tasks in 2 sessions): "
-                       "`uv run pytest -q` → `uv run ruff check .` → `git commit`.")
+    assert summary == ("Close-out routine: `uv run pytest -q` → `uv run ruff check .` → `git commit` "
+                       "(3 tasks, 2 sessions).")
     # A third session hears it when it starts closing out, once.
     RecollectionWriter(load_settings()).write(store, S3, "u-s3", "Change the shipping rules", project=CWD)
     assert routine_id in hook(engram_home, call(S3, "Bash", {"command": "uv run pytest -q"}))

@@ -7,8 +7,8 @@ least ``MIN_TASKS`` tasks in at least ``MIN_SESSIONS`` sessions belongs to the r
 at least two steps; it lists them in the order they usually run, each as the project types it when one short
 form recurs (else by its program and subcommand), in one sentence:
 
-    Close-out routine in this project (the last steps of 7 tasks in 4 sessions): `uv run pytest -q` →
-    `uv run ruff check .` → `git commit` → `git push`.
+    Close-out routine: `uv run pytest -q` → `uv run ruff check .` → `git commit` → `git push` (7 tasks,
+    4 sessions).
 
 It is one ``convention`` memory per project, with the commands as entities, so the PreToolUse hook tells a
 later session the whole routine when it starts closing out (``processor/recall/lesson_index.py``) and the
@@ -103,8 +103,10 @@ def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Ro
     shown = [_as_typed(k, typed[k]) for k in steps]
     tasks = max(task_count[k] for k in steps)
     sessions_seen = len(set().union(*(session_sets[k] for k in steps)))
-    text = (f"Close-out routine in this project (the last steps of {tasks} tasks in {sessions_seen} sessions): "
-            + " → ".join(f"`{line}`" for line in shown) + ".")
+    # Few words besides the commands: a generated sentence's boilerplate ("in this project", "the last steps")
+    # would otherwise match every query that says those words.
+    steps_text = " → ".join(f"`{line}`" for line in shown)
+    text = f"Close-out routine: {steps_text} ({tasks} tasks, {sessions_seen} sessions)."
     digest = hashlib.sha1(f"routine:{project}:{' '.join(steps)}".encode()).hexdigest()[:16]
     return Routine(f"ep_{digest}", text, [f"$ {line}" for line in shown], tasks, sessions_seen, last_ms)
 

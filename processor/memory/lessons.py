@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from processor.capture.redact import redact
 from processor.memory.sentences import units
+from processor.memory.statements import is_narration
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
 from recall_hook.tool_keys import command_keys
@@ -58,12 +59,6 @@ _CAUSE = re.compile(
     r"reason)s?\s+(?:is|was|here is|seems to be|appears to be)\b"
     r"|\b(?:fail(?:s|ed|ing)?|breaks?|broke|crash(?:es|ed)?|errors? out)\s+because\b|\broot cause\b"
     r"|\bturns out\b|\bthat's why\b|\bwhich is why\b|\bcaused by\b|\bbecause\b", re.IGNORECASE)
-# Narration: what the assistant is about to do, not what it found.
-_NARRATION = re.compile(
-    r"^(?:(?:now|ok(?:ay)?|great|perfect|excellent|good|alright|first|next|then|finally)[,!.]?\s+)*"
-    r"(?:let me|let's|i'll|i will|i'm going to|i am going to|i need to (?:check|look|see|run|read|find|debug|"
-    r"investigate|examine|verify|understand)|we need to (?:check|look|see)|running|checking|looking)\b",
-    re.IGNORECASE)
 # Leading interjections that carry nothing: "Ah! ", "Perfect! ", "I see. ", "You're absolutely right! ".
 _FLUFF = re.compile(r"^(?:(?:ah+|oh|ok(?:ay)?|great|perfect|excellent|good|i see|hmm+|right|aha|interesting|"
                     r"you're (?:absolutely )?right|good catch|got it|found it|now i see)[!.,:]\s*)+", re.IGNORECASE)
@@ -123,7 +118,7 @@ _REASON = re.compile(r"\b(?:since|because|as)\s+(?=\S)", re.IGNORECASE)
 
 def reason_of(sentence: str) -> str:
     """The sentence, or of a narrated action the reason it gives."""
-    if not _NARRATION.match(sentence):
+    if not is_narration(sentence):
         return sentence
     match = _REASON.search(sentence)
     if match is None:
@@ -134,7 +129,7 @@ def reason_of(sentence: str) -> str:
 
 def diagnosis_kind(sentence: str) -> str | None:
     """gotcha or bugfix when the sentence states a constraint or a cause and can stand alone; else None."""
-    if len(sentence) > LESSON_CHARS or sentence.endswith("?") or _NARRATION.match(sentence):
+    if len(sentence) > LESSON_CHARS or sentence.endswith("?") or is_narration(sentence):
         return None
     if len(_WORD.findall(sentence)) < MIN_WORDS or not (_SPECIFIC.search(sentence) or _TOOLS.search(sentence)):
         return None

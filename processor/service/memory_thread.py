@@ -298,7 +298,9 @@ class MemoryThread:
         try:
             try:
                 store.check_model()
-                store.index  # noqa: B018 - load the model and the vectors now, not on the first user message
+                # Load the model and the vectors now, not on the first user message (nor mid-session, on the
+                # first search that reads them: a 100k store takes seconds).
+                store.index.refresh(store.conn)
             except EmbedderError as exc:
                 self.problem = str(exc)
                 log.error("episodes are paused (capture continues): %s", exc)

@@ -21,7 +21,8 @@ The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state
 works on a file or runs a command, what earlier sessions left about that file or command: the project's
 lesson index named by the recollection (``lessons/<project>.index``, ``processor/recall/lesson_index.py``),
 looked up by the call's keys (``tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
-(``<session_id>.shown``), and nothing about a file the agent is creating or created. All of it goes out as
+(``<session_id>.shown``), none learned in this same session, and nothing about a file the agent is creating
+or created. All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
 "Engram: 2 memories — ep_…, ep_…"}`` (the line the user sees; off with the ``show_injected``
 setting, which costs a config.toml read only when the environment does not decide) and never
@@ -152,8 +153,8 @@ def _call_bites(directory: str, session_id: str, recollection: dict, event: dict
         for entry in entries:
             bite_id = entry.get("id") if isinstance(entry, dict) else None
             if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
-                    or any(bite_id == i for i, _ in found)):
-                continue
+                    or entry.get("session") == session_id or any(bite_id == i for i, _ in found)):
+                continue  # told already, or learned in this very session: it has it in its context
             line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))

@@ -249,3 +249,10 @@ def test_what_was_told_about_a_call_is_recorded_for_the_viewer_once(engram_home:
     [(content,)] = store.conn.execute("SELECT content FROM injections WHERE session_id = ? AND message_uuid = ?",
                                       (S2, f"tool:{lesson_id}")).fetchall()
     assert json.loads(content)[0]["bite"] == DIAGNOSIS
+
+
+def test_the_session_that_learned_a_lesson_is_not_told_it(engram_home: Path, projects_dir: Path) -> None:
+    later_session(engram_home, projects_dir, "Rebuild the bundle")
+    RecollectionWriter(load_settings()).write(process(projects_dir), S1, "u-s1-2", "And once more", project=CWD)
+    assert hook(engram_home, call(S1, "Bash", {"command": "git add dist/app.js"})) == ""
+    assert "force-added" in hook(engram_home, call(S2, "Bash", {"command": "git add dist/app.js"}))

@@ -99,8 +99,9 @@ class LessonIndex:
         for ep in memories:  # newest first
             if told >= MAX_BITES or not pushable(ep):
                 continue
+            # The session it was learned in: that session has it in its context already and is not told.
             entry = {"id": ep.id, "bite": bite_of(ep), "date": utc_date(ep.created_at),
-                     "importance": ep.importance, "kind": ep.kind}
+                     "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             placed = False
             for key in keys_of(ep, root):
                 entries = filed.setdefault(key, [])

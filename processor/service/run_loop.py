@@ -152,7 +152,8 @@ class Processor:
         return EpisodeStore(self.holder, conn, embedder=main.embedder, index=main.index)
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
-        return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id)
+        with self.memory.reading() as store:
+            return store.recall(query, limit=limit, project=project, session_id=session_id)
 
     # --- one pass ----------------------------------------------------------------------------
 

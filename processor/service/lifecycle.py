@@ -47,6 +47,19 @@ def _recall_route(processor: Processor):
     return recall
 
 
+def _expand_route(processor: Processor):
+    def expand(body: dict[str, Any]) -> dict[str, Any]:
+        item_id = body.get("id")
+        if not isinstance(item_id, str) or not item_id.strip():
+            raise RequestRejected(400, "body needs a non-empty 'id' string")
+        try:
+            # An access, as `engram expand` and memory_expand count it.
+            return processor.expand_for_http(item_id[:200]).__dict__
+        except LookupError as exc:  # unknown or forgotten: the message says which
+            raise RequestRejected(404, str(exc.args[0] if exc.args else exc)) from None
+    return expand
+
+
 def _status(processor: Processor) -> dict[str, Any]:
     """The database's counts, with the job worker's own view (its extractor, problem, current job) on top."""
     status = collect_status(processor.settings)
@@ -128,6 +141,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
         routes={
             ("GET", "/status"): lambda _body: _status(processor),
             ("POST", "/recall"): _recall_route(processor),
+            ("POST", "/expand"): _expand_route(processor),
             ("POST", "/wake"): lambda _body: {"woken": processor.wake()},
             ("POST", LOGIN_PATH): login_route(viewer, lambda: control.port),
         },

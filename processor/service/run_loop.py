@@ -26,7 +26,7 @@ from processor.capture.watcher import AppearanceWatcher, FolderWatcher, Transcri
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episodes import EpisodeStore, Expansion
 from processor.memory.errors import EmbedderError
 from processor.memory.gguf_convert import remove_stale_conversions
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
@@ -154,6 +154,10 @@ class Processor:
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
         with self.memory.reading() as store:
             return store.recall(query, limit=limit, project=project, session_id=session_id)
+
+    def expand_for_http(self, item_id: str) -> Expansion:
+        with self.memory.reading() as store:
+            return store.expand(item_id)
 
     # --- one pass ----------------------------------------------------------------------------
 

@@ -93,7 +93,8 @@ class Run:
 
 
 def measure(sessions: int, rate: float, seconds: float, readers: int, models: Path, workdir: Path,
-            seed: int, cli_readers: int = 0, cli_pause: float = 2.0, new_session_seconds: float = 0.0) -> dict:
+            seed: int, cli_readers: int = 0, cli_pause: float = 2.0, new_session_seconds: float = 0.0,
+            drain_timeout: float = 120.0) -> dict:
     home, projects = workdir / "home", workdir / "projects"
     projects.mkdir(parents=True)
     run = Run(home, projects, models)
@@ -221,7 +222,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         writing.clear()
         stopped = time.monotonic()
         # Let capture and the memory thread catch up before the baseline: the drain time.
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + drain_timeout
         drain_seconds: float | None = None
         while time.monotonic() < deadline:
             answer = ping(home / "run", timeout=2) or {}
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path,
                         default=Path(os.environ["ENGRAM_MODELS_DIR"]) if os.environ.get("ENGRAM_MODELS_DIR")
                         else DEFAULT_MODELS, help=f"converted models (default $ENGRAM_MODELS_DIR or {DEFAULT_MODELS})")
+    parser.add_argument("--drain-timeout", type=float, default=120.0,
+                        help="seconds to wait for the backlog to drain after the writers stop (then: not drained)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--keep", type=Path, help="run in this (new) folder and keep it, to look into afterwards")
@@ -298,11 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep:
         args.keep.mkdir(parents=True)
         result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, args.keep, args.seed,
-                         args.cli_readers, args.cli_pause, args.new_session_seconds)
+                         args.cli_readers, args.cli_pause, args.new_session_seconds, args.drain_timeout)
     else:
         with tempfile.TemporaryDirectory(prefix="engram-load-") as tmp:
             result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, Path(tmp),
-                             args.seed, args.cli_readers, args.cli_pause, args.new_session_seconds)
+                             args.seed, args.cli_readers, args.cli_pause, args.new_session_seconds,
+                             args.drain_timeout)
     goals = {"backlog_per_session_le_2": result["backlog_max_per_session"] <= 2,
              "recall_p95_le_250ms": (result["recall_ms"]["p95"] or 0) <= 250,
              "rss_le_250mb": result["rss_max_mb"] <= 250,

@@ -18,7 +18,13 @@ from typing import Any, Protocol
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.service.control_server import ControlServer, RequestRejected
 from processor.service.pidfile import EXIT_ALREADY_RUNNING, AlreadyRunning, PidFile
-from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog, limit_malloc_arenas
+from processor.service.resources import (
+    EXIT_MEMORY_LIMIT,
+    ChildProcesses,
+    MemoryWatchdog,
+    limit_malloc_arenas,
+    release_free_memory,
+)
 from processor.service.run_loop import Processor
 from processor.service.units import load_env_file
 from processor.status import collect_status
@@ -130,7 +136,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
     children = ChildProcesses()
     watchdog = MemoryWatchdog(
         warn_mb=settings.memory_warn_mb, limit_mb=settings.memory_limit_mb,
-        on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds,
+        on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds, release=release_free_memory,
     )
     viewer = Viewer(processor.holder, processor.viewer_store, stop=processor.stop_event)
     # The MCP tools every Claude Code session calls, with this process's warm model (their bridges connect here).

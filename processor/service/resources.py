@@ -82,6 +82,26 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
 
 
 
+def release_free_memory() -> bool:
+    """Hand the free pages inside glibc's heaps back to the OS (``malloc_trim``); True when it ran.
+
+    glibc returns memory on its own only from the top of a heap: a heap whose top chunk is live keeps
+    every freed page below it resident. The processor frees plenty in the middle — a page of messages
+    per episode slice, the model conversion on a first start (about 60 MB), a burst of requests — so
+    the memory watchdog calls this before each sample, and RSS comes back down to what is in use.
+    It costs a walk of the free chunks, about a millisecond. Not glibc: nothing to do.
+    """
+    if not _LINUX:
+        return False
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+        return True
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        return False
+
+
 def rss_bytes(pid: int | None = None) -> int | None:
     """Current resident set size of ``pid`` (default: this process), or None if it cannot be read.
 
@@ -113,7 +133,8 @@ class MemoryWatchdog:
 
     ``on_limit`` should only *ask* for a clean shutdown (set the stop event); it runs on the watchdog
     thread. Afterwards ``limit_exceeded`` is True and the process should exit with EXIT_MEMORY_LIMIT.
-    ``check()`` takes one sample synchronously, for a run loop that prefers to poll.
+    ``check()`` takes one sample synchronously, for a run loop that prefers to poll. ``release``, if
+    given, runs before each sample (``release_free_memory``): what was freed is not counted as in use.
     """
 
     def __init__(
@@ -124,6 +145,7 @@ class MemoryWatchdog:
         on_limit: Callable[[int], None],
         interval: float = 30.0,
         sample: Callable[[], int | None] = rss_bytes,
+        release: Callable[[], object] | None = None,
     ) -> None:
         if not 0 < warn_mb <= limit_mb:
             raise ValueError(f"need 0 < warn_mb ({warn_mb}) <= limit_mb ({limit_mb})")
@@ -132,6 +154,7 @@ class MemoryWatchdog:
         self.interval = interval
         self._on_limit = on_limit
         self._sample = sample
+        self._release = release
         self._warned = False
         self._fired = threading.Event()
         self._stop = threading.Event()
@@ -144,6 +167,8 @@ class MemoryWatchdog:
 
     def check(self) -> str:
         """Take one sample; returns "ok", "warn" or "limit"."""
+        if self._release is not None:
+            self._release()
         rss = self._sample()
         self.last_rss = rss
         if rss is None:

@@ -269,3 +269,32 @@ def test_the_watchdog_releases_free_memory_before_each_sample() -> None:
                               sample=lambda: calls.append("sample") or 100 * MB)
     assert watchdog.check() == "ok" and watchdog.check() == "ok"
     assert calls == ["release", "sample", "release", "sample"]
+
+
+THRESHOLD_PROBE = """
+import ctypes, sys
+from processor.service.resources import fix_mmap_threshold
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+big = bytearray(8 * 2**20)  # mapped on its own; freeing it would raise glibc's threshold to 8 MB
+del big
+blocks = [bytearray(2**20) for _ in range(4)]  # 1 MB blocks after that
+print(libc.mallinfo2().hblks)  # blocks mapped on their own
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mmap threshold is glibc's")
+def test_large_blocks_stay_out_of_the_heap_after_a_larger_one_was_freed() -> None:
+    def mapped(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", THRESHOLD_PROBE, mode], capture_output=True, text=True,
+                             check=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                                          if k != "MALLOC_MMAP_THRESHOLD_"}).stdout
+        return int(out)
+
+    assert mapped("dynamic") < 4  # glibc moved its threshold: the 1 MB blocks came from the heap
+    assert mapped("fixed") >= 4  # fixed: each is mapped, and unmapped when freed

@@ -22,6 +22,7 @@ from processor.service.resources import (
     EXIT_MEMORY_LIMIT,
     ChildProcesses,
     MemoryWatchdog,
+    fix_mmap_threshold,
     limit_malloc_arenas,
     release_free_memory,
 )
@@ -104,6 +105,7 @@ def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False,
     ensure_home(settings)
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     limit_malloc_arenas()
+    fix_mmap_threshold()
     from processor.service.logs import setup_logging
 
     setup_logging(settings)

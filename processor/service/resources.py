@@ -56,9 +56,12 @@ _LINUX = sys.platform.startswith("linux")
 
 # --- memory ------------------------------------------------------------------------------------
 
-# glibc's mallopt parameter for the number of malloc arenas (malloc.h: M_ARENA_MAX).
+# glibc's mallopt parameters (malloc.h): the number of malloc arenas, and the size from which a block is
+# mapped on its own (and unmapped when freed) rather than carved out of an arena.
 _M_ARENA_MAX = -8
+_M_MMAP_THRESHOLD = -3
 MALLOC_ARENAS = 2
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value, kept from moving
 
 
 def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
@@ -80,6 +83,25 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
     except (OSError, AttributeError):  # musl and other C libraries have no mallopt
         return False
 
+
+
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Keep blocks of ``size`` bytes and more out of the arenas, for good; True when it took effect.
+
+    glibc starts by mapping blocks of 128 KiB and more on their own, but each time one is freed it raises
+    that threshold to its size (up to 32 MB): after the vector index grew (its matrix is copied and the old
+    one freed), every later block up to that size, numpy's per-query arrays included, came from the heap
+    and left it fragmented: 10 MB more in use within a second under bench/load.py. Setting the threshold
+    turns that adjustment off. Not glibc, or ``MALLOC_MMAP_THRESHOLD_`` set: nothing to do.
+    """
+    if not _LINUX or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size))
+    except (OSError, AttributeError):
+        return False
 
 
 def release_free_memory() -> bool:

@@ -21,7 +21,7 @@ from processor.config import Settings
 from processor.service.control_client import request
 from processor.service.control_server import ControlServer
 from processor.service.lifecycle import _recall_route
-from processor.service.memory_thread import IDLE_READERS, FinalizeIdle
+from processor.service.memory_thread import READERS, FinalizeIdle
 from processor.service.pidfile import PidFile
 from processor.service.run_loop import Processor
 from processor.store import open_store, write_transaction
@@ -189,7 +189,7 @@ def test_answered_queries_leave_nothing_behind(processor: Processor, tmp_path: P
                 tracemalloc.stop()
         finally:
             control.stop()
-    # Request threads borrow stores (a connection each) from a pool that keeps only a few between bursts.
-    assert processor.memory.idle_readers <= IDLE_READERS
+    # Request threads borrow stores (a connection each) from a pool of a few: a burst does not open one each.
+    assert processor.memory.idle_readers <= READERS
     retained, top = retained_by_engram(before, after)
     assert retained < 40 * 200, f"{retained} bytes kept after 200 answered queries: {top}"

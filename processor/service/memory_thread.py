@@ -37,9 +37,12 @@ T = TypeVar("T")
 # Sessions that may wait for a recollection (and, separately, for episodes) at once; past this, requests
 # are dropped with a counted warning (see PendingWork._drop).
 MAX_WAITING_SESSIONS = 1000
-# Stores (each a connection with its own page cache) kept open between control-plane requests; a burst
-# opens more, and those beyond this are closed when they are handed back.
-IDLE_READERS = 4
+# Stores (each a connection with its own page cache) lent to control-plane requests. More would not answer
+# a burst sooner: the interpreter lock and the one query context serialise most of a search, and a burst
+# that opened a store per request spent its time opening (and migrating) connections. A request waits
+# for one up to READER_WAIT_SECONDS, then opens one of its own, closed when it is handed back.
+READERS = 4
+READER_WAIT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class MemoryThread:
         self._readers = threading.local()  # long-lived threads' own stores (the MCP tools' database thread)
         self._idle_readers: list[EpisodeStore] = []  # stores lent to request threads, back in the pool
         self._idle_readers_lock = threading.Lock()
+        self._reader_slots = threading.BoundedSemaphore(READERS)
 
     # --- used inline (backfill) or by the thread ----------------------------------------------
 
@@ -391,25 +395,29 @@ class MemoryThread:
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[EpisodeStore]:
-        """A store for one control-plane request, lent from a small pool and handed back after it.
+        """A store for one control-plane request, lent from a pool of READERS and handed back after it.
 
         The control plane serves each connection on a new thread: a store per thread opened (and
         migrated) a connection for every request, and each one's page cache and statements lived on
         until the garbage collector found it.
         """
-        with self._idle_readers_lock:
-            store = self._idle_readers.pop() if self._idle_readers else None
-        if store is None:
-            store = self._open_reader()
+        pooled = self._reader_slots.acquire(timeout=READER_WAIT_SECONDS)
+        store = None
+        if pooled:
+            with self._idle_readers_lock:
+                store = self._idle_readers.pop() if self._idle_readers else None
         try:
+            if store is None:
+                store = self._open_reader()
             yield store
         finally:
-            with self._idle_readers_lock:
-                keep = len(self._idle_readers) < IDLE_READERS
-                if keep:
+            if store is not None and pooled and self.store is not None:
+                with self._idle_readers_lock:
                     self._idle_readers.append(store)
-            if not keep:
-                store.conn.close()
+            elif store is not None:
+                store.conn.close()  # one of its own (the pool was busy too long), or the thread has stopped
+            if pooled:
+                self._reader_slots.release()
 
     @property
     def idle_readers(self) -> int:

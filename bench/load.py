@@ -18,7 +18,9 @@ A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
   session its newest recollection and one episode build, plus two housekeeping flags),
   memory_backlog_one_session (the most one session has waiting) and the processor's RSS: its value
   halfway through the load and at its end (flat memory: the second half adds under 10%), and its max.
-Drain: seconds from the writers' stop until every line is stored and the memory thread has nothing waiting.
+Drain: seconds from the writers' stop until every line is stored and the memory thread has nothing waiting;
+with the messages still outside episodes at the stop and the episodes embedded per second after it, which
+say how long a drain must take when the writers outrun the embedding model.
 A warm-up /recall runs first, so the model and the vectors are loaded before anything is timed.
 Baseline, same run: the same /recall on the same processor once the writers have stopped and the
 backlog drained (an idle processor), so the ratio shows what load costs a query.
@@ -221,6 +223,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         time.sleep(seconds)
         writing.clear()
         stopped = time.monotonic()
+        at_stop = episode_progress(home / "engram.db")
         # Let capture and the memory thread catch up before the baseline: the drain time.
         deadline = time.monotonic() + drain_timeout
         drain_seconds: float | None = None
@@ -230,6 +233,8 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
                 drain_seconds = round(time.monotonic() - stopped, 1)
                 break
             time.sleep(0.2)
+        waited = time.monotonic() - stopped
+        after_wait = episode_progress(home / "engram.db")
         drained_rss = rss_bytes(run.proc.pid)
         stop_all.set()
         for thread in threads:
@@ -265,7 +270,24 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         "rss_second_half_growth_pct": round((end / half - 1) * 100, 1) if half and end else None,
         "rss_drained_mb": mb(drained_rss),
         "drain_seconds": drain_seconds,
+        # Why a drain takes as long as it does: the rounds still to embed when the writers stopped, and how
+        # fast the memory thread embedded them after (episodes a second, with capture idle).
+        "messages_outside_episodes_at_stop": at_stop[1],
+        "episodes_at_stop": at_stop[0],
+        "episodes_per_second_after_stop": round((after_wait[0] - at_stop[0]) / waited, 1) if waited else None,
     }
+
+
+def episode_progress(db: Path) -> tuple[int, int]:
+    """(episodes stored, captured messages not in an episode yet), read-only."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
+        waiting = conn.execute("SELECT count(*) FROM messages m JOIN sessions s ON s.session_id = m.session_id "
+                               "WHERE m.id > s.episodized_through").fetchone()[0]
+        return episodes, waiting
+    finally:
+        conn.close()
 
 
 def mb(value: int | None) -> float | None:

@@ -1,7 +1,7 @@
 """Load: N live sessions writing lines at a fixed rate while readers call /recall, against the real processor.
 
-    python bench/load.py [--sessions 8] [--rate 50] [--seconds 120] [--readers 2] [--models-dir DIR]
-                         [--keep DIR] [--json]
+    python bench/load.py [--sessions 8] [--rate 50] [--seconds 120] [--readers 2] [--cli-readers 1]
+                         [--cli-pause 2] [--new-session-seconds 0] [--models-dir DIR] [--keep DIR] [--json]
 
 A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
 - N writer threads, each appending alternating user and assistant lines (unique uuids, realistic
@@ -10,14 +10,23 @@ A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
   lag (append → row committed) p50/p95/max, and whether every line was stored once;
 - R reader threads calling `POST /recall` over the authenticated control plane back to back:
   latency p50/p95/max;
+- C CLI readers, each running the real `engram recall QUERY` command (`python -m processor.cli recall`)
+  as a subprocess, with a pause between calls: its latency p50/p95 and that every call succeeded;
+- with `--new-session-seconds S`, each writer moves on to a new session (a new transcript) every S
+  seconds, so the processor meets many distinct sessions that then go idle;
 - a sampler (every 100 ms) of `GET /ping`'s memory_backlog (the memory thread's pending work: per
   session its newest recollection and one episode build, plus two housekeeping flags),
-  memory_backlog_one_session (the most one session has waiting) and the processor's RSS.
+  memory_backlog_one_session (the most one session has waiting) and the processor's RSS: its value
+  halfway through the load and at its end (flat memory: the second half adds under 10%), and its max.
+Drain: seconds from the writers' stop until every line is stored and the memory thread has nothing waiting;
+with the messages still outside episodes at the stop and the episodes embedded per second after it, which
+say how long a drain must take when the writers outrun the embedding model.
 A warm-up /recall runs first, so the model and the vectors are loaded before anything is timed.
 Baseline, same run: the same /recall on the same processor once the writers have stopped and the
 backlog drained (an idle processor), so the ratio shows what load costs a query.
-Goals (issue 13) at 8 x 50 lines/s: backlog max <= 2 per session, recall p95 <= 250 ms, RSS max <= 250 MB,
-nothing lost or doubled. `--json` prints one JSON object as the last line.
+Goals (issues 13 and 21) at 8 x 50 lines/s: backlog max <= 2 per session, recall p95 <= 250 ms, RSS max
+<= 250 MB and growing under 10% in the second half of the load, drained within 10 s, nothing lost or doubled.
+`--json` prints one JSON object as the last line.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ class Run:
         env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects),
                "ENGRAM_MODELS_DIR": str(models), "ENGRAM_HTTP_PORT": "0", "ENGRAM_RECENT_DAYS": "1"}
         self.home = home
+        self.env = env
         self.log = open(home.parent / "processor.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
@@ -85,31 +95,44 @@ class Run:
 
 
 def measure(sessions: int, rate: float, seconds: float, readers: int, models: Path, workdir: Path,
-            seed: int) -> dict:
+            seed: int, cli_readers: int = 0, cli_pause: float = 2.0, new_session_seconds: float = 0.0,
+            drain_timeout: float = 120.0) -> dict:
     home, projects = workdir / "home", workdir / "projects"
     projects.mkdir(parents=True)
     run = Run(home, projects, models)
+    cli_env = {**os.environ, **run.env}
     written: dict[str, float] = {}
     arrived: dict[str, float] = {}
     recall_ms: list[float] = []
     recall_errors: list[str] = []
     depth: list[int] = []
     per_session: list[int] = []  # the most requests one session had waiting
-    rss: list[int] = []
+    rss: list[tuple[float, int]] = []  # (seconds since the writers started, bytes)
+    cli_ms: list[float] = []
+    cli_errors: list[str] = []
+    session_ids: set[str] = set()
     writing = threading.Event()
     writing.set()
     stop_all = threading.Event()
 
     def writer(n: int) -> None:
         rng = random.Random(seed * 100 + n)
-        sid = str(uuidlib.UUID(int=rng.getrandbits(128)))
-        path = projects / f"-bench-p{n % 3}" / f"{sid}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
         interval = 1.0 / rate
         next_at = time.monotonic()
+        while writing.is_set():
+            write_session(n, rng, interval, next_at)
+            next_at = time.monotonic()
+
+    def write_session(n: int, rng: random.Random, interval: float, next_at: float) -> None:
+        """One session's transcript until the writers stop (or, with new_session_seconds, until its time is up)."""
+        sid = str(uuidlib.UUID(int=rng.getrandbits(128)))
+        session_ids.add(sid)
+        path = projects / f"-bench-p{n % 3}" / f"{sid}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ends = time.monotonic() + new_session_seconds if new_session_seconds > 0 else float("inf")
         i = 0
         with open(path, "a", encoding="utf-8") as f:
-            while writing.is_set():
+            while writing.is_set() and time.monotonic() < ends:
                 uid = str(uuidlib.uuid4())
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
                 if i % 2 == 0:
@@ -156,6 +179,19 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
                 recall_errors.append(str(exc))
             time.sleep(0.05)
 
+    def cli_reader(n: int) -> None:
+        """The real `engram recall` command, as a user types it while the processor runs."""
+        rng = random.Random(seed + 2000 + n)
+        while writing.is_set():
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "processor.cli", "recall", sentence(rng, 6), "--limit", "3"],
+                                  cwd=REPO, env=cli_env, capture_output=True, text=True, timeout=120)
+            if done.returncode == 0:
+                cli_ms.append((time.perf_counter() - t0) * 1000)
+            else:
+                cli_errors.append(done.stderr.strip()[-300:])
+            stop_all.wait(cli_pause)
+
     def sampler() -> None:
         while not stop_all.is_set():
             answer = ping(home / "run", timeout=2)
@@ -164,7 +200,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
                 per_session.append(int(answer.get("memory_backlog_one_session") or 0))
             value = rss_bytes(run.proc.pid)
             if value:
-                rss.append(value)
+                rss.append((time.monotonic() - started, value))
             time.sleep(0.1)
 
     warm_until = time.monotonic() + 120
@@ -178,17 +214,28 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
             time.sleep(0.5)
     threads = ([threading.Thread(target=writer, args=(n,), daemon=True) for n in range(sessions)]
                + [threading.Thread(target=watcher, daemon=True), threading.Thread(target=sampler, daemon=True)]
-               + [threading.Thread(target=reader, args=(n,), daemon=True) for n in range(readers)])
+               + [threading.Thread(target=reader, args=(n,), daemon=True) for n in range(readers)]
+               + [threading.Thread(target=cli_reader, args=(n,), daemon=True) for n in range(cli_readers)])
+    started = time.monotonic()
     try:
         for thread in threads:
             thread.start()
         time.sleep(seconds)
         writing.clear()
-        # Let capture and the memory thread catch up before the baseline.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (len(arrived) < len(written)
-                                               or (ping(home / "run", timeout=2) or {}).get("queue_depth")):
+        stopped = time.monotonic()
+        at_stop = episode_progress(home / "engram.db")
+        # Let capture and the memory thread catch up before the baseline: the drain time.
+        deadline = time.monotonic() + drain_timeout
+        drain_seconds: float | None = None
+        while time.monotonic() < deadline:
+            answer = ping(home / "run", timeout=2) or {}
+            if len(arrived) >= len(written) and answer and not answer.get("queue_depth"):
+                drain_seconds = round(time.monotonic() - stopped, 1)
+                break
             time.sleep(0.2)
+        waited = time.monotonic() - stopped
+        after_wait = episode_progress(home / "engram.db")
+        drained_rss = rss_bytes(run.proc.pid)
         stop_all.set()
         for thread in threads:
             thread.join(timeout=30)
@@ -206,6 +253,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         run.stop()
     lags = [(arrived[u] - t) * 1000 for u, t in written.items() if u in arrived]
     recall, base = stats(recall_ms), stats(baseline)
+    half, end = rss_near(rss, seconds / 2), rss_near(rss, seconds)
     return {
         "sessions": sessions, "rate_per_session": rate, "seconds": seconds, "readers": readers,
         "lines_written": len(written), "rows_stored": stored, "distinct_rows": distinct,
@@ -214,8 +262,42 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         "recall_ms": recall, "recall_errors": len(recall_errors), "recall_idle_baseline_ms": base,
         "recall_p95_vs_idle": round(recall["p95"] / base["p95"], 2) if recall["p95"] and base["p95"] else None,
         "backlog_max": max(depth, default=0), "backlog_max_per_session": max(per_session, default=0),
-        "rss_max_mb": round(max(rss, default=0) / 2**20, 1),
+        "cli_readers": cli_readers, "cli_recall_ms": stats(cli_ms), "cli_recall_errors": len(cli_errors),
+        "cli_recall_error_sample": cli_errors[:1],
+        "distinct_sessions": len(session_ids),
+        "rss_max_mb": round(max((b for _, b in rss), default=0) / 2**20, 1),
+        "rss_half_mb": mb(half), "rss_end_mb": mb(end),
+        "rss_second_half_growth_pct": round((end / half - 1) * 100, 1) if half and end else None,
+        "rss_drained_mb": mb(drained_rss),
+        "drain_seconds": drain_seconds,
+        # Why a drain takes as long as it does: the rounds still to embed when the writers stopped, and how
+        # fast the memory thread embedded them after (episodes a second, with capture idle).
+        "messages_outside_episodes_at_stop": at_stop[1],
+        "episodes_at_stop": at_stop[0],
+        "episodes_per_second_after_stop": round((after_wait[0] - at_stop[0]) / waited, 1) if waited else None,
     }
+
+
+def episode_progress(db: Path) -> tuple[int, int]:
+    """(episodes stored, captured messages not in an episode yet), read-only."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
+        waiting = conn.execute("SELECT count(*) FROM messages m JOIN sessions s ON s.session_id = m.session_id "
+                               "WHERE m.id > s.episodized_through").fetchone()[0]
+        return episodes, waiting
+    finally:
+        conn.close()
+
+
+def mb(value: int | None) -> float | None:
+    return round(value / 2**20, 1) if value else None
+
+
+def rss_near(samples: list[tuple[float, int]], at: float) -> int | None:
+    """The RSS sampled closest before `at` seconds into the load (the sampler runs every 100 ms)."""
+    before = [value for when, value in samples if when <= at]
+    return before[-1] if before else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,23 +306,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="lines per second per session")
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--readers", type=int, default=2, help="threads calling /recall back to back")
+    parser.add_argument("--cli-readers", type=int, default=1,
+                        help="threads running the `engram recall` command, with --cli-pause between calls")
+    parser.add_argument("--cli-pause", type=float, default=2.0, help="seconds between one CLI reader's calls")
+    parser.add_argument("--new-session-seconds", type=float, default=0.0,
+                        help="each writer starts a new session this often (0: one session per writer)")
     parser.add_argument("--models-dir", type=Path,
                         default=Path(os.environ["ENGRAM_MODELS_DIR"]) if os.environ.get("ENGRAM_MODELS_DIR")
                         else DEFAULT_MODELS, help=f"converted models (default $ENGRAM_MODELS_DIR or {DEFAULT_MODELS})")
+    parser.add_argument("--drain-timeout", type=float, default=120.0,
+                        help="seconds to wait for the backlog to drain after the writers stop (then: not drained)")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--keep", type=Path, help="run in this (new) folder and keep it, to look into afterwards")
     args = parser.parse_args(argv)
     if args.keep:
         args.keep.mkdir(parents=True)
-        result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, args.keep, args.seed)
+        result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, args.keep, args.seed,
+                         args.cli_readers, args.cli_pause, args.new_session_seconds, args.drain_timeout)
     else:
         with tempfile.TemporaryDirectory(prefix="engram-load-") as tmp:
             result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, Path(tmp),
-                             args.seed)
+                             args.seed, args.cli_readers, args.cli_pause, args.new_session_seconds,
+                             args.drain_timeout)
     goals = {"backlog_per_session_le_2": result["backlog_max_per_session"] <= 2,
              "recall_p95_le_250ms": (result["recall_ms"]["p95"] or 0) <= 250,
              "rss_le_250mb": result["rss_max_mb"] <= 250,
+             "rss_second_half_growth_lt_10pct": (result["rss_second_half_growth_pct"] or 0) < 10,
+             "drained_within_10s": result["drain_seconds"] is not None and result["drain_seconds"] <= 10,
+             "cli_recall_all_answered": result["cli_recall_errors"] == 0,
              "nothing_lost_or_doubled": result["lost"] == 0 and result["rows_stored"] == result["distinct_rows"]}
     report = {"benchmark": "load", **result, "goals": goals, "goal_met": all(goals.values()),
               "python": sys.version.split()[0], "cpus": os.cpu_count()}
@@ -249,7 +343,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['lines_written']} lines, {result['lost']} lost; capture lag p50 {lag['p50']} ms, "
           f"p95 {lag['p95']} ms; "
           f"/recall p95 {recall['p95']} ms ({result['recall_p95_vs_idle']}x idle); memory backlog max "
-          f"{result['backlog_max']}; RSS max {result['rss_max_mb']} MB", file=sys.stderr)
+          f"{result['backlog_max']}; RSS {result['rss_half_mb']} MB halfway, {result['rss_end_mb']} MB at the end, "
+          f"max {result['rss_max_mb']} MB; drained in {result['drain_seconds']} s; `engram recall` p50 "
+          f"{result['cli_recall_ms']['p50']} ms", file=sys.stderr)
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))
     return 0
 

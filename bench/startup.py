@@ -11,6 +11,10 @@ Each against a baseline measured in the same run, interleaved so machine noise h
 - First recall: a fresh bridge's first ``memory_recall`` while the processor runs (model warm) vs the
   trivial server's first tool call; goal <= 150 ms. Then the same with the processor stopped (the bridge
   is then the full server: the SDK's import and an in-process search that loads the embedding model).
+- The CLI: ``engram recall QUERY`` (the installed command) while the processor runs (it answers over the
+  control plane) vs ``<python> -c pass``, the bare interpreter the command starts with; goal <= 150 ms.
+  ``engram status`` likewise. Then ``engram recall`` with the processor stopped (it loads the model
+  itself), whose output must be byte for byte the served one.
 
     python bench/startup.py [--runs 20] [--mcp-runs 5] [--json]
 
@@ -40,6 +44,7 @@ from processor.claude_code.settings import Registration, hook_python  # noqa: E4
 HOOK_GOAL_MS = 100
 INITIALIZE_GOAL_MS = 500
 RECALL_GOAL_MS = 150
+CLI_RECALL_GOAL_MS = 150
 SESSION = "7b1c9a52-7a43-4d0e-9f8e-3c1d2b7e6a10"
 TRIVIAL_SERVER = (
     "from mcp.server.mcpserver import MCPServer\n"
@@ -116,6 +121,12 @@ def mcp_session(argv: list[str], env: dict[str, str], cwd: str, tool: str, argum
     if "error" in result or result["result"].get("isError"):
         raise SystemExit(f"{argv}: tool call failed: {result}")
     return initialized, first_call, result["result"]["content"][0]["text"]
+
+
+def engram_command() -> list[str]:
+    """The installed `engram` command of this interpreter's environment, else the module it runs."""
+    script = Path(sys.executable).parent / "engram"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "processor.cli"]
 
 
 def start_processor(env: dict[str, str], home: Path, workdir: Path) -> subprocess.Popen:
@@ -205,6 +216,24 @@ def bench(runs: int, mcp_runs: int) -> dict:
                     raise SystemExit(f"memory_recall missed the memory: {text}")
                 mcp["engram_init"].append(init)
                 mcp["recall_via_processor"].append(call)
+
+            # --- the CLI, processor up: served over the control plane
+            engram = engram_command()
+            cli_cases = {"bare_interpreter": [sys.executable, "-c", "pass"],
+                         "recall": [*engram, "recall", "staging database port"],
+                         "status": [*engram, "status"]}
+            cli: dict[str, list[float]] = {name: [] for name in cli_cases}
+            served = b""
+            for i in range(runs + 3):
+                names = list(cli_cases)[i % 3:] + list(cli_cases)[:i % 3]
+                for name in names:
+                    elapsed, out = timed(cli_cases[name], b"", env, str(repo))
+                    if name == "recall":
+                        if b"pgbouncer" not in out:
+                            raise SystemExit(f"engram recall missed the memory: {out[:300]!r}")
+                        served = out
+                    if i >= 3:
+                        cli[name].append(elapsed)
         finally:
             processor.send_signal(signal.SIGTERM)
             processor.wait(timeout=60)
@@ -215,9 +244,18 @@ def bench(runs: int, mcp_runs: int) -> dict:
                 raise SystemExit(f"memory_recall (in-process) missed the memory: {text}")
             mcp["engram_init_processor_down"].append(init)
             mcp["recall_in_process"].append(call)
+        # --- the CLI, processor down: the same search in the command's own process
+        cli["recall_processor_down"] = []
+        for _ in range(max(1, mcp_runs // 2)):
+            elapsed, out = timed(cli_cases["recall"], b"", env, str(repo))
+            if out != served:
+                raise SystemExit(f"engram recall printed something else without the processor:\n{out!r}\n"
+                                 f"served:\n{served!r}")
+            cli["recall_processor_down"].append(elapsed)
 
     figures = {f"session_start_{k}_median_ms": median_ms(v) for k, v in hook.items()}
     figures.update({f"mcp_{k}_median_ms": median_ms(v) for k, v in mcp.items()})
+    figures.update({f"cli_{k}_median_ms": median_ms(v) for k, v in cli.items()})
     base = figures["session_start_baseline_median_ms"]
     return {
         "benchmark": "startup",
@@ -229,12 +267,15 @@ def bench(runs: int, mcp_runs: int) -> dict:
         "session_start_module_form_vs_bare": round(figures["session_start_module_form_median_ms"] / base, 2),
         "mcp_init_vs_trivial": round(figures["mcp_engram_init_median_ms"] / figures["mcp_trivial_init_median_ms"], 2),
         "mcp_init_vs_bare": round(figures["mcp_engram_init_median_ms"] / figures["mcp_bare_interpreter_median_ms"], 2),
+        "cli_recall_vs_bare": round(figures["cli_recall_median_ms"] / figures["cli_bare_interpreter_median_ms"], 2),
+        "cli_output_same_without_processor": True,  # checked above: the run stops otherwise
         "goals_ms": {"session_start": HOOK_GOAL_MS, "mcp_initialize": INITIALIZE_GOAL_MS,
-                     "first_recall": RECALL_GOAL_MS},
+                     "first_recall": RECALL_GOAL_MS, "cli_recall": CLI_RECALL_GOAL_MS},
         "meets_goals": {
             "session_start": figures["session_start_hook_median_ms"] <= HOOK_GOAL_MS,
             "mcp_initialize": figures["mcp_engram_init_median_ms"] <= INITIALIZE_GOAL_MS,
             "first_recall": figures["mcp_recall_via_processor_median_ms"] <= RECALL_GOAL_MS,
+            "cli_recall": figures["cli_recall_median_ms"] <= CLI_RECALL_GOAL_MS,
         },
     }
 

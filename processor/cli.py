@@ -14,7 +14,7 @@ from pathlib import Path
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.memory.errors import EmbedderError
 from processor.memory.kinds import KINDS, SCOPES
-from processor.store.connection import NotEngramDatabase
+from processor.store.errors import NotEngramDatabase
 
 EXIT_CONFIG = 78  # sysexits EX_CONFIG: the configuration cannot be used
 
@@ -120,25 +120,18 @@ def _episode_store(settings: Settings):
 
 
 def cmd_recall(args: argparse.Namespace) -> int:
-    from processor.recall.format import format_hits
+    from processor.lookup import recall_output
 
-    settings = _settings(args)
-    store = _episode_store(settings)
-    limit = args.limit or settings.recall_limit
-    hits = store.recall(args.query, limit=limit, project=args.project)
-    if args.json:
-        print(json.dumps([h.__dict__ for h in hits], indent=2))
-    else:
-        print(format_hits(hits))
+    settings = _settings(args, create_home=False)  # created only if the search runs here
+    print(recall_output(settings, args.query, limit=args.limit or settings.recall_limit, project=args.project,
+                        as_json=args.json))
     return 0
 
 
 def cmd_expand(args: argparse.Namespace) -> int:
-    from processor.recall.format import format_expansion
+    from processor.lookup import expand_output
 
-    store = _episode_store(_settings(args))
-    expansion = store.expand(args.id)
-    print(json.dumps(expansion.__dict__, indent=2) if args.json else format_expansion(expansion))
+    print(expand_output(_settings(args, create_home=False), args.id, as_json=args.json))
     return 0
 
 

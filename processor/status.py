@@ -1,4 +1,8 @@
-"""What `engram status` reports: counts, and capture lag for recently active sessions."""
+"""What `engram status` reports: counts, and capture lag for recently active sessions.
+
+While the processor runs, `engram status` prints its answer (``current_status``), and only the
+formatting is imported; the database side (apsw, the job queue) is imported when it is read here.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,8 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from processor.capture.discover import TranscriptFilter, survey
-from processor.capture.problems import PROBLEMS_FILE
-from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
-from processor.jobs import format_jobs_status, jobs_status
-from processor.service.pidfile import is_running
-from processor.store import cold as cold_sql
-from processor.store import connect, migrate, sessions
-from processor.store import episodes as episodes_sql
+from processor.jobs.status_text import format_jobs_status
 
 ACTIVE_WINDOW_MS = 24 * 3600 * 1000
 STATUS_TIMEOUT_SECONDS = 5.0
@@ -37,6 +34,12 @@ def current_status(settings: Settings) -> dict[str, Any]:
 
 def collect_status(settings: Settings) -> dict[str, Any]:
     """Counts first (the integers scripts read), then per-session capture lag and capture problems."""
+    from processor.clock import now_ms as clock_now_ms
+    from processor.jobs.status import jobs_status
+    from processor.store import cold as cold_sql
+    from processor.store import connect, migrate, sessions
+    from processor.store import episodes as episodes_sql
+
     if not settings.db_path.exists():
         return {"sessions": 0, "messages": 0, "episodes": 0, "db": str(settings.db_path), "db_exists": False,
                 "active_sessions": [], "capture_problems": capture_problems(settings)}
@@ -84,6 +87,10 @@ def collect_status(settings: Settings) -> dict[str, Any]:
 
 def capture_problems(settings: Settings) -> list[dict[str, Any]]:
     """What keeps transcripts from being captured now (a stale list from a dead processor is ignored)."""
+    from processor.capture.discover import TranscriptFilter, survey
+    from processor.capture.problems import PROBLEMS_FILE
+    from processor.service.pidfile import is_running
+
     saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
     return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
 

@@ -109,10 +109,12 @@ def test_startup_bench_measures_each_piece_against_its_baseline(tmp_path: Path, 
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["benchmark"] == "startup"
     for key in ("session_start_baseline", "session_start_hook", "mcp_trivial_init", "mcp_engram_init",
-                "mcp_trivial_call", "mcp_recall_via_processor", "mcp_recall_in_process"):
+                "mcp_trivial_call", "mcp_recall_via_processor", "mcp_recall_in_process", "cli_bare_interpreter",
+                "cli_recall", "cli_status", "cli_recall_processor_down"):
         assert report[f"{key}_median_ms"] > 0, key
-    assert report["session_start_vs_bare"] > 0 and set(report["meets_goals"]) == {
-        "session_start", "mcp_initialize", "first_recall"}
+    assert report["session_start_vs_bare"] > 0 and report["cli_recall_vs_bare"] > 0
+    assert report["cli_output_same_without_processor"] is True
+    assert set(report["meets_goals"]) == {"session_start", "mcp_initialize", "first_recall", "cli_recall"}
 
 
 def test_sweep_bench_runs_and_prints_json_last(tmp_path: Path) -> None:

@@ -338,25 +338,7 @@ def test_slow_and_idle_clients_do_not_starve_an_authenticated_request(run_dir: P
     control = ControlServer(run_dir, port=0, routes={("POST", "/recall"): _recall}, request_timeout=5.0)
     control.start()
     stop = threading.Event()
-
-    def hostile(trickle: bool) -> None:
-        # Hold a connection as long as the server allows (idle, or trickling a byte at a time); reconnect.
-        while not stop.is_set():
-            try:
-                with socket.create_connection(("127.0.0.1", control.port), timeout=6) as sock:
-                    sock.sendall(b"GET /status HTTP/1.1\r\nHost: localhost\r\n")
-                    while not stop.is_set():
-                        if trickle:
-                            sock.sendall(b"X")
-                        elif not sock.recv(1):
-                            break
-                        time.sleep(0.1)
-            except OSError:
-                time.sleep(0.01)
-
-    clients = [threading.Thread(target=hostile, args=(i % 2 == 0,), daemon=True) for i in range(40)]
-    for client in clients:
-        client.start()
+    clients = hold_connections(control.port, stop, 40)
     try:
         time.sleep(1.0)
         answered = []
@@ -376,6 +358,142 @@ def test_slow_and_idle_clients_do_not_starve_an_authenticated_request(run_dir: P
         control.stop()
         for client in clients:
             client.join(timeout=10)
+
+
+def hold_connections(port: int, stop: threading.Event, count: int) -> list[threading.Thread]:
+    """`count` clients that never finish a request (half of them idle, half trickling a byte at a time),
+    reconnecting whenever the server closes them, until `stop`."""
+    def hostile(trickle: bool) -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=6) as sock:
+                    sock.sendall(b"GET /status HTTP/1.1\r\nHost: localhost\r\n")
+                    while not stop.is_set():
+                        if trickle:
+                            sock.sendall(b"X")
+                        elif not sock.recv(1):
+                            break
+                        time.sleep(0.1)
+            except OSError:
+                time.sleep(0.01)
+
+    clients = [threading.Thread(target=hostile, args=(i % 2 == 0,), daemon=True) for i in range(count)]
+    for client in clients:
+        client.start()
+    return clients
+
+
+def burst(port: int, token: str | None, count: int, path: str = "/recall") -> list[tuple[int | str, str | None]]:
+    """`count` requests sent at the same moment, each on its own connection: (status, Retry-After) each."""
+    ready = threading.Barrier(count)
+    results: list[tuple[int | str, str | None]] = []
+
+    def one(i: int) -> None:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            ready.wait(timeout=30)
+            if path == "/ping":
+                conn.request("GET", path, headers=headers)
+            else:
+                conn.request("POST", path, body=json.dumps({"query": f"q{i}"}).encode(), headers=headers)
+            response = conn.getresponse()
+            response.read()
+            results.append((response.status, response.getheader("Retry-After")))
+        except (OSError, http.client.HTTPException) as exc:
+            results.append((type(exc).__name__, None))
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return results
+
+
+def _slow_recall(body: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(0.05)  # a real search's time: the burst outlasts the slots
+    return _recall(body)
+
+
+def test_a_burst_of_authenticated_requests_waits_its_turn_among_slow_clients(run_dir: Path) -> None:
+    # 200 real clients at once, 32 slots, and 40 idle or trickling clients holding the waiting room.
+    control = ControlServer(run_dir, port=0, routes={("POST", "/recall"): _slow_recall}, request_timeout=5.0)
+    control.start()
+    stop = threading.Event()
+    clients = hold_connections(control.port, stop, 40)
+    try:
+        time.sleep(0.5)
+        results = burst(control.port, read_token(run_dir), 200)
+        assert len(results) == 200
+        assert [status for status, _ in results].count(200) == 200, sorted(set(results), key=str)
+    finally:
+        stop.set()
+        control.stop()
+        for client in clients:
+            client.join(timeout=10)
+
+
+def test_a_request_that_waits_past_the_queue_gets_503_with_retry_after(run_dir: Path) -> None:
+    release = threading.Event()
+
+    def blocked(body: dict[str, Any]) -> dict[str, Any]:
+        release.wait(timeout=30)
+        return {"done": True}
+
+    control = ControlServer(run_dir, port=0, routes={("POST", "/recall"): blocked}, max_connections=2,
+                            queue_seconds=0.3, **FAST)
+    control.start()
+    try:
+        holders = [threading.Thread(target=request, args=(run_dir, "POST", "/recall", {}), daemon=True)
+                   for _ in range(2)]
+        for holder in holders:
+            holder.start()
+        time.sleep(0.3)  # both slots taken
+        status, answer, response = call(control.port, "POST", "/recall", b"{}", auth(control))
+        assert status == 503 and answer == {"error": "busy; try again"}
+        assert response.getheader("Retry-After") == "1"
+        release.set()
+        for holder in holders:
+            holder.join(timeout=10)
+        assert call(control.port, "POST", "/recall", b"{}", auth(control))[0] == 200  # served again at once
+    finally:
+        release.set()
+        control.stop()
+
+
+def test_requests_without_the_token_cannot_take_the_slots_of_those_with_it(run_dir: Path) -> None:
+    release = threading.Event()
+
+    def viewer(handler: Any) -> None:  # a live page: holds its slot until the browser goes away
+        release.wait(timeout=30)
+        handler.send_response(200)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    control = ControlServer(run_dir, port=0, routes={("POST", "/recall"): _recall}, ui=viewer, max_connections=4,
+                            queue_seconds=0.3, **FAST)
+    control.start()
+    try:
+        pages = [threading.Thread(target=call, args=(control.port, "GET", "/ui/live"), daemon=True)
+                 for _ in range(control.open_slots)]
+        for page in pages:
+            page.start()
+        time.sleep(0.3)  # every slot for requests without the token is held
+        status, answer, _ = call(control.port, "POST", "/recall", json.dumps({"query": "q"}).encode(), auth(control))
+        assert (status, answer) == (200, {"bites": ["about q"]})
+        assert call(control.port, "GET", "/ping")[0] == 503  # waited its turn in its own pool, in vain
+        release.set()
+        for page in pages:
+            page.join(timeout=10)
+        assert call(control.port, "GET", "/ping")[0] == 200
+    finally:
+        release.set()
+        control.stop()
 
 
 def test_a_flood_of_bad_connections_is_summarised_not_logged_one_by_one(

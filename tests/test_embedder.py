@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import threading
+import time
 import unicodedata
 import zipfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from processor.memory.embedder import Embedder, EmbedderError, load_embedder
+from processor.memory.embedder import QUERY_SEQUENCES, Embedder, EmbedderError, load_embedder
 from processor.memory.gguf_convert import (
     CONVERTER_VERSION,
     GGUF_FILENAME,
@@ -225,6 +226,51 @@ def test_a_query_never_waits_for_a_bulk_decode_and_gets_the_same_vector(embedder
         assert done, "the query waited for the bulk context"
     shared = embedder._llama.embed([embedder._fit(embedder.query_prefix + long_query)[0]], normalize=False)[0]
     assert cos(done[0], np.asarray(shared, dtype=np.float32)) > 0.9999
+
+
+def test_queries_that_arrive_together_share_decodes_and_get_their_own_vectors(embedder: Embedder) -> None:
+    """A burst of searches: whoever holds the query context embeds every query waiting meanwhile, up to
+    QUERY_SEQUENCES in one decode; each caller gets the vector of its own text."""
+    assert embedder._queries is not None
+    queries = [f"which port does service {i} of the staging cluster listen on" for i in range(24)]
+    alone = {q: embedder.embed_query(q) for q in queries}
+    contexts = {"query": embedder._queries.llama}
+    decodes: list[tuple[str, int]] = []
+
+    def counting(name: str, llama):  # a context's model call, counted
+        real_embed = llama.embed
+
+        def embed(texts, **kwargs):
+            decodes.append((name, len(texts)))
+            return real_embed(texts, **kwargs)
+        return embed
+
+    got: dict[str, np.ndarray] = {}
+    start = threading.Barrier(len(queries))
+
+    def search(q: str) -> None:
+        start.wait(timeout=30)
+        got[q] = embedder.embed_query(q)
+
+    for name, llama in contexts.items():
+        llama.embed = counting(name, llama)
+    try:
+        with embedder._query_lock:  # the query context is busy while the burst arrives
+            threads = [threading.Thread(target=search, args=(q,)) for q in queries]
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 30
+            while len(embedder._waiting_queries) < len(queries) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        for llama in contexts.values():
+            del llama.embed
+    assert sorted(got) == sorted(queries)
+    assert all(cos(got[q], alone[q]) > 0.9999 for q in queries)
+    assert sum(n for _, n in decodes) == len(queries) and max(n for _, n in decodes) <= QUERY_SEQUENCES
+    assert len(decodes) < len(queries) / 2  # shared: the burst took a fraction of the calls
 
 
 def test_the_model_is_loaded_once_per_process(embedder: Embedder, models_dir: Path) -> None:

@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.recall",),
     ("processor.jobs",),
     # the running processor, what it reports, and the web viewer it serves
-    ("processor.service", "processor.status", "processor.viewer"),
+    ("processor.service", "processor.status", "processor.lookup", "processor.viewer"),
     ("processor.claude_code", "processor.doctor", "recall_hook", "mcp_tools"),
     ("processor.cli",),
 )

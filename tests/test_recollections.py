@@ -251,14 +251,15 @@ def test_idle_sessions_lose_their_files_and_active_ones_keep_them(store: Episode
     fresh = make("fresh-session.json")
     lock = make(".pretooluse.lock", two_hours_ago)
     foreign = make("notes.txt", two_hours_ago)
-    writer._last_vector[SID] = writer._last_vector["gone"] = store.embedder.embed_query("x")
+    writer._remember_topic(SID, store.embedder.embed_query("x"))
+    writer._remember_topic("gone", store.embedder.embed_query("x"))
 
     assert writer.remove_idle() == 2
     for p in [*idle, orphan_state, old_temp]:
         assert not p.exists(), p
     for p in [*active, fresh, lock, foreign]:
         assert p.exists(), p
-    assert writer._last_vector == {}  # forgotten with their files: the next message is a new topic
+    assert writer.sessions_in_memory == 0  # forgotten with their files: the next message is a new topic
     assert writer.remove_idle() == 0
 
 

@@ -313,8 +313,7 @@ POSITIVE = [
     ("twilio-key", "the Twilio auth token is " + fake(32, HEX), "the Twilio auth token is " + m("twilio-key")),
     ("datadog-key", "datadog api key: " + fake(32, HEX), "datadog api key: " + m("datadog-key")),
     ("datadog-key-env", "DATADOG_APP_KEY=" + fake(40, HEX), "DATADOG_APP_KEY=" + m("datadog-key")),
-    ("api-key-assignment-dd-app-key", "export DD_APP_KEY=" + fake(40, HEX), "export DD_APP_KEY="
-     + m("api-key-assignment")),
+    ("datadog-key-dd-app-key", "export DD_APP_KEY=" + fake(40, HEX), "export DD_APP_KEY=" + m("datadog-key")),
     ("api-key-assignment-laravel", "APP_KEY=base64:" + fake(43, B64) + "=", "APP_KEY=" + m("api-key-assignment")),
     ("api-key-assignment-encryption", "ENCRYPTION_KEY=" + fake(32), "ENCRYPTION_KEY=" + m("api-key-assignment")),
     ("api-key-assignment-header-curl", "curl -H 'X-API-Key: " + fake(40, HEX) + "' https://api.example.com",
@@ -433,6 +432,68 @@ NEGATIVE = [
     "git checkout " + hashlib.sha1(b"a").hexdigest() + " && echo " + str(uuid.UUID(int=7)),
     "",
 ]
+
+
+# Issue 21: the two kinds a held-out corpus still found stored in clear, each next to its service's name,
+# in the three contexts a key is written in. Datadog application keys are 40 characters (gitleaks takes
+# any letters and digits: hex in practice), Twilio auth tokens 32 hex digits.
+DD_APP_KEY = fake(40, HEX, "dd")
+DD_APP_KEY_ALNUM = fake(40, ALNUM, "dd").lower()
+TWILIO_TOKEN = fake(32, HEX, "tw")
+TWILIO_SID = "AC" + fake(32, HEX, "sid")
+SERVICE_KEYS = [
+    # env assignment
+    ("datadog-env", f"DD_APP_KEY={DD_APP_KEY}", "DD_APP_KEY=" + m("datadog-key")),
+    ("datadog-env-export", f'export DATADOG_APP_KEY="{DD_APP_KEY_ALNUM}"',
+     'export DATADOG_APP_KEY="' + m("datadog-key") + '"'),
+    ("datadog-env-docker", f"docker run -e DD_APP_KEY={DD_APP_KEY} datadog/agent",
+     "docker run -e DD_APP_KEY=" + m("datadog-key") + " datadog/agent"),
+    ("twilio-env", f"TWILIO_AUTH_TOKEN={TWILIO_TOKEN}", "TWILIO_AUTH_TOKEN=" + m("twilio-key")),
+    ("twilio-env-short", f"twilio_auth={TWILIO_TOKEN}", "twilio_auth=" + m("twilio-key")),
+    # JSON
+    ("datadog-json", f'{{"datadog": {{"site": "datadoghq.eu", "app_key": "{DD_APP_KEY}"}}}}',
+     '{"datadog": {"site": "datadoghq.eu", "app_key": "' + m("datadog-key") + '"}}'),
+    ("datadog-json-env", f'{{"env": {{"DD_APP_KEY": "{DD_APP_KEY_ALNUM}"}}}}',
+     '{"env": {"DD_APP_KEY": "' + m("datadog-key") + '"}}'),
+    ("twilio-json", f'{{"twilio": {{"account_sid": "{TWILIO_SID}", "auth_token": "{TWILIO_TOKEN}"}}}}',
+     f'{{"twilio": {{"account_sid": "{TWILIO_SID}", "auth_token": "' + m("twilio-key") + '"}}'),
+    ("twilio-json-camel", f'{{"twilioAuthToken": "{TWILIO_TOKEN}"}}', '{"twilioAuthToken": "' + m("twilio-key") + '"}'),
+    # prose
+    ("datadog-prose", f"Our Datadog application key is {DD_APP_KEY_ALNUM} for the staging dashboards",
+     "Our Datadog application key is " + m("datadog-key") + " for the staging dashboards"),
+    ("datadog-prose-aside", f"My Datadog app key, in case you need it, is {DD_APP_KEY}.",
+     "My Datadog app key, in case you need it, is " + m("datadog-key") + "."),
+    ("datadog-prose-env-name", f"set DD_APP_KEY to {DD_APP_KEY} before starting the agent",
+     "set DD_APP_KEY to " + m("datadog-key") + " before starting the agent"),
+    ("twilio-prose", f"For twilio, the auth token: {TWILIO_TOKEN}", "For twilio, the auth token: " + m("twilio-key")),
+    ("twilio-prose-sid", f"twilio account {TWILIO_SID} with auth token {TWILIO_TOKEN}",
+     f"twilio account {TWILIO_SID} with auth token " + m("twilio-key")),
+    ("twilio-prose-set", f"Twilio: set the auth token to {TWILIO_TOKEN} in the console",
+     "Twilio: set the auth token to " + m("twilio-key") + " in the console"),
+    ("twilio-code", f"client = Client('{TWILIO_SID}', '{TWILIO_TOKEN}')",
+     f"client = Client('{TWILIO_SID}', '" + m("twilio-auth-token") + "')"),
+]
+# Their look-alikes: a service's name near a hash that is not its key.
+SERVICE_LOOK_ALIKES = [
+    "datadog api key rotation, see commit " + hashlib.sha1(b"rotation").hexdigest(),
+    "the datadog key rotation landed in " + hashlib.sha1(b"landed").hexdigest(),
+    "twilio webhook token check fixed. Commit " + hashlib.md5(b"webhook").hexdigest(),
+    "datadog: trace id " + hashlib.md5(b"trace").hexdigest(),
+    "datadog-agent build " + hashlib.sha1(b"build").hexdigest(),
+    "DD_APP_KEY=${DD_APP_KEY} and DD_APP_KEY is required",
+    "twilio auth token: <your token>; datadog app key: " + "a" * 40,
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in SERVICE_KEYS], ids=[c[0] for c in SERVICE_KEYS])
+def test_a_key_next_to_its_service_name_in_each_context(text: str, expected: str) -> None:
+    assert redact(text) == expected
+    assert redact(expected) == expected
+
+
+@pytest.mark.parametrize("text", SERVICE_LOOK_ALIKES)
+def test_a_hash_near_a_service_name_is_left_alone(text: str) -> None:
+    assert redact(text) == text
 
 
 @pytest.mark.parametrize("text", NEGATIVE)

@@ -232,3 +232,69 @@ def test_the_processor_caps_malloc_arenas() -> None:
 
     assert arenas("capped") <= 2
     assert arenas("default") > 2  # the probe can tell: without the cap the threads get arenas of their own
+
+
+TRIM_PROBE = """
+import sys
+from processor.service.resources import release_free_memory, rss_bytes
+# 120 MB in malloc'd blocks (bytes over 512 B skip Python's small-object allocator), then all but one block in
+# 64 freed: no heap top comes free, so glibc keeps the pages until asked.
+blocks = [bytes(4000) for _ in range(30_000)]
+kept = blocks[::64]
+del blocks
+before = rss_bytes()
+if sys.argv[1] == "release":
+    assert release_free_memory()
+print(before, rss_bytes())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
+def test_freed_memory_goes_back_to_the_os_when_the_watchdog_releases_it() -> None:
+    def rss(mode: str) -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", TRIM_PROBE, mode], capture_output=True, text=True, check=True,
+                             timeout=60, env={**os.environ, "MALLOC_ARENA_MAX": "1"}).stdout
+        before, after = map(int, out.split())
+        return before, after
+
+    kept_before, kept_after = rss("keep")
+    released_before, released_after = rss("release")
+    assert kept_before - kept_after < 20 * MB  # left alone, the freed pages stay resident
+    assert released_before - released_after > 60 * MB  # released: back to the OS
+
+
+def test_the_watchdog_releases_free_memory_before_each_sample() -> None:
+    calls: list[str] = []
+    watchdog = MemoryWatchdog(warn_mb=400, limit_mb=512, on_limit=print, release=lambda: calls.append("release"),
+                              sample=lambda: calls.append("sample") or 100 * MB)
+    assert watchdog.check() == "ok" and watchdog.check() == "ok"
+    assert calls == ["release", "sample", "release", "sample"]
+
+
+THRESHOLD_PROBE = """
+import ctypes, sys
+from processor.service.resources import fix_mmap_threshold
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+big = bytearray(8 * 2**20)  # mapped on its own; freeing it would raise glibc's threshold to 8 MB
+del big
+blocks = [bytearray(2**20) for _ in range(4)]  # 1 MB blocks after that
+print(libc.mallinfo2().hblks)  # blocks mapped on their own
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the mmap threshold is glibc's")
+def test_large_blocks_stay_out_of_the_heap_after_a_larger_one_was_freed() -> None:
+    def mapped(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", THRESHOLD_PROBE, mode], capture_output=True, text=True,
+                             check=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                                          if k != "MALLOC_MMAP_THRESHOLD_"}).stdout
+        return int(out)
+
+    assert mapped("dynamic") < 4  # glibc moved its threshold: the 1 MB blocks came from the heap
+    assert mapped("fixed") >= 4  # fixed: each is mapped, and unmapped when freed

@@ -475,6 +475,52 @@ _ASSIGNMENTS = _Rule(
     _replace_assignment,
 )
 
+# ---- a key next to its service's name ----------------------------------------------------------
+
+# gitleaks' keyword-context rules for services whose keys have no prefix (datadog-access-token,
+# twilio's auth token) look for the service's name, a few name characters, an assignment and the
+# key. Here the service's name is the rule's literal anchor (so the rule costs a substring scan),
+# and two contexts count:
+# - a key word after the name, in the same clause (no ``. ``, ``;`` or ``!`` between them): ``datadog
+#   app key``, ``TWILIO_AUTH_TOKEN``, ``twilio sid AC… auth token``; then the key, directly (``: ``,
+#   ``=``, a space) or after a few words of which the last links it (``is``, ``to``, ``as``…) or that
+#   end in a colon: "My Datadog app key, in case you need it, is <key>", "the datadog key for the
+#   dashboards: <key>". A word that does not link ("see commit <sha>", "rotation landed in <sha>")
+#   leaves the hex alone;
+# - gitleaks' own: the name, up to 20 name characters and an assignment operator (``datadog_app =
+#   "<key>"``, ``TWILIO: <hex>``).
+_SECRET_WORDS = ("key", "token", "secret", "auth", "credential", "password")
+# The key word starts a word or a camelCase part (``apiKey``): not the "key" of "monkey".
+_SECRET_WORD = "|".join([*(rf"(?<![A-Za-z]){_ci(w)}" for w in _SECRET_WORDS),
+                         *(w.capitalize() for w in _SECRET_WORDS)])
+# Checked first at each position: most characters start no key word, and then no alternative is tried.
+_SECRET_INITIALS = "".join(sorted({c for w in _SECRET_WORDS for c in (w[0], w[0].upper())}))
+_LINK_WORD = "|".join(_ci(w) for w in ("is", "was", "are", "to", "be", "as", "it's", "its", "use", "here"))
+# Between the key's name and the key: separators, perhaps one linking word (``DD_APP_KEY is <key>``).
+_LINK = rf"(?:[^\w\n]{{1,8}}+(?:(?:{_LINK_WORD})(?![\w'])[^\w\n]{{1,4}}+)?|[^\w\n]{{0,8}}+)"
+_CLAUSE = r"(?:[^\n.;!]|\.(?=[^\s.]))"  # a dot inside a name (datadoghq.eu) does not end the clause
+
+
+def _service_context(value: str) -> str:
+    """What may follow a service's name up to its key (group ``v``, one of the shapes in ``value``)."""
+    words = (rf"(?:[^\w\n.;!]{{1,8}}+[\w']{{1,12}}+){{0,6}}?"
+             rf"(?:[^\w\n.;!]{{1,8}}+(?:{_LINK_WORD})(?![\w'])|[ \t]*+:)")
+    return (
+        rf"(?:{_CLAUSE}{{0,60}}?(?=[{_SECRET_INITIALS}])(?:{_SECRET_WORD})\w{{0,20}}+(?:{words})?"
+        rf"""|[\w \t.-]{{0,20}}?[\s'"]{{0,3}}(?::{{1,3}}=|=>|\?=|=(?!=)|:(?!:)|>))"""
+        rf"[^\w\n]{{0,8}}+(?P<v>{value})(?![A-Za-z0-9])"
+    )
+
+
+def _name_cases(service: str) -> tuple[tuple[str, str], ...]:
+    """(lookbehind for the first letter, the rest): ``datadog``/``Datadog``, ``DATADOG``."""
+    return ((f"[{service[0]}{service[0].upper()}]", service[1:]), (service[0].upper(), service[1:].upper()))
+
+
+def _has_digit_and_letter(value: str) -> bool:
+    return _has_digit(value) and any(c.isalpha() for c in value)
+
+
 # ---- the rule table ---------------------------------------------------------------------------
 
 _PEM_BEGIN = "-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
@@ -553,8 +599,13 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _PrefixIndex, ...] = (
         *(_token(prefix, "[a-f0-9]{32}(?![A-Za-z0-9])") for prefix in ("key-", "pubkey-")),
         check=_has_digit,
     ),
-    # AC<account sid>:<auth token>, as curl -u and the Twilio CLI take them.
-    _rule("twilio-auth-token", _token("AC", "[a-f0-9]{32}:(?P<v>[a-f0-9]{32})(?![A-Za-z0-9])"), group="v"),
+    # AC<account sid>:<auth token>, as curl -u and the Twilio CLI take them, and the two arguments of
+    # Twilio's Client('AC<sid>', '<token>').
+    _rule(
+        "twilio-auth-token",
+        _token("AC", r"""[a-f0-9]{32}(?::|['"]?[ \t]*,[ \t]*['"]?)(?P<v>[a-f0-9]{32})(?![A-Za-z0-9])"""),
+        group="v",
+    ),
     # <bot id>:AA<33 chars>, bare or in https://api.telegram.org/bot<token>/.
     _HeadRule(
         "telegram-bot-token",
@@ -563,23 +614,27 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _PrefixIndex, ...] = (
         (6, 12),
         allowed_before=(b"bot",),
     ),
-    # A key next to its service's name in prose or config: "Twilio auth token is <hex>",
-    # "datadog api key: <hex>". Both services issue 32 (Datadog app keys: 40) hex digits.
+    # A key next to its service's name (see _service_context): "Twilio auth token is <hex>", "datadog api
+    # key: <hex>", "set DD_APP_KEY to <key>".
     *(
         _rule(
             f"{service}-key",
-            *(
-                rf"{tail}(?<={lead}{tail})[\w .:=\"'-]{{0,30}}?(?:{_ci('key')}|{_ci('token')}|{_ci('secret')})"
-                rf"\w{{0,20}}+[^\w\n]{{1,8}}+(?:(?:is|was)[^\w\n]{{1,4}}+)?(?P<v>[a-f0-9]{{32}}(?:[a-f0-9]{{8}}|(?:-[a-f0-9]{{8}}){{2}})?)(?![A-Za-z0-9])"
-                for lead, tail in (
-                    (f"[{service[0]}{service[0].upper()}]", service[1:]),
-                    (service[0].upper(), service[1:].upper()),
-                )
-            ),
+            *(rf"{tail}(?<={lead}{tail}){_service_context(value)}" for lead, tail in _name_cases(service)),
+            *extra,
             group="v",
-            check=_has_digit,
+            check=_has_digit_and_letter,
         )
-        for service in ("datadog", "twilio", "mailgun")
+        for service, value, extra in (
+            # Datadog: API keys are 32 hex digits, application keys 40 (gitleaks takes any 40 letters
+            # and digits); DD_API_KEY / DD_APP_KEY, the agent's variables, name the service too.
+            ("datadog", "[A-Za-z0-9]{40}|[A-Fa-f0-9]{32}", (
+                rf"[Dd][Dd]_(?<![A-Za-z0-9][Dd][Dd]_)(?:{_ci('app')}|{_ci('api')}|{_ci('application')})_"
+                rf"{_ci('key')}(?![\w-])\\?[\"']?{_LINK}(?P<v>[A-Za-z0-9]{{40}}|[A-Fa-f0-9]{{32}})(?![A-Za-z0-9])",
+            )),
+            # Twilio: auth tokens are 32 hex digits, API key secrets 32 letters and digits.
+            ("twilio", "[A-Za-z0-9]{32}", ()),
+            ("mailgun", "[a-f0-9]{32}(?:(?:-[a-f0-9]{8}){2})?", ()),
+        )
     ),
     # mysql -pPASSWORD (no space: with one, mysql prompts and the next word is the database).
     _Rule(

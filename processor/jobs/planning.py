@@ -19,7 +19,8 @@ from processor.jobs.base import DueCheck
 from processor.jobs.extraction import evaluate_sessions
 from processor.jobs.queue import JobRunner
 from processor.jobs.registry import built_in_job_types
-from processor.jobs.status import format_jobs_status, jobs_status
+from processor.jobs.status import jobs_status
+from processor.jobs.status_text import format_jobs_status
 from processor.store import jobs as sql
 from processor.store import open_store
 

@@ -49,6 +49,11 @@ SAME_SESSION_MIN_SIMILARITY = 0.4
 MAX_REASON_CHARS = 500
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
+# Messages read first for one slice: enough rounds for EPISODE_SLICE_PIECES pieces as sessions write them.
+# A slice embeds ~16 pieces, so reading a whole page of a long backlog for it cost a page of Python objects
+# per slice (the memory thread's largest transient allocation under load); a round longer than this is
+# read with the full page.
+SLICE_PAGE_MESSAGES = 256
 RECALL_ALSO = frozenset({"stale", "archived", "superseded"})
 ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
 
@@ -340,12 +345,7 @@ class EpisodeStore:
         if progress is None:
             return signal_added, False
         project, through = progress
-        messages = sql.messages_after(self.conn, session_id, through, limit=PAGE_MESSAGES)
-        full_page = len(messages) == PAGE_MESSAGES
-        # Within a full page the last round may go on in the next page: only `final` on the last page.
-        rounds = group_rounds(messages, final and not full_page)
-        if not rounds and full_page:
-            rounds = [messages]  # one round longer than a page: store it rather than stall on it
+        rounds, full_page = self._next_rounds(session_id, through, final)
         if not rounds:
             return signal_added, False
         self.check_model()
@@ -394,6 +394,18 @@ class EpisodeStore:
         if final and not more and project:
             added += self.refresh_routine(project)
         return added + signal_added, more
+
+    def _next_rounds(self, session_id: str, through: int, final: bool) -> tuple[list[list[StoredMessage]], bool]:
+        """The session's complete rounds after message `through`, from a short page or, when no round
+        ends within it, a full one; and whether the page read was full (more messages follow)."""
+        for limit in (SLICE_PAGE_MESSAGES, PAGE_MESSAGES):
+            messages = sql.messages_after(self.conn, session_id, through, limit=limit)
+            full_page = len(messages) == limit
+            # Within a full page the last round may go on in the next page: only `final` on the last page.
+            rounds = group_rounds(messages, final and not full_page)
+            if rounds or not full_page:
+                return rounds, full_page
+        return [messages], True  # one round longer than a page: store it rather than stall on it
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,

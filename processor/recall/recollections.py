@@ -141,10 +141,17 @@ def drop_bites(recollections_dir: Path, ids: set[str] | frozenset[str]) -> int:
     return rewritten
 
 
+# Sessions whose previous user message's vector is kept for the topic gate; past this, the least recently
+# active session's is dropped (its next message then gets fresh bites, as after a restart).
+MAX_TOPIC_SESSIONS = 256
+
+
 class RecollectionWriter:
     def __init__(self, settings: SettingsSource) -> None:
         self._settings = settings
-        self._last_vector: dict[str, np.ndarray] = {}  # session id → embedding of its previous user message
+        # session id → (embedding of its previous user message, when it came), least recently active first.
+        # Only active sessions have one: the idle sweep drops sessions quiet for idle_minutes.
+        self._last_vector: dict[str, tuple[np.ndarray, float]] = {}
         self.lessons = LessonIndex(self.settings.recollections_dir)
 
     @property
@@ -188,8 +195,7 @@ class RecollectionWriter:
             os.utime(path)
             return None
         vector = store.embedder.embed_query(text)
-        previous = self._last_vector.get(session_id)
-        self._last_vector[session_id] = vector
+        previous = self._remember_topic(session_id, vector)
         if previous is not None and float(previous @ vector) > self.settings.topic_gate and path.exists():
             os.utime(path)  # the session is active: keep its file from the idle cleanup
             return None
@@ -213,6 +219,28 @@ class RecollectionWriter:
         write_atomic(path, json.dumps(record, ensure_ascii=False))
         return path
 
+    def _remember_topic(self, session_id: str, vector: np.ndarray) -> np.ndarray | None:
+        """Keep the session's newest message vector for its next message; returns the previous one."""
+        previous = self._last_vector.pop(session_id, None)
+        self._last_vector[session_id] = (vector, time.monotonic())  # re-inserted: the most recent last
+        while len(self._last_vector) > MAX_TOPIC_SESSIONS:
+            del self._last_vector[next(iter(self._last_vector))]
+        return previous[0] if previous is not None else None
+
+    def forget_quiet_topics(self, now: float | None = None) -> int:
+        """Drop the topic of every session with no user message for idle_minutes; returns how many."""
+        cutoff = (time.monotonic() if now is None else now) - self.settings.idle_minutes * 60
+        kept = {sid: topic for sid, topic in self._last_vector.items() if topic[1] >= cutoff}
+        dropped = len(self._last_vector) - len(kept)
+        if dropped:
+            self._last_vector = kept  # a new dict: one that held many sessions keeps its size when emptied
+        return dropped
+
+    @property
+    def sessions_in_memory(self) -> int:
+        """Sessions this writer keeps anything for (their previous message's vector)."""
+        return len(self._last_vector)
+
     @staticmethod
     def _cites_missing_file(episode: Episode, project: str | None) -> bool:
         """The inquisitor's cheapest check, before its job runs: a bite citing a file gone from disk is not shown."""
@@ -231,6 +259,7 @@ class RecollectionWriter:
         A session's activity is its newest file's mtime (the writer touches the recollection file even
         when the topic gate keeps it). Temp files left by a crash are removed once as old.
         """
+        self.forget_quiet_topics()
         now = time.time() if now is None else now
         cutoff = now - self.settings.recollection_idle_hours * 3600
         try:

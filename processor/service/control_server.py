@@ -26,9 +26,13 @@ Security model, in the order a request meets it:
   at most that long;
 - a flood of slow or idle connections cannot starve the hooks and the MCP server: at most
   ``max_connections`` connections may wait for their request at once, and a new one evicts the
-  oldest waiting one (a real client sends its request at once, so it is never the oldest); requests
-  that carry the token then get slots of their own (``max_connections`` more), which unauthenticated
-  connections can never take.
+  oldest waiting one that has nothing unread (a real client sends its whole request at once, so until
+  it is read it is never evicted; an idle or trickling client, whose bytes are read as they come, is);
+- requests that carry the token then take one of ``max_connections`` slots of their own, which no
+  unauthenticated request can take; when all are busy (a burst of real clients) they wait their turn,
+  up to ``queue_seconds``, and only then get 503 with ``Retry-After``. Requests that need no token
+  (``/ping``, the viewer's pages) have a small pool of their own and wait the same way, so they cannot
+  delay the authenticated ones either.
 Drops and malformed requests are counted and summarised in the log at most once a minute, and the
 token is never logged, at any level (request lines are logged without their query string).
 """
@@ -42,6 +46,7 @@ import io
 import json
 import logging
 import re
+import select
 import socket
 import socketserver
 import sys
@@ -63,6 +68,14 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024
 REQUEST_TIMEOUT_SECONDS = 5.0
 MAX_CONNECTIONS = 32
+# How long an arrived request waits for a slot before it is answered 503 with Retry-After. A burst of
+# 200 /status requests is worked through in under a second, one of 200 searches in about two on a busy
+# 2-core machine (each embeds its query); a processor stuck for longer says so.
+QUEUE_SECONDS = 2.0
+RETRY_AFTER_SECONDS = 1
+# Connections in the waiting room beyond max_connections that may all still hold an unread request (a
+# burst): past this many, the oldest is evicted whatever it holds, so a flood stays bounded.
+BURST_FACTOR = 8
 
 JSONDict = dict[str, Any]
 Route = Callable[[JSONDict], JSONDict]
@@ -180,8 +193,8 @@ class _Handler(BaseHTTPRequestHandler):
         if control.ui is not None and (path == UI_PREFIX.rstrip("/") or path.startswith(UI_PREFIX)):
             # The browser viewer owns its paths: it checks its own cookie and Origin and answers in HTML.
             # Its request has arrived, so like /ping it leaves the waiting room for a slot.
-            if not self.server.admit(self.connection):
-                return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+            if not self.server.admit(self.connection, authenticated=False):
+                return self._busy()
             self.close_connection = True
             return control.ui(self)
         if self.headers.get("Origin") is not None or any(
@@ -191,15 +204,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/ping":
             if self.command != "GET":
                 return self._error(HTTPStatus.METHOD_NOT_ALLOWED, "use GET", allow="GET")
-            if not self.server.admit(self.connection):
-                return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+            if not self.server.admit(self.connection, authenticated=False):
+                return self._busy()
             return self._answer(lambda _body: {"status": "ok", **control.ping()}, {})
         if not self._authorized(control.token):
             return self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token",
                                extra={"WWW-Authenticate": "Bearer"})
         # Authenticated: from here on the request has a slot no unauthenticated connection can take.
-        if not self.server.admit(self.connection):
-            return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again")
+        if not self.server.admit(self.connection, authenticated=True):
+            return self._busy()
         if path == MCP_PATH and control.mcp is not None:
             return self._answer_mcp(control.mcp)
         allowed = control.methods_for(path)
@@ -218,6 +231,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return None
         return self._answer(control.routes[(self.command, path)], body)
+
+    def _busy(self) -> None:
+        return self._error(HTTPStatus.SERVICE_UNAVAILABLE, "busy; try again",
+                           extra={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     def _authorized(self, token: str) -> bool:
         scheme, _, presented = (self.headers.get("Authorization") or "").strip().partition(" ")
@@ -354,8 +371,9 @@ class _Server(ThreadingHTTPServer):
         self.drops = DropSummary()
         self._lock = threading.Lock()
         self._waiting: dict[int, Any] = {}   # connections that have not been admitted yet, oldest first
-        self._admitted: set[int] = set()
-        self._busy = threading.BoundedSemaphore(control.max_connections)
+        self._admitted: dict[int, threading.BoundedSemaphore] = {}  # connection → the pool of its slot
+        self._slots = threading.BoundedSemaphore(control.max_connections)  # requests with the token
+        self._open_slots = threading.BoundedSemaphore(control.open_slots)  # /ping and the viewer
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -367,12 +385,7 @@ class _Server(ThreadingHTTPServer):
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._lock:
             if len(self._waiting) >= self.control.max_connections:
-                # Evict the connection that has waited longest without a request: under a flood of idle
-                # or trickling clients that is one of them, never the client that just connected.
-                oldest = self._waiting.pop(next(iter(self._waiting)))
-                with contextlib.suppress(OSError):
-                    oldest.shutdown(socket.SHUT_RDWR)
-                self.drops.note("idle or slow connection evicted for a new one")
+                self._evict_one()
             self._waiting[id(request)] = request
         try:
             super().process_request(request, client_address)
@@ -380,24 +393,42 @@ class _Server(ThreadingHTTPServer):
             self._done(request)
             raise
 
-    def admit(self, request: Any) -> bool:
-        """A request arrived (and, but for /ping, proved the token): it leaves the waiting room for a slot."""
+    def _evict_one(self) -> None:
+        """Make room in the waiting room: close the connection that has waited longest with nothing unread.
+
+        Under a flood of idle or trickling clients that is one of them (what they send is read as it
+        comes), never a real client whose request is in, unread, because its thread has not run yet:
+        a burst of real clients all wait. Past BURST_FACTOR times the room, the oldest goes regardless.
+        """
+        victim = next((key for key, sock in self._waiting.items() if not _has_unread_bytes(sock)), None)
+        if victim is None:
+            if len(self._waiting) < self.control.max_connections * BURST_FACTOR:
+                return
+            victim = next(iter(self._waiting))
+        with contextlib.suppress(OSError):
+            self._waiting.pop(victim).shutdown(socket.SHUT_RDWR)
+        self.drops.note("idle or slow connection evicted for a new one")
+
+    def admit(self, request: Any, *, authenticated: bool) -> bool:
+        """A request arrived (proving the token, or for a path that needs none): it leaves the waiting room
+        for a slot of its pool, waiting up to queue_seconds for one; False when none came free."""
         with self._lock:
             self._waiting.pop(id(request), None)
-        if not self._busy.acquire(blocking=False):
-            self.drops.note("every slot busy with authenticated requests")
+        pool = self._slots if authenticated else self._open_slots
+        if not pool.acquire(timeout=self.control.queue_seconds):
+            who = "with" if authenticated else "without"
+            self.drops.note(f"every slot for requests {who} the token busy for {self.control.queue_seconds:g} s")
             return False
         with self._lock:
-            self._admitted.add(id(request))
+            self._admitted[id(request)] = pool
         return True
 
     def _done(self, request: Any) -> None:
         with self._lock:
             self._waiting.pop(id(request), None)
-            admitted = id(request) in self._admitted
-            self._admitted.discard(id(request))
-        if admitted:
-            self._busy.release()
+            pool = self._admitted.pop(id(request), None)
+        if pool is not None:
+            pool.release()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -433,6 +464,7 @@ class ControlServer:
         max_body_bytes: int = MAX_BODY_BYTES,
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
+        queue_seconds: float = QUEUE_SECONDS,
         poll_interval: float = 0.5,
     ) -> None:
         self.run_dir = run_dir
@@ -449,6 +481,9 @@ class ControlServer:
         self.max_body_bytes = max_body_bytes
         self.request_timeout = request_timeout
         self.max_connections = max_connections
+        # Requests without the token: /ping is quick; the viewer's live pages hold a slot each (at most 8).
+        self.open_slots = max(1, max_connections // 2)
+        self.queue_seconds = queue_seconds
         self.poll_interval = poll_interval  # how often the serving thread notices stop(); the stop latency
         self.token = ""
         self._httpd: _Server | None = None
@@ -518,6 +553,20 @@ class ControlServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _has_unread_bytes(sock: socket.socket) -> bool:
+    """Whether the client has sent bytes its handler has not read yet (a request waiting to be parsed).
+
+    A zero-timeout poll: the socket's own recv would first wait for data up to its timeout (its
+    handler's deadline), holding up the thread that accepts connections.
+    """
+    poller = select.poll()
+    try:
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):  # closed meanwhile: nothing worth keeping
+        return False
 
 
 def _address_in_use(exc: OSError) -> bool:

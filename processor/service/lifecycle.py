@@ -18,7 +18,14 @@ from typing import Any, Protocol
 from processor.config import ConfigError, Settings, ensure_home, load_settings
 from processor.service.control_server import ControlServer, RequestRejected
 from processor.service.pidfile import EXIT_ALREADY_RUNNING, AlreadyRunning, PidFile
-from processor.service.resources import EXIT_MEMORY_LIMIT, ChildProcesses, MemoryWatchdog, limit_malloc_arenas
+from processor.service.resources import (
+    EXIT_MEMORY_LIMIT,
+    ChildProcesses,
+    MemoryWatchdog,
+    fix_mmap_threshold,
+    limit_malloc_arenas,
+    release_free_memory,
+)
 from processor.service.run_loop import Processor
 from processor.service.units import load_env_file
 from processor.status import collect_status
@@ -48,6 +55,19 @@ def _recall_route(processor: Processor):
         hits = processor.recall_for_http(query[:4000], limit=limit, project=project, session_id=session_id)
         return {"bites": [h.__dict__ for h in hits]}
     return recall
+
+
+def _expand_route(processor: Processor):
+    def expand(body: dict[str, Any]) -> dict[str, Any]:
+        item_id = body.get("id")
+        if not isinstance(item_id, str) or not item_id.strip():
+            raise RequestRejected(400, "body needs a non-empty 'id' string")
+        try:
+            # An access, as `engram expand` and memory_expand count it.
+            return processor.expand_for_http(item_id[:200]).__dict__
+        except LookupError as exc:  # unknown or forgotten: the message says which
+            raise RequestRejected(404, str(exc.args[0] if exc.args else exc)) from None
+    return expand
 
 
 def _status(processor: Processor) -> dict[str, Any]:
@@ -88,6 +108,7 @@ def run_service(overrides: dict[str, Any] | None = None, *, mock: bool = False,
     ensure_home(settings)
     sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     limit_malloc_arenas()
+    fix_mmap_threshold()
     from processor.service.logs import setup_logging
 
     setup_logging(settings)
@@ -120,7 +141,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
     children = ChildProcesses()
     watchdog = MemoryWatchdog(
         warn_mb=settings.memory_warn_mb, limit_mb=settings.memory_limit_mb,
-        on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds,
+        on_limit=lambda rss: processor.stop(), interval=settings.memory_check_seconds, release=release_free_memory,
     )
     viewer = Viewer(processor.holder, processor.viewer_store, stop=processor.stop_event)
     # The MCP tools every Claude Code session calls, with this process's warm model (their bridges connect here).
@@ -131,6 +152,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
         routes={
             ("GET", "/status"): lambda _body: _status(processor),
             ("POST", "/recall"): _recall_route(processor),
+            ("POST", "/expand"): _expand_route(processor),
             ("POST", "/wake"): lambda _body: {"woken": processor.wake()},
             ("POST", LOGIN_PATH): login_route(viewer, lambda: control.port),
         },

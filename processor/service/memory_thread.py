@@ -10,10 +10,11 @@ between them, so a long backlog never holds a new user message's bites back for 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -36,6 +37,12 @@ T = TypeVar("T")
 # Sessions that may wait for a recollection (and, separately, for episodes) at once; past this, requests
 # are dropped with a counted warning (see PendingWork._drop).
 MAX_WAITING_SESSIONS = 1000
+# Stores (each a connection with its own page cache) lent to control-plane requests. More would not answer
+# a burst sooner: the interpreter lock and the one query context serialise most of a search, and a burst
+# that opened a store per request spent its time opening (and migrating) connections. A request waits
+# for one up to READER_WAIT_SECONDS, then opens one of its own, closed when it is handed back.
+READERS = 4
+READER_WAIT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,10 @@ class MemoryThread:
         self._finished: set[str] = set()  # of those, sessions whose last captured line ended a turn
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._readers = threading.local()
+        self._readers = threading.local()  # long-lived threads' own stores (the MCP tools' database thread)
+        self._idle_readers: list[EpisodeStore] = []  # stores lent to request threads, back in the pool
+        self._idle_readers_lock = threading.Lock()
+        self._reader_slots = threading.BoundedSemaphore(READERS)
 
     # --- used inline (backfill) or by the thread ----------------------------------------------
 
@@ -224,6 +234,10 @@ class MemoryThread:
         if self.store is not None:
             self.store.conn.close()
             self.store = None
+        with self._idle_readers_lock:
+            idle, self._idle_readers = self._idle_readers, []
+        for reader in idle:
+            reader.conn.close()
 
     def build_episodes(self, sessions: set[str] | None = None, final: bool = False) -> int:
         """Episodes for complete rounds; failures pause episodes (capture goes on) and are retried later."""
@@ -373,13 +387,48 @@ class MemoryThread:
             self.busy_with = None
 
     def reader(self) -> EpisodeStore:
-        """A per-thread store for control-plane requests, sharing the worker's model and vectors."""
+        """A store of the calling thread's own, sharing the worker's model and vectors: for a long-lived
+        thread (the MCP tools' database thread). A request's short-lived thread borrows one (`reading`)."""
         store = getattr(self._readers, "store", None)
         if store is None:
-            main = self.store
-            if main is None:
-                raise EmbedderError("the memory thread is not running")
-            store = EpisodeStore(self._settings, open_store(self.settings.db_path), embedder=main.embedder,
-                                 index=main.index)
+            store = self._open_reader()
             self._readers.store = store
         return store
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[EpisodeStore]:
+        """A store for one control-plane request, lent from a pool of READERS and handed back after it.
+
+        The control plane serves each connection on a new thread: a store per thread opened (and
+        migrated) a connection for every request, and each one's page cache and statements lived on
+        until the garbage collector found it.
+        """
+        pooled = self._reader_slots.acquire(timeout=READER_WAIT_SECONDS)
+        store = None
+        if pooled:
+            with self._idle_readers_lock:
+                store = self._idle_readers.pop() if self._idle_readers else None
+        try:
+            if store is None:
+                store = self._open_reader()
+            yield store
+        finally:
+            if store is not None and pooled and self.store is not None:
+                with self._idle_readers_lock:
+                    self._idle_readers.append(store)
+            elif store is not None:
+                store.conn.close()  # one of its own (the pool was busy too long), or the thread has stopped
+            if pooled:
+                self._reader_slots.release()
+
+    @property
+    def idle_readers(self) -> int:
+        with self._idle_readers_lock:
+            return len(self._idle_readers)
+
+    def _open_reader(self) -> EpisodeStore:
+        main = self.store
+        if main is None:
+            raise EmbedderError("the memory thread is not running")
+        return EpisodeStore(self._settings, open_store(self.settings.db_path), embedder=main.embedder,
+                            index=main.index)

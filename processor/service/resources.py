@@ -56,9 +56,12 @@ _LINUX = sys.platform.startswith("linux")
 
 # --- memory ------------------------------------------------------------------------------------
 
-# glibc's mallopt parameter for the number of malloc arenas (malloc.h: M_ARENA_MAX).
+# glibc's mallopt parameters (malloc.h): the number of malloc arenas, and the size from which a block is
+# mapped on its own (and unmapped when freed) rather than carved out of an arena.
 _M_ARENA_MAX = -8
+_M_MMAP_THRESHOLD = -3
 MALLOC_ARENAS = 2
+MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value, kept from moving
 
 
 def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
@@ -80,6 +83,45 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
     except (OSError, AttributeError):  # musl and other C libraries have no mallopt
         return False
 
+
+
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Keep blocks of ``size`` bytes and more out of the arenas, for good; True when it took effect.
+
+    glibc starts by mapping blocks of 128 KiB and more on their own, but each time one is freed it raises
+    that threshold to its size (up to 32 MB): after the vector index grew (its matrix is copied and the old
+    one freed), every later block up to that size, numpy's per-query arrays included, came from the heap
+    and left it fragmented: 10 MB more in use within a second under bench/load.py. Setting the threshold
+    turns that adjustment off. Not glibc, or ``MALLOC_MMAP_THRESHOLD_`` set: nothing to do.
+    """
+    if not _LINUX or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size))
+    except (OSError, AttributeError):
+        return False
+
+
+def release_free_memory() -> bool:
+    """Hand the free pages inside glibc's heaps back to the OS (``malloc_trim``); True when it ran.
+
+    glibc returns memory on its own only from the top of a heap: a heap whose top chunk is live keeps
+    every freed page below it resident. The processor frees plenty in the middle — a page of messages
+    per episode slice, the model conversion on a first start (about 60 MB), a burst of requests — so
+    the memory watchdog calls this before each sample, and RSS comes back down to what is in use.
+    It costs a walk of the free chunks, about a millisecond. Not glibc: nothing to do.
+    """
+    if not _LINUX:
+        return False
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+        return True
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        return False
 
 
 def rss_bytes(pid: int | None = None) -> int | None:
@@ -113,7 +155,8 @@ class MemoryWatchdog:
 
     ``on_limit`` should only *ask* for a clean shutdown (set the stop event); it runs on the watchdog
     thread. Afterwards ``limit_exceeded`` is True and the process should exit with EXIT_MEMORY_LIMIT.
-    ``check()`` takes one sample synchronously, for a run loop that prefers to poll.
+    ``check()`` takes one sample synchronously, for a run loop that prefers to poll. ``release``, if
+    given, runs before each sample (``release_free_memory``): what was freed is not counted as in use.
     """
 
     def __init__(
@@ -124,6 +167,7 @@ class MemoryWatchdog:
         on_limit: Callable[[int], None],
         interval: float = 30.0,
         sample: Callable[[], int | None] = rss_bytes,
+        release: Callable[[], object] | None = None,
     ) -> None:
         if not 0 < warn_mb <= limit_mb:
             raise ValueError(f"need 0 < warn_mb ({warn_mb}) <= limit_mb ({limit_mb})")
@@ -132,6 +176,7 @@ class MemoryWatchdog:
         self.interval = interval
         self._on_limit = on_limit
         self._sample = sample
+        self._release = release
         self._warned = False
         self._fired = threading.Event()
         self._stop = threading.Event()
@@ -144,6 +189,8 @@ class MemoryWatchdog:
 
     def check(self) -> str:
         """Take one sample; returns "ok", "warn" or "limit"."""
+        if self._release is not None:
+            self._release()
         rss = self._sample()
         self.last_rss = rss
         if rss is None:

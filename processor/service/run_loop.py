@@ -27,7 +27,7 @@ from processor.clock import utc_date
 from processor.config import Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episodes import EpisodeStore, Expansion
 from processor.memory.errors import EmbedderError
 from processor.memory.gguf_convert import remove_stale_conversions
 from processor.memory.unasked import offers
@@ -154,7 +154,12 @@ class Processor:
         return EpisodeStore(self.holder, conn, embedder=main.embedder, index=main.index)
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
-        return self.memory.reader().recall(query, limit=limit, project=project, session_id=session_id)
+        with self.memory.reading() as store:
+            return store.recall(query, limit=limit, project=project, session_id=session_id)
+
+    def expand_for_http(self, item_id: str) -> Expansion:
+        with self.memory.reading() as store:
+            return store.expand(item_id)
 
     def offers_for_http(self, query: str, *, limit: int, project: str | None) -> list[dict]:
         """What clears the bar of a user message's bites for this text (``processor.memory.unasked``)."""

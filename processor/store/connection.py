@@ -16,6 +16,7 @@ import apsw
 import apsw.bestpractice
 
 from processor.config import APPLICATION_ID, sqlite_application_id
+from processor.store.errors import NotEngramDatabase
 
 BUSY_TIMEOUT_MS = 5000
 # Engram's `PRAGMA application_id` (processor.config): another program's SQLite file at the same path (at
@@ -24,10 +25,6 @@ BUSY_TIMEOUT_MS = 5000
 
 FIRST_MIGRATION = "m001_create_sessions"  # processor/store/migrations.py; pinned by tests/test_home.py
 _MIGRATION_NAME = re.compile(r"^m\d{3}_\w+$")
-
-
-class NotEngramDatabase(Exception):
-    """The file at the database path belongs to another program (or is not SQLite); the message names the fix."""
 
 
 def _refusal(path: Path, why: str) -> NotEngramDatabase:

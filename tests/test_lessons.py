@@ -256,3 +256,24 @@ def test_the_session_that_learned_a_lesson_is_not_told_it(engram_home: Path, pro
     RecollectionWriter(load_settings()).write(process(projects_dir), S1, "u-s1-2", "And once more", project=CWD)
     assert hook(engram_home, call(S1, "Bash", {"command": "git add dist/app.js"})) == ""
     assert "force-added" in hook(engram_home, call(S2, "Bash", {"command": "git add dist/app.js"}))
+
+
+def test_a_tool_gotcha_is_told_before_the_next_session_runs_that_tool(engram_home: Path, projects_dir: Path) -> None:
+    """The issue's example: generated migrations use an ALTER … MODIFY that SQLite rejects."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("Make users.email required")
+    c.bash("npx drizzle-kit generate", "[✓] migration drizzle/0003_email.sql created")
+    c.bash("npx drizzle-kit migrate", 'SqliteError: near "MODIFY": syntax error\n    at Database.exec', error=True)
+    c.say("SQLite doesn't support `ALTER TABLE … MODIFY`, so the generated migration must rewrite the table "
+          "instead (create the new table, copy the rows, drop the old one, rename).")
+    c.edit(f"{CWD}/drizzle/0003_email.sql")
+    c.bash("npx drizzle-kit migrate", "[✓] migrations applied")
+    c.say("users.email is now required.", end_turn=True)
+    write(projects_dir, c)
+    store = process(projects_dir)
+    [(lesson_id, kind, summary, content, *_)] = memories(store, "gotcha")
+    assert summary.startswith("SQLite doesn't support `ALTER TABLE … MODIFY`")
+    assert 'near "MODIFY": syntax error' in content and "drizzle/0003_email.sql" in content
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Make users.name required too", project=CWD)
+    assert hook(engram_home, call(S2, "Bash", {"command": "npx drizzle-kit generate"})) == ""
+    assert lesson_id in hook(engram_home, call(S2, "Bash", {"command": "npx drizzle-kit migrate"}))

@@ -82,6 +82,8 @@ def test_what_a_statement_is() -> None:
     assert is_narration("All 27 tests pass.") and is_narration("You're absolutely right! Let me fix it.")
     assert is_tool_list("[tool: Grep] [tool: Read /a/b.py] done")
     assert not states_something("…the table must be rewritten")  # a cut-off fragment
+    assert not states_something("The tests pass … and the build is green … after the change")  # excerpts
+    assert states_something("SQLite doesn't support `ALTER TABLE … MODIFY`, so the table must be rewritten.")
     assert states_something("SQLite doesn't support ALTER TABLE MODIFY, so the table must be rewritten.")
     assert states_something("always use uv, never pip, in this repo")  # a user's rule, typed in lower case
 

@@ -70,10 +70,29 @@ def _code_units(lines: list[str], max_chars: int) -> list[Unit]:
     return units
 
 
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+
+
+def _sentence_spans(text: str) -> list[str]:
+    """The text split at sentence ends, never inside inline code (`ALTER TABLE … MODIFY` is one phrase)."""
+    if "`" not in text:
+        return _SENTENCE_END.split(text)
+    code = [m.span() for m in _INLINE_CODE.finditer(text)]
+    spans: list[str] = []
+    start = 0
+    for end in _SENTENCE_END.finditer(text):
+        if any(a < end.start() < b for a, b in code):
+            continue
+        spans.append(text[start:end.start()])
+        start = end.end()
+    spans.append(text[start:])
+    return spans
+
+
 def split_sentences(text: str, max_chars: int) -> list[str]:
     """The sentences of one line or paragraph, each at most max_chars (a longer one is cut at spaces)."""
     out: list[str] = []
-    for sentence in _SENTENCE_END.split(text.strip()):
+    for sentence in _sentence_spans(text.strip()):
         sentence = sentence.strip()
         if sentence:
             out += _hard_cuts(sentence, max_chars) if len(sentence) > max_chars else [sentence]

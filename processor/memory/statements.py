@@ -39,10 +39,13 @@ def is_narration(text: str) -> bool:
     return bool(_NARRATION.match(prose(text).lstrip("-*•> ")))
 
 
+_INLINE_CODE = re.compile(r"`[^`\n]+`")
+
+
 def is_fragment(text: str) -> bool:
-    """Cut off: it starts with an ellipsis or a comma, or is excerpts joined by one."""
+    """Cut off: it starts with an ellipsis or a comma, or is excerpts joined by one (outside inline code)."""
     body = prose(text)
-    return not body or body[0] in "…,;" or body.startswith("...") or " … " in body
+    return not body or body[0] in "…,;" or body.startswith("...") or " … " in _INLINE_CODE.sub("`code`", body)
 
 
 def states_something(text: str) -> bool:

@@ -12,6 +12,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import APPLICATION_ID
+from processor.store import share as share_sql
 from processor.store.connection import write_transaction
 
 Migration = Callable[[apsw.Connection], None]
@@ -487,6 +488,12 @@ def m015_messages_indexed_per_batch(conn: apsw.Connection) -> None:
     conn.execute("DROP TRIGGER IF EXISTS messages_fts_insert")
 
 
+def m020_shared_memory(conn: apsw.Connection) -> None:
+    # Shared memory (issue 22, processor/share/): the outbox of changes to push, filled by triggers in the
+    # transaction of each change, and what this machine knows of the shared database (store/share.py).
+    share_sql.create_tables(conn)
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -503,6 +510,8 @@ MIGRATIONS: list[Migration] = [
     m013_tool_signals,
     m014_auto_memory,
     m015_messages_indexed_per_batch,
+    # m016-m019 are taken by other work in progress (issues 20, 21).
+    m020_shared_memory,
 ]
 
 

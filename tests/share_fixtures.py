@@ -39,6 +39,7 @@ class Machine:
     home: Path
     role: str
     url: str
+    projects: Path
 
     @property
     def settings(self):
@@ -100,12 +101,17 @@ class SharedSetup:
     def url(self, role: str, **params: str) -> str:
         return self.cluster.url(role, self.database, **params)
 
-    def machine(self, name: str, role: str, **params: str) -> Machine:
+    def machine(self, name: str, role: str, *, projects: Path | None = None, extra: str = "",
+                **params: str) -> Machine:
+        """An Engram home whose config.toml names the database as `role` (and a transcripts root)."""
         home = self.tmp / f"home-{name}"
         home.mkdir(parents=True, exist_ok=True)
         url = self.url(role, **params)
-        (home / "config.toml").write_text(f'shared_database_url = "{url}"\nshare_interval_seconds = 0.2\n')
-        return Machine(name, home, role, url)
+        projects = projects or self.tmp / f"projects-{name}"
+        projects.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(f'shared_database_url = "{url}"\nshare_interval_seconds = 0.2\n'
+                                          f'projects_dir = "{projects}"\nrecent_days = 36500.0\n{extra}')
+        return Machine(name, home, role, url, projects)
 
     def init(self, machine: Machine | None = None) -> None:
         """`engram share init` as the database owner (from a home of its own)."""
@@ -140,3 +146,32 @@ def shared(pg_cluster: PostgresCluster, tmp_path: Path, monkeypatch: pytest.Monk
     pg_cluster.sql(f"CREATE DATABASE {database} OWNER {owner} TEMPLATE engram_template")
     pg_cluster.sql(f"ALTER SCHEMA public OWNER TO {owner}", database=database)
     return setup
+
+
+def write_session(machine: Machine, session_id: str, rounds: list[tuple[str, str]], *, cwd: str,
+                  folder: str = "-work-app") -> Path:
+    """A transcript of user/assistant rounds in the machine's transcripts root (Claude Code's format)."""
+    from tests.transcripts import assistant_line, user_line
+
+    path = machine.projects / folder / f"{session_id}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for index, (question, answer) in enumerate(rounds):
+        minute = f"{index:02d}"
+        lines.append(user_line(question, session_id=session_id, cwd=cwd, uid=f"{session_id}-u{index}",
+                               timestamp=f"2026-11-01T10:{minute}:00.000Z"))
+        lines.append(assistant_line(answer, session_id=session_id, cwd=cwd, message_id=f"{session_id}-m{index}",
+                                    uid=f"{session_id}-a{index}", timestamp=f"2026-11-01T10:{minute}:05.000Z"))
+    with open(path, "a") as f:
+        f.writelines(lines)
+    return path
+
+
+def capture(machine: Machine) -> int:
+    """`engram backfill` on the machine: capture its transcripts and build their episodes; returns episodes."""
+    from processor.config import ensure_home
+    from processor.service.run_loop import Processor
+
+    settings = machine.settings
+    ensure_home(settings)
+    return Processor(settings).run_once(None)[1]

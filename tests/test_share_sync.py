@@ -64,3 +64,124 @@ def test_status_reports_pending_and_sync(two_machines: tuple[Machine, Machine]) 
     after = commands.status(a.settings)
     assert after.data["pending"] == 0 and after.data["pushed"] >= 1 and after.data["server_waiting"] == 0
     assert after.data["last_error"] is None
+
+
+def episode_row(machine: Machine, memory_id: str) -> tuple | None:
+    conn = open_store(machine.settings.db_path)
+    try:
+        return conn.execute("SELECT status, full_content, embedding IS NOT NULL, superseded_by FROM episodes "
+                            "WHERE id = ?", (memory_id,)).fetchone()
+    finally:
+        conn.close()
+
+
+def test_a_forget_on_b_erases_the_memory_on_a_and_on_the_server(two_machines: tuple[Machine, Machine],
+                                                                 shared: SharedSetup) -> None:
+    from processor.recall.forget import forget
+
+    a, b = two_machines
+    memory_id, _ = store_of(a).remember("The billing webhook secret rotates every Monday at 06:00 UTC.",
+                                        kind="fact", project=PROJECT)
+    sync(a)
+    sync(b)
+    assert episode_row(b, memory_id)[0] == "active"
+    forget(store_of(b), b.settings, memory_id, "wrong, it rotates monthly")
+    sync(b)
+    server = shared.admin_sql(f"SELECT status, summary, full_content, embedding, entities, forgotten_reason "
+                              f"FROM engram.memories WHERE id = '{memory_id}'")
+    assert server == [("forgotten", None, None, None, None, "wrong, it rotates monthly")]
+    assert episode_row(a, memory_id)[0] == "active"  # until A's next pull
+    sync(a)
+    status, content, has_vector, _ = episode_row(a, memory_id)
+    assert (status, content, has_vector) == ("forgotten", "", False)
+    assert not any(h.id == memory_id for h in store_of(a).recall("billing webhook secret rotation", project=PROJECT))
+
+
+def test_a_forget_wins_over_a_concurrent_change(two_machines: tuple[Machine, Machine], shared: SharedSetup) -> None:
+    from processor.recall.forget import forget
+    from processor.store import cold, write_transaction
+
+    a, b = two_machines
+    memory_id, _ = store_of(a).remember("Integration tests need the fake S3 on port 9000.", kind="gotcha",
+                                        project=PROJECT)
+    sync(a)
+    sync(b)
+    # B changes it while A forgets it; B's change reaches the server first, A's forget after: the forget wins.
+    on_b = store_of(b)
+    with write_transaction(on_b.conn):
+        cold.set_status(on_b.conn, memory_id, "stale", 1)
+    forget(store_of(a), a.settings, memory_id)
+    sync(b)
+    sync(a)
+    assert shared.admin_sql(f"SELECT status, full_content FROM engram.memories WHERE id = '{memory_id}'") == [
+        ("forgotten", None)]
+    sync(b)
+    assert episode_row(b, memory_id)[:2] == ("forgotten", "")
+    # And the other order: a change pushed after the forget is refused, and erases the memory where it was made.
+    other_id, _ = store_of(a).remember("Release branches are cut on Thursdays.", kind="convention",
+                                       project=PROJECT)
+    sync(a)
+    sync(b)
+    forget(store_of(a), a.settings, other_id)
+    sync(a)
+    on_b = store_of(b)
+    with write_transaction(on_b.conn):
+        cold.set_status(on_b.conn, other_id, "archived", 1)
+    Sharing(b.settings).push().forgotten_here  # noqa: B018 - the push learns the server holds a tombstone
+    assert episode_row(b, other_id)[:2] == ("forgotten", "")
+    assert shared.admin_sql(f"SELECT status FROM engram.memories WHERE id = '{other_id}'") == [("forgotten",)]
+
+
+def test_concurrent_edits_keep_both_versions_and_the_later_is_current(two_machines: tuple[Machine, Machine],
+                                                                       shared: SharedSetup) -> None:
+    a, b = two_machines
+    original, _ = store_of(a).remember("The API rate limit for the public endpoints is 100 requests per minute.",
+                                       kind="fact", project=PROJECT)
+    sync(a)
+    sync(b)
+    # Each machine, offline from the other, stores a new version of the same memory (UPDATE: a new row).
+    on_a, on_b = store_of(a), store_of(b)
+    from_a, new_a = on_a.remember("The API rate limit for the public endpoints is now 200 requests per minute, "
+                                  "raised after the load test.",
+                                  kind="fact", project=PROJECT)
+    from_b, new_b = on_b.remember("The API rate limit for the public endpoints is now 300 requests per minute "
+                                  "for paying customers.",
+                                  kind="fact", project=PROJECT)
+    assert new_a and new_b
+    assert episode_row(a, original)[3] == from_a and episode_row(b, original)[3] == from_b
+    sync(a)  # A's version reaches the server first...
+    sync(b)  # ...B's second: later by sequence, so current
+    sync(a)
+    for machine in (a, b):
+        assert episode_row(machine, original)[0] == "superseded" and episode_row(machine, original)[3] == from_b
+        assert episode_row(machine, from_b)[0] == "active"
+        assert episode_row(machine, from_a)[0] == "superseded" and episode_row(machine, from_a)[3] == from_b
+        assert "200 requests" in episode_row(machine, from_a)[1]  # both versions kept
+    server = {r[0]: r[1:] for r in shared.admin_sql(
+        f"SELECT id, status, superseded_by FROM engram.memories WHERE id IN ('{original}', '{from_a}', '{from_b}')")}
+    assert server == {original: ("superseded", from_b), from_a: ("superseded", from_b), from_b: ("active", None)}
+
+
+def test_a_memory_made_from_the_same_messages_on_two_machines_is_one_memory(
+        two_machines: tuple[Machine, Machine], shared: SharedSetup) -> None:
+    from tests.share_fixtures import capture, write_session
+
+    a, b = two_machines
+    rounds = [("Why does the importer drop rows with an empty SKU?",
+               "Because validate_row() treats an empty SKU as a header line; I changed it to skip only the first "
+               "line."), ("Add a test for it.", "Added test_importer_keeps_empty_sku, which fails before the fix.")]
+    # The same transcript on both machines (a home folder synced between them, say).
+    for machine in (a, b):
+        write_session(machine, "s-same", rounds, cwd="/work/app")
+        assert capture(machine) >= 1
+    local = {m.name: {r[0] for r in store_of(m).conn.execute(
+        "SELECT id FROM episodes WHERE session_id = 's-same'")} for m in (a, b)}
+    assert local["a"] == local["b"] and local["a"]
+    sync(a)
+    sync(b)
+    sync(a)
+    server = shared.admin_sql("SELECT id, count(*) OVER () FROM engram.memories WHERE session_id = 's-same'")
+    assert {r[0] for r in server} == local["a"]
+    for m in (a, b):
+        assert store_of(m).conn.execute("SELECT count(*) FROM episodes WHERE session_id = 's-same'").fetchone()[0] \
+            == len(local["a"])

@@ -35,6 +35,7 @@ from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
+from processor.store import share as share_sql
 from processor.store import signals as signal_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
 
@@ -94,6 +95,8 @@ class Expansion:
     superseded_by: str | None = None
     # Where Claude Code's auto memory states it (this version or an earlier one): file, heading, lines.
     auto_memory: list[dict[str, Any]] = field(default_factory=list)
+    # Made on another machine (shared memory, processor/share/): which one, and whose.
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -530,9 +533,10 @@ class EpisodeStore:
         auto_memory = [{"file": row.path, "heading": row.heading, "lines": [row.line_start, row.line_end],
                         "cite": cite(row.path, row.heading), "present": row.state == "present"}
                        for row in automem_sql.sections_for(self.conn, chain, present_only=False)]
+        origin = share_sql.origins_of(self.conn, [ep.id]).get(ep.id)
         return Expansion(ep.id, ep.summary, ep.full_content, utc_date(ep.created_at), ep.project, ep.session_id,
                          ep.importance, ep.kind, ep.scope, ep.source_type, ep.status, ep.entities, sources,
-                         ep.superseded_by, auto_memory)
+                         ep.superseded_by, auto_memory, origin.describe() if origin else None)
 
     def _expand_message(self, item_id: str) -> Expansion:
         found = sessions.message_sources(self.conn, [item_id[4:]])

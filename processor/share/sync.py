@@ -29,6 +29,7 @@ from processor.share.connection import SharedDatabase
 from processor.share.errors import ShareError, explain_connection_error
 from processor.share.machine import fingerprint, hostname, new_machine_id
 from processor.share.postgres import statements as pg
+from processor.share.projects import project_key
 from processor.share.pull import PullReport, pull_new, reconcile_replicas
 from processor.share.push import PushReport, push_pending
 from processor.store import episodes as episodes_sql
@@ -100,6 +101,7 @@ class Sharing:
                 self.warnings.append(warning)
             with write_transaction(self.conn):
                 sql.ensure_triggers(self.conn)
+                sql.set_role(self.conn, db.role)
             self.enable()
             self.db = db
             self.refresh_teams()
@@ -149,8 +151,23 @@ class Sharing:
             drop_bites(self.settings.recollections_dir, set(report.forgotten_here))
         return report
 
+    def learn_projects(self) -> None:
+        """Project keys of the projects worked on here (git, once each); memories pulled before a project was
+        known here move to its local root."""
+        known = sql.project_keys(self.conn)
+        new = {root: project_key(root) for root in sql.session_projects(self.conn) if root not in known}
+        if not new:
+            return
+        with write_transaction(self.conn):
+            sql.set_applying(self.conn, True)
+            for root, (key, has_remote) in new.items():
+                sql.set_project_key(self.conn, root, key, has_remote, now_ms())
+                sql.relocate(self.conn, sql.replicas_to_relocate(self.conn, key, root), root)
+            sql.set_applying(self.conn, False)
+
     def pull(self, *, max_batches: int | None = None) -> PullReport:
         db = self.open()
+        self.learn_projects()
         model, dims = self._model()
         report = pull_new(self.conn, db, self.settings, self.machine_id, model, dims, self.store.vectors_for,
                           max_batches=max_batches)

@@ -66,6 +66,7 @@ def create_tables(conn: apsw.Connection) -> None:
             enabled        INTEGER NOT NULL DEFAULT 0,
             applying       INTEGER NOT NULL DEFAULT 0,
             machine_id     TEXT,
+            role           TEXT,
             pull_cursor    INTEGER NOT NULL DEFAULT 0,
             server_seq     INTEGER NOT NULL DEFAULT 0,
             last_push_at   INTEGER,
@@ -159,6 +160,11 @@ def state(conn: apsw.Connection) -> ShareState:
 
 def set_machine_id(conn: apsw.Connection, machine_id: str) -> None:
     conn.execute("UPDATE share_state SET machine_id = ? WHERE id = 1", (machine_id,))
+
+
+def set_role(conn: apsw.Connection, role: str) -> None:
+    """The database role this machine syncs as (the person): tells own memories from teammates'."""
+    conn.execute("UPDATE share_state SET role = ? WHERE id = 1 AND role IS NOT ?", (role, role))
 
 
 def enable(conn: apsw.Connection, now_ms: int) -> int:
@@ -369,30 +375,36 @@ class Origin:
     hostname: str | None
     team: str | None
     pulled: bool
+    mine: bool  # made by this person (on another of their machines), not by a teammate
+
+    def describe(self) -> str:
+        machine = f"{self.hostname} ({self.machine_id})" if self.hostname else self.machine_id
+        if self.mine:
+            return f"your machine {machine}"
+        return f"teammate {self.owner}, machine {machine}" + (f", team {self.team}" if self.team else "")
 
 
 def origin_of(conn: apsw.Connection, episode_id: str) -> Origin | None:
     """None for a memory the shared database does not know (never shared, or sharing not in use)."""
-    try:
-        row = conn.execute("SELECT r.origin_machine, r.owner, m.hostname, r.team, r.pulled FROM share_rows r "
-                           "LEFT JOIN share_machines m ON m.machine_id = r.origin_machine "
-                           "WHERE r.episode_id = ?", (episode_id,)).fetchone()
-    except apsw.SQLError:  # a database from before shared memory
-        return None
-    return Origin(row[0], row[1], row[2], row[3], bool(row[4])) if row else None
+    found = origins_of(conn, [episode_id], pulled_only=False)
+    return found.get(episode_id)
 
 
-def origins_of(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, Origin]:
+def origins_of(conn: apsw.Connection, episode_ids: list[str], *, pulled_only: bool = True) -> dict[str, Origin]:
+    """Where these memories were made, for those made on another machine (pulled_only) or known to the server."""
     if not episode_ids:
         return {}
     marks = ",".join("?" * len(episode_ids))
+    pulled = " AND r.pulled = 1" if pulled_only else ""
     try:
-        rows = conn.execute(f"SELECT r.episode_id, r.origin_machine, r.owner, m.hostname, r.team, r.pulled "
-                            f"FROM share_rows r LEFT JOIN share_machines m ON m.machine_id = r.origin_machine "
-                            f"WHERE r.episode_id IN ({marks}) AND r.pulled = 1", episode_ids).fetchall()
-    except apsw.SQLError:
+        rows = conn.execute(f"SELECT r.episode_id, r.origin_machine, r.owner, m.hostname, r.team, r.pulled, "
+                            f"r.owner = coalesce(s.role, r.owner) FROM share_rows r "
+                            f"LEFT JOIN share_machines m ON m.machine_id = r.origin_machine "
+                            f"LEFT JOIN share_state s ON s.id = 1 "
+                            f"WHERE r.episode_id IN ({marks}){pulled}", episode_ids).fetchall()
+    except apsw.SQLError:  # a database from before shared memory
         return {}
-    return {r[0]: Origin(r[1], r[2], r[3], r[4], bool(r[5])) for r in rows}
+    return {r[0]: Origin(r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6])) for r in rows}
 
 
 def set_machines(conn: apsw.Connection, machines: list[tuple[str, str, str]]) -> None:

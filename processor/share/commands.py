@@ -40,7 +40,12 @@ def init(settings: Settings, *, grants_for: str | None = None, team: str | None 
     try:
         try:
             applied = schema.migrate(db.conn)
-        except schema.NoVector:
+        except schema.NoVector as exc:
+            if "no pgvector" in str(exc):
+                raise ShareError(f"the server at {db.where} has no pgvector extension.",
+                                 "use a PostgreSQL with pgvector >= 0.7 (managed services: enable the `vector` "
+                                 "extension; self-hosted: install postgresql-NN-pgvector), then run "
+                                 "`engram share init` again") from None
             raise ShareError(f"the database at {db.where} has no `vector` extension and role {db.role} may not "
                              f"create it.", "ask an administrator to run CREATE EXTENSION vector in that database "
                              "(managed services: enable pgvector in the console), then run `engram share init` "

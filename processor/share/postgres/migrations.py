@@ -233,7 +233,10 @@ def migrate(conn: Any) -> list[str]:
         if installed is None:
             if available is None:
                 raise NoVector("the server has no pgvector extension")
-            cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            try:
+                cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            except Exception as exc:  # psycopg's InsufficientPrivilege: pgvector is not a trusted extension
+                raise NoVector(f"this role may not create the extension: {exc}") from None
         cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,))
         if cur.fetchone() is None:
             cur.execute("CREATE SCHEMA engram")

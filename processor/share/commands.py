@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import apsw
+
 from processor.capture.project import project_root
 from processor.clock import now_ms, utc_clock
 from processor.config import Settings
@@ -201,39 +203,46 @@ def leave(settings: Settings, team: str, *, withdraw: bool) -> Outcome:
 
 def local_status(settings: Settings) -> dict[str, Any]:
     """What this machine knows of its sync, without the network (engram status, the viewer)."""
-    configured = share_connection.configured(settings)
     if not settings.db_path.exists():
-        return {"configured": configured}
+        return {"configured": share_connection.configured(settings)}
     conn = open_store(settings.db_path)
     try:
-        state = sql.state(conn)
-        oldest = sql.oldest_pending_at(conn)
-        now = now_ms()
-        problems = sql.problem_counts(conn)
-        return {
-            "configured": configured,
-            "url": share_connection.describe(settings.shared_database_url) if configured else None,
-            "machine_id": state.machine_id,
-            "pending": sql.pending_count(conn),
-            "oldest_pending_seconds": round((now - oldest) / 1000, 1) if oldest else 0.0,
-            "pull_cursor": state.pull_cursor,
-            "last_push": utc_clock(state.last_push_at) if state.last_push_at else None,
-            "last_pull": utc_clock(state.last_pull_at) if state.last_pull_at else None,
-            "seconds_since_sync": round((now - state.last_ok_at) / 1000, 1) if state.last_ok_at else None,
-            "pushed": state.pushed,
-            "pulled": state.pulled,
-            "last_error": state.last_error,
-            "last_error_fix": state.last_error_fix,
-            "last_error_at": utc_clock(state.last_error_at) if state.last_error_at else None,
-            "kept_local": problems.get("push", 0),
-            "refused": problems.get("pull", 0),
-        }
+        return status_of(conn, settings)
     finally:
         conn.close()
 
 
+def status_of(conn: apsw.Connection, settings: Settings) -> dict[str, Any]:
+    """local_status on a connection the caller holds."""
+    configured = share_connection.configured(settings)
+    state = sql.state(conn)
+    oldest = sql.oldest_pending_at(conn)
+    now = now_ms()
+    problems = sql.problem_counts(conn)
+    return {
+        "configured": configured,
+        "url": share_connection.describe(settings.shared_database_url) if configured else None,
+        "machine_id": state.machine_id,
+        "pending": sql.pending_count(conn),
+        "oldest_pending_seconds": round((now - oldest) / 1000, 1) if oldest else 0.0,
+        "pull_cursor": state.pull_cursor,
+        "last_push": utc_clock(state.last_push_at) if state.last_push_at else None,
+        "last_pull": utc_clock(state.last_pull_at) if state.last_pull_at else None,
+        "seconds_since_sync": round((now - state.last_ok_at) / 1000, 1) if state.last_ok_at else None,
+        "pushed": state.pushed,
+        "pulled": state.pulled,
+        "last_error": state.last_error,
+        "last_error_fix": state.last_error_fix,
+        "last_error_at": utc_clock(state.last_error_at) if state.last_error_at else None,
+        "kept_local": problems.get("push", 0),
+        "refused": problems.get("pull", 0),
+    }
+
+
 def status(settings: Settings, *, network: bool = True) -> Outcome:
     """`engram share status`: the local view, and (network) how many changes wait on the server."""
+    if share_connection.configured(settings):
+        Sharing(settings).close_all()  # configured: changes are queued from now on (every memory, the first time)
     data = local_status(settings)
     if data.get("configured") and network:
         try:

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 RECONCILE_SECONDS = 600.0  # how often copies of teammates' memories are checked against what is still shared
 FULL_PULL_SECONDS = 30.0  # a pull even without a notification (a notification can be lost with a connection)
+CONTACT_SECONDS = 60.0  # how often an idle, connected sync notes that it is current (status: "last sync")
 
 
 def machine_id(conn: apsw.Connection) -> str:
@@ -212,6 +213,10 @@ class Sharing:
             drop_bites(self.settings.recollections_dir, set(erased))
         return erased
 
+    def record_contact(self) -> None:
+        with write_transaction(self.conn):
+            sql.record_contact(self.conn, now_ms())
+
     def record_error(self, error: ShareError | None) -> None:
         with write_transaction(self.conn):
             sql.record_error(self.conn, error.problem if error else None, error.fix if error else None, now_ms())
@@ -323,9 +328,10 @@ class ShareThread:
             log.info("shared memory: connected to %s again", db.where)
         self.last_error = None
         sharing.record_error(None)
+        sharing.record_contact()
         self.synced_at = time.monotonic()
         seen_outbox = sql.newest_outbox_seq(sharing.conn)
-        last_pull = last_reconcile = time.monotonic()
+        last_pull = last_reconcile = last_contact = time.monotonic()
         while not self._stop.is_set() and self.settings.shared_database_url == url:
             self.state = "waiting"
             notified = False
@@ -347,6 +353,9 @@ class ShareThread:
                 sharing.refresh_teams()
                 sharing.reconcile()
                 last_reconcile = now
+            if now - last_contact >= CONTACT_SECONDS:
+                sharing.record_contact()
+                last_contact = now
             self.synced_at = time.monotonic()
         sharing.close()
 

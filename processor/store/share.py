@@ -208,6 +208,11 @@ def record_pull(conn: apsw.Connection, cursor: int, server_seq: int, count: int,
                  (cursor, server_seq, now_ms, now_ms, count))
 
 
+def record_contact(conn: apsw.Connection, now_ms: int) -> None:
+    """The shared database answered and nothing waited on either side (the sync is current as of now)."""
+    conn.execute("UPDATE share_state SET last_ok_at = ? WHERE id = 1", (now_ms,))
+
+
 def reset_cursor(conn: apsw.Connection) -> None:
     """Pull everything again from the start (a new shared database, or a team left)."""
     conn.execute("UPDATE share_state SET pull_cursor = 0, server_seq = 0 WHERE id = 1")

@@ -125,7 +125,16 @@ def cmd_recall(args: argparse.Namespace) -> int:
     settings = _settings(args)
     store = _episode_store(settings)
     limit = args.limit or settings.recall_limit
-    hits = store.recall(args.query, limit=limit, project=args.project)
+    if args.scope == "team":
+        from processor.share.errors import ShareError
+        from processor.share.team_search import search_team
+
+        try:
+            hits = search_team(settings, store.embedder, args.query, limit=limit, project=args.project)
+        except ShareError as exc:
+            raise ValueError(str(exc)) from None
+    else:
+        hits = store.recall(args.query, limit=limit, project=args.project)
     if args.json:
         print(json.dumps([h.__dict__ for h in hits], indent=2))
     else:
@@ -396,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("query")
     recall.add_argument("--project", help="project root to search with the global memories (default: all)")
     recall.add_argument("--limit", type=int, default=0, help="how many results (default: recall_limit)")
+    recall.add_argument("--scope", choices=["local", "team"], default="local",
+                        help="team: search your teams' memories on the shared database (shared memory)")
     recall.add_argument("--json", action="store_true")
     expand = add("expand", cmd_expand, "show a memory's full content and where it came from")
     expand.add_argument("id")

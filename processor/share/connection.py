@@ -87,6 +87,14 @@ class SharedDatabase:
     vector_version: tuple[int, ...]
     clock_skew_ms: int
 
+    _messages_granted: bool | None = None
+
+    def messages_granted(self, probe: Any) -> bool:
+        """Whether this role may write the messages table (probed once per connection)."""
+        if self._messages_granted is None:
+            self._messages_granted = bool(probe(self.conn))
+        return self._messages_granted
+
     @property
     def iterative_scan(self) -> bool:
         """pgvector ≥ 0.8 scans the HNSW graph on until enough rows pass a filter."""

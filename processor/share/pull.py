@@ -64,6 +64,7 @@ class PullReport:
     refused: list[tuple[str, str]] = field(default_factory=list)
     embedded: int = 0  # pulled texts embedded again with this machine's model
     cursor: int = 0
+    own_from_elsewhere: list[str] = field(default_factory=list)  # this person's memories made on other machines
 
 
 def _text(value: Any, name: str, limit: int, *, optional: bool = False) -> str | None:
@@ -233,6 +234,8 @@ def _apply(conn: apsw.Connection, checked: list[Checked], refused: list[tuple[pg
                 report.applied += 1
             shared.append(SharedRow(row.id, row.seq, row.machine_id, row.owner, row.team, row.project_key,
                                     row.machine_id != machine_id or row.owner != role))
+            if replica is not None and row.owner == role and row.machine_id != machine_id:
+                report.own_from_elsewhere.append(row.id)
         sql.record_shared(conn, shared)
         for row, reason in refused:
             _refuse(conn, row, reason, report, stamp)

@@ -147,6 +147,18 @@ def prepare(conn: apsw.Connection, entries: list[tuple[int, str]], db_role: str,
     return rows
 
 
+def _messages(conn: apsw.Connection, rows: list[pg.PushRow], settings: Settings) -> list[pg.MessageRow]:
+    """The captured messages the pushed memories were made from, redacted again (share_messages = true)."""
+    live = [r for r in rows if r.status != "forgotten" and r.source_uuids]
+    wanted = {uuid: r.id for r in live for uuid in json.loads(r.source_uuids or "[]")}
+    limit = settings.share_max_memory_kb * 1024
+    out = []
+    for uuid, session_id, role, ts_ms, text in sql.captured_messages(conn, list(wanted)):
+        if len(text.encode()) <= limit:
+            out.append(pg.MessageRow(wanted[uuid], uuid, session_id, role, ts_ms, redact(text)))
+    return out
+
+
 def push_pending(conn: apsw.Connection, db: SharedDatabase, settings: Settings, machine_id: str,
                  *, max_batches: int | None = None) -> PushReport:
     """Push the outbox until it is empty (or max_batches batches); returns what happened."""
@@ -171,7 +183,9 @@ def push_pending(conn: apsw.Connection, db: SharedDatabase, settings: Settings, 
         finally:
             conn.execute("COMMIT")
         stamp = now_ms()
-        result = pg.push(db.conn, rows, machine_id, stamp)
+        messages = _messages(conn, rows, settings) if settings.share_messages else []
+        result = pg.push(db.conn, rows, machine_id, stamp, messages=messages,
+                         erase_messages=db.messages_granted(pg.may_write_messages))
         by_id = {r.id: r for r in rows}
         with write_transaction(conn):
             keys.save(stamp)

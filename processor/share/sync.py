@@ -197,9 +197,21 @@ class Sharing:
             model, dims = self._model()
             report = pull_new(self.conn, db, self.settings, self.machine_id, model, dims, self.store.vectors_for,
                               max_batches=max_batches)
+            if self.settings.share_messages and report.own_from_elsewhere:
+                self._pull_messages(db, report.own_from_elsewhere)
         if report.erased:
             drop_bites(self.settings.recollections_dir, set(report.erased))
         return report
+
+    def _pull_messages(self, db: SharedDatabase, memory_ids: list[str]) -> None:
+        """The transcript messages of this person's memories made elsewhere (share_messages = true)."""
+        rows = []
+        for start in range(0, len(memory_ids), 500):
+            rows += [(m.memory_id, m.uuid, m.session_id, m.role, m.ts_ms, m.text)
+                     for m in pg.pulled_messages(db.conn, memory_ids[start:start + 500])]
+        if rows:
+            with write_transaction(self.conn):
+                sql.save_pulled_messages(self.conn, rows)
 
     def sync(self) -> SyncReport:
         """Push what waits here, then pull what waits there."""

@@ -42,6 +42,9 @@ TRIGGERS = (
     f"CREATE TRIGGER IF NOT EXISTS share_outbox_delete AFTER DELETE ON episodes WHEN {_SHARING} "
     f"BEGIN {_queue('old.id')} END",
     # A session that opts out: whatever of it was pushed is taken back (the push sends tombstones).
+    # A forgotten memory's pulled messages go with it (whoever forgot it, here or elsewhere).
+    "CREATE TRIGGER IF NOT EXISTS share_messages_forget AFTER UPDATE OF status ON episodes "
+    "WHEN new.status = 'forgotten' BEGIN DELETE FROM share_messages WHERE memory_id = new.id; END",
     f"CREATE TRIGGER IF NOT EXISTS share_outbox_opt_out AFTER UPDATE OF opt_out ON sessions "
     f"WHEN {_SHARING} AND new.opt_out IS NOT NULL BEGIN "
     f"DELETE FROM share_outbox WHERE episode_id IN (SELECT id FROM episodes WHERE session_id = new.session_id); "
@@ -58,7 +61,7 @@ def ensure_triggers(conn: apsw.Connection) -> None:
 
 def triggers_missing(conn: apsw.Connection) -> bool:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' "
-                                        "AND name LIKE 'share_outbox_%'")}
+                                        "AND name LIKE 'share_%'")}
     return len(names) < len(TRIGGERS)
 
 
@@ -121,6 +124,16 @@ def create_tables(conn: apsw.Connection) -> None:
             machine_id TEXT PRIMARY KEY,
             owner      TEXT NOT NULL,
             hostname   TEXT NOT NULL
+        ) WITHOUT ROWID;
+        -- share_messages = true: the transcript messages pulled memories were made from, on another machine.
+        CREATE TABLE share_messages (
+            memory_id  TEXT NOT NULL,
+            uuid       TEXT NOT NULL,
+            session_id TEXT,
+            role       TEXT NOT NULL,
+            ts_ms      INTEGER,
+            text       TEXT NOT NULL,
+            PRIMARY KEY (memory_id, uuid)
         ) WITHOUT ROWID;
         -- What did not cross: pulled rows refused (bad server data) and memories kept local (too large).
         CREATE TABLE share_problems (
@@ -604,3 +617,35 @@ def commit_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
     return {r[0] for r in conn.execute(
         f"SELECT e.id FROM episodes e JOIN tool_signals t ON t.use_uuid = json_extract(e.source_uuids, '$[0]') "
         f"WHERE e.id IN ({marks}) AND json_extract(t.pending, '$.source') = 'commit'", episode_ids)}
+
+
+# --- transcript messages of shared memories (share_messages = true) -----------------------------------
+
+
+def captured_messages(conn: apsw.Connection, uuids: list[str]) -> list[tuple[str, str, str, int | None, str]]:
+    """(uuid, session_id, role, ts_ms, text) of these captured messages (the ones still held here)."""
+    if not uuids:
+        return []
+    found = []
+    for start in range(0, len(uuids), 500):
+        chunk = uuids[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        found += conn.execute(f"SELECT uuid, session_id, role, ts_ms, text FROM messages WHERE uuid IN ({marks})",
+                              chunk).fetchall()
+    return found
+
+
+def save_pulled_messages(conn: apsw.Connection, rows: list[tuple[str, str, str | None, str, int | None, str]]) -> None:
+    """(memory_id, uuid, session_id, role, ts_ms, text) rows pulled with their memories."""
+    conn.executemany("INSERT INTO share_messages(memory_id, uuid, session_id, role, ts_ms, text) "
+                     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(memory_id, uuid) DO UPDATE SET text = excluded.text, "
+                     "role = excluded.role, ts_ms = excluded.ts_ms", rows)
+
+
+def pulled_messages_of(conn: apsw.Connection, memory_id: str) -> list[tuple[str, str | None, str, int | None, str]]:
+    """(uuid, session_id, role, ts_ms, text) of a pulled memory's messages, in time order."""
+    try:
+        return conn.execute("SELECT uuid, session_id, role, ts_ms, text FROM share_messages WHERE memory_id = ? "
+                            "ORDER BY ts_ms, uuid", (memory_id,)).fetchall()
+    except apsw.SQLError:  # a database from before shared memory
+        return []

@@ -140,6 +140,29 @@ def p001_memories(cur: Cursor) -> None:
     cur.execute(vector_index_statement(model, dims))
 
 
+def p002_messages(cur: Cursor) -> None:
+    # share_messages = true: the transcript messages a memory was made from, for the person's own machines
+    # (memory_expand shows them there). Never a team's: the policy reads the owner's rows only.
+    cur.execute(
+        """
+        CREATE TABLE engram.messages (
+            memory_id  text NOT NULL,
+            uuid       text NOT NULL,
+            owner      name NOT NULL DEFAULT current_user,
+            session_id text,
+            role       text NOT NULL CHECK (role IN ('user', 'assistant')),
+            ts_ms      bigint,
+            text       text NOT NULL CHECK (octet_length(text) <= 1048576),
+            PRIMARY KEY (memory_id, uuid)
+        );
+        ALTER TABLE engram.messages ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE engram.messages FORCE ROW LEVEL SECURITY;
+        CREATE POLICY messages_own ON engram.messages FOR ALL USING (owner = current_user)
+            WITH CHECK (owner = current_user);
+        """
+    )
+
+
 def vector_index_name(model: str) -> str:
     import hashlib
 
@@ -155,6 +178,7 @@ def vector_index_statement(model: str, dims: int) -> str:
 
 MIGRATIONS: list[Migration] = [
     p001_memories,
+    p002_messages,
 ]
 
 
@@ -177,7 +201,7 @@ def grants(database: str, person: str = "PERSON", team: str = "TEAM") -> str:
         f"GRANT USAGE ON SCHEMA engram TO {person};",
         f"GRANT SELECT ON engram.migrations, engram.teams TO {person};",
         f"GRANT SELECT, INSERT, UPDATE ON engram.memories, engram.machines TO {person};",
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON engram.shared_projects TO {person};",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON engram.shared_projects, engram.messages TO {person};",
         f"GRANT SELECT, DELETE ON engram.team_members TO {person};",
         f"GRANT USAGE, SELECT ON SEQUENCE engram.change_seq TO {person};",
         "-- once per team, and once per member of it:",

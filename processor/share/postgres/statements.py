@@ -218,6 +218,32 @@ _RESOLVE_FORK = """
 """
 
 
+@dataclass(frozen=True)
+class MessageRow:
+    """A transcript message a pushed memory was made from (share_messages = true), already redacted."""
+
+    memory_id: str
+    uuid: str
+    session_id: str | None
+    role: str
+    ts_ms: int | None
+    text: str
+
+
+def may_write_messages(conn: Any) -> bool:
+    """Whether this role was granted the messages table (grants printed before schema version 2 lack it)."""
+    return bool(conn.execute("SELECT has_table_privilege('engram.messages', 'INSERT, DELETE')").fetchone()[0])
+
+
+def pulled_messages(conn: Any, memory_ids: list[str]) -> list[MessageRow]:
+    """The messages this role may read of these memories (its own: never a teammate's)."""
+    if not memory_ids:
+        return []
+    rows = conn.execute("SELECT memory_id, uuid, session_id, role, ts_ms, text FROM engram.messages "
+                        "WHERE memory_id = ANY(%s)", (memory_ids,)).fetchall()
+    return [MessageRow(*r) for r in rows]
+
+
 @dataclass
 class PushResult:
     changed: dict[str, int]  # memory id → its new sequence number
@@ -225,8 +251,10 @@ class PushResult:
     notified: bool = False
 
 
-def push(conn: Any, rows: Sequence[PushRow], me: str, now_ms: int) -> PushResult:
-    """Send these memories in one transaction; unchanged ones move no sequence, tombstones always win."""
+def push(conn: Any, rows: Sequence[PushRow], me: str, now_ms: int, *,
+         messages: Sequence[MessageRow] = (), erase_messages: bool = False) -> PushResult:
+    """Send these memories (and their messages) in one transaction; unchanged ones move no sequence, tombstones
+    always win. erase_messages: a tombstone also erases the messages its memory was made from."""
     result = PushResult({}, {})
     if not rows:
         return result
@@ -243,6 +271,16 @@ def push(conn: Any, rows: Sequence[PushRow], me: str, now_ms: int) -> PushResult
         for older, newer in forks:
             for r in cur.execute(_RESOLVE_FORK, {"older": older, "newer": newer, "me": me, "now": now_ms}):
                 result.changed[r[0]] = r[1]
+        gone = [r.id for r in rows if r.status == "forgotten"]
+        if erase_messages and gone:
+            cur.execute("DELETE FROM engram.messages WHERE memory_id = ANY(%s)", (gone,))
+        if messages:
+            cur.executemany("INSERT INTO engram.messages (memory_id, uuid, session_id, role, ts_ms, text) "
+                            "SELECT %s, %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM engram.memories "
+                            "WHERE id = %s AND status <> 'forgotten') ON CONFLICT (memory_id, uuid) DO UPDATE "
+                            "SET text = excluded.text, role = excluded.role, ts_ms = excluded.ts_ms",
+                            [(m.memory_id, m.uuid, m.session_id, m.role, m.ts_ms, m.text, m.memory_id)
+                             for m in messages])
         live = [r.id for r in rows if r.status != "forgotten" and r.id not in result.changed]
         if live:
             result.forgotten = dict(cur.execute(
@@ -350,8 +388,10 @@ class TeamCandidate:
     lexical: float  # ts_rank_cd, not yet normalised
 
 
-_TEAM_FILTER = ("m.status = 'active' AND m.team IN (SELECT t.team FROM engram.team_members t "
-                "WHERE t.member = current_user){project}")
+# ARRAY(…) is computed once before the scan (an InitPlan), so the vector side stays an HNSW index scan with a
+# filter; `team IN (SELECT …)` would become a join, and the planner would sort the whole team instead.
+_TEAM_FILTER = ("m.status = 'active' AND m.team = ANY (ARRAY(SELECT t.team FROM engram.team_members t "
+                "WHERE t.member = current_user)){project}")
 
 
 def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | None, tsquery: str | None, *,
@@ -385,7 +425,7 @@ def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | Non
     else:
         parts.append("lex AS (SELECT NULL::text AS id, NULL::float8 AS lexical WHERE false)")
     cosine_of = (f"1 - (m.embedding::vector({len(query_vector)}) <=> %(q)s::vector({len(query_vector)}))"
-                 if query_vector is not None and model else "NULL")
+                 if query_vector is not None and model else "NULL::float8")
     sql = f"""WITH {', '.join(parts)},
         ids AS (SELECT id FROM vec UNION SELECT id FROM lex)
         SELECT m.id, m.owner, m.machine_id, m.team, m.project_key, m.project, m.kind, m.importance, m.status,

@@ -54,7 +54,7 @@ from processor.share.postgres import migrations as schema  # noqa: E402
 from processor.share.postgres import statements as pg  # noqa: E402
 from processor.share.push import ProjectKeys, PushReport, prepare  # noqa: E402
 from processor.share.sync import Sharing  # noqa: E402
-from processor.share.team_search import rank, tsquery  # noqa: E402
+from processor.share.team_search import LEXICAL_CAP, query_terms, rank  # noqa: E402
 from processor.store import open_store, write_transaction  # noqa: E402
 from processor.store import share as share_sql  # noqa: E402
 from tests.pg_cluster import PostgresCluster  # noqa: E402
@@ -414,14 +414,14 @@ def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> di
                 picked = rng.choice(content.split(), 4, replace=False)
                 text = " ".join(picked)
                 started = time.perf_counter()
-                candidates = pg.team_candidates(conn, query_vector, MODEL_NAME, tsquery(text), fetch=80,
-                                                project_key=None, lexical_cap=2000, iterative=iterative)
+                candidates = pg.team_candidates(conn, query_vector, MODEL_NAME, query_terms(text), fetch=80,
+                                                project_key=None, lexical_cap=LEXICAL_CAP, iterative=iterative)
                 hits = rank(candidates, text, 10, weights)
                 fast.append((time.perf_counter() - started) * 1000)
                 if n < exact_queries:
                     started = time.perf_counter()
-                    exact = pg.team_candidates(conn, query_vector, MODEL_NAME, tsquery(text), fetch=80,
-                                               project_key=None, lexical_cap=2000, exact=True)
+                    exact = pg.team_candidates(conn, query_vector, MODEL_NAME, query_terms(text), fetch=80,
+                                               project_key=None, lexical_cap=LEXICAL_CAP, exact=True)
                     exact_hits = rank(exact, text, 10, weights)
                     slow.append((time.perf_counter() - started) * 1000)
                     overlap.append(len({h.id for h in hits} & {h.id for h in exact_hits}) / max(len(exact_hits), 1))

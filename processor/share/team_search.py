@@ -26,7 +26,7 @@ from processor.share.errors import ShareError, explain_connection_error
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
 
-LEXICAL_CAP = 2000
+LEXICAL_CAP = 500  # matches ranked per side (all words, any word): bounds a common word's cost
 POOL_MAX = 4
 
 _pools: dict[str, Any] = {}
@@ -70,10 +70,9 @@ def _connection(settings: Settings):
                          "try again; the processor's log has the details") from None
 
 
-def tsquery(text: str) -> str | None:
-    """The query's content words, OR-ed, as a to_tsquery string (words only: nothing to escape)."""
-    terms = fts_terms(text)
-    return " | ".join(terms) if terms else None
+def query_terms(text: str) -> list[str]:
+    """The query's content words, as local search takes them (letters, digits, underscores only)."""
+    return fts_terms(text)
 
 
 def search_team(settings: Settings, embedder: Any, query: str, *, limit: int, project: str | None) -> list[Hit]:
@@ -85,7 +84,7 @@ def search_team(settings: Settings, embedder: Any, query: str, *, limit: int, pr
     where = share_connection.describe(settings.shared_database_url)
     try:
         with _connection(settings) as conn:
-            candidates = pg.team_candidates(conn, vector, embedder.model_id, tsquery(query), fetch=fetch,
+            candidates = pg.team_candidates(conn, vector, embedder.model_id, query_terms(query), fetch=fetch,
                                             project_key=key, lexical_cap=LEXICAL_CAP,
                                             iterative=share_connection.has_iterative_scan(conn))
     except ShareError:

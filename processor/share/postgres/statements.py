@@ -394,19 +394,21 @@ _TEAM_FILTER = ("m.status = 'active' AND m.team = ANY (ARRAY(SELECT t.team FROM 
                 "WHERE t.member = current_user)){project}")
 
 
-def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | None, tsquery: str | None, *,
+def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | None, terms: list[str], *,
                     fetch: int, project_key: str | None, lexical_cap: int, exact: bool = False,
                     iterative: bool = True, ef_search: int = 100) -> list[TeamCandidate]:
     """Team memories near the query by vector (HNSW on this model's rows) and by words (the full-text index),
     with both scores for each. exact=True scans every row instead of the HNSW index (the benchmark's baseline).
 
-    The words' side ranks at most lexical_cap matches: a word in half the memories is not worth ranking them
-    all (local search leaves such words out altogether).
+    terms: the query's content words (letters, digits, underscores: nothing to escape). The words' side ranks
+    at most lexical_cap memories holding all of them plus lexical_cap holding any: a common word in half the
+    memories is not worth ranking them all (local search leaves such words out altogether), and the ones
+    holding every word are the likeliest answers.
     """
     project = " AND m.project_key = %(project_key)s" if project_key else ""
     where = _TEAM_FILTER.format(project=project)
     params: dict[str, Any] = {"project_key": project_key, "fetch": fetch, "cap": lexical_cap,
-                              "tsquery": tsquery or "", "model": model or ""}
+                              "any": " | ".join(terms), "all": " & ".join(terms), "model": model or ""}
     parts = []
     if query_vector is not None and model:
         dims = int(len(query_vector))
@@ -417,10 +419,13 @@ def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | Non
                          ORDER BY {distance} LIMIT %(fetch)s)""")
     else:
         parts.append("vec AS (SELECT NULL::text AS id, NULL::float8 AS cosine WHERE false)")
-    if tsquery:
-        parts.append(f"""matched AS (SELECT m.id, m.search FROM engram.memories m
-                         WHERE {where} AND m.search @@ to_tsquery('english', %(tsquery)s) LIMIT %(cap)s),
-                     lex AS (SELECT id, ts_rank_cd(search, to_tsquery('english', %(tsquery)s)) AS lexical
+    if terms:
+        parts.append(f"""matched AS ((SELECT m.id, m.search FROM engram.memories m
+                          WHERE {where} AND m.search @@ to_tsquery('english', %(all)s) LIMIT %(cap)s)
+                         UNION
+                         (SELECT m.id, m.search FROM engram.memories m
+                          WHERE {where} AND m.search @@ to_tsquery('english', %(any)s) LIMIT %(cap)s)),
+                     lex AS (SELECT id, ts_rank_cd(search, to_tsquery('english', %(any)s)) AS lexical
                              FROM matched ORDER BY lexical DESC LIMIT %(fetch)s)""")
     else:
         parts.append("lex AS (SELECT NULL::text AS id, NULL::float8 AS lexical WHERE false)")

@@ -402,7 +402,6 @@ def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> di
         log(f"team {size}: {load}")
         with bench.cluster.connect(database, PERSON, "pw-alice") as conn:
             share_connection.prepare(conn)
-            iterative = share_connection.has_iterative_scan(conn)
             samples = conn.execute("SELECT embedding, full_content FROM engram.memories TABLESAMPLE SYSTEM (1) "
                                    "LIMIT %s", (queries,)).fetchall()
             register_vector(conn)
@@ -415,7 +414,7 @@ def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> di
                 text = " ".join(picked)
                 started = time.perf_counter()
                 candidates = pg.team_candidates(conn, query_vector, MODEL_NAME, query_terms(text), fetch=80,
-                                                project_key=None, lexical_cap=LEXICAL_CAP, iterative=iterative)
+                                                project_key=None, lexical_cap=LEXICAL_CAP)
                 hits = rank(candidates, text, 10, weights)
                 fast.append((time.perf_counter() - started) * 1000)
                 if n < exact_queries:

@@ -134,9 +134,15 @@ def test_a_team_project_reaches_teammates_but_never_conversation_or_private_memo
                          "importance, source_type, status, summary, full_content, created_at, valid_from) VALUES "
                          "('ep_intruder', 'm_x', 'm_x', 0, 'backend', 'global', 'fact', 'normal', 'manual', "
                          "'active', 'x', 'x', 0, 0)")
-    # The database owner reads other people's rows no more than anyone (FORCE ROW LEVEL SECURITY).
+    # The database owner's own Engram pulls no other person's memory (the owner's SQL could: it owns the tables,
+    # and its search function must read past row-level security to use the full-text index; README).
+    owners_machine = shared.machine("owner-laptop", shared.owner)
+    sync(owners_machine)
+    assert not set(ids_on(owners_machine)) & {gotcha, preference, elsewhere, *verbatim, *commit}
+    # Machines, project links and messages stay forced: not even the owner's SQL reads other people's.
     with shared.cluster.connect(shared.database, shared.owner, shared.password(shared.owner)) as conn:
-        assert conn.execute("SELECT count(*) FROM engram.memories").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM engram.machines WHERE owner <> current_user").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM engram.shared_projects").fetchone()[0] == 0
 
 
 def test_leaving_a_team_erases_its_memories_here_and_withdraw_takes_yours_back(team) -> None:

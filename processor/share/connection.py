@@ -95,11 +95,6 @@ class SharedDatabase:
             self._messages_granted = bool(probe(self.conn))
         return self._messages_granted
 
-    @property
-    def iterative_scan(self) -> bool:
-        """pgvector ≥ 0.8 scans the HNSW graph on until enough rows pass a filter."""
-        return self.vector_version >= (0, 8)
-
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing a broken connection
             self.conn.close()
@@ -187,13 +182,6 @@ def prepare(conn: Any) -> None:
     if vector_home:
         pg.set_search_path(conn, vector_home)
     register_vector(conn)
-
-
-def has_iterative_scan(conn: Any) -> bool:
-    """pgvector ≥ 0.8 scans the HNSW graph on until enough rows pass a filter."""
-    with conn.cursor() as cur:
-        installed, _ = schema.extension_state(cur)
-    return installed is not None and parse_version(installed) >= (0, 8)
 
 
 def clock_warning(db: SharedDatabase) -> str | None:

@@ -85,8 +85,7 @@ def search_team(settings: Settings, embedder: Any, query: str, *, limit: int, pr
     try:
         with _connection(settings) as conn:
             candidates = pg.team_candidates(conn, vector, embedder.model_id, query_terms(query), fetch=fetch,
-                                            project_key=key, lexical_cap=LEXICAL_CAP,
-                                            iterative=share_connection.has_iterative_scan(conn))
+                                            project_key=key, lexical_cap=LEXICAL_CAP)
     except ShareError:
         raise
     except Exception as exc:

@@ -163,6 +163,78 @@ def p002_messages(cur: Cursor) -> None:
     )
 
 
+def p003_team_search(cur: Cursor) -> None:
+    # memory_recall with scope "team" on the server. Under row-level security Postgres may not use an index
+    # for a condition whose function is not LEAKPROOF, and full-text search's @@ is not: every team search
+    # became a scan of the whole table. So the search runs in a SECURITY DEFINER function owned by the
+    # tables' owner, which filters explicitly by the caller's teams (session_user's memberships), and the
+    # owner no longer has row-level security forced on memories (an owner can always turn it off anyway).
+    # Every other role still reads only its own rows and its teams'; Engram's own queries filter the same
+    # way for the owner too. The function's search_path is pinned, as a definer function's must be.
+    cur.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+                "WHERE e.extname = 'vector'")
+    vector_schema = cur.fetchone()[0].replace('"', '""')
+    cur.execute("ALTER TABLE engram.memories NO FORCE ROW LEVEL SECURITY")
+    cur.execute(
+        f"""
+        CREATE FUNCTION engram.team_search(query vector, model text, any_words text, all_words text,
+                                           top_k integer, cap integer, in_project text, exact boolean,
+                                           ef integer)
+        RETURNS TABLE (id text, owner name, machine_id text, team text, project_key text, project text,
+                       kind text, importance text, status text, summary text, full_content text,
+                       created_at bigint, cosine float8, lexical float8)
+        LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+        SET search_path = engram, "{vector_schema}", pg_temp
+        AS $fn$
+        DECLARE
+            teams text[] := ARRAY(SELECT t.team FROM engram.team_members t WHERE t.member = session_user);
+            dims integer := CASE WHEN query IS NULL THEN 1 ELSE vector_dims(query) END;
+            filter text := 'm.status = ''active'' AND m.team = ANY ($8) AND ($7 IS NULL OR m.project_key = $7)';
+            vec text := 'SELECT NULL::text AS id, NULL::float8 AS cosine WHERE false';
+            lex text := 'SELECT NULL::text AS id, NULL::float8 AS lexical WHERE false';
+        BEGIN
+            IF exact THEN
+                PERFORM set_config('enable_indexscan', 'off', true);
+            ELSE
+                IF current_setting('hnsw.iterative_scan', true) IS NOT NULL THEN
+                    PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
+                END IF;
+                PERFORM set_config('hnsw.ef_search', ef::text, true);
+            END IF;
+            IF query IS NOT NULL AND model IS NOT NULL THEN
+                vec := format('SELECT m.id, 1 - (m.embedding::vector(%1$s) <=> $1::vector(%1$s)) AS cosine
+                               FROM engram.memories m WHERE %2$s AND m.embedding_model = $2
+                               AND m.embedding IS NOT NULL
+                               ORDER BY m.embedding::vector(%1$s) <=> $1::vector(%1$s) LIMIT $5', dims, filter);
+            END IF;
+            IF coalesce(any_words, '') <> '' THEN
+                lex := format('WITH matched AS (
+                                   (SELECT m.id FROM engram.memories m
+                                    WHERE %1$s AND m.search @@ to_tsquery(''english'', $4) LIMIT $6)
+                                   UNION
+                                   (SELECT m.id FROM engram.memories m
+                                    WHERE %1$s AND m.search @@ to_tsquery(''english'', $3) LIMIT $6))
+                               SELECT m.id, ts_rank_cd(m.search, to_tsquery(''english'', $3))::float8 AS lexical
+                               FROM matched JOIN engram.memories m USING (id) ORDER BY 2 DESC LIMIT $5', filter);
+            END IF;
+            RETURN QUERY EXECUTE format(
+                'WITH vec AS (%1$s), lex AS (%2$s), ids AS (SELECT vec.id FROM vec UNION SELECT lex.id FROM lex)
+                 SELECT m.id, m.owner, m.machine_id, m.team, m.project_key, m.project, m.kind, m.importance,
+                        m.status, m.summary, m.full_content, m.created_at,
+                        coalesce(vec.cosine, CASE WHEN $1 IS NOT NULL AND m.embedding_model = $2
+                                                   AND vector_dims(m.embedding) = %3$s
+                                              THEN 1 - (m.embedding::vector(%3$s) <=> $1::vector(%3$s)) END,
+                                 0)::float8,
+                        coalesce(lex.lexical, 0)::float8
+                 FROM ids JOIN engram.memories m ON m.id = ids.id
+                 LEFT JOIN vec ON vec.id = m.id LEFT JOIN lex ON lex.id = m.id', vec, lex, dims)
+            USING query, model, any_words, all_words, top_k, cap, in_project, teams;
+        END
+        $fn$
+        """
+    )
+
+
 def vector_index_name(model: str) -> str:
     import hashlib
 
@@ -179,6 +251,7 @@ def vector_index_statement(model: str, dims: int) -> str:
 MIGRATIONS: list[Migration] = [
     p001_memories,
     p002_messages,
+    p003_team_search,
 ]
 
 

@@ -294,6 +294,11 @@ def push(conn: Any, rows: Sequence[PushRow], me: str, now_ms: int, *,
 
 # --- pull -------------------------------------------------------------------------------------------
 
+# What row-level security lets a role read, said again in Engram's own queries: the tables' owner has no row
+# security forced on memories (migration p003), and its machines must not pull other people's private rows.
+_VISIBLE = ("(owner = current_user OR team = ANY (ARRAY(SELECT t.team FROM engram.team_members t "
+            "WHERE t.member = current_user)))")
+
 
 _PULL_COLUMNS = ("id, owner, machine_id, changed_by, seq, team, project_key, project, session_id, scope, kind, "
                  "importance, source_type, status, summary, full_content, entities, source_uuids, content_hash, "
@@ -336,7 +341,7 @@ def pull(conn: Any, after_seq: int, limit: int, *, others: bool) -> list[PulledR
     """The changes after a sequence number that this role may read, in sequence order; others=False leaves
     out teammates' memories (teams too large to replicate are searched on the server instead)."""
     with conn.cursor(binary=True) as cur:
-        cur.execute(f"SELECT {_PULL_COLUMNS} FROM engram.memories WHERE seq > %s "
+        cur.execute(f"SELECT {_PULL_COLUMNS} FROM engram.memories WHERE seq > %s AND {_VISIBLE} "
                     f"AND (%s OR owner = current_user) ORDER BY seq LIMIT %s", (after_seq, others, limit))
         return [PulledRow(*row) for row in cur.fetchall()]
 
@@ -349,7 +354,7 @@ def newest_seq(conn: Any) -> int:
 
 def waiting_count(conn: Any, after_seq: int, *, others: bool, cap: int = 100_000) -> int:
     """How many changes this role may read after a sequence number (counted up to cap)."""
-    return int(conn.execute("SELECT count(*) FROM (SELECT 1 FROM engram.memories WHERE seq > %s "
+    return int(conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM engram.memories WHERE seq > %s AND {_VISIBLE} "
                             "AND (%s OR owner = current_user) LIMIT %s) AS waiting",
                             (after_seq, others, cap)).fetchone()[0])
 
@@ -359,7 +364,7 @@ def visible_ids(conn: Any, ids: Iterable[str], *, others: bool) -> set[str]:
     wanted = list(ids)
     if not wanted:
         return set()
-    return {r[0] for r in conn.execute("SELECT id FROM engram.memories WHERE id = ANY(%s) "
+    return {r[0] for r in conn.execute(f"SELECT id FROM engram.memories WHERE id = ANY(%s) AND {_VISIBLE} "
                                        "AND (%s OR owner = current_user)", (wanted, others)).fetchall()}
 
 
@@ -388,73 +393,31 @@ class TeamCandidate:
     lexical: float  # ts_rank_cd, not yet normalised
 
 
-# ARRAY(…) is computed once before the scan (an InitPlan), so the vector side stays an HNSW index scan with a
-# filter; `team IN (SELECT …)` would become a join, and the planner would sort the whole team instead.
-_TEAM_FILTER = ("m.status = 'active' AND m.team = ANY (ARRAY(SELECT t.team FROM engram.team_members t "
-                "WHERE t.member = current_user)){project}")
-
-
 def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | None, terms: list[str], *,
                     fetch: int, project_key: str | None, lexical_cap: int, exact: bool = False,
-                    iterative: bool = True, ef_search: int = 100) -> list[TeamCandidate]:
+                    ef_search: int = 100) -> list[TeamCandidate]:
     """Team memories near the query by vector (HNSW on this model's rows) and by words (the full-text index),
-    with both scores for each. exact=True scans every row instead of the HNSW index (the benchmark's baseline).
+    with both scores for each, from the server's engram.team_search (see migration p003_team_search).
+    exact=True scans every row instead of the HNSW index (the benchmark's baseline).
 
     terms: the query's content words (letters, digits, underscores: nothing to escape). The words' side ranks
     at most lexical_cap memories holding all of them plus lexical_cap holding any: a common word in half the
     memories is not worth ranking them all (local search leaves such words out altogether), and the ones
     holding every word are the likeliest answers.
     """
-    project = " AND m.project_key = %(project_key)s" if project_key else ""
-    where = _TEAM_FILTER.format(project=project)
-    params: dict[str, Any] = {"project_key": project_key, "fetch": fetch, "cap": lexical_cap,
-                              "any": " | ".join(terms), "all": " & ".join(terms), "model": model or ""}
-    parts = []
-    if query_vector is not None and model:
-        dims = int(len(query_vector))
-        params["q"] = np.asarray(query_vector, dtype=np.float32)
-        distance = f"(m.embedding::vector({dims}) <=> %(q)s::vector({dims}))"
-        parts.append(f"""vec AS (SELECT m.id, 1 - {distance} AS cosine FROM engram.memories m
-                         WHERE {where} AND m.embedding_model = %(model)s AND m.embedding IS NOT NULL
-                         ORDER BY {distance} LIMIT %(fetch)s)""")
-    else:
-        parts.append("vec AS (SELECT NULL::text AS id, NULL::float8 AS cosine WHERE false)")
-    if terms:
-        parts.append(f"""matched AS ((SELECT m.id, m.search FROM engram.memories m
-                          WHERE {where} AND m.search @@ to_tsquery('english', %(all)s) LIMIT %(cap)s)
-                         UNION
-                         (SELECT m.id, m.search FROM engram.memories m
-                          WHERE {where} AND m.search @@ to_tsquery('english', %(any)s) LIMIT %(cap)s)),
-                     lex AS (SELECT id, ts_rank_cd(search, to_tsquery('english', %(any)s)) AS lexical
-                             FROM matched ORDER BY lexical DESC LIMIT %(fetch)s)""")
-    else:
-        parts.append("lex AS (SELECT NULL::text AS id, NULL::float8 AS lexical WHERE false)")
-    cosine_of = (f"1 - (m.embedding::vector({len(query_vector)}) <=> %(q)s::vector({len(query_vector)}))"
-                 if query_vector is not None and model else "NULL::float8")
-    sql = f"""WITH {', '.join(parts)},
-        ids AS (SELECT id FROM vec UNION SELECT id FROM lex)
-        SELECT m.id, m.owner, m.machine_id, m.team, m.project_key, m.project, m.kind, m.importance, m.status,
-               m.summary, m.full_content, m.created_at,
-               coalesce(vec.cosine, CASE WHEN m.embedding_model = %(model)s AND m.embedding IS NOT NULL
-                                        THEN {cosine_of} END, 0) AS cosine,
-               coalesce(lex.lexical, 0) AS lexical
-        FROM ids JOIN engram.memories m ON m.id = ids.id
-        LEFT JOIN vec ON vec.id = m.id LEFT JOIN lex ON lex.id = m.id"""
-    with conn.transaction():
-        if exact:
-            conn.execute("SET LOCAL enable_indexscan = off")
-        else:
-            if iterative:  # pgvector ≥ 0.8: keep scanning the graph until enough rows pass the team filter
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
-        rows = conn.execute(sql, params).fetchall()
+    vector = np.asarray(query_vector, dtype=np.float32) if query_vector is not None and model else None
+    with conn.transaction():  # the function's settings (ef_search, iterative scans) last until its end
+        rows = conn.execute(
+            "SELECT * FROM engram.team_search(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (vector, model if vector is not None else None, " | ".join(terms) or None, " & ".join(terms) or None,
+             fetch, lexical_cap, project_key, exact, ef_search)).fetchall()
     return [TeamCandidate(*r[:12], float(r[12] or 0.0), float(r[13] or 0.0)) for r in rows]
 
 
 def team_memory(conn: Any, memory_id: str) -> PulledRow | None:
     """One memory this role may read, as the server holds it (memory_expand of a team search hit)."""
     with conn.cursor(binary=True) as cur:
-        cur.execute(f"SELECT {_PULL_COLUMNS} FROM engram.memories WHERE id = %s AND status <> 'forgotten'",
-                    (memory_id,))
+        cur.execute(f"SELECT {_PULL_COLUMNS} FROM engram.memories WHERE id = %s AND status <> 'forgotten' "
+                    f"AND {_VISIBLE}", (memory_id,))
         row = cur.fetchone()
     return PulledRow(*row) if row else None

@@ -249,3 +249,27 @@ def test_a_machine_with_another_embedding_model_embeds_what_it_pulls_and_never_m
     assert store_of(a).recall("how many approvals does a payments change need", project=PROJECT)[0].id == made_on_b
     server_models = dict(shared.admin_sql("SELECT id, embedding_model FROM engram.memories"))
     assert server_models[made_on_a] == "all-MiniLM-L6-v2" and server_models[made_on_b] == "other-model.gguf"
+
+
+def test_a_machine_pointed_at_another_shared_database_pushes_everything_there(shared: SharedSetup) -> None:
+    from processor.share.postgres.migrations import grants
+    from tests.share_fixtures import seed_memories
+
+    shared.init()
+    alice = shared.person("alice")
+    a = shared.machine("a", alice)
+    ids = seed_memories(a, 5)
+    sync(a)
+    # A second shared database, made and granted the same way, and the machine's URL changed to it.
+    other = f"{shared.database}_other"
+    shared.cluster.sql(f"CREATE DATABASE {other} OWNER {shared.owner} TEMPLATE engram_template")
+    owner_home = shared.machine("owner-other", shared.owner)
+    (owner_home.home / "config.toml").write_text(f'shared_database_url = "{shared.cluster.url(shared.owner, other)}"\n')
+    commands.init(owner_home.settings)
+    statements = [line for line in grants(other, alice).splitlines()
+                  if line and not line.startswith(("--", "CREATE ROLE", "INSERT INTO engram.team"))]
+    shared.cluster.sql("\n".join(statements), database=other, role=shared.owner, password=shared.password(shared.owner))
+    (a.home / "config.toml").write_text(f'shared_database_url = "{shared.cluster.url(alice, other)}"\n')
+    sync(a)
+    with shared.cluster.connect(other) as conn:
+        assert sorted(r[0] for r in conn.execute("SELECT id FROM engram.memories")) == sorted(ids)

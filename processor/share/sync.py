@@ -101,10 +101,16 @@ class Sharing:
             if warning:
                 log.warning("%s", warning)
                 self.warnings.append(warning)
-            if sql.triggers_missing(self.conn) or sql.state(self.conn).role != db.role:
+            instance = pg.instance_id(db.conn)
+            if (sql.triggers_missing(self.conn) or sql.state(self.conn).role != db.role
+                    or sql.server_id(self.conn) != instance):
                 with write_transaction(self.conn):
                     sql.ensure_triggers(self.conn)
                     sql.set_role(self.conn, db.role)
+                    moved = sql.change_server(self.conn, instance)
+                if moved:
+                    log.warning("shared_database_url now names another shared database (%s): pulling it from the "
+                                "start and pushing every memory to it", db.where)
             self.enable()
             self.db = db
             self._refresh_teams(db)

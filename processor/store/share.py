@@ -76,6 +76,7 @@ def create_tables(conn: apsw.Connection) -> None:
             applying       INTEGER NOT NULL DEFAULT 0,
             machine_id     TEXT,
             role           TEXT,
+            server_id      TEXT,
             pull_cursor    INTEGER NOT NULL DEFAULT 0,
             server_seq     INTEGER NOT NULL DEFAULT 0,
             last_push_at   INTEGER,
@@ -182,6 +183,23 @@ def state(conn: apsw.Connection) -> ShareState:
 
 def set_machine_id(conn: apsw.Connection, machine_id: str) -> None:
     conn.execute("UPDATE share_state SET machine_id = ? WHERE id = 1", (machine_id,))
+
+
+def change_server(conn: apsw.Connection, server_id: str) -> bool:
+    """Note which shared database this machine syncs with; True when it is another one than before (its cursor
+    is reset, and every memory queued again: the new one has none of them)."""
+    previous = conn.execute("SELECT server_id FROM share_state WHERE id = 1").fetchone()[0]
+    if previous == server_id:
+        return False
+    conn.execute("UPDATE share_state SET server_id = ? WHERE id = 1", (server_id,))
+    if previous is None:
+        return False
+    conn.execute("UPDATE share_state SET pull_cursor = 0, server_seq = 0, enabled = 0 WHERE id = 1")
+    return True
+
+
+def server_id(conn: apsw.Connection) -> str | None:
+    return conn.execute("SELECT server_id FROM share_state WHERE id = 1").fetchone()[0]
 
 
 def set_role(conn: apsw.Connection, role: str) -> None:

@@ -235,6 +235,20 @@ def p003_team_search(cur: Cursor) -> None:
     )
 
 
+def p004_instance(cur: Cursor) -> None:
+    # Which shared database this is: a machine whose shared_database_url comes to name another one must pull
+    # it from the start and push every memory to it, not carry on with the old one's sequence numbers.
+    cur.execute(
+        """
+        CREATE TABLE engram.instance (
+            id         text PRIMARY KEY DEFAULT gen_random_uuid()::text,
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+        INSERT INTO engram.instance DEFAULT VALUES;
+        """
+    )
+
+
 def vector_index_name(model: str) -> str:
     import hashlib
 
@@ -252,6 +266,7 @@ MIGRATIONS: list[Migration] = [
     p001_memories,
     p002_messages,
     p003_team_search,
+    p004_instance,
 ]
 
 
@@ -272,7 +287,7 @@ def grants(database: str, person: str = "PERSON", team: str = "TEAM") -> str:
         f"CREATE ROLE {person} LOGIN;  -- then: \\password {person}",
         f"GRANT CONNECT, TEMPORARY ON DATABASE {database} TO {person};",
         f"GRANT USAGE ON SCHEMA engram TO {person};",
-        f"GRANT SELECT ON engram.migrations, engram.teams TO {person};",
+        f"GRANT SELECT ON engram.migrations, engram.teams, engram.instance TO {person};",
         f"GRANT SELECT, INSERT, UPDATE ON engram.memories, engram.machines TO {person};",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON engram.shared_projects, engram.messages TO {person};",
         f"GRANT SELECT, DELETE ON engram.team_members TO {person};",

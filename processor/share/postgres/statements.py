@@ -35,6 +35,11 @@ def set_search_path(conn: Any, vector_schema: str) -> None:
     conn.execute("SELECT set_config('search_path', %s, false)", (f'engram, "{vector_schema}"',))
 
 
+def instance_id(conn: Any) -> str:
+    """This shared database's identity (made by its schema's first init)."""
+    return str(conn.execute("SELECT id FROM engram.instance").fetchone()[0])
+
+
 def machine_registration(conn: Any, machine_id: str) -> tuple[str, str] | None:
     """(fingerprint, hostname) this role registered for the id; None when it has none."""
     row = conn.execute("SELECT fingerprint, hostname FROM engram.machines WHERE machine_id = %s",

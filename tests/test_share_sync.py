@@ -273,3 +273,31 @@ def test_a_machine_pointed_at_another_shared_database_pushes_everything_there(sh
     sync(a)
     with shared.cluster.connect(other) as conn:
         assert sorted(r[0] for r in conn.execute("SELECT id FROM engram.memories")) == sorted(ids)
+
+
+def test_what_leaves_the_machine_is_redacted_again_and_its_vector_stays_behind(
+        two_machines: tuple[Machine, Machine], shared: SharedSetup) -> None:
+    import random
+    import string
+
+    from processor.store import write_transaction
+    from tests.share_fixtures import seed_memories
+
+    a, b = two_machines
+    [memory_id] = seed_memories(a, 1, prefix="leaky")
+    # A secret that reached the store unredacted (written by a path, or an older rule set, that missed it).
+    token = "sk-proj-" + "".join(random.Random(3).choices(string.ascii_letters + string.digits, k=120))
+    conn = open_store(a.settings.db_path)
+    with write_transaction(conn):
+        conn.execute("UPDATE episodes SET full_content = full_content || ' with OPENAI_API_KEY=' || ? WHERE id = ?",
+                     (token, memory_id))
+    conn.close()
+    sync(a)
+    [(content, vector)] = shared.admin_sql(f"SELECT full_content, embedding FROM engram.memories "
+                                           f"WHERE id = '{memory_id}'")
+    assert token not in content and "[REDACTED:" in content
+    assert vector is None  # a vector of the unredacted text would carry the secret in another form
+    sync(b)
+    on_b = store_of(b)
+    assert token not in on_b.expand(memory_id, touch=False).full_content
+    assert on_b.conn.execute("SELECT embedding IS NOT NULL FROM episodes WHERE id = ?", (memory_id,)).fetchone()[0]

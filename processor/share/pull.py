@@ -116,6 +116,8 @@ def check(row: pg.PulledRow, model: str, dims: int, key_to_root: dict[str, str])
     _int(row.seq, "seq")
     for name in ("owner", "machine_id", "changed_by"):
         _text(getattr(row, name), name, 200)
+    _text(row.team, "team", 200, optional=True)
+    _text(row.project_key, "project_key", 4000, optional=True)
     status = _one_of(row.status, "status", STATUSES)
     scope = _one_of(row.scope, "scope", SCOPES)
     kind = _one_of(row.kind, "kind", KINDS)

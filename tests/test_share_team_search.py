@@ -88,3 +88,21 @@ async def test_team_scope_searches_the_server_and_keeps_private_memories_private
                          env={**os.environ, **b.env()}, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout)[0]["id"] == ids[0]
+
+
+def test_team_scope_with_the_server_unreachable_names_the_fix(shared: SharedSetup) -> None:
+    from processor.share.errors import ShareError
+    from processor.share.team_search import search_team
+    from tests.pg_cluster import free_port
+
+    home = shared.tmp / "home-away"
+    home.mkdir()
+    (home / "config.toml").write_text(f'shared_database_url = "postgresql://alice@127.0.0.1:{free_port()}/db"\n'
+                                      "share_connect_timeout_seconds = 1\n")
+    from processor.config import load_settings
+
+    settings = load_settings(env={**os.environ, "ENGRAM_HOME": str(home)})
+    store = EpisodeStore(settings, open_store(settings.db_path))
+    with pytest.raises(ShareError) as raised:
+        search_team(settings, store.embedder, "anything at all", limit=3, project=None)
+    assert "nothing answers" in raised.value.problem and raised.value.fix

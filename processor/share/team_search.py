@@ -12,8 +12,10 @@ project's active days); use (expansions) is per machine and counts nothing here.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from processor.clock import utc_date
@@ -57,17 +59,22 @@ def close_pools() -> None:
         _pools.clear()
 
 
-def _connection(settings: Settings):
+@contextlib.contextmanager
+def _connection(settings: Settings) -> Iterator[Any]:
     """A pooled connection; when none can be had, the reason from a direct attempt (a ShareError with its fix)."""
     from psycopg_pool import PoolTimeout
 
     pool = _pool(settings)
     try:
-        return pool.connection()
+        conn = pool.getconn()
     except PoolTimeout:
         share_connection.connect(settings).close()  # raises the ShareError that says why
         raise ShareError("the shared database did not hand out a connection in time.",
                          "try again; the processor's log has the details") from None
+    try:
+        yield conn
+    finally:
+        pool.putconn(conn)
 
 
 def query_terms(text: str) -> list[str]:

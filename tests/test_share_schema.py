@@ -27,7 +27,8 @@ def test_init_upgrades_an_older_schema_which_clients_refuse_until_then(shared: S
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as older:  # the database made by an Engram that knew only the first migration
         older.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
-        shared.init()
+        with shared.cluster.connect(shared.database, shared.owner, shared.password(shared.owner)) as conn:
+            schema.migrate(conn)
     assert shared.admin_sql("SELECT version FROM engram.migrations ORDER BY version") == [(1,)]
     alice = shared.person("alice", granted=False)
     shared.cluster.sql(f"GRANT CONNECT ON DATABASE {shared.database} TO {alice}; GRANT USAGE ON SCHEMA engram TO "

@@ -177,9 +177,8 @@ def p003_team_search(cur: Cursor) -> None:
     cur.execute("ALTER TABLE engram.memories NO FORCE ROW LEVEL SECURITY")
     cur.execute(
         f"""
-        CREATE FUNCTION engram.team_search(query vector, model text, any_words text, all_words text,
-                                           top_k integer, cap integer, in_project text, exact boolean,
-                                           ef integer)
+        CREATE FUNCTION engram.team_search(query vector, model text, words text[], top_k integer, cap integer,
+                                           in_project text, exact boolean, ef integer, common float8)
         RETURNS TABLE (id text, owner name, machine_id text, team text, project_key text, project text,
                        kind text, importance text, status text, summary text, full_content text,
                        created_at bigint, cosine float8, lexical float8)
@@ -192,6 +191,15 @@ def p003_team_search(cur: Cursor) -> None:
             filter text := 'm.status = ''active'' AND m.team = ANY ($8) AND ($7 IS NULL OR m.project_key = $7)';
             vec text := 'SELECT NULL::text AS id, NULL::float8 AS cosine WHERE false';
             lex text := 'SELECT NULL::text AS id, NULL::float8 AS lexical WHERE false';
+            elems text[];
+            freqs real[];
+            kept text[] := '{{}}';
+            rarest text;
+            rarest_freq float8 := 2;
+            word text;
+            word_freq float8;
+            any_words text;
+            all_words text;
         BEGIN
             IF exact THEN
                 PERFORM set_config('enable_indexscan', 'off', true);
@@ -207,7 +215,30 @@ def p003_team_search(cur: Cursor) -> None:
                                AND m.embedding IS NOT NULL
                                ORDER BY m.embedding::vector(%1$s) <=> $1::vector(%1$s) LIMIT $5', dims, filter);
             END IF;
-            IF coalesce(any_words, '') <> '' THEN
+            -- Words in more than `common` of the memories (ANALYZE's element statistics) are left out, as local
+            -- search leaves out words in half of them: ranking every memory that holds one costs more than it
+            -- tells. If every word is that common, the rarest stays.
+            SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs INTO elems, freqs
+            FROM pg_stats s WHERE s.schemaname = 'engram' AND s.tablename = 'memories' AND s.attname = 'search';
+            FOREACH word IN ARRAY coalesce(words, '{{}}') LOOP
+                SELECT coalesce(max(freqs[array_position(elems, lexeme)]), 0) INTO word_freq
+                FROM unnest(tsvector_to_array(to_tsvector('english', word))) AS lexeme;
+                IF NOT EXISTS (SELECT 1 FROM unnest(tsvector_to_array(to_tsvector('english', word)))) THEN
+                    CONTINUE;  -- a stop word
+                END IF;
+                IF word_freq < common THEN
+                    kept := kept || word;
+                ELSIF word_freq < rarest_freq THEN
+                    rarest := word;
+                    rarest_freq := word_freq;
+                END IF;
+            END LOOP;
+            IF cardinality(kept) = 0 AND rarest IS NOT NULL THEN
+                kept := ARRAY[rarest];
+            END IF;
+            IF cardinality(kept) > 0 THEN
+                any_words := array_to_string(kept, ' | ');
+                all_words := array_to_string(kept, ' & ');
                 lex := format('WITH matched AS (
                                    (SELECT m.id FROM engram.memories m
                                     WHERE %1$s AND m.search @@ to_tsquery(''english'', $4) LIMIT $6)

@@ -400,7 +400,7 @@ class TeamCandidate:
 
 def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | None, terms: list[str], *,
                     fetch: int, project_key: str | None, lexical_cap: int, exact: bool = False,
-                    ef_search: int = 100) -> list[TeamCandidate]:
+                    ef_search: int = 100, common: float = 0.5) -> list[TeamCandidate]:
     """Team memories near the query by vector (HNSW on this model's rows) and by words (the full-text index),
     with both scores for each, from the server's engram.team_search (see migration p003_team_search).
     exact=True scans every row instead of the HNSW index (the benchmark's baseline).
@@ -408,14 +408,15 @@ def team_candidates(conn: Any, query_vector: np.ndarray | None, model: str | Non
     terms: the query's content words (letters, digits, underscores: nothing to escape). The words' side ranks
     at most lexical_cap memories holding all of them plus lexical_cap holding any: a common word in half the
     memories is not worth ranking them all (local search leaves such words out altogether), and the ones
-    holding every word are the likeliest answers.
+    holding every word are the likeliest answers. Words in more than `common` of the memories are left out
+    (the rarest stays if all are).
     """
     vector = np.asarray(query_vector, dtype=np.float32) if query_vector is not None and model else None
     with conn.transaction():  # the function's settings (ef_search, iterative scans) last until its end
         rows = conn.execute(
             "SELECT * FROM engram.team_search(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (vector, model if vector is not None else None, " | ".join(terms) or None, " & ".join(terms) or None,
-             fetch, lexical_cap, project_key, exact, ef_search)).fetchall()
+            (vector, model if vector is not None else None, terms, fetch, lexical_cap, project_key, exact,
+             ef_search, common)).fetchall()
     return [TeamCandidate(*r[:12], float(r[12] or 0.0), float(r[13] or 0.0)) for r in rows]
 
 

@@ -54,7 +54,7 @@ from processor.share.postgres import migrations as schema  # noqa: E402
 from processor.share.postgres import statements as pg  # noqa: E402
 from processor.share.push import ProjectKeys, PushReport, prepare  # noqa: E402
 from processor.share.sync import Sharing  # noqa: E402
-from processor.share.team_search import LEXICAL_CAP, query_terms, rank  # noqa: E402
+from processor.share.team_search import COMMON_SHARE, LEXICAL_CAP, query_terms, rank  # noqa: E402
 from processor.store import open_store, write_transaction  # noqa: E402
 from processor.store import share as share_sql  # noqa: E402
 from tests.pg_cluster import PostgresCluster  # noqa: E402
@@ -414,13 +414,14 @@ def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> di
                 text = " ".join(picked)
                 started = time.perf_counter()
                 candidates = pg.team_candidates(conn, query_vector, MODEL_NAME, query_terms(text), fetch=80,
-                                                project_key=None, lexical_cap=LEXICAL_CAP)
+                                                project_key=None, lexical_cap=LEXICAL_CAP, common=COMMON_SHARE)
                 hits = rank(candidates, text, 10, weights)
                 fast.append((time.perf_counter() - started) * 1000)
                 if n < exact_queries:
                     started = time.perf_counter()
                     exact = pg.team_candidates(conn, query_vector, MODEL_NAME, query_terms(text), fetch=80,
-                                               project_key=None, lexical_cap=LEXICAL_CAP, exact=True)
+                                               project_key=None, lexical_cap=LEXICAL_CAP, common=COMMON_SHARE,
+                                               exact=True)
                     exact_hits = rank(exact, text, 10, weights)
                     slow.append((time.perf_counter() - started) * 1000)
                     overlap.append(len({h.id for h in hits} & {h.id for h in exact_hits}) / max(len(exact_hits), 1))
@@ -498,7 +499,7 @@ def quality(bench: Bench, coding_qa: Path | None, locomo: Path | None) -> dict:
                 rankings[(q.sample_id, q.index)] = [
                     frozenset(u[len(prefix):] for u in s.episode.source_uuids if u.startswith(prefix))
                     for s in results]
-        questions = [q for c in conversations for q in c.questions]
+        questions = [q for c in conversations for q in c.questions if q.evidence]  # as bench/locomo.py scores
         a_summary = lm.summarize_system(questions, local.rankings)
         b_summary = lm.summarize_system(questions, rankings)
         out["locomo"] = {"local": a_summary, "shared": b_summary, "equal": a_summary == b_summary}

@@ -2,12 +2,13 @@
 to replicate whole, ranked by the same fusion as local search (``processor/memory/search.py``).
 
 The server finds candidates both ways — pgvector's HNSW index over this machine's embedding model's vectors
-(iterative scans keep the team filter from starving it) and Postgres full-text search (at most
-``LEXICAL_CAP`` matches ranked: a word in half the memories is not worth ranking them all) — and here they
-are scored as local ones are: relevance = ``bm25_share`` × the words' score (normalised by the best) + the
-rest × cosine, the high-importance floor, then ``weight_relevance × relevance + weight_recency × recency ×
-relevance``. Recency counts calendar days back from the newest candidate (the server does not keep the
-project's active days); use (expansions) is per machine and counts nothing here.
+(iterative scans keep the team filter from starving it) and Postgres full-text search (words in half the
+memories left out, as local search does; at most ``LEXICAL_CAP`` memories holding all the words and as many
+holding any are ranked) — and here they are scored as local ones are: relevance = ``bm25_share`` × the
+words' score (normalised by the best) + the rest × cosine, the high-importance floor, then
+``weight_relevance × relevance + weight_recency × recency × relevance``. Recency counts calendar days back
+from the newest candidate (the server does not keep the project's active days); use (expansions) is per
+machine and counts nothing here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from processor.share.errors import ShareError, explain_connection_error
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
 
-LEXICAL_CAP = 500  # matches ranked per side (all words, any word): bounds a common word's cost
+LEXICAL_CAP = 200  # matches ranked per side (all words, any word): bounds a common word's cost
+COMMON_SHARE = 0.5  # a word in this share of the memories or more is left out, as local search does
 POOL_MAX = 4
 
 _pools: dict[str, Any] = {}
@@ -92,7 +94,7 @@ def search_team(settings: Settings, embedder: Any, query: str, *, limit: int, pr
     try:
         with _connection(settings) as conn:
             candidates = pg.team_candidates(conn, vector, embedder.model_id, query_terms(query), fetch=fetch,
-                                            project_key=key, lexical_cap=LEXICAL_CAP)
+                                            project_key=key, lexical_cap=LEXICAL_CAP, common=COMMON_SHARE)
     except ShareError:
         raise
     except Exception as exc:

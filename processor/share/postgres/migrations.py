@@ -215,6 +215,8 @@ def p003_team_search(cur: Cursor) -> None:
                                AND m.embedding IS NOT NULL
                                ORDER BY m.embedding::vector(%1$s) <=> $1::vector(%1$s) LIMIT $5', dims, filter);
             END IF;
+            -- The words' score is ts_rank over term frequencies, its length normalised (1: divided by 1 + the log
+            -- of the memory's length), as BM25 weighs them locally; cheaper than cover density (ts_rank_cd).
             -- Words in more than `common` of the memories (ANALYZE's element statistics) are left out, as local
             -- search leaves out words in half of them: ranking every memory that holds one costs more than it
             -- tells. If every word is that common, the rarest stays.
@@ -245,7 +247,7 @@ def p003_team_search(cur: Cursor) -> None:
                                    UNION
                                    (SELECT m.id FROM engram.memories m
                                     WHERE %1$s AND m.search @@ to_tsquery(''english'', $3) LIMIT $6))
-                               SELECT m.id, ts_rank_cd(m.search, to_tsquery(''english'', $3))::float8 AS lexical
+                               SELECT m.id, ts_rank(m.search, to_tsquery(''english'', $3), 1)::float8 AS lexical
                                FROM matched JOIN engram.memories m USING (id) ORDER BY 2 DESC LIMIT $5', filter);
             END IF;
             RETURN QUERY EXECUTE format(

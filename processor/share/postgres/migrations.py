@@ -2,13 +2,15 @@
 
 Like the SQLite ones (``processor/store/migrations.py``): never edit one that has shipped, add a new one.
 Everything lives in the schema ``engram``; the ``vector`` extension stays wherever the server keeps it.
-Each migration runs in its own transaction with the row that records it, under an advisory lock, so two
-``engram share init`` at once apply each migration once. A server whose schema is newer than this client
-knows is refused (``processor/share/connection.py``), never written to.
+The pending migrations run in one transaction with the rows that record them, under an advisory lock, so
+two ``engram share init`` at once apply each migration once and a failure leaves the schema as it was. A
+server whose schema is newer than this client knows is refused (``processor/share/connection.py``), never
+written to.
 
-Access is row-level security, enforced for the tables' owner too (FORCE), so the person who ran
-``engram share init`` reads other people's memories only through teams, like everyone else (superusers
-bypass it: never use one for Engram).
+Access is row-level security: a role reads its own rows and its teams', writes only its own. It is forced
+on the tables' owner too for machines, project links and messages; on memories it is not (p003: the team
+search function must read past it to use the full-text index), and Engram's own queries repeat its rule.
+Superusers bypass it all: never use one for Engram.
 """
 
 from __future__ import annotations

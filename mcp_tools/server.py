@@ -66,6 +66,7 @@ from processor.memory.kinds import KINDS, SCOPES
 from processor.recall.format import format_expansion, format_hits
 from processor.service.control_client import ping
 from processor.service.pidfile import is_running
+from processor.share.errors import ShareError
 from processor.store import cold as cold_sql
 from processor.store import open_store
 from processor.store.connection import NotEngramDatabase
@@ -332,7 +333,28 @@ class MemoryService:
             return None
 
     def expand(self, item_id: str) -> Expansion:
-        return self._episodes().expand(item_id, touch=True)
+        try:
+            return self._episodes().expand(item_id, touch=True)
+        except UnknownEpisode:
+            # A hit of a team search (scope "team") that this machine does not hold: read it on the server.
+            if not item_id.startswith("ep_") or not self.settings.shared_database_url.strip():
+                raise
+            from processor.share.team_search import expand_team
+
+            found = expand_team(self.settings, item_id)
+            if found is None:
+                raise
+            return found
+
+    def recall_team(self, query: str, limit: int, project: str | None) -> list[Hit]:
+        """The team's memories searched on the shared database (scope "team")."""
+        from processor.share.team_search import search_team
+
+        settings = self.settings
+        if not settings.shared_database_url.strip():
+            raise ToolError("scope 'team' searches the shared database, and shared memory is not configured: set "
+                            "shared_database_url in $ENGRAM_HOME/config.toml (README, \"Shared memory\")")
+        return search_team(settings, self._episodes().embedder, query, limit=limit, project=project)
 
     def forget(self, item_id: str, reason: str | None) -> list[Episode]:
         from processor.recall.forget import forget as forget_memory
@@ -359,7 +381,7 @@ def _tool_error(exc: BaseException, settings: Settings | None) -> ToolError:
         return ToolError(f"cannot search: {exc}")
     if isinstance(exc, EmbedderError):
         return ToolError(f"the embedding model cannot be used: {exc}")
-    if isinstance(exc, UnknownEpisode | NotEngramDatabase):
+    if isinstance(exc, UnknownEpisode | NotEngramDatabase | ShareError):
         return ToolError(str(exc))
     if isinstance(exc, apsw.BusyError):
         return ToolError(f"{db} stayed locked by another writer for too long ({exc}); try again in a moment")
@@ -445,6 +467,9 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
                          Field(description="how many memories (default: the recall_limit setting, 5)")] = None,
         project: Annotated[str | None, Field(description="project root path; default: the git root of the "
                                              f"current directory; '{ALL_PROJECTS}' for all projects")] = None,
+        scope: Annotated[Literal["local", "team"] | None,
+                         Field(description="'team': search your teams' memories on the shared database directly "
+                                           "(shared memory); default: the memories on this machine")] = None,
         ctx: Context | None = None,
     ) -> Annotated[CallToolResult, RecallResult]:
         text = query.strip()
@@ -453,9 +478,14 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
         if len(text) > MAX_QUERY_CHARS:
             raise ToolError(f"the query is {len(text)} characters; memory_recall takes at most {MAX_QUERY_CHARS}. "
                             "Pass a few key words or a short question instead of a whole text")
+        team = scope == "team"  # below, `scope` is the project searched
         scope = None if project == ALL_PROJECTS else (project.strip() if project and project.strip()
                                                       else calling_project(ctx, service.project))
         count = limit or service.settings.recall_limit
+        if team:
+            hits = await _guarded(service, lambda: service.recall_team(text, count, scope))
+            return result(format_hits(hits), RecallResult(query=text, project=scope, hits=hits) if structured
+                          else None)
         session_id = calling_session(ctx, environment=not service.hosted)
         hits = await anyio.to_thread.run_sync(lambda: service.recall_by_processor(text, count, scope, session_id,
                                                                                   light=not structured))

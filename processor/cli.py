@@ -119,12 +119,30 @@ def _episode_store(settings: Settings):
     return EpisodeStore(settings, open_store(settings.db_path))
 
 
+def _recall_team(args: argparse.Namespace) -> int:
+    """The team's memories on the shared database, searched there (processor/share/team_search.py)."""
+    from processor.recall.format import format_hits
+    from processor.share.errors import ShareError
+    from processor.share.team_search import search_team
+
+    settings = _settings(args)
+    try:
+        hits = search_team(settings, _episode_store(settings).embedder, args.query,
+                           limit=args.limit or settings.recall_limit, project=args.project)
+    except ShareError as exc:
+        raise ValueError(str(exc)) from None
+    print(json.dumps([h.__dict__ for h in hits], indent=2) if args.json else format_hits(hits))
+    return 0
+
+
 def cmd_recall(args: argparse.Namespace) -> int:
     from processor.lookup import recall_output
 
+    if args.scope == "team":
+        return _recall_team(args)
     settings = _settings(args, create_home=False)  # created only if the search runs here
-    print(recall_output(settings, args.query, limit=args.limit or settings.recall_limit, project=args.project,
-                        as_json=args.json))
+    limit = args.limit or settings.recall_limit
+    print(recall_output(settings, args.query, limit=limit, project=args.project, as_json=args.json))
     return 0
 
 
@@ -319,6 +337,45 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return exit_code(checks)
 
 
+def cmd_share(args: argparse.Namespace) -> int:
+    from processor.service.logs import setup_logging
+    from processor.service.units import load_env_file
+    from processor.share import commands
+    from processor.share.errors import ShareError
+
+    settings = _settings(args)
+    setup_logging(settings, to_stderr=False)
+    load_env_file(settings.home / "env")  # PGPASSWORD and the like, as the processor reads them
+    try:
+        if args.action == "init":
+            outcome = commands.init(settings, grants_for=args.grants_for, team=args.team,
+                                    new_id=args.new_machine_id, claim_id=args.claim_machine_id)
+        elif args.action == "status":
+            outcome = commands.status(settings, network=not args.offline)
+        elif args.action == "push":
+            outcome = commands.push(settings)
+        elif args.action == "pull":
+            outcome = commands.pull(settings)
+        elif args.action == "project":
+            if args.team is None and not args.no_team:
+                raise ValueError("engram share project needs --team NAME (or --no-team to stop sharing it)")
+            outcome = commands.share_project(settings, args.path, None if args.no_team else args.team)
+        else:
+            if not args.team:
+                raise ValueError("engram share leave needs --team NAME")
+            outcome = commands.leave(settings, args.team, withdraw=args.withdraw)
+    except ShareError as exc:
+        print(f"engram share {args.action}: {exc.problem}", file=sys.stderr)
+        if exc.fix:
+            print(f"  fix: {exc.fix}", file=sys.stderr)
+        return 1
+    if getattr(args, "json", False):
+        print(json.dumps(outcome.data, indent=2))
+    else:
+        print("\n".join(outcome.lines))
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace) -> int:
     from mcp_tools.bridge import main as serve
 
@@ -350,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     recall.add_argument("query")
     recall.add_argument("--project", help="project root to search with the global memories (default: all)")
     recall.add_argument("--limit", type=int, default=0, help="how many results (default: recall_limit)")
+    recall.add_argument("--scope", choices=["local", "team"], default="local",
+                        help="team: search your teams' memories on the shared database (shared memory)")
     recall.add_argument("--json", action="store_true")
     expand = add("expand", cmd_expand, "show a memory's full content and where it came from")
     expand.add_argument("id")
@@ -386,6 +445,22 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument("--print", action="store_true", help="install/uninstall: show, change nothing")
     service.add_argument("--follow", "-f", action="store_true", help="logs: keep following")
     add("mcp", cmd_mcp, "serve the MCP tools over stdio (what Claude Code starts)")
+    share = add("share", cmd_share, "shared memory on PostgreSQL: init the schema, status, push/pull once, share a "
+                                    "project with a team, leave a team")
+    share.add_argument("action", choices=["init", "status", "push", "pull", "project", "leave"])
+    share.add_argument("path", nargs="?", help="project: the project's folder (default: the current directory)")
+    share.add_argument("--team", help="project: share it with this team; leave: the team to leave; "
+                                      "init: the team name in the printed grants")
+    share.add_argument("--no-team", action="store_true", help="project: stop sharing it with any team")
+    share.add_argument("--withdraw", action="store_true",
+                       help="leave: also make your memories shared with the team private again")
+    share.add_argument("--grants-for", metavar="ROLE", help="init: print the grants for this database role")
+    share.add_argument("--new-machine-id", action="store_true",
+                       help="init: give this Engram home a machine id of its own (a copied home)")
+    share.add_argument("--claim-machine-id", action="store_true",
+                       help="init: take over this home's machine id (the same home moved to a new path or host)")
+    share.add_argument("--offline", action="store_true", help="status: only what this machine knows (no network)")
+    share.add_argument("--json", action="store_true", help="machine-readable output")
     extract = add("extract", cmd_extract, "queue due extraction jobs and run the LLM queue until idle, then exit")
     extract.add_argument("--mock", action="store_true", help="canned structured outputs, no network")
     review = add("review", cmd_review, "walk the pending reviews (numbered options, s skip, q quit), or list / choose")

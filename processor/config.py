@@ -143,6 +143,17 @@ class Settings:
     git_timeout_seconds = Option(10.0, "time limit of each git call the inquisitor makes")
     context_budget_tokens = Option(30000, "context memory may cost per session (digest + bites), 15% of 200k")
     context_check_hours = Option(6.0, "how often the context check measures what memory costs the agent")
+    shared_database_url = Option(
+        "", "shared memory: libpq URL of a PostgreSQL with pgvector (postgresql://USER@HOST:5432/DB?sslmode=verify-full);"
+        " empty = off. Its password never here: PGPASSWORD in $ENGRAM_HOME/env, or ~/.pgpass")
+    share_team_replicate = Option(
+        True, "pull teammates' memories into the local store; false: reach them with memory_recall scope 'team' only")
+    share_messages = Option(False, "also push the transcript messages shared memories were made from (own machines)")
+    share_interval_seconds = Option(1.0, "the processor looks for local changes to push this often")
+    share_batch = Option(500, "memories per push or pull transaction")
+    share_max_memory_kb = Option(256, "a memory larger than this stays on this machine (logged once)")
+    share_connect_timeout_seconds = Option(5.0, "time limit of a connection to the shared database")
+    share_backoff_max_seconds = Option(60.0, "longest wait between retries while the shared database is unreachable")
     log_level = Option("INFO", "logging level for $ENGRAM_HOME/logs/engram.log")
     log_max_bytes = Option(5 * 1024 * 1024, "size at which the log file rotates")
     log_backups = Option(3, "rotated log files kept")

@@ -617,6 +617,43 @@ def check_spend(probe: _Probe) -> Check | None:
     return _ok(name, text)
 
 
+def check_shared_memory(probe: _Probe) -> Check:
+    """Shared memory (when configured): the server answers and accepts this machine; the sync's lag and last error."""
+    from processor.service.units import load_env_file
+    from processor.share import commands as share_commands
+    from processor.share import connection as share_connection
+    from processor.share.errors import ShareError
+
+    settings = probe.settings
+    name = "shared memory"
+    if not share_connection.configured(settings):
+        return _ok(name, "off (shared_database_url is not set; README, \"Shared memory\")")
+    load_env_file(settings.home / "env")  # PGPASSWORD, as the processor reads it
+    local = share_commands.status_of(probe.db, settings) if probe.db is not None else {}
+    try:
+        db = share_connection.connect(settings)
+    except ShareError as exc:
+        return _error(name, exc.problem, exc.fix)
+    try:
+        clock = share_connection.clock_warning(db)
+        text = f"{db.where} as {db.role}, schema version {db.schema_version}"
+    finally:
+        db.close()
+    lag = local.get("seconds_since_sync")
+    text += (f"; {local.get('pending', 0)} changes to push, last sync "
+             + (f"{lag:.0f} s ago" if lag is not None else "never (is the processor running?)"))
+    if local.get("last_error"):
+        return _warning(name, f"{text}; the processor's last error ({local.get('last_error_at')}): "
+                              f"{local['last_error']}", local.get("last_error_fix"))
+    if clock:
+        return _warning(name, text + "; " + clock.split(" Fix: ")[0], clock.split(" Fix: ")[-1])
+    if local.get("kept_local") or local.get("refused"):
+        return _warning(name, f"{text}; {local.get('kept_local', 0)} memories kept on this machine (too large), "
+                              f"{local.get('refused', 0)} rows refused from the server",
+                        "`engram share status` lists them; raise share_max_memory_kb for the first")
+    return _ok(name, text)
+
+
 def check_transcripts(probe: _Probe) -> Check:
     name = "transcripts"
     root = probe.settings.transcripts_root
@@ -664,6 +701,7 @@ CHECKS: tuple[tuple[str, Callable[[_Probe], Check | None]], ...] = (
     ("disk space", check_disk),
     ("LLM spend today", check_spend),
     ("transcripts", check_transcripts),
+    ("shared memory", check_shared_memory),
 )
 
 

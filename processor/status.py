@@ -36,6 +36,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
     """Counts first (the integers scripts read), then per-session capture lag and capture problems."""
     from processor.clock import now_ms as clock_now_ms
     from processor.jobs.status import jobs_status
+    from processor.share.commands import status_of as share_status
     from processor.store import cold as cold_sql
     from processor.store import connect, migrate, sessions
     from processor.store import episodes as episodes_sql
@@ -58,6 +59,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
             "digest_tokens": check.digest_tokens, "bites_per_message": check.bites_per_message,
             "budget_tokens": check.budget_tokens, "ratio": round(check.ratio, 3)}
         status["open_reviews"] = cold_sql.open_review_count(conn)
+        status["share"] = share_status(conn, settings)
         status["db"] = str(settings.db_path)
         status["db_exists"] = True
         now_ms = clock_now_ms()
@@ -109,6 +111,10 @@ def format_status(status: dict[str, Any]) -> str:
                      f"(measured {context['measured_at']})")
     if status.get("open_reviews"):
         lines.append(f"reviews: {status['open_reviews']} open (`engram review`)")
+    if (status.get("share") or {}).get("configured"):
+        from processor.share.commands import format_status as format_share_status
+
+        lines += format_share_status(status["share"])
     active = status.get("active_sessions") or []
     if active:
         lines.append(f"active in the last 24 h: {len(active)}")

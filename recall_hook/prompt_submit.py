@@ -22,12 +22,12 @@ When enabled, within ``prompt_submit_budget_ms`` (default 150 ms; env
    computed like ``processor.capture.project.project_root``, and ``"unasked": true``: the processor
    answers with what clears the bar of a user message's bites (``processor/memory/unasked.py``), most
    often nothing, not with memory_recall's ranking.
-3. Inject the bites neither shown by this hook earlier in the session nor in the session's current
-   (older) recollection file, and list their ids in ``<session>.prompt``; the processor's
-   RecollectionWriter leaves those ids out of the recollection it writes for the same prompt, so
-   the turn's first tool call does not repeat them. (Left: a microsecond race when the writer
-   reads that marker just before the hook writes it and replaces its file just after the hook's
-   last look; the cost is one memory shown twice.)
+3. Inject the bites neither shown by this hook earlier in the session, nor by the session's SessionStart
+   digest (``<session>.digest``), nor in the session's current (older) recollection file, and list
+   their ids in ``<session>.prompt``; the processor's RecollectionWriter leaves those ids out of the
+   recollection it writes for the same prompt, so the turn's first tool call does not repeat them.
+   (Left: a microsecond race when the writer reads that marker just before the hook writes it and
+   replaces its file just after the hook's last look; the cost is one memory shown twice.)
 
 Output: ``{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": ...}}``
 fenced like every Engram injection. Never a ``decision``: a "block" would erase the user's prompt.
@@ -374,9 +374,11 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     if not isinstance(bites, list):
         return None
     shown = shown_ids(directory, session_id)
-    # Left out: what this hook showed earlier in the session, and the current recollection's bites
-    # (already injected, or about to be by the PreToolUse hook when the topic gate kept that file).
-    skip = set(shown) | set(_bite_ids(latest))
+    # Left out: what this hook showed earlier in the session, what the session's SessionStart digest showed
+    # (the recollection writer leaves those out too; /recall does not know the session's digest), and the
+    # current recollection's bites (already injected, or about to be by the PreToolUse hook when the topic
+    # gate kept that file).
+    skip = set(shown) | set(_io.digest_ids(directory, session_id)) | set(_bite_ids(latest))
     lines: list[str] = []
     new_ids: list[str] = []
     for bite in bites:

@@ -19,6 +19,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.memory",),
     ("processor.recall",),
     ("processor.jobs",),
+    ("processor.share",),                                       # shared memory: the sync layer over PostgreSQL
     # the running processor, what it reports, and the web viewer it serves
     ("processor.service", "processor.status", "processor.lookup", "processor.viewer"),
     ("processor.claude_code", "processor.doctor", "recall_hook", "mcp_tools"),
@@ -26,7 +27,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX|TRIGGER|VIRTUAL))\b")
-SQL_ALLOWED = ("processor/store/", "processor/doctor.py")  # doctor probes the schema of damaged databases
+# doctor probes the schema of damaged databases; the shared database's SQL stays in its own folder (issue 22)
+SQL_ALLOWED = ("processor/store/", "processor/doctor.py", "processor/share/postgres/")
 
 
 def modules() -> dict[str, Path]:

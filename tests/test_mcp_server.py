@@ -131,7 +131,7 @@ async def test_lists_the_five_tools_with_hints_and_output_schemas(memory_home: t
     assert all(t.output_schema and t.output_schema["type"] == "object" for t in tools.values())
     recall_args = tools["memory_recall"].input_schema
     assert recall_args["required"] == ["query"]
-    assert set(recall_args["properties"]) == {"query", "limit", "project"}
+    assert set(recall_args["properties"]) == {"query", "limit", "project", "scope"}  # scope "team": shared memory
     assert set(tools["memory_remember"].input_schema["properties"]) == {"text", "kind", "scope"}
     assert tools["memory_expand"].input_schema["required"] == ["id"]
 

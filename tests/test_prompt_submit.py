@@ -196,6 +196,15 @@ def test_a_later_prompt_does_not_repeat_what_was_shown(processor: FakeProcessor,
     silent(run(env, prompt_event(prompt="again")))  # nothing new to say
 
 
+def test_what_the_sessions_digest_showed_is_not_repeated(processor: FakeProcessor, env: dict[str, str],
+                                                         home: Path) -> None:
+    # The processor's recollection was not ready within the budget, so /recall answered: it does not know the
+    # session's SessionStart digest, which already showed ep_db.
+    hook_io.write_digest_ids(str(home / "recollections"), SESSION, ["ep_db"])
+    context = context_of(run(env, prompt_event()))
+    assert "ep_db" not in context and "ep_deploy" in context
+
+
 def test_the_processor_decides_what_clears_the_bar(processor: FakeProcessor, env: dict[str, str]) -> None:
     """The hook asks for the bar of a user message's bites and shows what comes back; silence when nothing."""
     processor.answer = lambda body: {"bites": [bite("ep_ok", "related", relevance=0.4)]} if body.get(

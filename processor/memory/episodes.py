@@ -19,7 +19,7 @@ import numpy as np
 from processor.capture import signals
 from processor.capture.automem import cite
 from processor.capture.redact import redact
-from processor.clock import now_ms, utc_date
+from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory import supersede
 from processor.memory.bites import BITE_CHARS, Passage, bites_for, fit
@@ -37,6 +37,7 @@ from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import retry_when_busy, sessions, write_transaction
+from processor.store import share as share_sql
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
@@ -103,6 +104,8 @@ class Expansion:
     superseded_by: str | None = None
     # Where Claude Code's auto memory states it (this version or an earlier one): file, heading, lines.
     auto_memory: list[dict[str, Any]] = field(default_factory=list)
+    # Made on another machine (shared memory, processor/share/): which one, and whose.
+    origin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -601,13 +604,18 @@ class EpisodeStore:
             self._touch([ep.id])
         sources = [{"uuid": m.uuid, "role": m.role, "timestamp": m.timestamp, "session_id": m.session_id}
                    for m in sessions.message_sources(self.conn, ep.source_uuids)]
+        if not sources:  # made on another machine: its messages, if that machine shared them (share_messages)
+            sources = [{"uuid": uuid, "role": role, "timestamp": utc_clock(ts) if ts else None,
+                        "session_id": session_id, "text": text}
+                       for uuid, session_id, role, ts, text in share_sql.pulled_messages_of(self.conn, ep.id)]
         chain = [ep.id, *sql.earlier_versions(self.conn, ep.id)]
         auto_memory = [{"file": row.path, "heading": row.heading, "lines": [row.line_start, row.line_end],
                         "cite": cite(row.path, row.heading), "present": row.state == "present"}
                        for row in automem_sql.sections_for(self.conn, chain, present_only=False)]
+        origin = share_sql.origins_of(self.conn, [ep.id]).get(ep.id)
         return Expansion(ep.id, ep.summary, ep.full_content, utc_date(ep.created_at), ep.project, ep.session_id,
                          ep.importance, ep.kind, ep.scope, ep.source_type, ep.status, ep.entities, sources,
-                         ep.superseded_by, auto_memory)
+                         ep.superseded_by, auto_memory, origin.describe() if origin else None)
 
     def _expand_message(self, item_id: str) -> Expansion:
         found = sessions.message_sources(self.conn, [item_id[4:]])

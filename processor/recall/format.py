@@ -30,6 +30,8 @@ def format_expansion(e: Expansion) -> str:
         gone = "" if source["present"] else ", since removed from the file"
         lines += ["", f"**From Claude Code's auto memory:** {source['cite']} (lines {first}–{last}{gone}) — "
                   f"{source['file']}"]
+    if e.origin:
+        lines += ["", f"**Made on:** {e.origin} (shared memory)"]
     if e.superseded_by:
         lines += ["", f"Superseded by {e.superseded_by}."]
     if e.status not in ("active", "superseded"):

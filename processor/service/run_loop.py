@@ -40,6 +40,7 @@ from processor.service.memory_thread import (
     ReadAutoMemory,
     Recollect,
 )
+from processor.share.sync import ShareThread
 from processor.store import open_store
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Processor:
         self.memory.periodic.append(self.ingest_injections)
         self._automem_dirs: set[Path] = set()  # project folders whose auto memory was asked for once already
         self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
+        # Shared memory's sync (processor/share/): a thread of its own, idle unless shared_database_url is set.
+        self.share = ShareThread(self.holder, self.stop_event)
         self.jobs.hot_path_busy = self.memory.serving_user
         self._wake = threading.Event()
         self._pending_settings: Settings | None = None
@@ -144,6 +147,7 @@ class Processor:
             "episodes_paused": self.memory.problem,
             "capture_problems": len(self.problems.current()),
             "rescans": self.rescans,
+            "share": self.share.state,
         }
 
     def viewer_store(self, conn: apsw.Connection) -> EpisodeStore:
@@ -211,6 +215,7 @@ class Processor:
         appearance = AppearanceWatcher(self.filter.root, lambda: self.paths.put(root_marker))
         self.memory.start()
         self.jobs.start()
+        self.share.start()
         try:
             queue_watcher.start()
             injection_watcher.start()
@@ -256,6 +261,7 @@ class Processor:
             appearance.stop()
             watcher.stop()
             self.jobs.stop()
+            self.share.stop()
             self.memory.stop()
             tailer.conn.close()
             self.problems.discard_saved()

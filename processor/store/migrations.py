@@ -12,6 +12,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import APPLICATION_ID
+from processor.store import share as share_sql
 from processor.store.connection import write_transaction
 
 Migration = Callable[[apsw.Connection], None]
@@ -516,6 +517,12 @@ def m017_memories_index(conn: apsw.Connection) -> None:
                  "WHERE status = 'active' AND source_type != 'verbatim'")
 
 
+def m018_shared_memory(conn: apsw.Connection) -> None:
+    # Shared memory (issue 22, processor/share/): the outbox of changes to push, filled by triggers in the
+    # transaction of each change, and what this machine knows of the shared database (store/share.py).
+    share_sql.create_tables(conn)
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -534,6 +541,7 @@ MIGRATIONS: list[Migration] = [
     m015_messages_indexed_per_batch,
     m016_tool_calls,
     m017_memories_index,
+    m018_shared_memory,
 ]
 
 

@@ -40,9 +40,12 @@ from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
 from processor.memory.episodes import RECALL_ALSO, EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
+from processor.share.commands import status_of as share_status
+from processor.share.connection import configured as share_configured
 from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
+from processor.store import share as share_sql
 from processor.store import viewer as sql
 from processor.viewer.auth import Sessions, same_origin
 from recall_hook.hook_io import bite_line, format_context
@@ -263,9 +266,11 @@ class Viewer:
         try:
             projects = sql.projects(conn)
             counts = episodes_sql.counts_by_status(conn)
+            share = share_status(conn, self.settings) if share_configured(self.settings) else None
         finally:
             conn.close()
-        self._page(request, 200, "home.html", title="Engram", nav="home", projects=projects, counts=counts)
+        self._page(request, 200, "home.html", title="Engram", nav="home", projects=projects, counts=counts,
+                   share=share)
 
     def _search(self, request: Request) -> None:
         query = request.query.get("q", "").strip()[:4000]
@@ -393,10 +398,12 @@ class Viewer:
             sources = sql.source_lines(conn, ep.source_uuids)
             older = sql.predecessors(conn, ep.id)
             newer = sql.successors(conn, ep.id)
+            origin = share_sql.origins_of(conn, [ep.id]).get(ep.id)
         finally:
             conn.close()
         self._page(request, 200, "memory.html", title=f"Memory {ep.id}", nav="", ep=ep, sources=sources,
-                   older=older, newer=newer, notice=request.query.get("done", ""))
+                   older=older, newer=newer, notice=request.query.get("done", ""),
+                   origin=origin.describe() if origin else None)
 
     def _spend(self, request: Request) -> None:
         conn = self._conn()

@@ -1,0 +1,71 @@
+"""A project's identity across machines: its git remote URL, normalised, else the repository root's path.
+
+Two clones of one repository, at different paths on different machines (over ssh on one, https on the
+other), are one project: ``git@GitHub.com:Org/App.git``, ``https://me@github.com/Org/App`` and
+``ssh://git@github.com:22/Org/App.git`` all become ``github.com/Org/App`` (no scheme, no user, no port,
+no ``.git``, the host in lower case; the path keeps its case). A repository without a remote is known by
+its root path, which matches only clones at the same path.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from urllib.parse import urlsplit
+
+GIT_TIMEOUT_SECONDS = 5.0
+PATH_PREFIX = "path:"
+_SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/]+)@)?(?P<host>[^:/]+):(?P<path>(?!//).+)$")
+
+
+def normalise_remote(url: str) -> str | None:
+    """The remote as a project key, or None for something that is not a remote URL (a local path)."""
+    url = url.strip()
+    if not url:
+        return None
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme == "file" or not parts.hostname:
+            return None
+        host, path = parts.hostname.lower(), parts.path
+    else:
+        match = _SCP_LIKE.match(url)
+        if not match or "/" in match.group("host") or url.startswith(("/", ".", "~")):
+            return None
+        host, path = match.group("host").lower(), match.group("path")
+    path = path.strip("/")
+    if path.endswith(".git"):
+        path = path[:-4]
+    path = path.rstrip("/")
+    return f"{host}/{path}" if path else host
+
+
+def _git(root: str, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def remote_url(root: str) -> str | None:
+    """The URL of the repository's `origin` remote, else of its first remote (by name)."""
+    url = _git(root, "remote", "get-url", "origin")
+    if url and url.strip():
+        return url.strip()
+    names = (_git(root, "remote") or "").split()
+    for name in sorted(names):
+        url = _git(root, "remote", "get-url", name)
+        if url and url.strip():
+            return url.strip()
+    return None
+
+
+def project_key(root: str) -> tuple[str, bool]:
+    """(the project's key, whether it comes from a git remote)."""
+    url = remote_url(root)
+    key = normalise_remote(url) if url else None
+    if key:
+        return key, True
+    return PATH_PREFIX + root, False

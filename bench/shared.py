@@ -402,8 +402,11 @@ def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> di
         log(f"team {size}: {load}")
         with bench.cluster.connect(database, PERSON, "pw-alice") as conn:
             share_connection.prepare(conn)
-            samples = conn.execute("SELECT embedding, full_content FROM engram.memories TABLESAMPLE SYSTEM (1) "
-                                   "LIMIT %s", (queries,)).fetchall()
+            # Query seeds drawn by id from the seeded generator: TABLESAMPLE picks pages at random and can
+            # return fewer rows than asked on a small table.
+            picked_ids = [f"ep_{number:016x}" for number in rng.choice(size, min(queries, size), replace=False)]
+            samples = conn.execute("SELECT embedding, full_content FROM engram.memories WHERE id = ANY(%s) "
+                                   "ORDER BY id", (picked_ids,)).fetchall()
             register_vector(conn)
             fast, slow, overlap = [], [], []
             for n, (vector, content) in enumerate(samples):

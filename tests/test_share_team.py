@@ -17,7 +17,7 @@ from processor.share.pull import NO_LONGER_SHARED
 from processor.share.sync import Sharing
 from processor.store import open_store
 from tests.share_fixtures import Machine, SharedSetup, capture, write_session
-from tests.transcripts import assistant_line, user_line
+from tests.transcripts import Conversation, assistant_line, user_line
 
 
 def repo(path: Path, remote: str | None) -> str:
@@ -192,3 +192,31 @@ def test_an_opted_out_session_never_reaches_the_server(shared: SharedSetup) -> N
     rows = shared.admin_sql("SELECT id, status, full_content FROM engram.memories WHERE session_id = 's-later' "
                             "OR id = ANY(ARRAY[" + ",".join(f"'{i}'" for i in pushed) + "])")
     assert rows and {r[0] for r in rows} == pushed and all(r[1:] == ("forgotten", None) for r in rows)
+
+
+def test_a_lesson_learned_on_one_machine_reaches_the_teammates_clone(team) -> None:
+    """A gotcha mined from a failure, its diagnosis and the clean rerun (no LLM) is a team memory."""
+    shared, _, (a, b, _c), (alice_repo, bob_repo) = team
+    session = Conversation("s-alice-lesson", cwd=alice_repo)
+    session.user("Build the bundle and commit it")
+    session.bash("npm run build", "built dist/app.js in 1.2s")
+    session.bash("git add dist/app.js", "The following paths are ignored by one of your .gitignore files:\ndist\n"
+                 "hint: Use -f if you really want to add them.", error=True)
+    session.say("The `dist/` folder is git-ignored, so the generated `dist/app.js` must be force-added with "
+                "`git add -f`.")
+    session.bash("git add -f dist/app.js")
+    session.say("Done: the bundle is committed.", end_turn=True)
+    folder = a.projects / "-work-app"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "s-alice-lesson.jsonl").write_text(session.text())
+    capture(a)
+    lessons = [i for i, (status, project) in ids_on(a).items()
+               if project == alice_repo and store_of(a).expand(i, touch=False).kind == "gotcha"]
+    assert len(lessons) == 1
+    commands.share_project(a.settings, alice_repo, "backend")
+    write_session(b, "s-bob-2", [("Where is the bundle built?", "By npm run build, into dist/.")], cwd=bob_repo)
+    capture(b)
+    sync(b)
+    assert ids_on(b).get(lessons[0]) == ("active", bob_repo)
+    pulled = store_of(b).expand(lessons[0], touch=False)
+    assert pulled.kind == "gotcha" and "git add -f" in pulled.full_content

@@ -97,3 +97,23 @@ def test_bad_prompts_get_nothing_and_break_nothing(engram_home: Path, projects_d
         assert bites(store, SESSIONS[n % 2 + 3], prompt) == [], prompt[:40]
     # One word may still name what a rule is about: the rule, and nothing the rules forbid.
     assert {b["id"] for b in bites(store, SESSIONS[4], "deploy")} <= {rule}
+
+
+def test_a_template_typed_fifty_times_and_an_agentic_session_give_nothing(engram_home: Path,
+                                                                          projects_dir: Path) -> None:
+    sessions = []
+    for n in range(50):
+        start = f"2026-10-{n % 28 + 1:02d}T{n % 20:02d}:00:00"
+        c = Conversation(f"33333333-0000-4000-8000-{n:012d}", cwd=CWD, start=start)
+        c.user(TEMPLATE.format(n=n + 100))
+        c.bash(f"bd show shop-{n + 100}", f"shop-{n + 100}: item {n}")
+        c.say(f"Closed shop-{n + 100}.", end_turn=True)
+        sessions.append(c)
+    agentic = Conversation("33333333-0000-4000-8000-999999999999", cwd=CWD, start="2026-10-30T10:00:00")
+    agentic.say("Starting the scheduled dependency audit.")  # no user prompt at all: a fully agentic session
+    agentic.bash("npm audit", "found 0 vulnerabilities")
+    agentic.say("The audit found nothing.", end_turn=True)
+    store = processed(projects_dir, [*sessions, agentic])
+    assert store.conn.execute("SELECT count(*) FROM episodes").fetchone()[0] > 0
+    for n in (150, 151):
+        assert bites(store, SESSIONS[4], TEMPLATE.format(n=n)) == []

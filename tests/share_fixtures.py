@@ -12,10 +12,14 @@ import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.pg_cluster import PostgresCluster
+
+if TYPE_CHECKING:
+    from processor.memory.episodes import EpisodeStore
 
 _counter = itertools.count(1)
 
@@ -215,3 +219,22 @@ def seed_memories(machine: Machine, count: int, *, prefix: str = "memory", proje
 def set_model_meta(machine: Machine) -> None:
     """Record the default model as the one the (empty) store's vectors come from, without loading it."""
     seed_memories(machine, 0)
+
+
+def store_of(machine: Machine) -> EpisodeStore:
+    """The machine's episode store (its own connection)."""
+    from processor.memory.episodes import EpisodeStore
+    from processor.store import open_store
+
+    return EpisodeStore(machine.settings, open_store(machine.settings.db_path))
+
+
+def sync(machine: Machine) -> None:
+    """One `engram share push` + `pull` pass of the machine, its connections closed after."""
+    from processor.share.sync import Sharing
+
+    sharing = Sharing(machine.settings)
+    try:
+        sharing.sync()
+    finally:
+        sharing.close_all()

@@ -15,27 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from processor.memory.episodes import EpisodeStore
 from processor.share import commands
 from processor.share import connection as share_connection
 from processor.share.errors import MachineIdTaken, ShareError
 from processor.share.sync import Sharing
-from processor.store import open_store
 from tests.conftest import REPO
 from tests.pg_cluster import TlsFront, free_port, make_certificates
-from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta
-
-
-def store_of(machine: Machine) -> EpisodeStore:
-    return EpisodeStore(machine.settings, open_store(machine.settings.db_path))
-
-
-def sync(machine: Machine) -> None:
-    sharing = Sharing(machine.settings)
-    try:
-        sharing.sync()
-    finally:
-        sharing.close_all()
+from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, store_of, sync
 
 
 def failure(machine: Machine) -> ShareError:

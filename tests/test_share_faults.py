@@ -21,15 +21,7 @@ from processor.store import open_store
 from processor.store import share as share_sql
 from tests.conftest import REPO
 from tests.pg_cluster import PostgresCluster
-from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta
-
-
-def sync(machine: Machine) -> None:
-    sharing = Sharing(machine.settings)
-    try:
-        sharing.sync()
-    finally:
-        sharing.close_all()
+from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, sync
 
 
 def local_ids(machine: Machine) -> list[str]:

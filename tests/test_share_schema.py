@@ -10,17 +10,8 @@ from processor.recall.forget import forget
 from processor.share import commands
 from processor.share.errors import ShareError
 from processor.share.postgres import migrations as schema
-from processor.share.sync import Sharing
 from processor.store import open_store
-from tests.share_fixtures import Machine, SharedSetup, capture, seed_memories, write_session
-
-
-def sync(machine: Machine) -> None:
-    sharing = Sharing(machine.settings)
-    try:
-        sharing.sync()
-    finally:
-        sharing.close_all()
+from tests.share_fixtures import SharedSetup, capture, seed_memories, sync, write_session
 
 
 def test_init_upgrades_an_older_schema_which_clients_refuse_until_then(shared: SharedSetup,

@@ -15,16 +15,8 @@ from processor.status import collect_status, format_status
 from processor.store import open_store
 from processor.store import share as share_sql
 from tests.pg_cluster import free_port
-from tests.share_fixtures import Machine, SharedSetup, seed_memories
+from tests.share_fixtures import Machine, SharedSetup, seed_memories, sync
 from tests.viewer_fixtures import ViewerServer
-
-
-def sync(machine: Machine) -> None:
-    sharing = Sharing(machine.settings)
-    try:
-        sharing.sync()
-    finally:
-        sharing.close_all()
 
 
 def test_status_doctor_and_viewer_show_the_last_error_with_its_fix(shared: SharedSetup) -> None:

@@ -7,25 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from processor.memory.episodes import EpisodeStore
 from processor.share import commands
 from processor.share.sync import Sharing
 from processor.store import open_store
-from tests.share_fixtures import Machine, SharedSetup
+from tests.share_fixtures import Machine, SharedSetup, store_of, sync
 
 PROJECT = "/work/example-app"
-
-
-def store_of(machine: Machine) -> EpisodeStore:
-    return EpisodeStore(machine.settings, open_store(machine.settings.db_path))
-
-
-def sync(machine: Machine) -> None:
-    sharing = Sharing(machine.settings)
-    try:
-        sharing.sync()
-    finally:
-        sharing.close_all()
 
 
 @pytest.fixture

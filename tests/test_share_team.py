@@ -10,13 +10,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from processor.memory.episodes import EpisodeStore
 from processor.share import commands
 from processor.share.errors import ShareError
 from processor.share.pull import NO_LONGER_SHARED
-from processor.share.sync import Sharing
 from processor.store import open_store
-from tests.share_fixtures import Machine, SharedSetup, capture, write_session
+from tests.share_fixtures import Machine, SharedSetup, capture, store_of, sync, write_session
 from tests.transcripts import Conversation, assistant_line, user_line
 
 
@@ -26,18 +24,6 @@ def repo(path: Path, remote: str | None) -> str:
     if remote:
         subprocess.run(["git", "-C", str(path), "remote", "add", "origin", remote], check=True)
     return str(path)
-
-
-def store_of(machine: Machine) -> EpisodeStore:
-    return EpisodeStore(machine.settings, open_store(machine.settings.db_path))
-
-
-def sync(machine: Machine) -> None:
-    sharing = Sharing(machine.settings)
-    try:
-        sharing.sync()
-    finally:
-        sharing.close_all()
 
 
 def compact(line: str) -> str:

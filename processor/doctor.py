@@ -646,7 +646,7 @@ def check_shared_memory(probe: _Probe) -> Check:
         return _warning(name, f"{text}; the processor's last error ({local.get('last_error_at')}): "
                               f"{local['last_error']}", local.get("last_error_fix"))
     if clock:
-        return _warning(name, text + "; " + clock.split(" Fix: ")[0], clock.split(" Fix: ")[-1])
+        return _warning(name, f"{text}; {clock.problem}", clock.fix)
     if local.get("kept_local") or local.get("refused"):
         return _warning(name, f"{text}; {local.get('kept_local', 0)} memories kept on this machine (too large), "
                               f"{local.get('refused', 0)} rows refused from the server",

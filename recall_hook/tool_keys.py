@@ -96,6 +96,12 @@ def _split_commands(command: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
+def _program(word: str) -> str:
+    """The program a command word runs: its file name, python3 and py read as python."""
+    program = word.rsplit("/", 1)[-1]
+    return "python" if program in ("python3", "py") else program
+
+
 def command_key(segment: str) -> str | None:
     """``cmd:…`` for one simple command, or None for a look-around command or nothing recognisable."""
     words = segment.split()
@@ -103,27 +109,20 @@ def command_key(segment: str) -> str | None:
         words = words[1:]  # FOO=bar cmd, sudo cmd
     if not words:
         return None
-    program = words[0].rsplit("/", 1)[-1]
-    if program in ("python3", "py"):
-        program = "python"
+    program, rest = _program(words[0]), words[1:]
     if not _word_like(program) or program in GENERIC:
         return None
     runner: list[str] = []
-    rest = words[1:]
-    if program in RUNNERS:  # uv run ty check: the tool is what `uv run` runs
-        if RUNNERS[program] and rest[:1] != [RUNNERS[program]]:
-            runner = []
-        else:
-            runner = [program] + rest[:1] if RUNNERS[program] else [program]
-            rest = rest[1:] if RUNNERS[program] else rest
-            if not rest:
-                return None
-            program = rest[0].rsplit("/", 1)[-1]
-            rest = rest[1:]
-            if program in ("python3", "py"):
-                program = "python"
-            if not _word_like(program) or program in GENERIC:
-                return None
+    subcommand = RUNNERS.get(program)
+    if subcommand is not None and (not subcommand or rest[:1] == [subcommand]):
+        # uv run ty check: the tool is what `uv run` runs (`uv sync` is uv's own subcommand)
+        runner = [program, subcommand] if subcommand else [program]
+        rest = rest[1:] if subcommand else rest
+        if not rest:
+            return None
+        program, rest = _program(rest[0]), rest[1:]
+        if not _word_like(program) or program in GENERIC:
+            return None
     if program == "python" and len(rest) >= 2 and rest[0] == "-m" and _word_like(rest[1]):
         return "cmd:" + " ".join([*runner, "python", "-m", rest[1]])
     key = [program]

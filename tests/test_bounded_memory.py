@@ -160,8 +160,9 @@ def test_answered_queries_leave_nothing_behind(processor: Processor, tmp_path: P
 
                 def one(i: int) -> None:
                     try:
-                        answer = request(run_dir, "POST", "/recall", {"query": f"cache retries {i}", "limit": 3},
-                                         timeout=60)
+                        # Half ask as memory_recall does, half as the UserPromptSubmit hook does (the bites' bar).
+                        answer = request(run_dir, "POST", "/recall", {"query": f"cache retries {i}", "limit": 3,
+                                                                      "unasked": i % 2 == 0}, timeout=60)
                         json.dumps(answer)
                     except Exception as exc:  # noqa: BLE001 - collected and reported below
                         errors.append(repr(exc))
@@ -174,6 +175,14 @@ def test_answered_queries_leave_nothing_behind(processor: Processor, tmp_path: P
                 assert not errors, errors[:3]
 
             sessions_come_and_go(processor, 5, "data")
+            opened: list[int] = []
+            open_reader = processor.memory._open_reader
+
+            def counted_open_reader():  # the stores the requests open, counted
+                opened.append(1)
+                return open_reader()
+
+            processor.memory._open_reader = counted_open_reader
             tracemalloc.start()
             try:
                 burst(40)
@@ -191,5 +200,8 @@ def test_answered_queries_leave_nothing_behind(processor: Processor, tmp_path: P
             control.stop()
     # Request threads borrow stores (a connection each) from a pool of a few: a burst does not open one each.
     assert processor.memory.idle_readers <= READERS
+    # Both kinds of /recall borrow: 200 requests open a few stores (more only when one waited 5 s for the
+    # pool), never one each.
+    assert len(opened) < 40, f"{len(opened)} stores opened for 200 requests"
     retained, top = retained_by_engram(before, after)
     assert retained < 40 * 200, f"{retained} bytes kept after 200 answered queries: {top}"

@@ -238,5 +238,8 @@ def test_a_1_mb_memory_stays_local_with_a_message(shared: SharedSetup) -> None:
     assert kept and "share_max_memory_kb" in kept[0] and "Fix:" in kept[0]
     ids = {r[0] for r in shared.admin_sql("SELECT id FROM engram.memories")}
     assert small_id in ids and big_id not in ids
-    assert commands.status(a.settings, network=False).data["kept_local"] == 1
+    status = commands.status(a.settings, network=False)
+    assert status.data["kept_local"] == 1
+    # `engram doctor` sends the user to `engram share status`, which names the memory and why.
+    assert any(big_id in line and "kept here" in line and "share_max_memory_kb" in line for line in status.lines)
     assert store.recall("what caused the outage", project="/work/app")

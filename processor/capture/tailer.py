@@ -251,10 +251,9 @@ class Tailer:
                     result.problems += 1
                     log.warning("%s: line at byte %d skipped: %s", path, line.offset, outcome.reason)
                 continue
-            if isinstance(outcome, CapturedLine) and outcome.tool_calls:
-                worked_on.append((outcome.uuid, outcome.ts_ms, outcome.tool_calls, ()))
-            if outcome.failures:
-                worked_on.append((outcome.uuid, outcome.ts_ms, (), outcome.failures))
+            calls = outcome.tool_calls if isinstance(outcome, CapturedLine) else ()
+            if calls or outcome.failures:
+                worked_on.append((outcome.uuid, outcome.ts_ms, calls, outcome.failures))
             if outcome.tool_results or (isinstance(outcome, CapturedLine) and outcome.tool_uses):
                 uses = outcome.tool_uses if isinstance(outcome, CapturedLine) else ()
                 awaited.update(tool_use_id for tool_use_id, _ in uses)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from processor.capture.redact import redact
 from processor.memory.sentences import units
-from processor.memory.statements import is_narration
+from processor.memory.statements import is_narration, prose, word_count
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
 from recall_hook.tool_keys import command_keys
@@ -77,8 +77,6 @@ _NOT_RUN = re.compile(r"doesn't want to (?:proceed|take this action)|requires ap
 _PROGRAM_OUTPUT = re.compile(r"\b(?:error|exception|traceback|failed|failure|fatal|warning|denied|not found|"
                              r"no such|exit code|exited|command not found|usage:|errno|panic)\b|[:=]\s*\d|[{}<>|]",
                              re.IGNORECASE)
-_TOOL_NOTE = re.compile(r"\[tool: [^\]\n]*\]")
-_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 _ERROR_LINE = re.compile(r"\b(?:error|exception|failed|failure|fatal|denied|not found|no such|cannot|can't|"
                          r"refused|invalid|unknown|unexpected|syntax)\b", re.IGNORECASE)
 
@@ -107,8 +105,7 @@ def _command_keys(call: StoredToolCall) -> set[str]:
 
 
 def _clean(sentence: str) -> str:
-    sentence = " ".join(_TOOL_NOTE.sub(" ", sentence).split())
-    return _FLUFF.sub("", sentence).strip()
+    return _FLUFF.sub("", prose(sentence)).strip()
 
 
 # "Let me add a type ignore since `pytest.skip()` is a valid call but ty has issues with it": the action is
@@ -131,7 +128,7 @@ def diagnosis_kind(sentence: str) -> str | None:
     """gotcha or bugfix when the sentence states a constraint or a cause and can stand alone; else None."""
     if len(sentence) > LESSON_CHARS or sentence.endswith("?") or is_narration(sentence):
         return None
-    if len(_WORD.findall(sentence)) < MIN_WORDS or not (_SPECIFIC.search(sentence) or _TOOLS.search(sentence)):
+    if word_count(sentence) < MIN_WORDS or not (_SPECIFIC.search(sentence) or _TOOLS.search(sentence)):
         return None
     if _CONSTRAINT.search(sentence):
         return "gotcha"

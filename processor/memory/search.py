@@ -188,7 +188,8 @@ class VectorIndex:
         return [(int(rowids[i]), float(sims[i])) for i in best]
 
 
-def _recency(created_at: int, now_ms: int, half_life_days: float) -> float:
+def half_life_decay(created_at: int, now_ms: int, half_life_days: float) -> float:
+    """1 at `now_ms`, halving every `half_life_days` calendar days before it (0 without a half-life)."""
     age_days = max(now_ms - created_at, 0) / 86_400_000
     return math.exp(-math.log(2) * age_days / half_life_days) if half_life_days > 0 else 0.0
 
@@ -202,7 +203,7 @@ def _frequency(access_count: int, accessed_at: int, reference_ms: int, weights: 
     """
     if access_count <= 0:
         return 0.0
-    uses = access_count * _recency(accessed_at, reference_ms, weights.recency_half_life_days)
+    uses = access_count * half_life_decay(accessed_at, reference_ms, weights.recency_half_life_days)
     saturation = max(weights.frequency_saturation, 1e-9)
     return uses / (uses + saturation)
 

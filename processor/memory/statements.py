@@ -30,9 +30,14 @@ def prose(text: str) -> str:
     return " ".join(_TOOL_NOTE.sub(" ", text).split())
 
 
+def word_count(text: str) -> int:
+    """Its words: runs of letters (numbers, ids and punctuation are not words)."""
+    return len(_WORD.findall(text))
+
+
 def is_tool_list(text: str) -> bool:
     """Mostly tool notes: fewer than five words of its own."""
-    return bool(_TOOL_NOTE.search(text)) and len(_WORD.findall(prose(text))) < _MIN_WORDS
+    return bool(_TOOL_NOTE.search(text)) and word_count(prose(text)) < _MIN_WORDS
 
 
 def is_narration(text: str) -> bool:
@@ -51,5 +56,5 @@ def is_fragment(text: str) -> bool:
 def states_something(text: str) -> bool:
     """A statement another session can act on: none of the shapes above, and at least five words."""
     body = prose(text)
-    return (len(_WORD.findall(body)) >= _MIN_WORDS and not body.endswith("?") and not is_tool_list(text)
+    return (word_count(body) >= _MIN_WORDS and not body.endswith("?") and not is_tool_list(text)
             and not is_narration(body) and not is_fragment(body))

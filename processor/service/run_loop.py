@@ -167,8 +167,8 @@ class Processor:
 
     def offers_for_http(self, query: str, *, limit: int, project: str | None) -> list[dict]:
         """What clears the bar of a user message's bites for this text (``processor.memory.unasked``)."""
-        store = self.memory.reader()
-        found = offers(store.conn, store.index, query, store.embedder.embed_query(query), project, limit=limit)
+        with self.memory.reading() as store:
+            found = offers(store.conn, store.index, query, store.embedder.embed_query(query), project, limit=limit)
         return [{"id": o.episode.id, "bite": o.bite, "date": utc_date(o.episode.created_at),
                  "importance": o.episode.importance, "kind": o.episode.kind, "relevance": round(o.cosine, 4)}
                 for o in found]

@@ -236,6 +236,9 @@ def status_of(conn: apsw.Connection, settings: Settings) -> dict[str, Any]:
         "last_error_at": utc_clock(state.last_error_at) if state.last_error_at else None,
         "kept_local": problems.get("push", 0),
         "refused": problems.get("pull", 0),
+        # Which ones, and why (newest first): what `engram doctor` sends the user here for.
+        "problems": [{"id": episode_id, "direction": direction, "reason": reason, "at": utc_clock(at)}
+                     for episode_id, direction, reason, at in sql.problems(conn)] if problems else [],
     }
 
 
@@ -255,7 +258,7 @@ def status(settings: Settings, *, network: bool = True) -> Outcome:
                 data["schema_version"] = db.schema_version
                 warning = share_connection.clock_warning(db)
                 if warning:
-                    data["clock"] = warning
+                    data["clock"] = str(warning)
             finally:
                 db.close()
         except ShareError as exc:
@@ -282,6 +285,9 @@ def format_status(data: dict[str, Any]) -> list[str]:
     if data.get("kept_local") or data.get("refused"):
         lines.append(f"  kept on this machine: {data.get('kept_local', 0)} (too large); refused from the server: "
                      f"{data.get('refused', 0)} (bad rows)")
+        for problem in data.get("problems") or []:
+            verb = "kept here" if problem["direction"] == "push" else "refused"
+            lines.append(f"    {problem['id']} {verb} ({problem['at']}): {problem['reason']}")
     if data.get("last_error"):
         lines.append(f"  last error ({data.get('last_error_at')}): {data['last_error']}")
         if data.get("last_error_fix"):

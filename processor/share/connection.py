@@ -184,15 +184,16 @@ def prepare(conn: Any) -> None:
     register_vector(conn)
 
 
-def clock_warning(db: SharedDatabase) -> str | None:
-    """A clock hours off does not break syncing (order is the server's sequence), but dates made here are off."""
+def clock_warning(db: SharedDatabase) -> ShareError | None:
+    """A clock hours off does not break syncing (order is the server's sequence), but dates made here are off:
+    a warning (never raised), whose text is the problem and its fix."""
     if abs(db.clock_skew_ms) < CLOCK_SKEW_WARN_MS:
         return None
     hours = db.clock_skew_ms / 3_600_000
     side = "ahead of" if hours > 0 else "behind"
-    return (f"this machine's clock is {abs(hours):.1f} h {side} the shared database's; changes are still ordered "
-            f"by the server's sequence, but the dates of memories made here are off. Fix: turn on time sync "
-            f"(timedatectl set-ntp true; macOS: System Settings > General > Date & Time)")
+    return ShareError(f"this machine's clock is {abs(hours):.1f} h {side} the shared database's; changes are still "
+                      f"ordered by the server's sequence, but the dates of memories made here are off.",
+                      "turn on time sync (timedatectl set-ntp true; macOS: System Settings > General > Date & Time)")
 
 
 def check_machine(db: SharedDatabase, machine_id: str, hostname: str, fingerprint: str, model: str | None) -> None:

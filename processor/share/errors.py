@@ -40,6 +40,11 @@ class MachineIdTaken(ShareError):
     """Another machine (a copied Engram home) registered this machine's id."""
 
 
+def is_psycopg_error(exc: BaseException) -> bool:
+    """Raised by psycopg or its pool (the driver or the server), asked without importing psycopg."""
+    return type(exc).__module__.startswith("psycopg")
+
+
 def explain_connection_error(exc: BaseException, where: str) -> ShareError:
     """A psycopg error met while connecting or syncing, as a ShareError naming the fix."""
     import psycopg

@@ -10,8 +10,9 @@ its root path, which matches only clones at the same path.
 from __future__ import annotations
 
 import re
-import subprocess
 from urllib.parse import urlsplit
+
+from processor.memory.code_check import RepoUnavailable, git
 
 GIT_TIMEOUT_SECONDS = 5.0
 PATH_PREFIX = "path:"
@@ -41,12 +42,12 @@ def normalise_remote(url: str) -> str | None:
 
 
 def _git(root: str, *args: str) -> str | None:
+    """What the git call printed, or None when it failed (no git, no repository, too slow)."""
     try:
-        proc = subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_SECONDS)
-    except (OSError, subprocess.TimeoutExpired):
+        status, out = git(root, list(args), GIT_TIMEOUT_SECONDS)
+    except RepoUnavailable:
         return None
-    return proc.stdout if proc.returncode == 0 else None
+    return out if status == 0 else None
 
 
 def remote_url(root: str) -> str | None:

@@ -215,7 +215,6 @@ def _apply(conn: apsw.Connection, checked: list[Checked], refused: list[tuple[pg
         sql.set_applying(conn, True)
         local = sql.local_versions(conn, ids)
         waiting = sql.queued_ids(conn, ids)
-        hashes = sql.content_hashes(conn, ids)
         shared: list[SharedRow] = []
         for item in checked:
             row, replica = item.row, item.replica
@@ -231,7 +230,7 @@ def _apply(conn: apsw.Connection, checked: list[Checked], refused: list[tuple[pg
             elif current.status == "forgotten" or row.id in waiting:
                 pass  # forgotten here stays forgotten; a local change waiting for its push goes out next
             elif current.fingerprint != sql.fingerprint_of(replica):
-                new_text = hashes.get(row.id) != replica.content_hash
+                new_text = current.content_hash != replica.content_hash
                 sql.update_replica(conn, replica, item.vector, new_vector=new_text and item.vector is not None)
                 report.applied += 1
             shared.append(SharedRow(row.id, row.seq, row.machine_id, row.owner, row.team, row.project_key,

@@ -172,10 +172,8 @@ def push_pending(conn: apsw.Connection, db: SharedDatabase, settings: Settings, 
         batches += 1
         # Project keys may need git (a subprocess): found before the rows are read, outside any transaction.
         ids = [episode_id for _, episode_id in entries]
-        replicas = {i for i, row in sql.shared_rows(conn, ids).items() if row.pulled}
-        for memory in sql.memories_for_push(conn, ids).values():
-            if memory.id not in replicas:
-                keys.key(memory.project)
+        for root in sql.own_projects_of(conn, ids):
+            keys.key(root)
         kept_before = len(report.kept_local)
         conn.execute("BEGIN")  # a read transaction: the batch is read as one consistent state
         try:

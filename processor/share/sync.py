@@ -27,7 +27,7 @@ from processor.memory.episodes import EpisodeStore
 from processor.recall.recollections import drop_bites
 from processor.share import connection as share_connection
 from processor.share.connection import SharedDatabase
-from processor.share.errors import ShareError, explain_connection_error
+from processor.share.errors import ShareError, explain_connection_error, is_psycopg_error
 from processor.share.machine import fingerprint, hostname, new_machine_id
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
@@ -100,7 +100,7 @@ class Sharing:
             warning = share_connection.clock_warning(db)
             if warning:
                 log.warning("%s", warning)
-                self.warnings.append(warning)
+                self.warnings.append(str(warning))
             instance = pg.instance_id(db.conn)
             if (sql.triggers_missing(self.conn) or sql.state(self.conn).role != db.role
                     or sql.server_id(self.conn) != instance):
@@ -117,7 +117,7 @@ class Sharing:
         except BaseException as exc:
             self.db = None
             db.close()
-            if _is_psycopg(exc):
+            if is_psycopg_error(exc):
                 raise explain_connection_error(exc, db.where) from None
             raise
         return db
@@ -152,7 +152,7 @@ class Sharing:
             self.close()
             raise
         except Exception as exc:
-            if not _is_psycopg(exc):
+            if not is_psycopg_error(exc):
                 raise
             self.close()
             raise explain_connection_error(exc, db.where) from None
@@ -304,7 +304,7 @@ class ShareThread:
                     error = explain(exc, where)
                     if str(error) != self.last_error:
                         log.error("shared memory: %s", error)
-                        if not isinstance(exc, ShareError) and not _is_psycopg(exc):
+                        if not isinstance(exc, ShareError) and not is_psycopg_error(exc):
                             log.exception("shared memory: unexpected failure")
                     self.last_error = str(error)
                     self.state = "retrying"
@@ -341,6 +341,9 @@ class ShareThread:
         db = sharing.open()
         pg.listen(db.conn)
         url = self.settings.shared_database_url
+        # Read before the sync: a change queued while it runs (the first pull can embed for seconds) is then
+        # newer than what was seen, and pushed at the next wake instead of waiting for another change.
+        seen_outbox = sql.newest_outbox_seq(sharing.conn)
         sharing.sync()
         if self.last_error is not None:
             log.info("shared memory: connected to %s again", db.where)
@@ -348,7 +351,6 @@ class ShareThread:
         sharing.record_error(None)
         sharing.record_contact()
         self.synced_at = time.monotonic()
-        seen_outbox = sql.newest_outbox_seq(sharing.conn)
         last_pull = last_reconcile = last_contact = time.monotonic()
         while not self._stop.is_set() and self.settings.shared_database_url == url:
             self.state = "waiting"
@@ -361,8 +363,8 @@ class ShareThread:
             self.state = "syncing"
             newest = sql.newest_outbox_seq(sharing.conn)
             if newest != seen_outbox:
+                seen_outbox = newest  # before the push, for the same reason
                 sharing.push()
-                seen_outbox = sql.newest_outbox_seq(sharing.conn)
             now = time.monotonic()
             if notified or now - last_pull >= FULL_PULL_SECONDS:
                 sharing.pull()
@@ -380,7 +382,3 @@ class ShareThread:
     def _sleep(self, seconds: float) -> None:
         self._wake.wait(seconds)
         self._wake.clear()
-
-
-def _is_psycopg(exc: BaseException) -> bool:
-    return type(exc).__module__.startswith("psycopg")

@@ -14,7 +14,6 @@ machine and counts nothing here.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -23,11 +22,12 @@ from processor.clock import utc_date
 from processor.config import Settings
 from processor.memory.bites import Passage, bites_for
 from processor.memory.episodes import Expansion, Hit, weights_from
-from processor.memory.search import fts_terms
+from processor.memory.search import fts_terms, half_life_decay
 from processor.share import connection as share_connection
-from processor.share.errors import ShareError, explain_connection_error
+from processor.share.errors import ShareError, explain_connection_error, is_psycopg_error
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
+from processor.store.share import Origin
 
 LEXICAL_CAP = 200  # matches ranked per side (all words, any word): bounds a common word's cost
 COMMON_SHARE = 0.5  # a word in this share of the memories or more is left out, as local search does
@@ -98,7 +98,7 @@ def search_team(settings: Settings, embedder: Any, query: str, *, limit: int, pr
     except ShareError:
         raise
     except Exception as exc:
-        if type(exc).__module__.startswith("psycopg"):
+        if is_psycopg_error(exc):
             raise explain_connection_error(exc, where) from None
         raise
     return rank(candidates, query, limit, weights)
@@ -117,9 +117,7 @@ def rank(candidates: list[pg.TeamCandidate], query: str, limit: int, weights: An
         relevance = weights.bm25_share * lexical + (1 - weights.bm25_share) * cosine
         if c.importance == "high" and (lexical > 0 or cosine >= weights.slight_relevance):
             relevance = max(relevance, weights.high_importance_floor)
-        age_days = max(newest - c.created_at, 0) / 86_400_000
-        recency = (math.exp(-math.log(2) * age_days / weights.recency_half_life_days)
-                   if weights.recency_half_life_days > 0 else 0.0)
+        recency = half_life_decay(c.created_at, newest, weights.recency_half_life_days)
         score = weights.relevance * relevance + weights.recency * recency * relevance
         scored.append((score, relevance, c))
     scored.sort(key=lambda item: item[0], reverse=True)
@@ -139,4 +137,4 @@ def expand_team(settings: Settings, memory_id: str) -> Expansion | None:
     return Expansion(row.id, row.summary or "", row.full_content or "", utc_date(row.created_at), row.project,
                      row.session_id, row.importance, row.kind, row.scope, row.source_type, row.status,
                      list(row.entities or []), [], row.superseded_by, [],
-                     f"teammate {row.owner}, machine {row.machine_id}" + (f", team {row.team}" if row.team else ""))
+                     Origin(row.machine_id, row.owner, None, row.team, pulled=True, mine=False).describe())

@@ -42,12 +42,13 @@ class Episode:
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Episode:
         values = list(row)
-        values[6] = _json_list(values[6])
-        values[11] = _json_list(values[11])
+        values[6] = json_list(values[6])
+        values[11] = json_list(values[11])
         return cls(*values)
 
 
-def _json_list(text: str | None) -> list[str]:
+def json_list(text: str | None) -> list[str]:
+    """A JSON list column (entities, source_uuids) as strings; [] when it is not one."""
     try:
         value = json.loads(text or "[]")
     except ValueError:
@@ -246,7 +247,7 @@ def add_sources(conn: apsw.Connection, episode_id: str, source_uuids: list[str])
     row = conn.execute("SELECT source_uuids FROM episodes WHERE id = ?", (episode_id,)).fetchone()
     if row is None:
         return
-    old = _json_list(row[0])
+    old = json_list(row[0])
     merged = list(dict.fromkeys(old + list(source_uuids)))
     if merged != old:
         conn.execute("UPDATE episodes SET source_uuids = ? WHERE id = ?", (json.dumps(merged), episode_id))

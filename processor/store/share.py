@@ -16,6 +16,8 @@ from typing import Any
 
 import apsw
 
+from processor.store.episodes import NewEpisode, json_list
+
 # --- the triggers that fill the outbox -------------------------------------------------------------
 
 _NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
@@ -333,14 +335,6 @@ class LocalMemory:
     session_opt_out: str | None
 
 
-def _json_list(text: str | None) -> list[str]:
-    try:
-        value = json.loads(text or "[]")
-    except ValueError:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
 def memories_for_push(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, LocalMemory]:
     """The current state of these episodes (absent ids were deleted), with their session's opt-out."""
     if not episode_ids:
@@ -355,10 +349,21 @@ def memories_for_push(conn: apsw.Connection, episode_ids: list[str]) -> dict[str
     found = {}
     for row in rows:
         values = list(row)
-        values[5] = _json_list(values[5])
-        values[10] = _json_list(values[10])
+        values[5] = json_list(values[5])
+        values[10] = json_list(values[10])
         found[row[0]] = LocalMemory(*values)
     return found
+
+
+def own_projects_of(conn: apsw.Connection, episode_ids: list[str]) -> list[str]:
+    """The projects of these episodes, of those made here (not pulled replicas): the roots a push keys."""
+    if not episode_ids:
+        return []
+    marks = ",".join("?" * len(episode_ids))
+    rows = conn.execute(f"SELECT DISTINCT e.project FROM episodes e LEFT JOIN share_rows r ON r.episode_id = e.id "
+                        f"WHERE e.id IN ({marks}) AND coalesce(r.pulled, 0) = 0 AND e.project IS NOT NULL",
+                        episode_ids)
+    return [r[0] for r in rows]
 
 
 # --- what the shared database holds -------------------------------------------------------------------
@@ -395,12 +400,6 @@ def record_shared(conn: apsw.Connection, rows: list[SharedRow]) -> None:
          for r in rows])
 
 
-def pulled_ids_of_team(conn: apsw.Connection, team: str, owner_not: str) -> list[str]:
-    """Replicas of a team's memories made by other people."""
-    return [r[0] for r in conn.execute("SELECT episode_id FROM share_rows WHERE pulled = 1 AND team = ? "
-                                       "AND owner != ?", (team, owner_not))]
-
-
 def replica_ids_of_others(conn: apsw.Connection, owner_not: str, after: str, limit: int) -> list[str]:
     """Replicas of other people's memories, a page at a time in id order (still visible on the server?)."""
     return [r[0] for r in conn.execute("SELECT episode_id FROM share_rows WHERE pulled = 1 AND owner != ? "
@@ -429,24 +428,17 @@ class Origin:
         return f"teammate {self.owner}, machine {machine}" + (f", team {self.team}" if self.team else "")
 
 
-def origin_of(conn: apsw.Connection, episode_id: str) -> Origin | None:
-    """None for a memory the shared database does not know (never shared, or sharing not in use)."""
-    found = origins_of(conn, [episode_id], pulled_only=False)
-    return found.get(episode_id)
-
-
-def origins_of(conn: apsw.Connection, episode_ids: list[str], *, pulled_only: bool = True) -> dict[str, Origin]:
-    """Where these memories were made, for those made on another machine (pulled_only) or known to the server."""
+def origins_of(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, Origin]:
+    """Where these memories were made, for those made on another machine (pulled here)."""
     if not episode_ids:
         return {}
     marks = ",".join("?" * len(episode_ids))
-    pulled = " AND r.pulled = 1" if pulled_only else ""
     try:
         rows = conn.execute(f"SELECT r.episode_id, r.origin_machine, r.owner, m.hostname, r.team, r.pulled, "
                             f"r.owner = coalesce(s.role, r.owner) FROM share_rows r "
                             f"LEFT JOIN share_machines m ON m.machine_id = r.origin_machine "
                             f"LEFT JOIN share_state s ON s.id = 1 "
-                            f"WHERE r.episode_id IN ({marks}){pulled}", episode_ids).fetchall()
+                            f"WHERE r.episode_id IN ({marks}) AND r.pulled = 1", episode_ids).fetchall()
     except apsw.SQLError:  # a database from before shared memory
         return {}
     return {r[0]: Origin(r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6])) for r in rows}
@@ -521,22 +513,10 @@ def relocate(conn: apsw.Connection, episode_ids: list[str], root: str) -> None:
 
 
 @dataclass(frozen=True)
-class Replica:
-    """A memory as pulled, ready for the episodes table (validated, its vector in this machine's model)."""
+class Replica(NewEpisode):
+    """A memory as pulled, ready for the episodes table (validated, its vector in this machine's model): a new
+    episode with the lifecycle it has elsewhere."""
 
-    id: str
-    session_id: str | None
-    project: str | None
-    scope: str
-    summary: str
-    entities: list[str]
-    importance: str
-    kind: str
-    source_type: str
-    full_content: str
-    source_uuids: list[str]
-    content_hash: str
-    created_at: int
     valid_from: int
     valid_to: int | None
     superseded_by: str | None
@@ -548,19 +528,15 @@ class LocalVersion:
     """What a pulled change is compared with: the local row's state, and whether it waits to be pushed."""
 
     status: str
+    content_hash: str
+    # (summary, entities, importance, kind, scope, status, superseded_by, valid_to, content_hash, project,
+    # source_uuids): the columns a pulled change may differ in
     fingerprint: tuple[Any, ...]
 
 
-def _fingerprint(summary: str, entities: str, importance: str, kind: str, scope: str, status: str,
-                 superseded_by: str | None, valid_to: int | None, content_hash: str, project: str | None,
-                 source_uuids: str) -> tuple[Any, ...]:
-    return (summary, entities, importance, kind, scope, status, superseded_by, valid_to, content_hash, project,
-            source_uuids)
-
-
 def fingerprint_of(r: Replica) -> tuple[Any, ...]:
-    return _fingerprint(r.summary, json.dumps(r.entities), r.importance, r.kind, r.scope, r.status,
-                        r.superseded_by, r.valid_to, r.content_hash, r.project, json.dumps(r.source_uuids))
+    return (r.summary, json.dumps(r.entities), r.importance, r.kind, r.scope, r.status, r.superseded_by,
+            r.valid_to, r.content_hash, r.project, json.dumps(r.source_uuids))
 
 
 def local_versions(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, LocalVersion]:
@@ -569,7 +545,7 @@ def local_versions(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, L
     marks = ",".join("?" * len(episode_ids))
     rows = conn.execute(f"SELECT id, summary, entities, importance, kind, scope, status, superseded_by, valid_to, "
                         f"content_hash, project, source_uuids FROM episodes WHERE id IN ({marks})", episode_ids)
-    return {r[0]: LocalVersion(r[6], _fingerprint(*r[1:])) for r in rows}
+    return {r[0]: LocalVersion(r[6], r[9], tuple(r[1:])) for r in rows}
 
 
 def insert_replica(conn: apsw.Connection, r: Replica, embedding: bytes | None) -> int:
@@ -598,13 +574,6 @@ def update_replica(conn: apsw.Connection, r: Replica, embedding: bytes | None, *
          r.status, *((embedding,) if new_vector else ()), r.id))
 
 
-def content_hashes(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, str]:
-    if not episode_ids:
-        return {}
-    marks = ",".join("?" * len(episode_ids))
-    return dict(conn.execute(f"SELECT id, content_hash FROM episodes WHERE id IN ({marks})", episode_ids).fetchall())
-
-
 def record_problem(conn: apsw.Connection, episode_id: str, direction: str, reason: str, now_ms: int,
                    server_seq: int | None = None) -> None:
     conn.execute("INSERT INTO share_problems(episode_id, direction, server_seq, reason, at) VALUES (?, ?, ?, ?, ?) "
@@ -621,10 +590,6 @@ def problems(conn: apsw.Connection, limit: int = 20) -> list[tuple[str, str, str
 
 def problem_counts(conn: apsw.Connection) -> dict[str, int]:
     return dict(conn.execute("SELECT direction, count(*) FROM share_problems GROUP BY direction").fetchall())
-
-
-def clear_problem(conn: apsw.Connection, episode_id: str, direction: str) -> None:
-    conn.execute("DELETE FROM share_problems WHERE episode_id = ? AND direction = ?", (episode_id, direction))
 
 
 def commit_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:

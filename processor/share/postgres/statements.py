@@ -351,12 +351,6 @@ def pull(conn: Any, after_seq: int, limit: int, *, others: bool) -> list[PulledR
         return [PulledRow(*row) for row in cur.fetchall()]
 
 
-def newest_seq(conn: Any) -> int:
-    """The newest sequence number handed out (an upper bound of what there is to pull)."""
-    return int(conn.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM engram.change_seq")
-               .fetchone()[0])
-
-
 def waiting_count(conn: Any, after_seq: int, *, others: bool, cap: int = 100_000) -> int:
     """How many changes this role may read after a sequence number (counted up to cap)."""
     return int(conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM engram.memories WHERE seq > %s AND {_VISIBLE} "

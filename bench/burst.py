@@ -23,7 +23,6 @@ import json
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,11 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
+from bench.load import DEFAULT_MODELS, stats  # noqa: E402
 from processor.capture.remember_inbox import RememberRequest, write_remember_file  # noqa: E402
 from processor.service.control_client import ping, request  # noqa: E402
 from processor.service.control_files import read_port, read_token  # noqa: E402
 
-DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 GOAL_P95_MS = 1000
 QUERY_TAILS = ("for the deploy", "in the tests", "on staging", "after the reconnect fix", "with uv")
 MEMORIES = [
@@ -48,14 +47,6 @@ MEMORIES = [
     "The WebSocket reconnect race was fixed with a mutex on the connection map",
     "User prefers uv over pip for installing Python packages",
 ]
-
-
-def stats(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"n": 0, "p50": None, "p95": None, "max": None}
-    ordered = sorted(values)
-    return {"n": len(values), "p50": round(statistics.median(ordered), 1),
-            "p95": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))], 1), "max": round(ordered[-1], 1)}
 
 
 def one_request(port: int, token: str, method: str, path: str, body: bytes | None, start: threading.Event,

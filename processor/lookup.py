@@ -19,17 +19,14 @@ from typing import Any
 
 from processor.config import Settings
 from processor.recall.format import format_expansion, format_hits
-from processor.service.control_client import ControlError, request
+from processor.service.control_client import RECALL_MAX_LIMIT, RECALL_QUERY_CHARS, ControlError, request
 
-# Longest query the processor's /recall takes whole (it cuts longer ones): a longer one is searched here.
-MAX_SERVED_QUERY_CHARS = 4000
-MAX_LIMIT = 50
 SERVED_TIMEOUT_SECONDS = 10.0
 
 
 def recall_output(settings: Settings, query: str, *, limit: int, project: str | None, as_json: bool) -> str:
     """The lines (or JSON) of a recall for `query`, as `engram recall` prints them."""
-    limit = max(1, min(int(limit), MAX_LIMIT))
+    limit = max(1, min(int(limit), RECALL_MAX_LIMIT))
     hits = _served_hits(settings, query, limit, project)
     if hits is None:
         hits = [hit.__dict__ for hit in _local_store(settings).recall(query, limit=limit, project=project)]
@@ -49,7 +46,7 @@ def expand_output(settings: Settings, item_id: str, *, as_json: bool) -> str:
 
 
 def _served_hits(settings: Settings, query: str, limit: int, project: str | None) -> list[dict[str, Any]] | None:
-    if len(query) > MAX_SERVED_QUERY_CHARS or not query.strip():
+    if len(query) > RECALL_QUERY_CHARS or not query.strip():
         return None  # the processor would cut it, or refuse it: the local search gives the full answer or error
     body: dict[str, Any] = {"query": query, "limit": limit}
     if project is not None:

@@ -17,7 +17,7 @@ import pytest
 
 from processor.service.control_client import ControlRequestFailed, NotRunning, ping, request
 from processor.service.control_files import ensure_token, read_port, read_token
-from processor.service.control_server import ControlServer, RequestRejected
+from processor.service.control_server import BURST_FACTOR, ControlServer, RequestRejected
 from processor.service.pidfile import PidFile
 
 TIMEOUT = 1.0  # the server's whole-request deadline in these tests
@@ -383,10 +383,12 @@ def hold_connections(port: int, stop: threading.Event, count: int) -> list[threa
     return clients
 
 
-def burst(port: int, token: str | None, count: int, path: str = "/recall") -> list[tuple[int | str, str | None]]:
-    """`count` requests sent at the same moment, each on its own connection: (status, Retry-After) each."""
+def burst(port: int, token: str | None, count: int, path: str = "/recall",
+          results: list[tuple[int | str, str | None]] | None = None) -> list[tuple[int | str, str | None]]:
+    """`count` requests sent at the same moment, each on its own connection: (status, Retry-After) each,
+    appended to `results` as they come."""
     ready = threading.Barrier(count)
-    results: list[tuple[int | str, str | None]] = []
+    results = [] if results is None else results
 
     def one(i: int) -> None:
         headers = {"Content-Type": "application/json"}
@@ -491,6 +493,46 @@ def test_requests_without_the_token_cannot_take_the_slots_of_those_with_it(run_d
         for page in pages:
             page.join(timeout=10)
         assert call(control.port, "GET", "/ping")[0] == 200
+    finally:
+        release.set()
+        control.stop()
+
+
+def test_the_queue_for_a_slot_is_bounded_too(run_dir: Path) -> None:
+    # One slot without the token (max_connections 2), held by a live page: complete /ping requests queue for it,
+    # at most BURST_FACTOR times the pool; the rest are refused at once instead of holding a thread each.
+    release = threading.Event()
+
+    def viewer(handler: Any) -> None:
+        release.wait(timeout=30)
+        handler.send_response(200)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    control = ControlServer(run_dir, port=0, routes={}, ui=viewer, max_connections=2, queue_seconds=10.0, **FAST)
+    control.start()
+    try:
+        page = threading.Thread(target=call, args=(control.port, "GET", "/ui/live"), daemon=True)
+        page.start()
+        time.sleep(0.3)  # the one slot is held
+        room = control.open_slots * BURST_FACTOR
+        done: list[tuple[int | str, str | None]] = []
+        flood = threading.Thread(target=burst, args=(control.port, None, room + 20, "/ping", done))
+        started = time.monotonic()
+        flood.start()
+        deadline = started + 5
+        while len(done) < 20 and time.monotonic() < deadline:  # answers as they come
+            time.sleep(0.05)
+        refused_at_once = time.monotonic() - started
+        release.set()
+        flood.join(timeout=60)
+        assert refused_at_once < 5, "requests past the queue's bound waited for a slot"
+        # Answered at once: 503 past the bound, or closed unread from the waiting room (a room of 2 evicts a
+        # connection whose request has not arrived yet); after the release, the queued ones are served.
+        statuses = [status for status, _ in done]
+        assert len(statuses) == room + 20 and statuses.count(503) >= 10, statuses
+        assert all(status in (200, 503, "RemoteDisconnected", "ConnectionResetError") for status in statuses), statuses
+        assert all(retry == "1" for status, retry in done if status == 503)
     finally:
         release.set()
         control.stop()

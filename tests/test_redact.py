@@ -472,6 +472,13 @@ SERVICE_KEYS = [
      "Twilio: set the auth token to " + m("twilio-key") + " in the console"),
     ("twilio-code", f"client = Client('{TWILIO_SID}', '{TWILIO_TOKEN}')",
      f"client = Client('{TWILIO_SID}', '" + m("twilio-auth-token") + "')"),
+    # The shapes caught next to these services' names before their own shapes (32 hex digits, 8 more or two
+    # -groups of 8, a digit at least) stay caught.
+    ("twilio-prose-40-hex", "Twilio auth token is " + fake(40, HEX, "t40"), "Twilio auth token is " + m("twilio-key")),
+    ("mailgun-prose-40-hex", "mailgun api key: " + fake(40, HEX, "mg"), "mailgun api key: " + m("mailgun-key")),
+    ("mailgun-prose-digits", "mailgun key: " + "1234567890" * 3 + "12", "mailgun key: " + m("mailgun-key")),
+    ("twilio-prose-grouped", f"twilio key is {fake(32, HEX, 'g')}-{fake(8, HEX, 'g1')}-{fake(8, HEX, 'g2')} here",
+     "twilio key is " + m("twilio-key") + " here"),
 ]
 # Their look-alikes: a service's name near a hash that is not its key.
 SERVICE_LOOK_ALIKES = [

@@ -521,6 +521,16 @@ def _has_digit_and_letter(value: str) -> bool:
     return _has_digit(value) and any(c.isalpha() for c in value)
 
 
+# The shape every service's key next to its name was caught in before the per-service shapes: 32 hex digits,
+# optionally 8 more or two -groups of 8. It stays caught, with the check it had (a digit).
+_SERVICE_HEX = "[a-f0-9]{32}(?:[a-f0-9]{8}|(?:-[a-f0-9]{8}){2})?"
+
+
+def _service_key(value: str) -> bool:
+    """A service's key: its hex shape with a digit, any other shape with a digit and a letter."""
+    return _has_digit(value) if re.fullmatch(_SERVICE_HEX, value) else _has_digit_and_letter(value)
+
+
 # ---- the rule table ---------------------------------------------------------------------------
 
 _PEM_BEGIN = "-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
@@ -619,10 +629,11 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _PrefixIndex, ...] = (
     *(
         _rule(
             f"{service}-key",
-            *(rf"{tail}(?<={lead}{tail}){_service_context(value)}" for lead, tail in _name_cases(service)),
+            *(rf"{tail}(?<={lead}{tail}){_service_context(f'{_SERVICE_HEX}|{value}')}"
+              for lead, tail in _name_cases(service)),
             *extra,
             group="v",
-            check=_has_digit_and_letter,
+            check=_service_key,
         )
         for service, value, extra in (
             # Datadog: API keys are 32 hex digits, application keys 40 (gitleaks takes any 40 letters

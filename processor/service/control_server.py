@@ -374,6 +374,7 @@ class _Server(ThreadingHTTPServer):
         self._admitted: dict[int, threading.BoundedSemaphore] = {}  # connection → the pool of its slot
         self._slots = threading.BoundedSemaphore(control.max_connections)  # requests with the token
         self._open_slots = threading.BoundedSemaphore(control.open_slots)  # /ping and the viewer
+        self._queued = {True: 0, False: 0}  # requests in admit (waiting for a slot or just given one), per pool
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -412,11 +413,25 @@ class _Server(ThreadingHTTPServer):
     def admit(self, request: Any, *, authenticated: bool) -> bool:
         """A request arrived (proving the token, or for a path that needs none): it leaves the waiting room
         for a slot of its pool, waiting up to queue_seconds for one; False when none came free."""
+        pool = self._slots if authenticated else self._open_slots
+        who = "with" if authenticated else "without"
+        # The queue is bounded too: a flood of complete requests is refused at once past BURST_FACTOR times
+        # the pool, rather than keeping a thread each for queue_seconds.
+        room = (self.control.max_connections if authenticated else self.control.open_slots) * BURST_FACTOR
         with self._lock:
             self._waiting.pop(id(request), None)
-        pool = self._slots if authenticated else self._open_slots
-        if not pool.acquire(timeout=self.control.queue_seconds):
-            who = "with" if authenticated else "without"
+            queue_full = self._queued[authenticated] >= room
+            if not queue_full:
+                self._queued[authenticated] += 1
+        if queue_full:
+            self.drops.note(f"{room} requests {who} the token already queued")
+            return False
+        try:
+            got = pool.acquire(timeout=self.control.queue_seconds)
+        finally:
+            with self._lock:
+                self._queued[authenticated] -= 1
+        if not got:
             self.drops.note(f"every slot for requests {who} the token busy for {self.control.queue_seconds:g} s")
             return False
         with self._lock:

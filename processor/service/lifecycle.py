@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from processor.config import ConfigError, Settings, ensure_home, load_settings
+from processor.service.control_client import RECALL_MAX_LIMIT, RECALL_QUERY_CHARS
 from processor.service.control_server import ControlServer, RequestRejected
 from processor.service.pidfile import EXIT_ALREADY_RUNNING, AlreadyRunning, PidFile
 from processor.service.resources import (
@@ -43,16 +44,17 @@ def _recall_route(processor: Processor):
         if not isinstance(query, str) or not query.strip():
             raise RequestRejected(400, "body needs a non-empty 'query' string")
         limit = body.get("limit", 3)
-        if not isinstance(limit, int) or not 1 <= limit <= 50:
-            raise RequestRejected(400, "'limit' must be an integer from 1 to 50")
+        if not isinstance(limit, int) or not 1 <= limit <= RECALL_MAX_LIMIT:
+            raise RequestRejected(400, f"'limit' must be an integer from 1 to {RECALL_MAX_LIMIT}")
         project = body.get("project") if isinstance(body.get("project"), str) else None
+        query = query[:RECALL_QUERY_CHARS]
         # The MCP server's memory_recall passes the calling session: its messages not yet in a memory are
         # found too. Returning a hit is not using it (only memory_expand counts an access).
         if body.get("unasked") is True:
             # The UserPromptSubmit hook: what may be shown unasked for this prompt, by the bites' own bar.
-            return {"bites": processor.offers_for_http(query[:4000], limit=limit, project=project)}
+            return {"bites": processor.offers_for_http(query, limit=limit, project=project)}
         session_id = body.get("session_id") if isinstance(body.get("session_id"), str) else None
-        hits = processor.recall_for_http(query[:4000], limit=limit, project=project, session_id=session_id)
+        hits = processor.recall_for_http(query, limit=limit, project=project, session_id=session_id)
         return {"bites": [h.__dict__ for h in hits]}
     return recall
 

@@ -413,10 +413,14 @@ class MemoryThread:
                 store = self._open_reader()
             yield store
         finally:
-            if store is not None and pooled and self.store is not None:
+            handed_back = False
+            if store is not None and pooled:
+                # Under the lock close() empties the pool with: a store handed back after it would never close.
                 with self._idle_readers_lock:
-                    self._idle_readers.append(store)
-            elif store is not None:
+                    if self.store is not None:
+                        self._idle_readers.append(store)
+                        handed_back = True
+            if store is not None and not handed_back:
                 store.conn.close()  # one of its own (the pool was busy too long), or the thread has stopped
             if pooled:
                 self._reader_slots.release()

@@ -73,16 +73,20 @@ def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
     do not go through malloc, so the extra locking is not on a hot path. Not glibc (macOS), or
     ``MALLOC_ARENA_MAX`` set in the environment: nothing to do.
     """
-    if not _LINUX or os.environ.get("MALLOC_ARENA_MAX"):  # the user's own setting, which glibc applied
+    return _mallopt(_M_ARENA_MAX, count, "MALLOC_ARENA_MAX")
+
+
+def _mallopt(parameter: int, value: int, environment_name: str) -> bool:
+    """glibc's mallopt; False off Linux or when the user set the parameter in the environment (glibc applied
+    theirs), or without mallopt (musl and other C libraries)."""
+    if not _LINUX or os.environ.get(environment_name):
         return False
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(_M_ARENA_MAX, count))
-    except (OSError, AttributeError):  # musl and other C libraries have no mallopt
+        return bool(ctypes.CDLL(None).mallopt(parameter, value))
+    except (OSError, AttributeError):
         return False
-
 
 
 def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -94,14 +98,7 @@ def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
     and left it fragmented: 10 MB more in use within a second under bench/load.py. Setting the threshold
     turns that adjustment off. Not glibc, or ``MALLOC_MMAP_THRESHOLD_`` set: nothing to do.
     """
-    if not _LINUX or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
-        return False
-    try:
-        import ctypes
-
-        return bool(ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size))
-    except (OSError, AttributeError):
-        return False
+    return _mallopt(_M_MMAP_THRESHOLD, size, "MALLOC_MMAP_THRESHOLD_")
 
 
 def release_free_memory() -> bool:

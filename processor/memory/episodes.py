@@ -18,7 +18,6 @@ import numpy as np
 
 from processor.capture import signals
 from processor.capture.automem import cite
-from processor.capture.redact import redact
 from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory import supersede
@@ -33,6 +32,7 @@ from processor.memory.rebuild import rebuild_verbatim
 from processor.memory.routines import routine, tasks_of
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, embedding_text, entities_of, group_rounds, round_pieces, summarize
+from processor.redaction import redact
 from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql

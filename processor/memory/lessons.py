@@ -29,9 +29,9 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from processor.capture.redact import redact
 from processor.memory.sentences import units
 from processor.memory.statements import is_narration, prose, word_count
+from processor.redaction import redact
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
 from recall_hook.tool_keys import command_keys

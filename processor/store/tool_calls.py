@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from processor.redaction import Redacted, redacted
+
 
 @dataclass(frozen=True)
 class StoredToolCall:
@@ -33,17 +35,18 @@ def _call(row: tuple) -> StoredToolCall:
 
 
 def add_calls(conn: apsw.Connection, session_id: str, use_uuid: str, ts_ms: int | None,
-              calls: list[tuple[str, str, str | None]]) -> None:
-    """(tool_use_id, tool, target) of one assistant line; a call seen again (a re-read line) is kept as is."""
+              calls: list[tuple[str, str, Redacted | None]]) -> None:
+    """(tool_use_id, tool, target) of one assistant line; a call seen again (a re-read line) is kept as is.
+    The target (a command, a path, a search) is captured text: it goes through the door."""
     conn.executemany(
         "INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, target) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT(tool_use_id) DO UPDATE SET use_uuid = excluded.use_uuid, tool = excluded.tool, "
         "target = excluded.target, ts_ms = COALESCE(tool_calls.ts_ms, excluded.ts_ms) WHERE tool_calls.tool = ''",
-        [(tool_use_id, session_id, use_uuid, ts_ms, tool, target) for tool_use_id, tool, target in calls])
+        [(tool_use_id, session_id, use_uuid, ts_ms, tool, redacted(target)) for tool_use_id, tool, target in calls])
 
 
 def add_failures(conn: apsw.Connection, session_id: str, result_uuid: str, ts_ms: int | None,
-                 failures: list[tuple[str, str]]) -> None:
+                 failures: list[tuple[str, Redacted]]) -> None:
     """(tool_use_id, error text) of one result line. A failure whose call was never captured (it came before
     Engram started reading) is kept with an empty tool: the error alone still tells what went wrong."""
     conn.executemany(
@@ -51,7 +54,7 @@ def add_failures(conn: apsw.Connection, session_id: str, result_uuid: str, ts_ms
         "result_ts_ms) VALUES (?, ?, '', ?, '', 1, ?, ?, ?) "
         "ON CONFLICT(tool_use_id) DO UPDATE SET failed = 1, error = excluded.error, "
         "result_uuid = excluded.result_uuid, result_ts_ms = excluded.result_ts_ms",
-        [(tool_use_id, session_id, ts_ms, text, result_uuid, ts_ms) for tool_use_id, text in failures])
+        [(tool_use_id, session_id, ts_ms, redacted(text), result_uuid, ts_ms) for tool_use_id, text in failures])
 
 
 def session_calls(conn: apsw.Connection, session_id: str, since_ms: int | None = None,

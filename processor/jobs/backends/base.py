@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class LLMRequest:
-    system: str
+    system: str  # both redacted by the LLM gate before any backend sees them
     prompt: str
     schema: dict[str, Any]          # JSON schema of the answer (portable subset: no length keywords)
     schema_name: str

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, run_engram
-from tests.secret_catalog import Planted, catalog, found_in
+from tests.secret_catalog import catalog, found_in
 from tests.transcripts import Conversation
 
 PLANTED = catalog()

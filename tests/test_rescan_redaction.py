@@ -14,8 +14,8 @@ from pathlib import Path
 import apsw
 
 from processor.redaction import rules_fingerprint
-from processor.store import open_store, rescan, write_transaction
 from processor.store import episodes as episodes_sql
+from processor.store import open_store, rescan, write_transaction
 from processor.store.episodes import NewEpisode
 from tests.secret_catalog import catalog, found_in
 

@@ -29,7 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX|TRIGGER|VIRTUAL))\b"
                        # a transaction opened or closed by hand is SQL too (processor.store's read/write_transaction)
-                       r"|^\s*(BEGIN(\s+(IMMEDIATE|EXCLUSIVE|DEFERRED))?|COMMIT|ROLLBACK|SAVEPOINT \w+|RELEASE \w+)\s*$")
+                       r"|^\s*(BEGIN(\s+(IMMEDIATE|EXCLUSIVE|DEFERRED))?|COMMIT|ROLLBACK"
+                       r"|SAVEPOINT \w+|RELEASE \w+)\s*$")
 # doctor probes the schema of damaged databases; the shared database's SQL stays in its own folder (issue 22)
 SQL_ALLOWED = ("processor/store/", "processor/doctor.py", "processor/share/postgres/")
 

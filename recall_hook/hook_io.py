@@ -577,6 +577,45 @@ SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
 CREATED_PATHS = 100
 
 
+def lessons_index(recollection: object, event: dict) -> tuple[str | None, str | None]:
+    """(the project's lesson index file name, the project root): from the session's recollection file, or, before
+    the processor wrote one (the session's first calls), from the event's cwd: the index of the same project."""
+    if recollection is not None:
+        name, root = (recollection.get("lessons"), recollection.get("root")) if isinstance(recollection, dict) \
+            else (None, None)
+        return name if isinstance(name, str) else None, root if isinstance(root, str) else None
+    cwd = event.get("cwd")
+    if not isinstance(cwd, str) or not cwd:
+        return None, None
+    import hashlib  # only on this path: hashing costs an import the common path does not pay
+
+    root = project_root(cwd)
+    return hashlib.sha1(root.encode()).hexdigest()[:16] + LESSONS_SUFFIX, root
+
+
+def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
+    """What the lesson index `name` files under each of `keys`, in their order: parses only those lines."""
+    if not isinstance(name, str) or not name.endswith(LESSONS_SUFFIX) or "/" in name or name.startswith("."):
+        return []
+    try:
+        raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{name}", LESSONS_LIMIT)
+    except OSError:
+        return []
+    if raw is None:
+        return []
+    text = raw.decode("utf-8")
+    filed: list[tuple[str, list]] = []
+    for key in keys:
+        start = text.find("\n" + quote(key) + "\t")
+        if start >= 0:
+            start = text.index("\t", start + 1) + 1
+            end = text.find("\n", start)
+            entries = loads(text[start:] if end < 0 else text[start:end])
+            if isinstance(entries, list):
+                filed.append((key, entries))
+    return filed
+
+
 def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
     """(memory ids shown about tool calls, files the agent created) in this session; ([], []) if none."""
     try:

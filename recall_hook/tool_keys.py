@@ -37,6 +37,11 @@ def _word_like(word: str) -> bool:
     return all(c.isalnum() or c in "-_:" for c in word)
 
 
+def _program_like(word: str) -> bool:
+    """A program's name: a word, or a script's file name (``start.sh``, ``manage.py``, run as ``./start.sh``)."""
+    return _word_like(word) or (_word_like(word.replace(".", "_")) and 0 < word.find(".") < len(word) - 1)
+
+
 def _path_like(word: str) -> bool:
     word = word.strip("'\"")
     if not word or word[0] == "-" or "://" in word or "=" in word or "$" in word or "*" in word:
@@ -110,7 +115,7 @@ def command_key(segment: str) -> str | None:
     if not words:
         return None
     program, rest = _program(words[0]), words[1:]
-    if not _word_like(program) or program in GENERIC:
+    if not _program_like(program) or program in GENERIC:
         return None
     runner: list[str] = []
     subcommand = RUNNERS.get(program)

@@ -12,7 +12,7 @@ PACKAGES = ("processor", "recall_hook", "mcp_tools")
 # Bottom-up: a module may import from its own layer and the layers before it, never from a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the hooks' stdlib helpers, nothing of Engram: their files and answers, and what a tool call works on
-    ("recall_hook.hook_io", "recall_hook.tool_keys"),
+    ("recall_hook.hook_io", "recall_hook.tool_keys", "recall_hook.failure_keys"),
     # what every layer stands on, the door for captured text included (the store takes only redacted text)
     ("processor.files", "processor.clock", "processor.tokens", "processor.config", "processor.redaction"),
     ("processor.store",),

@@ -571,7 +571,7 @@ def claim(directory: str, session_id: str, message_uuid: str) -> bool:
 LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.index
 LESSONS_SUFFIX = ".index"  # processor/recall/lesson_index.py SUFFIX
 LESSONS_LIMIT = 64 * 1024  # processor/recall/lesson_index.py INDEX_LIMIT
-SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "created": [paths]}
+SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
 SHOWN_LIMIT = 16 * 1024
 SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
 CREATED_PATHS = 100
@@ -616,22 +616,31 @@ def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[
     return filed
 
 
-def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
-    """(memory ids shown about tool calls, files the agent created) in this session; ([], []) if none."""
+def _shown_data(directory: str, session_id: str) -> tuple[list[str], list[str], list[str]]:
     try:
         data = load_json_file(f"{directory}/{session_id}{SHOWN_SUFFIX}", SHOWN_LIMIT)
     except Exception:
-        return [], []
+        return [], [], []
     if not isinstance(data, dict):
-        return [], []
-    shown, created = data.get("shown"), data.get("created")
-    return ([i for i in shown if isinstance(i, str)] if isinstance(shown, list) else [],
-            [p for p in created if isinstance(p, str)] if isinstance(created, list) else [])
+        return [], [], []
+    lists = [data.get(name) for name in ("shown", "asked", "created")]
+    shown, asked, created = ([v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+                             for value in lists)
+    return shown, asked, created
 
 
-def claim_shown(directory: str, session_id: str, ids: list[str], created: str | None = None) -> list[str]:
-    """Record `ids` as shown (and `created` as a file the agent made) under the hook's lock; returns the
-    ids no parallel hook process claimed first: each memory is told once per session."""
+def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
+    """(memory ids told in this session by any hook, files the agent created); ([], []) if none. A memory told
+    once is in the agent's context: no hook tells it again in the session (until a compaction clears this)."""
+    shown, asked, created = _shown_data(directory, session_id)
+    return shown + asked, created
+
+
+def claim_shown(directory: str, session_id: str, ids: list[str], created: str | None = None,
+                asked: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Record `ids` as told about a tool call (and `asked`: the bites of a user message, and `created`: a file
+    the agent made) under the hook's lock; returns those of `ids` and `asked` no parallel hook process claimed
+    first: each memory is told once per session, by whichever hook tells it first."""
     lock_fd = -1
     if hasattr(_os, "lockf"):
         lock_fd = _os.open(
@@ -640,17 +649,21 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
     try:
         if lock_fd >= 0:
             _os.lockf(lock_fd, _os.F_LOCK, 0)
-        shown, made = load_shown(directory, session_id)
-        fresh = [i for i in ids if i not in shown]
+        shown, told_asked, made = _shown_data(directory, session_id)
+        known = shown + told_asked
+        fresh = [i for i in ids if i not in known]
+        fresh_asked = [i for i in asked if i not in known and i not in fresh]
         if created and created not in made:
             made.append(created)
-        elif not fresh:
+        elif not fresh and not fresh_asked:
             return []
         shown = (shown + fresh)[-SHOWN_KEPT:]
-        data = ('{"shown":[' + ",".join(quote(i) for i in shown) + '],"created":['
+        told_asked = (told_asked + fresh_asked)[-SHOWN_KEPT:]
+        data = ('{"shown":[' + ",".join(quote(i) for i in shown) + '],"asked":['
+                + ",".join(quote(i) for i in told_asked) + '],"created":['
                 + ",".join(quote(p) for p in made[-CREATED_PATHS:]) + "]}\n").encode()
         write_private(directory, session_id + SHOWN_SUFFIX, data)
-        return fresh
+        return fresh + fresh_asked
     finally:
         if lock_fd >= 0:
             _os.close(lock_fd)

@@ -85,9 +85,11 @@ def run(stdin: bytes) -> str | None:
         return None
     if lines and not _io.claim(directory, session_id, message_uuid):
         lines, ids = [], []  # a parallel tool call's hook injected this message's bites
-    if about:
-        fresh = _io.claim_shown(directory, session_id, [i for i, _ in about])
-        about = [(i, line) for i, line in about if i in fresh]
+    # Told once a session, by whichever hook first: a message's bites and what is told about the call alike.
+    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about], asked=ids) if about or ids else []
+    lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
+    ids = [i for i in ids if i in fresh]
+    about = [(i, line) for i, line in about if i in fresh]
     if not lines and not about:
         return None
     parts = [_io.format_context(lines)] if lines else []

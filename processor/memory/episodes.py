@@ -22,9 +22,11 @@ from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory import supersede
 from processor.memory.bites import BITE_CHARS, Passage, bites_for, fit
+from processor.memory.decisions import decisions_in
 from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
+from processor.memory.facts import facts_of_round
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.lessons import Failure, Lesson, mine_round
 from processor.memory.preferences import standing_statements
@@ -42,6 +44,7 @@ from processor.store import share as share_sql
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
+from processor.store.tool_calls import StoredToolCall
 from recall_hook.failure_keys import failure_key
 
 log = logging.getLogger(__name__)
@@ -283,6 +286,36 @@ class EpisodeStore:
                     created_at=message.ts_ms or now_ms()))
         return found
 
+    def _decisions(self, rounds: list[list[StoredMessage]], project: str | None, session_id: str,
+                   mined: Mined) -> None:
+        """The decisions the user stated in these rounds, in the user's words (``processor.memory.decisions``)."""
+        for message in (m for round_ in rounds for m in round_ if m.role == "user"):
+            for decision in decisions_in(message, project):
+                digest = content_hash(decision.text)
+                if sql.get_episode(self.conn, decision.id) is not None or sql.active_with_hash(
+                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in mined.episodes):
+                    continue
+                mined.add(NewEpisode(
+                    id=decision.id, session_id=session_id, project=project, scope="project" if project else "global",
+                    summary=decision.text, entities=decision.names, importance=default_importance("decision"),
+                    kind="decision", source_type="auto", full_content=decision.text,
+                    source_uuids=decision.source_uuids, content_hash=digest,
+                    created_at=decision.created_at or now_ms()), "decision")
+
+    def _facts(self, round_messages: list[StoredMessage], calls: list[StoredToolCall], project: str | None,
+               session_id: str, following: int | None, mined: Mined) -> None:
+        """What the assistant found about the project's files and names in a round (``processor.memory.facts``)."""
+        for fact in facts_of_round(round_messages, calls, project, following):
+            digest = content_hash(fact.text)
+            if sql.get_episode(self.conn, fact.id) is not None or sql.active_with_hash(
+                    self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in mined.episodes):
+                continue
+            mined.add(NewEpisode(
+                id=fact.id, session_id=session_id, project=project, scope="project" if project else "global",
+                summary=fact.text, entities=fact.entities, importance="normal", kind="fact", source_type="auto",
+                full_content=fact.text, source_uuids=fact.source_uuids, content_hash=digest,
+                created_at=fact.created_at or now_ms()), "fact")
+
     def _lessons(self, session_id: str, project: str | None, rounds: list[list[StoredMessage]], taken: int,
                  found: list[NewEpisode], mined: Mined) -> None:
         """What the first `taken` rounds taught: each failure and what got past it (``processor.memory.lessons``),
@@ -293,6 +326,7 @@ class EpisodeStore:
             return
         for index, round_messages in enumerate(rounds[:taken]):
             following = rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None
+            self._facts(round_messages, calls, project, session_id, following, mined)
             lessons, failures = mine_round(round_messages, calls, following, project)
             told = {lesson.signature: lesson for lesson in lessons if lesson.signature and lesson.session_fixed}
             for failure in failures:
@@ -403,6 +437,7 @@ class EpisodeStore:
         mined = Mined()
         for episode in self._preferences(rounds[:taken], project, session_id):
             mined.add(episode, "standing")
+        self._decisions(rounds[:taken], project, session_id, mined)
         self._lessons(session_id, project, rounds, taken, mined.episodes, mined)
         standing = mined.episodes
         standing_blobs = self._embed([e.full_content for e in standing]) if standing else []

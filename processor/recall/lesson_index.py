@@ -45,7 +45,7 @@ from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
-from recall_hook.tool_keys import GENERIC, command_keys
+from recall_hook.tool_keys import GENERIC, command_keys, fact_keys
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,22 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
     return keys
 
 
+def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
+    """Where a memory is filed: a fact under the file, folder or name it is about; a decision under the files,
+    names and programs it names; anything else under what its entities say (``keys_of``)."""
+    if origin == "fact":
+        return fact_keys(ep.entities[0], root) if ep.entities else []
+    if origin == "decision":
+        keys: list[str] = []
+        for name in ep.entities:
+            found = fact_keys(name, root)
+            if " " not in name and name.isascii() and name.replace("-", "").replace("_", "").isalnum():
+                found.append("prog:" + name.lower())  # a tool or service chosen or dropped: `pnpm`, `npm`
+            keys += [k for k in found if k not in keys]
+        return keys
+    return keys_of(ep, root)
+
+
 class LessonIndex:
     """Writes and refreshes the per-project index files in the recollections folder."""
 
@@ -96,26 +112,28 @@ class LessonIndex:
         name = index_name(project)
         if self._signatures.get(project) == signature and (self.folder / name).exists():
             return name
+        memories = episodes_sql.project_memories(conn, project, SCANNED)
         fixes = {row.memory_id: row for row in failures_sql.with_memories(conn, project) if row.memory_id}
-        self.write(project, root, episodes_sql.project_memories(conn, project, SCANNED), fixes)
+        self.write(project, root, memories, fixes, failures_sql.origins(conn, [ep.id for ep in memories]))
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
         return name
 
     def write(self, project: str | None, root: str | None, memories: list[Episode],
-              fixes: dict[str, FailureSignature] | None = None) -> Path:
+              fixes: dict[str, FailureSignature] | None = None, origins: dict[str, str] | None = None) -> Path:
         filed: dict[str, list[dict]] = {}
         told = 0
-        fixes = fixes or {}
+        fixes, origins = fixes or {}, origins or {}
         for ep in memories:  # newest first
-            if told >= MAX_BITES or not pushable(ep):
+            origin = origins.get(ep.id)
+            if told >= MAX_BITES or not pushable(ep, origin):
                 continue
             # The session it was learned in: that session has it in its context already and is not told.
             entry = {"id": ep.id, "bite": bite_of(ep), "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             placed = False
-            keys = keys_of(ep, root)
+            keys = keys_by_origin(ep, origin, root)
             fix = fixes.get(ep.id)
             if fix is not None:
                 fails = filed.setdefault(fix.fail_key, [])

@@ -15,8 +15,10 @@ tool call's event), which injects the prompt's bites once and, where the code ha
 session left about the file or command in hand. What each prompt would have been shown is recorded.
 
 ``--dump FILE`` writes it: a JSON list of ``{"project", "session", "prompt_uuid", "prompt", "bites": [{"id",
-"bite", "at", "tool"?}]}`` (``at``: ``prompt`` or ``tool``; a tool bite names the call it answered), for any
-projects folder, labelled or not — the replay of sessions it was not built on, to be read and judged.
+"bite", "at", "tool"?, "tool_use_id"?}]}`` (``at``: ``prompt``, ``before_tool`` (the PreToolUse hook) or
+``after_tool`` (the PostToolUseFailure hook, run on every call whose result failed); a tool bite names the call it
+answered), for any projects folder, labelled or not — the replay of sessions it was not built on, to be read
+and judged.
 
 With labels (``bench/data/precision-dev.json``: per prompt the earlier messages, uuid and exact snippet, whose
 content would help its work, or none), per prompt:
@@ -57,7 +59,9 @@ DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
 # Today's rule, before the bites work: every hit with relevance >= 0.15 became one of three bites.
 BASELINE_REF = "33338cd"
 HOOK = REPO / "recall_hook" / "pretooluse.py"
+FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
+_FIX_LINE = re.compile(r"^- (This failed the same way .*) \(id: (\S+)\)$")
 
 
 # --- the replay --------------------------------------------------------------------------------
@@ -83,15 +87,22 @@ def _hook_event(session_id: str, call: ToolCall, cwd: str | None) -> bytes:
                        "tool_input": call.input, "tool_use_id": call.tool_use_id, "cwd": cwd or ""}).encode()
 
 
-def run_hook(home: Path, event: bytes) -> list[tuple[str, str]]:
-    """The real PreToolUse hook, as Claude Code runs it: (id, bite) of what it injected."""
+def _failure_event(session_id: str, call: ToolCall, cwd: str | None) -> bytes:
+    return json.dumps({"session_id": session_id, "hook_event_name": "PostToolUseFailure", "tool_name": call.name,
+                       "tool_input": call.input, "tool_use_id": call.tool_use_id, "error": call.error or "",
+                       "is_interrupt": False, "cwd": cwd or ""}).encode()
+
+
+def run_hook(home: Path, event: bytes, hook: Path = HOOK) -> list[tuple[str, str]]:
+    """A real hook (PreToolUse, or PostToolUseFailure), as Claude Code runs it: (id, bite) of what it told."""
     env = {"ENGRAM_HOME": str(home), "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
-    out = subprocess.run([sys.executable, "-I", "-S", str(HOOK)], input=event, capture_output=True, env=env,
+    out = subprocess.run([sys.executable, "-I", "-S", str(hook)], input=event, capture_output=True, env=env,
                          timeout=30).stdout
     if not out.strip():
         return []
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
-    return [(m.group(2), m.group(1)) for m in map(_BITE_LINE.match, context.splitlines()) if m]
+    told = [(m.group(2), m.group(1)) for m in map(_BITE_LINE.match, context.splitlines()) if m]
+    return told + [(m.group(2), m.group(1)) for m in map(_FIX_LINE.match, context.splitlines()) if m]
 
 
 def _call_text(call: ToolCall) -> str:
@@ -107,6 +118,7 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
     from processor.service.run_loop import Processor
     from processor.store import episodes as episodes_sql
     from processor.store import open_store
+    from processor.store import sessions as sessions_sql
 
     sessions = project_sessions(project_dir)
     if not sessions:
@@ -136,8 +148,10 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
         cwd = next((p.cwd for p in session.prompts if p.cwd), None)
         project = project_root(cwd) if cwd else None
         def sources(ids: list[str], conn=conn) -> dict[str, list[str]]:
+            """Each told memory's source lines: its messages and every transcript line merged into them."""
             episodes = [episodes_sql.get_episode(conn, i) for i in ids] if conn is not None else []
-            return {e.id: e.source_uuids for e in episodes if e is not None}
+            return {e.id: e.source_uuids + sessions_sql.lines_of(conn, e.source_uuids)
+                    for e in episodes if e is not None}
 
         for prompt in session.prompts:
             records.append(_replay_prompt(home, writer, store, session, prompt, project, first=number == 0,
@@ -162,7 +176,14 @@ def _replay_prompt(home: Path, writer: object, store: object, session: Session, 
         for bite_id, text in run_hook(home, _hook_event(session.session_id, call, prompt.cwd)):
             if bite_id not in shown:
                 shown.add(bite_id)
-                bites.append({"id": bite_id, "bite": text, "at": "tool", "tool": _call_text(call)})
+                bites.append({"id": bite_id, "bite": text, "at": "before_tool", "tool": _call_text(call),
+                              "tool_use_id": call.tool_use_id})
+        if call.error is not None and FAILURE_HOOK.exists():
+            for bite_id, text in run_hook(home, _failure_event(session.session_id, call, prompt.cwd), FAILURE_HOOK):
+                if bite_id not in shown:
+                    shown.add(bite_id)
+                    bites.append({"id": bite_id, "bite": text, "at": "after_tool", "tool": _call_text(call),
+                                  "tool_use_id": call.tool_use_id})
     found = sources([b["id"] for b in bites])
     for bite in bites:
         bite["sources"] = found.get(bite["id"], [])
@@ -236,7 +257,7 @@ def score(records: list[dict], labels: list[dict]) -> dict:
         useful = label["useful"] if label else []
         holding = [b for b in record["bites"] if any(holds(b, u) for u in useful)]
         rows.append({"first": record["first_session"], "useful": bool(useful), "shown": len(record["bites"]),
-                     "holding": len(holding), "at_tool": sum(b["at"] == "tool" for b in record["bites"])})
+                     "holding": len(holding), "at_tool": sum(b["at"] != "prompt" for b in record["bites"])})
 
     def measures(subset: list[dict]) -> dict:
         with_useful = [r for r in subset if r["useful"]]

@@ -23,15 +23,17 @@ INTERRUPTION = "[Request interrupted by user"
 SHELL_MODE = ("<bash-input>", "<bash-stdout>", "<bash-stderr>")
 
 
-@dataclass(frozen=True)
+@dataclass
 class ToolCall:
-    """One tool use of the assistant, as the PreToolUse hook receives it."""
+    """One tool use of the assistant, as the PreToolUse hook receives it, and how it ended (a failed result's
+    text is what the PostToolUseFailure hook receives)."""
 
     uuid: str  # the assistant line that made it
     tool_use_id: str
     name: str
     input: dict
     ts_ms: int | None
+    error: str | None = None  # the result's text when it failed (is_error)
 
 
 @dataclass
@@ -52,10 +54,14 @@ class Session:
     path: Path
     lines: list[tuple[int | None, bytes]]
     prompts: list[Prompt]
+    first_message_ms: int | None = None  # when its first real message (not a meta line) was written
 
     @property
     def start_ms(self) -> int | None:
-        return next((ts for ts, _ in self.lines if ts is not None), None)
+        """When the session started: its first real message. A stale meta line ("Caveat: …", dated days
+        earlier) must not move it, or sessions that never overlapped would see each other's work."""
+        return self.first_message_ms if self.first_message_ms is not None else \
+            next((ts for ts, _ in self.lines if ts is not None), None)
 
 
 def _line_time(raw: bytes) -> int | None:
@@ -64,6 +70,26 @@ def _line_time(raw: bytes) -> int | None:
         return int(datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp() * 1000)
     except (ValueError, UnicodeDecodeError, RecursionError, TypeError, KeyError, AttributeError):
         return None
+
+
+def _failed_results(raw: bytes) -> dict[str, str]:
+    """tool_use_id → the text of each failed tool result (``is_error``) a user line carries."""
+    if b'"is_error":true' not in raw and b'"is_error": true' not in raw:
+        return {}
+    try:
+        entry = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return {}
+    content = (entry.get("message") or {}).get("content") if isinstance(entry, dict) and \
+        isinstance(entry.get("message"), dict) else None
+    found = {}
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error") is True:
+            text = block.get("content")
+            if isinstance(text, list):
+                text = "\n".join(b.get("text", "") for b in text if isinstance(b, dict))
+            found[str(block.get("tool_use_id"))] = str(text or "")
+    return found
 
 
 def _tool_uses(raw: bytes) -> list[tuple[str, str, dict]]:
@@ -90,6 +116,8 @@ def read_session(path: Path) -> Session:
     session_id = session_id_for(path)
     lines: list[tuple[int | None, bytes]] = []
     prompts: list[Prompt] = []
+    calls: dict[str, ToolCall] = {}
+    first_message: int | None = None
     with open(path, "rb") as f:
         for raw in f:
             raw = raw.rstrip(b"\r\n")
@@ -98,13 +126,20 @@ def read_session(path: Path) -> Session:
             ts = _line_time(raw)
             lines.append((ts, raw))
             parsed = parse_line(raw)
+            if first_message is None and isinstance(parsed, CapturedLine):
+                first_message = parsed.ts_ms or ts
+            for tool_use_id, error in _failed_results(raw).items():
+                if tool_use_id in calls:
+                    calls[tool_use_id].error = error
             if is_prompt(parsed):
                 assert isinstance(parsed, CapturedLine)
                 prompts.append(Prompt(session_id, parsed.uuid, parsed.text, parsed.ts_ms or ts, parsed.cwd))
             elif prompts and isinstance(parsed, CapturedLine) and parsed.role == "assistant":
-                prompts[-1].tool_calls += [ToolCall(parsed.uuid, use_id, name, tool_input, parsed.ts_ms or ts)
-                                           for use_id, name, tool_input in _tool_uses(raw)]
-    return Session(session_id, path, lines, prompts)
+                made = [ToolCall(parsed.uuid, use_id, name, tool_input, parsed.ts_ms or ts)
+                        for use_id, name, tool_input in _tool_uses(raw)]
+                prompts[-1].tool_calls += made
+                calls.update((call.tool_use_id, call) for call in made)
+    return Session(session_id, path, lines, prompts, first_message)
 
 
 def project_sessions(project_dir: Path) -> list[Session]:

@@ -42,7 +42,7 @@ def _program_like(word: str) -> bool:
     return _word_like(word) or (_word_like(word.replace(".", "_")) and 0 < word.find(".") < len(word) - 1)
 
 
-def _path_like(word: str) -> bool:
+def path_like(word: str) -> bool:
     word = word.strip("'\"")
     if not word or word[0] == "-" or "://" in word or "=" in word or "$" in word or "*" in word:
         return False
@@ -146,7 +146,7 @@ def command_keys(command: str, root: str | None = None) -> list[str]:
         if key and key not in keys:
             keys.append(key)
         for word in segment.split()[1:]:
-            if _path_like(word):
+            if path_like(word):
                 file_key = "file:" + relative(word, root)
                 if file_key not in keys:
                     keys.append(file_key)
@@ -197,7 +197,7 @@ def _around(keys: list[str]) -> list[str]:
 def fact_keys(thing: str, root: str | None = None) -> list[str]:
     """Where a fact about `thing` is filed: a path's file key and folder, a folder's key, or an identifier's name."""
     thing = thing.strip().strip("`'\"")
-    if "/" in thing or _path_like(thing):
+    if "/" in thing or path_like(thing):
         path = relative(thing, root)
         if path.endswith("/"):
             return [k for k in (dir_key(path),) if k]
@@ -218,7 +218,7 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
     if tool_name in _FILE_TOOLS or tool_name in ("Grep", "Glob"):
         for name in _PATH_KEYS:
             value = tool_input.get(name)
-            if isinstance(value, str) and value.strip() and (tool_name in _FILE_TOOLS or _path_like(value)):
+            if isinstance(value, str) and value.strip() and (tool_name in _FILE_TOOLS or path_like(value)):
                 if tool_name in ("Grep", "Glob") and "/" not in value and "." not in value:
                     break
                 keys = ["file:" + relative(value, root)]

@@ -277,3 +277,46 @@ def test_a_tool_gotcha_is_told_before_the_next_session_runs_that_tool(engram_hom
     RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Make users.name required too", project=CWD)
     assert hook(engram_home, call(S2, "Bash", {"command": "npx drizzle-kit generate"})) == ""
     assert lesson_id in hook(engram_home, call(S2, "Bash", {"command": "npx drizzle-kit migrate"}))
+
+
+def test_a_routine_never_teaches_what_the_user_forbade_or_declined(engram_home: Path, projects_dir: Path) -> None:
+    """Sessions that staged everything with `git add -A` before each commit do not make it a rule when the user
+    forbade it (a rule of the project) or declined it; a file a task staged is that task's, not the routine's."""
+    def task(c: Conversation, change: str, stage: str) -> None:
+        c.user(f"Change {change}")
+        c.edit(f"{CWD}/src/{change}.py")
+        c.bash(stage, "")
+        c.bash("uv run pytest -q", "12 passed")
+        c.bash(f'git commit -m "{change}"', "[main 1234567] x")
+        c.say("Done.", end_turn=True)
+
+    first, second = Conversation(S1, cwd=CWD), Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    first.user("Never use `git add -A` in this repository: my diary files are not to be committed.")
+    first.say("Understood.", end_turn=True)
+    task(first, "prices", "git add -A")
+    task(first, "taxes", "git add -A")
+    task(second, "coupons", "git add -A")
+    task(second, "returns", "git add CLAUDE.md")
+    write(projects_dir, first, second)
+    store = process(projects_dir)
+    [(_, _, summary, *_)] = [m for m in memories(store, "convention") if m[2].startswith("Close-out")]
+    assert "git add" not in summary and "`uv run pytest -q` → `git commit`" in summary
+
+
+def test_a_routine_told_session_after_session_stops_being_told(engram_home: Path, projects_dir: Path) -> None:
+    """A memory told in three sessions while nothing shows it was needed is in the way: the fourth hears nothing."""
+    first, second = Conversation(S1, cwd=CWD), Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    closing_task(first, "prices")
+    closing_task(first, "taxes")
+    closing_task(second, "coupons")
+    write(projects_dir, first, second)
+    store = process(projects_dir)
+    [(routine_id, *_)] = memories(store, "convention")
+    writer = RecollectionWriter(load_settings())
+    later = [f"11111111-0000-4000-8000-00000000001{i}" for i in range(4)]
+    for session in later[:3]:
+        writer.write(store, session, f"u-{session}", "Change the shipping rules", project=CWD)
+        assert routine_id in hook(engram_home, call(session, "Bash", {"command": "uv run pytest -q"}))
+        ingest(store.conn, engram_home / "recollections")
+    writer.write(store, later[3], "u-last", "Change the shipping rules", project=CWD)
+    assert hook(engram_home, call(later[3], "Bash", {"command": "uv run pytest -q"})) == ""

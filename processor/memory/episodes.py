@@ -31,7 +31,7 @@ from processor.memory.kinds import default_importance, kind_or_other, scope_for
 from processor.memory.lessons import Failure, Lesson, mine_round
 from processor.memory.preferences import standing_statements
 from processor.memory.rebuild import rebuild_verbatim
-from processor.memory.routines import routine, tasks_of
+from processor.memory.routines import forbidden_commands, routine, tasks_of
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, embedding_text, entities_of, group_rounds, round_pieces, summarize
 from processor.redaction import redact
@@ -366,8 +366,11 @@ class EpisodeStore:
             return 0
         self._routine_stamps[project] = stamp
         sessions = tool_call_sql.project_sessions_with_calls(self.conn, project, ROUTINE_SESSIONS)
+        rules = [ep.summary for ep in sql.project_memories(self.conn, project, 2_000)
+                 if ep.kind in ("convention", "decision", "preference") and not ep.summary.startswith("Close-out")]
         found = routine(project, {sid: tasks_of(tool_call_sql.session_calls(self.conn, sid),
-                                               tool_call_sql.prompt_times(self.conn, sid)) for sid in sessions})
+                                               tool_call_sql.prompt_times(self.conn, sid)) for sid in sessions},
+                        forbidden_commands(rules))
         meta_key = f"routine:{project}"
         previous = sql.get_meta(self.conn, meta_key)
         if found is None or found.id == previous or sql.get_episode(self.conn, found.id) is not None:
@@ -383,6 +386,7 @@ class EpisodeStore:
                 entities=found.entities, importance="normal", kind="convention",
                 source_type="auto", full_content=found.text, source_uuids=[], content_hash=content_hash(found.text),
                 created_at=found.last_ms or stamp_ms), blob)
+            failures_sql.set_origin(self.conn, found.id, "routine")
             if previous and (old := sql.get_episode(self.conn, previous)) is not None and old.status == "active":
                 sql.supersede(self.conn, previous, found.id, stamp_ms)
             sql.set_meta(self.conn, meta_key, found.id)

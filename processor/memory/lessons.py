@@ -38,7 +38,7 @@ from processor.memory.statements import is_narration, prose, word_count
 from processor.redaction import redact
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.failure_keys import another_go, call_key, failure_key, not_a_failure, same_failure
+from recall_hook.failure_keys import another_go, call_key, failure_key, not_a_failure
 from recall_hook.failure_keys import signature as failure_signature
 from recall_hook.tool_keys import command_keys
 
@@ -243,14 +243,13 @@ def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
 
 
 def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMessage]) -> Fix | None:
-    """What resolved `failure` later in its round: the next go at the same call that did not fail the same way,
-    when the round ends with one that ran clean; None when it was never fixed, or when nothing changed (a
-    flaky rerun of the same command passed: nothing to learn)."""
-    tries = [i for i, c in enumerate(later) if _same_call(failure.call, c, failure.key)]
-    resolved = next((i for i in tries if not (later[i].failed and later[i].error
-                                              and same_failure(failure_signature(later[i].error), failure.signature))),
+    """What got past `failure` later in its round: the first go at the same call that ran clean, when something
+    changed on the way (the command, a step before it, a file); None when it was never fixed, or when nothing
+    changed (a flaky rerun of the same command passed: nothing to learn). Goes that failed another way on the
+    way are steps of the same journey: what finally ran clean is what fixed it."""
+    resolved = next((i for i, c in enumerate(later) if _same_call(failure.call, c, failure.key) and not c.failed),
                     None)
-    if resolved is None or not any(not later[i].failed for i in tries if i >= resolved):
+    if resolved is None:
         return None
     by, between = later[resolved], later[:resolved]
     setup = [c.target for c in between if c.tool == "Bash" and not c.failed and c.target

@@ -50,8 +50,10 @@ _ALWAYS_NEVER = (
     r"|\bi\s+(?:always|never)\s+(?:want|use|prefer|like|run|write|keep|put|need)\b")
 _PREFER = r"\b(?:i|we)\s+(?:would\s+|'d\s+|really\s+|generally\s+|usually\s+|strongly\s+|do\s+)?prefer\b" \
           r"|\b(?:i|we)'d\s+rather\b|\b(?:i|we)\s+would\s+rather\b|\b(?:my|our)\s+preference\b"
-_DONT_LASTING = r"\b(?:don't|do not|dont)\s+ever\b" \
-                r"|\b(?:don't|do not|dont)\b.*\b(?:again|any ?more|ever)\b"
+# "Don't … again" asked of someone: the "don't" opens its clause (an imperative, not "I don't feel like …"), and
+# the word that makes it last is in the same clause.
+_DONT_LASTING = r"(?:^|[,;:]\s*|\b(?:please|and|but|so|just)\s+)(?:don't|do not|dont)\b[^.,;]{0,80}?" \
+                r"\b(?:again|any ?more|ever)\b"
 _KEEP = r"\bplease\s+keep\b|\balways\s+keep\b"
 _PREFERENCE = re.compile(_PREFER, re.IGNORECASE)
 _CONVENTION = re.compile("|".join((_STANDING_TIME, _ALWAYS_NEVER, _DONT_LASTING, _KEEP)), re.IGNORECASE)

@@ -14,17 +14,23 @@ It is one ``convention`` memory per project, with the commands as entities, so t
 later session the whole routine when it starts closing out (``processor/recall/lesson_index.py``) and the
 SessionStart digest lists it with the project's rules. A changed routine is a new memory that supersedes
 the old one. Only commands that ran clean count: a failed run is not the routine.
+
+What sessions did is not a rule the user made. A step is left out when it contradicts what the user said or
+what happened: a command the user declined or a hook blocked in any of the project's sessions, or one a rule or
+decision of the project rules out ("never `git add -A`": ``forbidden``). A step is shown without the files it
+named (``git add CLAUDE.md`` is that task's file, not the routine's).
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.tool_keys import command_key, command_keys
+from recall_hook.tool_keys import command_key, command_keys, path_like
 
 MIN_TASKS = 3
 MIN_SESSIONS = 2
@@ -76,8 +82,58 @@ def tasks_of(calls: list[StoredToolCall], prompt_times: list[int]) -> list[list[
     return [tasks[k] for k in sorted(tasks)]
 
 
-def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Routine | None:
-    """The project's close-out routine from its sessions' tasks, or None when nothing repeats enough."""
+_REFUSED = ("doesn't want to proceed", "user doesn't want", "was rejected", "hook blocked", "blocked by",
+            "was blocked", "permission denied by", "not allowed")
+
+
+def _refused(calls: list[StoredToolCall]) -> tuple[set[str], list[str]]:
+    """The keys and typed commands the user declined or a hook blocked: never a step of the routine."""
+    keys: set[str] = set()
+    typed: list[str] = []
+    for call in calls:
+        if call.tool == "Bash" and call.failed and call.target and any(m in (call.error or "").lower()
+                                                                       for m in _REFUSED):
+            for line in call.target.replace("&&", "\n").replace(";", "\n").splitlines():
+                key = command_key(line.strip())
+                if key:
+                    typed.append(" ".join(line.split()))
+                    if _is_bare(line, key):
+                        keys.add(key)
+    return keys, typed
+
+
+def _is_bare(line: str, key: str) -> bool:
+    """The command is its key alone (``git push``), not a form of it with flags (``git push --force``)."""
+    return " ".join(line.split()) == key[4:]
+
+
+def _ruled_out(line: str, forbidden: list[str]) -> bool:
+    shown = " ".join(line.split())
+    return any(shown == f or shown.startswith(f + " ") for f in forbidden)
+
+
+_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|must not|mustn't|shouldn't|should not|avoid|no more|stop using|"
+                       r"not allowed|forbidden|instead of)\b", re.IGNORECASE)
+_QUOTED = re.compile(r"`([^`\n]{2,60})`")
+
+
+def forbidden_commands(rules: list[str]) -> list[str]:
+    """Commands the project's rules rule out, as typed: the backticked commands of a sentence that says never,
+    don't or avoid ("Never use `git add -A` here")."""
+    found: list[str] = []
+    for rule in rules:
+        for sentence in re.split(r"(?<=[.!?;])\s+", rule):
+            if _NEGATION.search(sentence):
+                found += [q.strip() for q in _QUOTED.findall(sentence) if command_key(q.strip())]
+    return found
+
+
+def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]],
+            forbidden: list[str] | tuple[str, ...] = ()) -> Routine | None:
+    """The project's close-out routine from its sessions' tasks, or None when nothing repeats enough. `forbidden`:
+    commands the project's rules and decisions rule out, as typed (``git add -A``)."""
+    refused_keys, refused_typed = _refused([c for tasks in sessions.values() for task in tasks for c in task])
+    forbidden = [" ".join(f.split()) for f in (*forbidden, *refused_typed) if f.strip()]
     task_count: Counter[str] = Counter()
     last_ms = 0
     session_sets: dict[str, set[str]] = defaultdict(set)
@@ -93,7 +149,8 @@ def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Ro
                 session_sets[key].add(session_id)
                 positions[key].append(position / max(len(closing) - 1, 1))
                 typed[key][line] += 1
-    steps = [k for k, n in task_count.items() if n >= MIN_TASKS and len(session_sets[k]) >= MIN_SESSIONS]
+    steps = [k for k, n in task_count.items() if n >= MIN_TASKS and len(session_sets[k]) >= MIN_SESSIONS
+             and k not in refused_keys and not any(_ruled_out(line, forbidden) for line in typed[k])]
     if not steps:
         return None
     steps.sort(key=lambda k: (sorted(positions[k])[len(positions[k]) // 2], -task_count[k]))
@@ -112,7 +169,11 @@ def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]]) -> Ro
 
 
 def _as_typed(key: str, typed: Counter[str]) -> str:
-    """The step as the project usually types it, when one form recurs and is short; else its program and
-    subcommand (a one-off form, such as a test file's path, says nothing about the routine)."""
-    line, count = typed.most_common(1)[0]
+    """The step as the project usually types it, without the files it named, when one form recurs and is short;
+    else its program and subcommand (a one-off form, such as a test file's path, says nothing about the
+    routine)."""
+    forms: Counter[str] = Counter()
+    for line, count in typed.items():
+        forms[" ".join(w for w in line.split() if not path_like(w))] += count
+    line, count = forms.most_common(1)[0]
     return line if count >= 2 and len(line) <= SHOWN_CHARS else key[4:]

@@ -4,7 +4,9 @@ A bite the agent did not ask for costs its attention; one that does not help the
 and a memory tool that clutters gets switched off. So the answer is silence unless a memory is:
 
 1. **A statement another session can act on**: a lesson (``gotcha``), a rule (``convention``), a
-   ``decision`` or a ``preference``, or anything the user asked to remember (``memory_remember``). Never a
+   ``decision`` or a ``preference``, or anything the user asked to remember (``memory_remember``). What was
+   mined from tool calls (an error's fix, a lesson, a fact about a file, the routine) waits for its call
+   (``AT_THEIR_CALL``: ``processor/recall/lesson_index.py``), not a prompt that shares its words. Never a
    verbatim round (narration, tool calls and the user's own earlier prompts are what those are mostly made
    of), never a ``bugfix`` of code that has moved on, never narration, a tool list or a fragment
    (``processor.memory.statements``). Those stay findable with ``memory_recall``.
@@ -34,9 +36,14 @@ from processor.memory.bites import BITE_CHARS, fit, terms
 from processor.memory.search import VectorIndex
 from processor.memory.statements import states_something
 from processor.store import episodes as sql
+from processor.store import failures as failures_sql
 from processor.store.episodes import Episode
 
 PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
+# What was mined from tool calls has its own moment, the call (before it, or right after the same failure): an
+# error's fix, a lesson, a fact about a file, the close-out routine. A prompt that merely shares words with it
+# is not that moment; the user's decisions and rules, and what was stored on purpose, are told at prompts.
+AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "routine", "recipe"})
 MIN_COSINE = 0.3
 MIN_Z = 2.0
 MIN_REFERENCE = 8  # scores needed before "the project's usual score" means anything
@@ -111,9 +118,10 @@ def offers(conn, index: VectorIndex, query: str, vector: np.ndarray, project: st
     # (the summary) and what it is about (its entities).
     frequency = Counter(t for ep in memories for t in _words(ep) & wanted)
     common = max(1, int(len(memories) * COMMON_SHARE))
+    origins = failures_sql.origins(conn, [ep.id for ep, _, _ in close])
     found: list[Offer] = []
     for ep, cos, z in close:
-        if not pushable(ep) or _without_ids(ep.summary) in typed:
+        if not pushable(ep) or _without_ids(ep.summary) in typed or origins.get(ep.id) in AT_THEIR_CALL:
             continue
         shared = tuple(sorted(t for t in _words(ep) & wanted if frequency[t] <= common))
         if shared:

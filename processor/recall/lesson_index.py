@@ -43,6 +43,7 @@ from processor.files import ensure_private_dir, write_atomic
 from processor.memory.unasked import bite_of, pushable
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
+from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
 from recall_hook.tool_keys import GENERIC, command_keys, fact_keys
@@ -53,6 +54,8 @@ FOLDER = "lessons"  # recall_hook/hook_io.py LESSONS_FOLDER
 SUFFIX = ".index"  # recall_hook/hook_io.py LESSONS_SUFFIX
 IDS_PER_KEY = 5
 RECURRING_SESSIONS = 2
+STALE_AFTER_SESSIONS = 3
+EXPIRING = frozenset({"error_fix", "lesson", "routine", "recipe"})
 FIXES_PER_KEY = 20  # ways a program failed, each with its fix, filed under its failure key
 MAX_BITES = 300
 INDEX_LIMIT = 64 * 1024  # recall_hook/hook_io.py LESSONS_LIMIT
@@ -78,6 +81,20 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
             found = []
         keys += [k for k in found if k not in keys]
     return keys
+
+
+def stale(ep: Episode, origin: str | None, told_in: set[str], fix: FailureSignature | None) -> bool:
+    """Told in session after session while nothing shows it was needed: a mined memory stops being told unasked
+    (an error's fix is still told right after its failure: that moment leaves no doubt).
+
+    An error's fix stays while its failure keeps coming back (a session after the memory was made met it);
+    a lesson, a routine or a recipe told in ``STALE_AFTER_SESSIONS`` sessions without that is in the way.
+    What the user said (decisions, rules) and facts about files are not mined from habit: they stay."""
+    if origin not in EXPIRING or len(told_in) < STALE_AFTER_SESSIONS:
+        return False
+    came_back = fix is not None and any(session != ep.session_id and at > ep.created_at
+                                        for session, at in fix.sessions.items())
+    return not came_back
 
 
 def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
@@ -108,20 +125,27 @@ class LessonIndex:
 
     def refresh(self, conn, project: str | None, root: str | None) -> str:
         """Bring the project's index up to date if its memories changed; returns the file's name."""
-        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project))
+        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project),
+                     viewer_sql.injections_stamp(conn))
         name = index_name(project)
         if self._signatures.get(project) == signature and (self.folder / name).exists():
             return name
         memories = episodes_sql.project_memories(conn, project, SCANNED)
         fixes = {row.memory_id: row for row in failures_sql.with_memories(conn, project) if row.memory_id}
-        self.write(project, root, memories, fixes, failures_sql.origins(conn, [ep.id for ep in memories]))
+        origins = failures_sql.origins(conn, [ep.id for ep in memories])
+        told = viewer_sql.told_sessions(conn, [ep.id for ep in memories if origins.get(ep.id) in EXPIRING])
+        worn = {ep.id for ep in memories if stale(ep, origins.get(ep.id), told.get(ep.id, set()), fixes.get(ep.id))}
+        self.write(project, root, memories, fixes, origins, worn)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
         return name
 
     def write(self, project: str | None, root: str | None, memories: list[Episode],
-              fixes: dict[str, FailureSignature] | None = None, origins: dict[str, str] | None = None) -> Path:
+              fixes: dict[str, FailureSignature] | None = None, origins: dict[str, str] | None = None,
+              worn: set[str] | frozenset[str] = frozenset()) -> Path:
+        """Write the project's index. `worn`: memories told often enough with nothing showing they were needed
+        (``stale``): only an error's fix stays, and only under its failure key."""
         filed: dict[str, list[dict]] = {}
         told = 0
         fixes, origins = fixes or {}, origins or {}
@@ -133,14 +157,14 @@ class LessonIndex:
             entry = {"id": ep.id, "bite": bite_of(ep), "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             placed = False
-            keys = keys_by_origin(ep, origin, root)
+            keys = [] if ep.id in worn else keys_by_origin(ep, origin, root)
             fix = fixes.get(ep.id)
             if fix is not None:
                 fails = filed.setdefault(fix.fail_key, [])
                 if len(fails) < FIXES_PER_KEY:
                     fails.append({**entry, "sig": fix.signature, "fix": fix.fix or ""})
                     placed = True
-                if len(fix.sessions) < RECURRING_SESSIONS:
+                if len(fix.sessions) < RECURRING_SESSIONS or ep.id in worn:
                     keys = [k for k in keys if not k.startswith("cmd:")]  # before the call only once it recurred
             for key in keys:
                 entries = filed.setdefault(key, [])

@@ -548,6 +548,12 @@ def m019_failures_and_origins(conn: apsw.Connection) -> None:
             episode_id TEXT PRIMARY KEY,
             miner      TEXT NOT NULL
         ) WITHOUT ROWID;
+        -- What earlier versions mined, known by its shape: the close-out routine, and lessons (their content
+        -- names the command that failed).
+        INSERT INTO memory_origins (episode_id, miner) SELECT id, 'routine' FROM episodes
+            WHERE kind = 'convention' AND source_type = 'auto' AND summary LIKE 'Close-out routine:%';
+        INSERT OR IGNORE INTO memory_origins (episode_id, miner) SELECT id, 'lesson' FROM episodes
+            WHERE kind IN ('gotcha', 'bugfix') AND source_type = 'auto' AND full_content LIKE '%Failed: `%';
         """
     )
 

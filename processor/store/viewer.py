@@ -79,6 +79,25 @@ def insert_told(conn: apsw.Connection, session_id: str, episode_id: str, bites: 
     return conn.changes()
 
 
+def told_sessions(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, set[str]]:
+    """The sessions each of these memories was told in (at a prompt, about a tool call, after a failure)."""
+    found: dict[str, set[str]] = {}
+    for start in range(0, len(episode_ids), 500):
+        chunk = episode_ids[start:start + 500]
+        rows = conn.execute(
+            "SELECT DISTINCT json_extract(j.value, '$.id'), i.session_id FROM injections i, json_each(i.content) j "
+            "WHERE i.kind = 'bites' AND json_valid(i.content) AND json_extract(j.value, '$.id') IN "
+            f"({','.join('?' * len(chunk))})", chunk)
+        for episode_id, session_id in rows:
+            found.setdefault(episode_id, set()).add(session_id)
+    return found
+
+
+def injections_stamp(conn: apsw.Connection) -> int:
+    """Changes whenever an injection is recorded."""
+    return conn.execute("SELECT coalesce(max(id), 0) FROM injections").fetchone()[0]
+
+
 def insert_digest(conn: apsw.Connection, session_id: str, text: Redacted, injected_at: int) -> int:
     """Record a digest shown at `injected_at`; 0 when that one is recorded already."""
     conn.execute(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -46,7 +47,14 @@ sys.path.insert(0, str(REPO))
 
 from bench.precision import DEFAULT_MODELS, replay, replay_baseline  # noqa: E402
 from bench.replay import ToolCall, project_sessions, projects  # noqa: E402
-from recall_hook.failure_keys import another_go, call_key, not_a_failure, same_failure, signature  # noqa: E402
+from recall_hook.failure_keys import (  # noqa: E402
+    another_go,
+    call_key,
+    failure_key,
+    not_a_failure,
+    same_failure,
+    signature,
+)
 from recall_hook.tool_keys import command_keys  # noqa: E402
 
 FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -65,18 +73,37 @@ class Failed:
     prompt_uuid: str
     call: ToolCall
     key: str
+    fail_key: str
     signature: list[str]
     fixed_by: ToolCall | None = None
     uuids: set[str] = field(default_factory=set)  # the lines a memory of it would be made from
 
 
+def _command(call: ToolCall) -> str:
+    value = call.input.get("command") if call.name == "Bash" else call.input.get("file_path")
+    return value if isinstance(value, str) else ""
+
+
 def _key(call: ToolCall) -> str | None:
-    command = call.input.get("command") if call.name == "Bash" else call.input.get("file_path")
-    return call_key(call.name, command if isinstance(command, str) else None, call.error or "")
+    return call_key(call.name, _command(call) or None, call.error or "")
+
+
+def _core(call: ToolCall) -> str:
+    first = (_command(call).strip().splitlines() or [""])[0]
+    while first.startswith("cd ") and "&&" in first:
+        first = first.split("&&", 1)[1].strip()
+    return first
+
+
+def _inspects(call: ToolCall) -> bool:
+    return any(w in ("--help", "-h", "--version", "-V", "help") for w in _command(call).split())
 
 
 def _failures_of_prompt(session: str, prompt_uuid: str, calls: list[ToolCall]) -> list[Failed]:
-    """The prompt's failed calls, each with the later call that got past it after something changed, if any."""
+    """The prompt's failed calls, each with the call that got past it, when the prompt's work ends with the same
+    call running clean: the first later go at the same program (the same file, for other tools) that ran clean,
+    or that kept the failed command whole and added a step to it; retries that fail the same way and calls
+    that read about the program (--help) passed over. A rerun with nothing changed is flaky, not fixed."""
     found = []
     for index, call in enumerate(calls):
         if call.error is None or not_a_failure(call.name, call.error):
@@ -84,23 +111,29 @@ def _failures_of_prompt(session: str, prompt_uuid: str, calls: list[ToolCall]) -
         key, sig = _key(call), signature(call.error)
         if key is None or not sig:
             continue
-        failed = Failed(session, prompt_uuid, call, key, sig, uuids={call.uuid})
-        between: list[ToolCall] = []
-        for later in calls[index + 1:]:
-            other = _key(later)
-            same_target = call.name == "Bash" or later.input.get("file_path") == call.input.get("file_path")
-            if other is not None and another_go(key, other) and same_target:
-                if later.error is not None and same_failure(signature(later.error), sig):
-                    between = []
+        failed = Failed(session, prompt_uuid, call, key, failure_key(key, call.error), sig, uuids={call.uuid})
+        later = calls[index + 1:]
+        tries = [i for i, c in enumerate(later) if (other := _key(c)) is not None and another_go(key, other)
+                 and (call.name == "Bash" or c.input.get("file_path") == call.input.get("file_path"))
+                 and not _inspects(c)]
+        resolved = None
+        if any(later[i].error is None for i in tries):
+            for i in tries:
+                if later[i].error is None:
+                    resolved = i
+                    break
+                if same_failure(signature(later[i].error), sig):
                     continue
-                changed = later.input != call.input or any(
-                    b.name not in _LOOK and (b.name != "Bash" or any(
-                        k.startswith("cmd:") for k in command_keys(str(b.input.get("command", ""))))) for b in between)
-                if later.error is None and changed:
-                    failed.fixed_by = later
-                    failed.uuids.add(later.uuid)
-                break
-            between.append(later)
+                if _core(call) and _core(call) in _command(later[i]) and _core(call) != _core(later[i]):
+                    resolved = i
+                    break
+        if resolved is not None:
+            by = later[resolved]
+            steps = [b for b in later[:resolved] if b.error is None and b.name not in _LOOK and not _inspects(b)
+                     and (b.name != "Bash" or any(k.startswith("cmd:") for k in command_keys(_command(b))))]
+            if " ".join(_command(by).split()) != " ".join(_command(call).split()) or steps:
+                failed.fixed_by = by
+                failed.uuids.add(by.uuid)
         found.append(failed)
     return found
 
@@ -117,9 +150,11 @@ def automatic_moments(projects_dirs: list[Path]) -> list[dict]:
                                                                                  p.tool_calls)]
                 counted: list[Failed] = []
                 for failure in mine:
-                    earlier = [f for f in fixed if another_go(f.key, failure.key) and
+                    earlier = [f for f in fixed if f.fail_key == failure.fail_key and
                                same_failure(f.signature, failure.signature)]
-                    if earlier and not any(same_failure(c.signature, failure.signature) for c in counted):
+                    if earlier and not any(c.fail_key == failure.fail_key and same_failure(c.signature,
+                                                                                           failure.signature)
+                                           for c in counted):
                         counted.append(failure)
                         moments.append({"project": project_dir.name, "session": session.session_id,
                                         "prompt_uuid": failure.prompt_uuid, "tool_use_id": failure.call.tool_use_id,
@@ -144,50 +179,82 @@ def _tells(records: list[dict]) -> dict[str, list[tuple[int, int, dict]]]:
     return by_session
 
 
-def _told_by(bite: dict, sources: set[str]) -> bool:
-    return bool(sources & set(bite.get("sources", [])))
+_WORD = re.compile(r"[a-z][a-z0-9_.-]+")
+_STOP = frozenset("the and for with that this from into are was were not but its it's you your can will when then "
+                  "also only each every been have has had use used run runs ran what which there their them they "
+                  "so as of to in on at by or an a is be do does did fixed failed same way earlier session".split())
 
 
-def _helped(moment: dict, records_by_prompt: dict[str, dict], tells: dict[str, list], sources: set[str]) -> bool:
+def _terms(text: str) -> set[str]:
+    return {w.strip(".-") for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 2}
+
+
+def holds(bite: dict, moment: dict) -> bool:
+    """Does this bite carry what the moment needed? A memory made from its lines; a fix told right after its
+    failure (the failure hook tells only a fix of the same failure); or the knowledge itself — a line's exact
+    snippet, or most of a reader's statement of it (four content words or more, and at least 40% of the bite's)."""
+    sources = moment["source_uuids"]
+    if sources & set(bite.get("sources", [])):
+        return True
+    if moment.get("kind") == "same_error" and bite["at"] == "after_tool" and bite.get("tool_use_id") == \
+            moment.get("tool_use_id"):
+        return True
+    text = " ".join(bite["bite"].lower().split())
+    if any(len(snippet) >= 15 and " ".join(snippet.lower().split()) in text for snippet in moment["snippets"]):
+        return True
+    have = _terms(bite["bite"])
+    for statement in moment["statements"]:
+        shared = have & _terms(statement)
+        if len(shared) >= 4 and len(shared) >= 0.4 * len(have):
+            return True
+    return False
+
+
+def _moment_of(labelled: dict) -> dict:
+    return {**labelled["moment"], "kind": labelled["kind"].get("a") or labelled["kind"].get("b"),
+            "source_uuids": {s["uuid"] for s in labelled["sources"]},
+            "snippets": [s["snippet"] for s in labelled["sources"]], "statements": list(labelled["knowledge"].values())}
+
+
+def _auto_moment(moment: dict) -> dict:
+    return {**moment, "kind": "same_error", "source_uuids": set(moment["sources"]), "snippets": [], "statements": []}
+
+
+def _helped(moment: dict, records_by_prompt: dict[str, dict], tells: dict[str, list]) -> bool:
     """Told at or before the moment (its prompt, before its call, or earlier in its session), or right after
-    its failure, by a memory made from the knowledge's lines."""
+    its failure, by a bite that carries what it needed."""
     record = records_by_prompt.get(moment["prompt_uuid"])
     if record is None:
         return False
     index = record["prompt_index"]
     call = moment.get("tool_use_id")
+    order = record.get("calls", [])
     for at_index, _, bite in tells.get(moment["session"], []):
-        if at_index > index or not _told_by(bite, sources):
+        if at_index > index or not holds(bite, moment):
             continue
         if at_index < index or call is None or bite["at"] == "prompt" or bite.get("tool_use_id") == call:
             return True
-        # A tell about an earlier call of the same prompt's work came before the moment too.
-        order = [c for c in record.get("calls", [])]
         if call in order and bite.get("tool_use_id") in order[:order.index(call)]:
-            return True
+            return True  # about an earlier call of the same prompt's work: before the moment too
     return False
 
 
 def score(records: list[dict], automatic: list[dict], labelled: list[dict]) -> dict:
     by_prompt = {r["prompt_uuid"]: r for r in records}
     tells = _tells(records)
-    auto_helped = [m for m in automatic if _helped(m, by_prompt, tells, set(m["sources"]))]
-    recurring = [m for m in automatic if m["sessions_before"] >= 1]
-    label_rows = []
-    for moment in labelled:
-        sources = {s["uuid"] for s in moment["sources"]}
-        label_rows.append((moment, _helped(moment["moment"], by_prompt, tells, sources)))
+    auto = [_auto_moment(m) for m in automatic]
+    auto_helped = [m for m in auto if _helped(m, by_prompt, tells)]
+    recurring = [m for m in auto if m["sessions_before"] >= 1]
+    label_rows = [(moment, _helped(_moment_of(moment), by_prompt, tells)) for moment in labelled]
     both = [(m, h) for m, h in label_rows if len(m["readers"]) == 2]
     # Precision and silence over later sessions (the store held something then).
-    needed_sources: dict[str, set[str]] = {}
-    for moment in automatic:
-        needed_sources.setdefault(moment["session"], set()).update(moment["sources"])
-    for moment, _ in label_rows:
-        needed_sources.setdefault(moment["moment"]["session"], set()).update(s["uuid"] for s in moment["sources"])
+    moments_of: dict[str, list[dict]] = {}
+    for moment in [*auto, *(_moment_of(m) for m in labelled)]:
+        moments_of.setdefault(moment["session"], []).append(moment)
     moment_prompts = {m["prompt_uuid"] for m in automatic} | {m["moment"]["prompt_uuid"] for m, _ in label_rows}
     later = [r for r in records if not r["first_session"]]
     shown = [b for r in later for b in r["bites"]]
-    useful = [b for r in later for b in r["bites"] if _told_by(b, needed_sources.get(r["session"], set()))]
+    useful = [b for r in later for b in r["bites"] if any(holds(b, m) for m in moments_of.get(r["session"], []))]
     quiet = [r for r in later if r["prompt_uuid"] not in moment_prompts]
     cost = {"failed_calls": 0, "exploration_calls": 0, "user_corrections": 0}
     for moment, helped in label_rows:
@@ -196,13 +263,12 @@ def score(records: list[dict], automatic: list[dict], labelled: list[dict]) -> d
             for name in cost:
                 cost[name] += int(paid.get(name, 0) or 0)
     return {
-        "automatic": {"moments": len(automatic), "helped": _share(len(auto_helped), len(automatic)),
+        "automatic": {"moments": len(auto), "helped": _share(len(auto_helped), len(auto)),
                       "recurring_errors": len(recurring),
                       "recurring_told": _share(sum(m in auto_helped for m in recurring), len(recurring)),
                       "told_before_call": sum(any(b.get("tool_use_id") == m["tool_use_id"] and b["at"] ==
-                                                  "before_tool" and _told_by(b, set(m["sources"]))
-                                                  for r in records if r["session"] == m["session"]
-                                                  for b in r["bites"]) for m in auto_helped)},
+                                                  "before_tool" and holds(b, m) for _, _, b in tells.get(
+                                                      m["session"], [])) for m in auto_helped)},
         "labelled": {"moments": len(label_rows), "helped": _share(sum(h for _, h in label_rows), len(label_rows)),
                      "moments_both_readers": len(both), "helped_both_readers": _share(sum(h for _, h in both),
                                                                                        len(both)),

@@ -90,10 +90,13 @@ def _message(error: str) -> str:
 
 
 def _says_what(line: str) -> bool:
+    """Three words or more, two of them words (not masks); or a word and an error's own long name
+    (``error: externally-managed-environment``)."""
     words = line.split()
     plain = [w for w in words if w[0] != "<"]
-    return len(words) >= 3 and len(plain) >= 2 and line not in _BARE and not line.startswith(("exit code",
-                                                                                                "traceback"))
+    named = len(plain) >= 2 and any(len(w) >= 12 and w not in _BARE for w in plain)
+    return (len(words) >= 3 or named) and len(plain) >= 2 and line not in _BARE \
+        and not line.startswith(("exit code", "traceback"))
 
 
 def signature(error: str) -> list[str]:
@@ -137,11 +140,18 @@ def program_of(key: str) -> str:
 
 
 def _command_words(key: str) -> list[str]:
-    """The program and its subcommand words of a ``cmd:`` key, past its runner."""
+    """The program and its subcommand words of a ``cmd:`` key, past its runner (``uv run pytest`` → ``pytest``;
+    ``uv venv`` is uv's own subcommand and stays)."""
     words = key[4:].split()
     if "-m" in words[:-1]:
         return words[words.index("-m") + 1:]
-    return [w for w in words if w not in RUNNERS and w not in ("run", "exec")]
+    if len(words) > 1 and words[0] in RUNNERS:
+        runner = RUNNERS[words[0]]
+        if not runner:
+            return words[1:]
+        if words[1] == runner:
+            return words[2:]
+    return words
 
 
 def another_go(key: str, other: str) -> bool:
@@ -155,11 +165,28 @@ def another_go(key: str, other: str) -> bool:
     return len(mine) < 2 or len(theirs) < 2 or mine[1] == theirs[1]
 
 
-def failure_key(key: str) -> str:
+def failure_key(key: str, error: str = "") -> str:
     """Where the failures of a call are filed: by its program (``fail:git``), not its arguments: the signature
     tells ``git push``'s missing upstream from ``git commit``'s hook, and a test run whose key caught a word of
-    its arguments (``pytest specs``) still meets its program's failures."""
-    return "fail:" + (program_of(key) if key.startswith("cmd:") else key)
+    its arguments (``pytest specs``) still meets its program's failures. When the error names another word of
+    the command as what is missing (``python -m pytest``: ``command not found: python``), the failure is that
+    word's: ``python -c …`` meets it too."""
+    if not key.startswith("cmd:"):
+        return "fail:" + key
+    program = program_of(key)
+    lowered = error[:2000].lower()
+    if lowered and program not in lowered:
+        for word in key[4:].split():
+            if len(word) >= 2 and word != program and word[0].isalpha() and _names_missing(lowered, word):
+                return "fail:" + word
+    return "fail:" + program
+
+
+def _names_missing(error: str, word: str) -> bool:
+    """The error says `word` itself is missing: ``command not found: word``, ``word: command not found``,
+    ``no module named word``, ``word: not found``."""
+    return any(form in error for form in (f"not found: {word}", f"{word}: command not found", f"{word}: not found",
+                                          f"no module named {word}", f"no such command: {word}"))
 
 
 def call_key(tool_name: object, command: str | None, error: str = "") -> str | None:

@@ -139,8 +139,10 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
         _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
         return []
     found: list[tuple[str, str]] = []
+    # A file the agent made itself: nothing earlier sessions left about it, its folder or its name applies.
+    own = keys[0] in created
     for key, entries in filed:
-        if key in created:
+        if key in created or (own and key.startswith(("file:", "dir:", "name:"))):
             continue
         for entry in entries:
             bite_id = entry.get("id") if isinstance(entry, dict) else None

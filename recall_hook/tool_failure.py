@@ -58,7 +58,7 @@ def run(stdin: bytes) -> str | None:
     signature = _fail.signature(error)
     if key is None or not signature:
         return None
-    entries = _filed(directory, session_id, event, _fail.failure_key(key))
+    entries = _filed(directory, session_id, event, _fail.failure_key(key, error))
     found = [e for e in entries if isinstance(e, dict) and isinstance(e.get("sig"), list)
              and e.get("session") != session_id and _fail.same_failure([str(s) for s in e["sig"]], signature)]
     lines, ids = [], []

@@ -18,6 +18,8 @@ GENERIC = frozenset(
     "pwd which whereis type file stat true false sleep tee diff mkdir touch rm cp mv chmod chown ln env export "
     "set unset source . test [ open xdg-open date whoami clear history command jq yq tree du df ps kill pkill "
     "realpath dirname basename read exit".split())
+# Commands that move or set up the shell for the next one: their paths are where, not what.
+_SETUP = frozenset("cd pushd popd source . export set unset which type command".split())
 # Runners whose next words name the tool that really runs (`uv run pytest`, `npx tsc`): the key keeps the
 # runner and the tool with its own subcommand (`uv run ty check`). Value: the runner's own subcommand, if any.
 RUNNERS = {"uv": "run", "poetry": "run", "pipenv": "run", "pdm": "run", "hatch": "run", "rye": "run",
@@ -139,16 +141,23 @@ def command_key(segment: str) -> str | None:
 
 
 def command_keys(command: str, root: str | None = None) -> list[str]:
-    """The keys of a shell command line: each command's ``cmd:`` key and the files its words name."""
+    """The keys of a shell command line: each command's ``cmd:`` key and the files its words name. Where a chain
+    goes (``cd``, ``pushd``) and what it sets up (``source .venv/bin/activate``, ``export``) name no file it
+    works on: nearly every command of a project starts that way, and a key they all shared would tie every
+    lesson to every command."""
     keys: list[str] = []
     for segment in _split_commands(command[:2000]):
         key = command_key(segment)
         if key and key not in keys:
             keys.append(key)
-        for word in segment.split()[1:]:
+        words = segment.split()
+        if words and words[0] in _SETUP:
+            continue
+        for word in words[1:]:
             if path_like(word):
-                file_key = "file:" + relative(word, root)
-                if file_key not in keys:
+                path = relative(word, root)
+                file_key = "file:" + path
+                if path and path.rstrip("/") != (root or "").rstrip("/") and file_key not in keys:
                     keys.append(file_key)
         if len(keys) >= MAX_KEYS:
             break

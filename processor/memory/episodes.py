@@ -45,7 +45,6 @@ from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.failure_keys import failure_key
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +332,7 @@ class EpisodeStore:
                 mined.failures.append((failure, told.get(tuple(failure.signature))))
             for lesson in lessons:
                 if lesson.kind == "gotcha" and lesson.signature:
-                    known = failures_sql.find(self.conn, project, failure_key(lesson.key or ""), list(lesson.signature))
+                    known = failures_sql.find(self.conn, project, lesson.key or "", list(lesson.signature))
                     if known is not None and known.memory_id and known.memory_id != lesson.id:
                         continue  # this way of failing already has its memory (or had one, forgotten)
                 digest = content_hash(lesson.full_content)
@@ -352,7 +351,7 @@ class EpisodeStore:
         """Count each failure of these rounds under its signature, and link the memory that tells its fix (in the
         caller's transaction: the counts move with the progress marker)."""
         for failure, lesson in mined.failures:
-            row = failures_sql.record(self.conn, project, failure_key(failure.key), failure.key, failure.signature,
+            row = failures_sql.record(self.conn, project, failure.fail_key, failure.key, failure.signature,
                                       session_id, failure.call.result_ts_ms or failure.call.ts_ms,
                                       redact(failure.error_line))
             if lesson is not None and sql.get_episode(self.conn, lesson.id) is not None:

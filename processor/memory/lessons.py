@@ -38,7 +38,7 @@ from processor.memory.statements import is_narration, prose, word_count
 from processor.redaction import redact
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.failure_keys import another_go, call_key, failure_key, not_a_failure
+from recall_hook.failure_keys import another_go, call_key, failure_key, not_a_failure, same_failure
 from recall_hook.failure_keys import signature as failure_signature
 from recall_hook.tool_keys import command_keys
 
@@ -98,7 +98,7 @@ class Lesson:
     entities: list[str]
     source_uuids: list[str]
     created_at: int | None
-    key: str | None = None  # the failed call's key (recall_hook/failure_keys.py)
+    key: str | None = None  # where the failure is filed (recall_hook/failure_keys.py failure_key)
     signature: tuple[str, ...] = ()  # how it failed, normalised
     fix: str = ""  # what fixed it, in a line: what the failure hook tells right after the same failure
     session_fixed: bool = False  # got past by a way of working (told at the failure), not by editing the code
@@ -203,6 +203,7 @@ class Failure:
     key: str
     signature: list[str]
     error_line: str
+    fail_key: str  # where failures of this kind are filed (``failure_keys.failure_key``)
 
 
 @dataclass(frozen=True)
@@ -238,21 +239,41 @@ def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
         key = _key_of(call)
         signature = failure_signature(call.error)
         if key and signature:
-            found.append(Failure(call, key, signature, _error_line(call.error)))
+            found.append(Failure(call, key, signature, _error_line(call.error), failure_key(key, call.error)))
     return found
 
 
+def _inspects(call: StoredToolCall) -> bool:
+    """``--help``, ``--version``, ``help``: a call that reads about the program, never one that fixes it."""
+    words = (call.target or "").split()
+    return any(w in ("--help", "-h", "--version", "-V", "help") for w in words)
+
+
 def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMessage]) -> Fix | None:
-    """What got past `failure` later in its round: the first go at the same call that ran clean, when something
-    changed on the way (the command, a step before it, a file); None when it was never fixed, or when nothing
-    changed (a flaky rerun of the same command passed: nothing to learn). Goes that failed another way on the
-    way are steps of the same journey: what finally ran clean is what fixed it."""
-    resolved = next((i for i, c in enumerate(later) if _same_call(failure.call, c, failure.key) and not c.failed),
-                    None)
+    """What got past `failure` later in its round, when the round ends with the same call running clean: the
+    first go at it that ran clean, or that kept the failed command whole and added to it (a step first: it got
+    past this failure, whatever failed next); retries that fail the same way, and calls that only read about the
+    program (``--help``), are passed over. None when it was never fixed, or when nothing changed on the way (a
+    flaky rerun of the same command passed: nothing to learn)."""
+    tries = [i for i, c in enumerate(later) if _same_call(failure.call, c, failure.key) and not _inspects(c)]
+    if not any(not later[i].failed for i in tries):
+        return None  # never ran clean in the round
+    core = _command_shown(failure.call.target, 10_000)
+    resolved = None
+    for i in tries:
+        call = later[i]
+        if not call.failed:
+            resolved = i
+            break
+        if call.error and same_failure(failure_signature(call.error), failure.signature):
+            continue  # a retry: the same failure again
+        if core and core in (call.target or "") and core != _command_shown(call.target, 10_000):
+            resolved = i  # the command whole, with a step added: it got past this failure
+            break
     if resolved is None:
         return None
     by, between = later[resolved], later[:resolved]
-    setup = [c.target for c in between if c.tool == "Bash" and not c.failed and c.target
+    setup = [c.target for c in between if c.tool == "Bash" and not c.failed and c.target and not _inspects(c)
              and any(k.startswith("cmd:") for k in command_keys(c.target))]
     edits = list(dict.fromkeys(c.target for c in between if c.tool in _EDITS and c.target and not c.failed))
     changed = " ".join((by.target or "").split()) != " ".join((failure.call.target or "").split())
@@ -328,11 +349,11 @@ def _lesson(fix: Fix, project: str | None) -> Lesson | None:
     # A way of working is one memory per way of failing, in each project: the same failure in another session
     # (or a rebuild) finds it, and one the user marked wrong is never made again. Work fixed by edits is
     # one memory per failure.
-    seed = (f"fix:{project}:{failure_key(failure.key)}:{failure.signature[0]}" if kind == "gotcha"
+    seed = (f"fix:{project}:{failure.fail_key}:{failure.signature[0]}" if kind == "gotcha"
             else f"lesson:{failure.call.tool_use_id}")
     return Lesson(id="ep_" + hashlib.sha1(seed.encode()).hexdigest()[:16], kind=kind, text=redact(summary),
                   full_content=redact("\n".join(lines)), entities=[redact(e) for e in entities],
                   source_uuids=list(dict.fromkeys(sources)),
-                  created_at=(said.ts_ms if said else None) or failure.call.ts_ms, key=failure.key,
+                  created_at=(said.ts_ms if said else None) or failure.call.ts_ms, key=failure.fail_key,
                   signature=tuple(failure.signature), fix=redact(fit(how, FIX_CHARS)),
                   session_fixed=bool(fix.setup or fix.changed_command))

@@ -38,6 +38,9 @@ MIN_STEPS = 2
 MAX_STEPS = 6
 SHOWN_CHARS = 40
 _CHANGES = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
+# Commands that only look: checking the state before a commit is not a step of closing out.
+_LOOKS = ("cmd:git status", "cmd:git diff", "cmd:git log", "cmd:git show", "cmd:git branch", "cmd:git fetch",
+          "cmd:git remote")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ def _closing_commands(calls: list[StoredToolCall]) -> list[tuple[str, str]]:
         if call.tool != "Bash" or call.failed or not call.target:
             continue
         for segment_key in command_keys(call.target):
+            if segment_key.startswith(_LOOKS):
+                continue
             if segment_key.startswith("cmd:") and all(segment_key != k for k, _ in found):
                 found.append((segment_key, _line_for(call.target, segment_key)))
     return found

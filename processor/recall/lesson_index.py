@@ -40,6 +40,7 @@ from pathlib import Path
 
 from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
+from processor.memory.facts import statement_of
 from processor.memory.unasked import bite_of, pushable
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
@@ -102,6 +103,16 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
     names and programs it names; anything else under what its entities say (``keys_of``)."""
     if origin == "fact":
         return fact_keys(ep.entities[0], root) if ep.entities else []
+    if origin in ("lesson", "error_fix"):
+        # About running the command that failed: its key, and (a lesson) the files it named. Not the files edited
+        # on the way (told on every read of them), and an error's fix not its files either: it is told after its
+        # failure, and before the command once that failure recurred.
+        commands = [e for e in ep.entities if e.startswith("$ ")]
+        keys = [k for e in commands for k in command_keys(e[2:], root)]
+        stated = statement_of(ep.summary)
+        if stated is not None:  # "`dist/` is git-ignored, so …": also a fact about that path, told on touch
+            return list(dict.fromkeys([*keys, *fact_keys(stated[1], root)]))
+        return list(dict.fromkeys(k for k in keys if origin == "lesson" or k.startswith("cmd:")))
     if origin == "decision":
         keys: list[str] = []
         for name in ep.entities:

@@ -182,6 +182,18 @@ def dir_key(path: str) -> str | None:
     return f"dir:{folder}/" if folder and folder not in (".", "..") else None
 
 
+def stages_everything(segment: str) -> str | None:
+    """``cmd:git add -A`` for staging everything (``git add -A``, ``--all``, ``.``, ``git commit -a``): a lesson
+    about what that swept in is told then, not before every ``git add`` of one file."""
+    words = segment.split()
+    if words[:2] == ["git", "add"] and any(w in ("-A", "--all", ".", "-u") for w in words[2:]):
+        return "cmd:git add -A"
+    if words[:2] == ["git", "commit"] and any(w.startswith("-") and not w.startswith("--") and "a" in w
+                                              for w in words[2:]):
+        return "cmd:git commit -a"
+    return None
+
+
 def prog_key(key: str) -> str | None:
     """``prog:<program>`` of a ``cmd:`` key, past its runner (``cmd:uv run pytest -q`` → ``prog:pytest``): what a
     decision about a tool ("use pnpm instead of npm") is filed under."""
@@ -222,7 +234,10 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
         return []
     if tool_name == "Bash":
         command = tool_input.get("command")
-        return _around(command_keys(command, root)) if isinstance(command, str) else []
+        if not isinstance(command, str):
+            return []
+        broad = [k for k in map(stages_everything, _split_commands(command[:2000])) if k]
+        return _around(command_keys(command, root)) + list(dict.fromkeys(broad))
     keys: list[str] = []
     if tool_name in _FILE_TOOLS or tool_name in ("Grep", "Glob"):
         for name in _PATH_KEYS:

@@ -320,3 +320,21 @@ def test_a_routine_told_session_after_session_stops_being_told(engram_home: Path
         ingest(store.conn, engram_home / "recollections")
     writer.write(store, later[3], "u-last", "Change the shipping rules", project=CWD)
     assert hook(engram_home, call(later[3], "Bash", {"command": "uv run pytest -q"})) == ""
+
+
+def test_staging_everything_that_had_to_be_undone_is_told_before_staging_everything(engram_home: Path,
+                                                                                      projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD)
+    c.user("Commit the fix")
+    c.edit(f"{CWD}/src/cart.py")
+    c.bash("git add -A && git status", "new file: notes/day-004.md\nmodified: src/cart.py")
+    c.bash("git reset notes/", "Unstaged changes after reset:\nM\tnotes/day-004.md")
+    c.bash('git commit -m "Fix the cart"', "[main 1a2b3c4] Fix the cart")
+    c.say("Committed.", end_turn=True)
+    write(projects_dir, c)
+    store = process(projects_dir)
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Commit the coupon change", project=CWD)
+    told = hook(engram_home, call(S2, "Bash", {"command": "git add src/coupons.py"}))
+    assert told == ""  # staging one file: nothing to say
+    told = hook(engram_home, call(S2, "Bash", {"command": "git add . && git commit -m coupons"}))
+    assert "`git add -A` here also staged `notes/`" in told and "stage the changed files by name" in told

@@ -284,6 +284,56 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
     return Fix(failure, by, setup, edits, changed, _diagnosis(said))
 
 
+def _broad_stage(command: str) -> str | None:
+    """``git add -A`` / ``git add .`` / ``git add --all`` / ``git commit -a``: staging everything, as typed."""
+    for segment in command.replace("&&", "\n").replace(";", "\n").splitlines():
+        words = segment.split()
+        if len(words) >= 3 and words[0] == "git" and words[1] == "add" and any(w in ("-A", "--all", ".", "-u")
+                                                                                for w in words[2:]):
+            return " ".join(words[:3])
+        if len(words) >= 3 and words[0] == "git" and words[1] == "commit" and any(
+                w.startswith("-") and not w.startswith("--") and "a" in w for w in words[2:]):
+            return "git commit -a"
+    return None
+
+
+def _unstaged(command: str) -> list[str]:
+    """The paths a ``git reset <paths>`` or ``git restore --staged <paths>`` took out of the index."""
+    for segment in command.replace("&&", "\n").replace(";", "\n").splitlines():
+        words = segment.split()
+        if words[:2] == ["git", "reset"] and not any(w.startswith(("--hard", "--soft", "--mixed", "HEAD"))
+                                                     for w in words[2:]):
+            return [w for w in words[2:] if not w.startswith("-") and w != "."]
+        if words[:2] == ["git", "restore"] and "--staged" in words:
+            return [w for w in words[2:] if not w.startswith("-") and w != "."]
+    return []
+
+
+def undone_staging(calls: list[StoredToolCall], project: str | None) -> list[Lesson]:
+    """Staging everything that the session then had to partly undo: ``git add -A`` swept in files (a user's own
+    notes, build output, ``.DS_Store``) that the next calls took out of the index again. What was swept in,
+    and how it was undone, is told before the next ``git add -A`` of the project: stage files by name."""
+    found: list[Lesson] = []
+    for index, call in enumerate(calls):
+        staged = _broad_stage(call.target or "") if call.tool == "Bash" and not call.failed else None
+        if staged is None:
+            continue
+        for later in calls[index + 1:index + 8]:
+            paths = _unstaged(later.target or "") if later.tool == "Bash" and not later.failed else []
+            if not paths:
+                continue
+            shown = ", ".join(f"`{p}`" for p in paths[:3])
+            text = (f"`{staged}` here also staged {shown}, which had to be taken out again "
+                    f"(`{_command_shown(later.target, 80)}`): stage the changed files by name.")
+            seed = f"undone:{project}:{staged.split()[1]}:{' '.join(sorted(paths))}"
+            found.append(Lesson(id="ep_" + hashlib.sha1(seed.encode()).hexdigest()[:16], kind="gotcha",
+                                text=redact(text), full_content=redact(text),
+                                entities=[redact(f"$ {staged}"), *(redact(p) for p in paths[:3])],
+                                source_uuids=[call.use_uuid, later.use_uuid], created_at=later.ts_ms))
+            break
+    return found
+
+
 def mine_round(round_messages: list[StoredMessage], calls: list[StoredToolCall],
                next_round_ms: int | None = None, project: str | None = None) -> tuple[list[Lesson], list[Failure]]:
     """The lessons of one round (its messages, and the session's tool calls made during it), and every failure
@@ -297,8 +347,8 @@ def mine_round(round_messages: list[StoredMessage], calls: list[StoredToolCall],
                 and (next_round_ms is None or c.ts_ms < next_round_ms)]
     replies = [m for m in round_messages if m.role == "assistant" and m.ts_ms is not None]
     failures = failures_of(in_round)
-    lessons: list[Lesson] = []
-    seen: set[str] = set()
+    lessons: list[Lesson] = undone_staging(in_round, project)[:1]
+    seen: set[str] = {lesson.id for lesson in lessons}
     for failure in failures:
         later = in_round[in_round.index(failure.call) + 1:]
         fix = _fix(failure, later, replies)

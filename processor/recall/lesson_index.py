@@ -47,7 +47,7 @@ from processor.store import failures as failures_sql
 from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
-from recall_hook.tool_keys import GENERIC, command_keys, fact_keys
+from recall_hook.tool_keys import GENERIC, command_keys, fact_keys, stages_everything
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,9 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
         # failure, and before the command once that failure recurred.
         commands = [e for e in ep.entities if e.startswith("$ ")]
         keys = [k for e in commands for k in command_keys(e[2:], root)]
+        broad = [k for e in commands if (k := stages_everything(e[2:]))]
+        if broad:  # `git add -A` swept in what had to be unstaged: told when staging everything, not any file
+            return broad
         stated = statement_of(ep.summary)
         if stated is not None:  # "`dist/` is git-ignored, so …": also a fact about that path, told on touch
             return list(dict.fromkeys([*keys, *fact_keys(stated[1], root)]))

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -193,8 +194,30 @@ def test_home_and_project_pages_list_what_was_captured(server: ViewerServer, coo
     project = html(body)
     assert f"/ui/session/{SCRIPT_SID}" in project
     assert "shop-api checkout tests are flaky unless time is frozen" in project
-    injections = project[project.index("Newest injections"):project.index("Newest memories")]
+    injections = project[project.index("Newest injections"):project.index("History: newest memories")]
     assert "answering: <q>&lt;script&gt;" in injections and f"(id: {world.memory_id})" in injections
+    # What Engram tells unasked leads the page, grouped, each with where it came from and how often it was told.
+    told = project[project.index("What Engram tells"):project.index("<h2>Sessions")]
+    assert "<h3>Remembered</h3>" in told and "shop-api checkout tests are flaky unless time is frozen" in told
+    assert "told 1 time in 1 session" in told and "(part " not in told  # never a verbatim round
+
+
+def test_a_memory_marked_wrong_from_the_project_page_is_never_told_again(server: ViewerServer, cookie: str,
+                                                                         world: World) -> None:
+    store = EpisodeStore(world.settings, connect(world.settings.db_path))
+    memory_id, _ = store.remember("The staging deploy needs the VPN: run `vpn up` before `make deploy`.",
+                                  kind="gotcha", project=world.script_project)
+    store.conn.close()
+    back = f"/ui/project?p={quote(world.script_project, safe='')}"
+    page = html(server.request("GET", back, cookie=cookie)[2])
+    assert memory_id in page[page.index("What Engram tells"):page.index("<h2>Sessions")]
+    status, headers, _ = server.post(f"/ui/memory/{memory_id}/wrong", cookie,
+                                     f"back={quote(back, safe='')}&reason=marked+wrong")
+    assert status == 303 and headers["location"] == f"{back}&done=wrong"
+    assert status_of(world, memory_id)[0] == "forgotten"
+    page = html(server.request("GET", headers["location"], cookie=cookie)[2])
+    assert memory_id not in page[page.index("What Engram tells"):page.index("<h2>Sessions")]
+    assert "Done: wrong." in page
 
 
 def test_timeline_shows_messages_memories_and_recorded_injections(server: ViewerServer, cookie: str,

@@ -75,6 +75,22 @@ def pushable(ep: Episode, origin: str | None = None) -> bool:
     return states_something(ep.summary) or states_something(ep.full_content[:BITE_CHARS * 2])
 
 
+# What a memory told unasked is, as the viewer groups them: by the miner that made it, else by its kind.
+_CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "lesson": "Lessons", "fact": "Facts", "recipe": "Recipes",
+                       "decision": "Decisions", "routine": "Rules"}
+_CATEGORY_OF_KIND = {"gotcha": "Lessons", "convention": "Rules", "decision": "Decisions", "preference": "Preferences"}
+CATEGORIES = ("Error fixes", "Lessons", "Facts", "Recipes", "Decisions", "Rules", "Preferences", "Remembered")
+
+
+def category(ep: Episode, origin: str | None) -> str | None:
+    """Which of ``CATEGORIES`` a memory that may be told unasked belongs to; None for one never told unasked."""
+    if not pushable(ep, origin):
+        return None
+    if ep.source_type == "manual":
+        return "Remembered"
+    return _CATEGORY_OF_ORIGIN.get(origin or "") or _CATEGORY_OF_KIND.get(ep.kind)
+
+
 _ID = re.compile(r"\b[\w-]*\d[\w-]*\b")
 
 

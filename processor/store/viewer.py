@@ -79,6 +79,29 @@ def insert_told(conn: apsw.Connection, session_id: str, episode_id: str, bites: 
     return conn.changes()
 
 
+@dataclass(frozen=True)
+class Told:
+    """How often a memory reached the agent: in how many sessions, how many times, and when last."""
+
+    sessions: int
+    times: int
+    last_at: int | None
+
+
+def told_counts(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, Told]:
+    """Per memory: the sessions and times it was told (at a prompt, about a tool call, after a failure)."""
+    found: dict[str, Told] = {}
+    for start in range(0, len(episode_ids), 500):
+        chunk = episode_ids[start:start + 500]
+        rows = conn.execute(
+            "SELECT json_extract(j.value, '$.id') AS memory, count(DISTINCT i.session_id), count(*), "
+            "max(i.injected_at) FROM injections i, json_each(i.content) j WHERE i.kind = 'bites' "
+            "AND json_valid(i.content) AND json_extract(j.value, '$.id') IN "
+            f"({','.join('?' * len(chunk))}) GROUP BY memory", chunk)
+        found.update((row[0], Told(row[1], row[2], row[3])) for row in rows)
+    return found
+
+
 def told_sessions(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, set[str]]:
     """The sessions each of these memories was told in (at a prompt, about a tool call, after a failure)."""
     found: dict[str, set[str]] = {}
@@ -215,6 +238,14 @@ def project_sessions(conn: apsw.Connection, project: str | None, limit: int = 20
         "(SELECT count(*) FROM injections i WHERE i.session_id = s.session_id) "
         "FROM sessions s WHERE s.project IS ? ORDER BY s.last_activity DESC LIMIT ?", (project, limit))
     return [SessionRow(*row) for row in rows]
+
+
+def project_statements(conn: apsw.Connection, project: str | None, limit: int = 500) -> list[Episode]:
+    """The project's active memories that are not verbatim rounds, newest first: what may be told unasked is
+    among them."""
+    rows = conn.execute(f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE project IS ? AND status = 'active' "
+                        "AND source_type != 'verbatim' ORDER BY created_at DESC LIMIT ?", (project, limit))
+    return [Episode.from_row(row) for row in rows]
 
 
 def project_memories(conn: apsw.Connection, project: str | None, limit: int = 50) -> list[Episode]:

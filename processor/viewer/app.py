@@ -40,11 +40,13 @@ from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
 from processor.memory.episodes import RECALL_ALSO, EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
+from processor.memory.unasked import CATEGORIES, category
 from processor.share.commands import status_of as share_status
 from processor.share.connection import configured as share_configured
 from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
+from processor.store import failures as failures_sql
 from processor.store import share as share_sql
 from processor.store import viewer as sql
 from processor.viewer.auth import Sessions, same_origin
@@ -311,10 +313,27 @@ class Viewer:
             sessions = sql.project_sessions(conn, project)
             memories = sql.project_memories(conn, project)
             injections = [(inj, _injection_lines(inj)) for inj in sql.project_injections(conn, project)]
+            told = self._told(conn, project)
         finally:
             conn.close()
         self._page(request, 200, "project.html", title=project or "(no project)", nav="home", project=project,
-                   sessions=sessions, memories=memories, injections=injections)
+                   sessions=sessions, memories=memories, injections=injections, told=told,
+                   notice=request.query.get("done", ""))
+
+    @staticmethod
+    def _told(conn: apsw.Connection, project: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
+        """What Engram tells this project's sessions unasked, by category: each memory with where it came from
+        and how often it was told."""
+        statements = sql.project_statements(conn, project)
+        origins = failures_sql.origins(conn, [ep.id for ep in statements])
+        counts = sql.told_counts(conn, [ep.id for ep in statements])
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for ep in statements:
+            name = category(ep, origins.get(ep.id))
+            if name is not None:
+                groups.setdefault(name, []).append({"ep": ep, "origin": origins.get(ep.id) or ep.source_type,
+                                                    "told": counts.get(ep.id)})
+        return [(name, groups[name]) for name in CATEGORIES if name in groups]
 
     def timeline_items(self, conn: apsw.Connection, session_id: str, after: sql.Cursor, *,
                        before_message: int | None = None, page: int = 100_000) -> tuple[list[tuple], int | None]:
@@ -438,6 +457,9 @@ class Viewer:
                 raise _Answer(404, "No memory with this id.")
             if action == "forget":
                 EpisodeStore(self._settings, conn).forget(episode_id)
+            elif action == "wrong":
+                # Never told again; its id stays taken, so the miner does not make the same memory anew.
+                EpisodeStore(self._settings, conn).forget(episode_id, form.get("reason") or "marked wrong")
             elif action in ("stale", "restore"):
                 with write_transaction(conn):
                     changed = sql.set_status(conn, episode_id, "stale" if action == "stale" else "active", now_ms())
@@ -457,6 +479,10 @@ class Viewer:
             raise _Answer(404, str(exc)) from None
         finally:
             conn.close()
+        back = form.get("back", "")
+        if back.startswith("/ui/project?p=") or back == "/ui/project":
+            self._redirect(request, f"{back}{'&' if '?' in back else '?'}done={action}")
+            return
         self._redirect(request, f"/ui/memory/{quote(episode_id, safe='')}?done={action}")
 
     def _reviews(self, request: Request) -> None:

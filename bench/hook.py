@@ -1,4 +1,5 @@
-"""Whole-process wall time of the PreToolUse hook against a bare interpreter start. Goal: <= 1.25x.
+"""Whole-process wall time of the PreToolUse and PostToolUseFailure hooks against a bare interpreter start.
+Goal: <= 1.25x each.
 
 Runs, interleaved so that machine noise hits all four alike:
 - baseline: ``<python> -I -S -c pass``
@@ -8,7 +9,11 @@ Runs, interleaved so that machine noise hits all four alike:
             reads the project's lesson index (a full one, near its size limit)
             and finds nothing filed under the call's command and files;
 - tell:     a call whose command an earlier session left a lesson about: the hook finds it, takes the
-            lock, records it as told and prints it (the session's ``.shown`` file is reset between runs).
+            lock, records it as told and prints it (the session's ``.shown`` file is reset between runs);
+- failure_skip: the PostToolUseFailure hook on a failure no earlier session fixed (it reads the index's line
+            for the failing program and finds no signature like it);
+- failure_tell: the PostToolUseFailure hook on a failure an earlier session fixed: it matches the signature,
+            takes the lock, records it as told and prints the fix.
 
 The hook runs as exactly the command ``engram install`` registers, with the same interpreter as
 the baseline: the real binary, not a shim. ``--json`` prints one JSON object with every figure
@@ -36,8 +41,10 @@ sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 from processor.claude_code.settings import Registration, hook_python  # noqa: E402
 from processor.recall.lesson_index import LessonIndex  # noqa: E402
 from processor.store.episodes import Episode  # noqa: E402
+from processor.store.failures import FailureSignature  # noqa: E402
 
 HOOK = REPO / "recall_hook" / "pretooluse.py"
+FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
 SESSION_ID = "5f1c9a52-7a43-4d0e-9f8e-3c1d2b7e6a10"
 GOAL = 1.25
 
@@ -65,6 +72,22 @@ BITES = [
         "importance": "normal",
     },
 ]
+
+
+NO_UPSTREAM = "fatal: The current branch {b} has no upstream branch.\nTo push the current branch and set the " \
+              "remote as upstream, use\n\n    git push --set-upstream origin {b}\n"
+
+
+def failure_bytes(cwd: str, command: str, error: str) -> bytes:
+    """The stdin Claude Code gives a PostToolUseFailure hook."""
+    event = {
+        "session_id": SESSION_ID,
+        "transcript_path": f"/home/user/.claude/projects/-home-user-mm/{SESSION_ID}.jsonl",
+        "cwd": cwd, "permission_mode": "default", "hook_event_name": "PostToolUseFailure", "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "Run it"},
+        "tool_use_id": "toolu_01ABCDEFGHJKLMNPQRSTUVWY", "error": error, "is_interrupt": False,
+    }
+    return json.dumps(event).encode()
 
 
 def event_bytes(cwd: str, command: str = "pytest -q tests/test_reconnect.py") -> bytes:
@@ -105,7 +128,19 @@ def write_lesson_index(directory: Path, root: str) -> None:
                 for n in range(1_000)]
     newest = Episode(1, "ep_lesson_dist", None, root, "project", lesson["bite"], ["$ git add dist/app.js"],
                      "normal", "gotcha", "auto", "x", [], 1_762_000_000_000, 0, 0, 0, None, None, "active")
-    path = LessonIndex(directory).write(root, root, [newest, *memories])
+    # What fixed a failure, filed under its program with its signature (the failure hook's case).
+    fix = Episode(0, "ep_fix_push", "other-session", root, "project", "`git push` failed: fatal: The current branch "
+                  "feat has no upstream branch. What fixed it: `git push --set-upstream origin feat`.",
+                  ["$ git push"], "normal", "gotcha", "auto", "x", [], 1_762_000_000_000, 0, 0, 0, None, None,
+                  "active")
+    signature = FailureSignature(1, root, "fail:git", "cmd:git push",
+                                 ["fatal the current branch feat has no upstream branch"], {"other-session": 1},
+                                 None, None, None, "ep_fix_push", "`git push --set-upstream origin feat`")
+    others = [FailureSignature(n + 2, root, "fail:git", "cmd:git commit", [f"error {n} hook {n} rejected the commit"],
+                               {}, None, None, None, f"ep_{n:016x}", "x") for n in range(15)]
+    path = LessonIndex(directory).write(root, root, [fix, newest, *memories],
+                                        {s.memory_id: s for s in [signature, *others]},
+                                        {"ep_fix_push": "error_fix"})
     os.replace(path, directory / "lessons" / INDEX_NAME)
 
 
@@ -137,7 +172,12 @@ def bench(python: str, runs: int, warmup: int = 10) -> dict:
         # Exactly the command `engram install` registers (Claude Code adds a shell around it).
         registration = Registration(hook_python=python, engram_python=python, hook_script=HOOK)
         hook_argv = shlex.split(registration.hook("PreToolUse").command)
-        samples: dict[str, list[float]] = {"baseline": [], "inject": [], "skip": [], "tell": []}
+        failure_argv = shlex.split(registration.hook("PostToolUseFailure").command)
+        failure_tell = failure_bytes(home, "git push", NO_UPSTREAM.format(b="feat-billing"))
+        failure_skip = failure_bytes(home, "git push", "fatal: unable to access 'https://example.com/x.git/': "
+                                                       "Could not resolve host: example.com")
+        samples: dict[str, list[float]] = {c: [] for c in ("baseline", "inject", "skip", "tell", "failure_skip",
+                                                            "failure_tell")}
         counter = 0
 
         def run_case(case: str) -> float:
@@ -147,8 +187,13 @@ def bench(python: str, runs: int, warmup: int = 10) -> dict:
             if case == "inject":
                 counter += 1
                 write_recollection(directory, f"msg-{counter:06d}")  # outside the timed region
-            if case == "tell":
+            if case in ("tell", "failure_tell"):
                 (directory / f"{SESSION_ID}.shown").unlink(missing_ok=True)  # a new session, as far as told goes
+            if case.startswith("failure"):
+                elapsed, out = timed(failure_argv, failure_tell if case == "failure_tell" else failure_skip, env)
+                if (b"git push --set-upstream origin feat" in out) != (case == "failure_tell"):
+                    raise SystemExit(f"failure hook misbehaved on the {case} path: {out[:200]!r}")
+                return elapsed
             elapsed, out = timed(hook_argv, told_stdin if case == "tell" else stdin, env)
             injected = b'"additionalContext"' in out
             if injected != (case in ("inject", "tell")) or b"permissionDecision" in out:
@@ -157,7 +202,7 @@ def bench(python: str, runs: int, warmup: int = 10) -> dict:
                 raise SystemExit(f"hook did not tell the lesson: {out[:200]!r}")
             return elapsed
 
-        cases = ["baseline", "inject", "skip", "tell"]
+        cases = ["baseline", "inject", "skip", "tell", "failure_skip", "failure_tell"]
         for _ in range(warmup):
             for case in cases:
                 run_case(case)
@@ -176,11 +221,16 @@ def bench(python: str, runs: int, warmup: int = 10) -> dict:
         "inject": result["inject"],
         "skip": result["skip"],
         "tell": result["tell"],
+        "failure_skip": result["failure_skip"],
+        "failure_tell": result["failure_tell"],
         "ratio_inject": result["inject"]["median_ms"] / base,
         "ratio_skip": result["skip"]["median_ms"] / base,
         "ratio_tell": result["tell"]["median_ms"] / base,
+        "ratio_failure_skip": result["failure_skip"]["median_ms"] / base,
+        "ratio_failure_tell": result["failure_tell"]["median_ms"] / base,
         "goal_ratio": GOAL,
-        "meets_goal": max(result[c]["median_ms"] for c in ("inject", "skip", "tell")) / base <= GOAL,
+        "meets_goal": max(result[c]["median_ms"] for c in ("inject", "skip", "tell", "failure_skip",
+                                                            "failure_tell")) / base <= GOAL,
     }
 
 
@@ -195,11 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result))
         return 0
     print(f"python: {result['python']}  ({args.runs} interleaved runs per case)")
-    for case in ("baseline", "inject", "skip", "tell"):
+    for case in ("baseline", "inject", "skip", "tell", "failure_skip", "failure_tell"):
         f = result[case]
-        print(f"  {case:<9} median {f['median_ms']:6.2f} ms   p95 {f['p95_ms']:6.2f} ms")
+        print(f"  {case:<12} median {f['median_ms']:6.2f} ms   p95 {f['p95_ms']:6.2f} ms")
     print(f"  ratio of medians: inject {result['ratio_inject']:.3f}x, skip {result['ratio_skip']:.3f}x, "
-          f"tell {result['ratio_tell']:.3f}x "
+          f"tell {result['ratio_tell']:.3f}x, failure skip {result['ratio_failure_skip']:.3f}x, "
+          f"failure tell {result['ratio_failure_tell']:.3f}x "
           f"(goal <= {GOAL}x: {'met' if result['meets_goal'] else 'NOT met'})")
     return 0
 

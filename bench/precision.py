@@ -118,7 +118,6 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
     from processor.service.run_loop import Processor
     from processor.store import episodes as episodes_sql
     from processor.store import open_store
-    from processor.store import sessions as sessions_sql
 
     sessions = project_sessions(project_dir)
     if not sessions:
@@ -150,8 +149,7 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
         def sources(ids: list[str], conn=conn) -> dict[str, list[str]]:
             """Each told memory's source lines: its messages and every transcript line merged into them."""
             episodes = [episodes_sql.get_episode(conn, i) for i in ids] if conn is not None else []
-            return {e.id: e.source_uuids + sessions_sql.lines_of(conn, e.source_uuids)
-                    for e in episodes if e is not None}
+            return {e.id: e.source_uuids + _merged_lines(conn, e.source_uuids) for e in episodes if e is not None}
 
         for prompt in session.prompts:
             records.append(_replay_prompt(home, writer, store, session, prompt, project, first=number == 0,
@@ -159,6 +157,16 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
         if conn is not None:
             conn.close()
     return records
+
+
+def _merged_lines(conn, message_uuids: list[str]) -> list[str]:
+    """The transcript lines merged into these messages (an assistant message's later parts). Plain SQL here, so
+    the same replay runs on an older tree's store for the baseline."""
+    if not message_uuids:
+        return []
+    marks = ",".join("?" * len(message_uuids))
+    return [row[0] for row in conn.execute(
+        f"SELECT line_uuid FROM message_lines WHERE message_uuid IN ({marks})", message_uuids)]
 
 
 def _replay_prompt(home: Path, writer: object, store: object, session: Session, prompt: Prompt,

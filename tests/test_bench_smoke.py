@@ -165,3 +165,26 @@ def test_coding_qa_bench_reports_recall_bites_and_baselines(tmp_path: Path, mode
     assert report["recall@10"] == 1.0  # two rounds: ten results hold every answer (whitespace collapsed)
     assert report["bm25_recall@10"] == 0.5  # "database choice" shares no word with the answer line
     assert set(report["by_kind"]["engram"]) == {"question", "keywords"}
+
+
+def test_helped_bench_finds_a_recurring_failure_and_whether_it_was_told(tmp_path: Path, models_dir: Path) -> None:
+    """Two sessions of one project meet `git push` without an upstream; the first got past it. The replay tells
+    the second session the fix right after its failure: the automatic moment is helped."""
+    from tests.transcripts import Conversation
+
+    folder = tmp_path / "projects" / "-work-shop"
+    folder.mkdir(parents=True)
+    for number, (session, branch) in enumerate((("a" * 8 + "-0000-4000-8000-000000000001", "feat-a"),
+                                                 ("b" * 8 + "-0000-4000-8000-000000000002", "feat-b"))):
+        c = Conversation(session, cwd="/work/shop", start=f"2026-11-0{number + 1}T10:00:00")
+        c.user(f"Push the {branch} work")
+        c.bash("git push", f"fatal: The current branch {branch} has no upstream branch.", error=True)
+        c.bash(f"git push --set-upstream origin {branch}", f"branch '{branch}' set up to track 'origin/{branch}'.")
+        c.say("Pushed.", end_turn=True)
+        (folder / f"{session}.jsonl").write_text(c.text())
+    result = run_bench("helped.py", "--projects-dir", str(tmp_path / "projects"), "--opportunities",
+                       str(tmp_path / "none.json"), "--no-baseline", "--models-dir", str(models_dir),
+                       home=tmp_path / "home")
+    automatic = result["engram"]["automatic"]
+    assert automatic["moments"] == 1 and automatic["helped"] == 1.0 and automatic["recurring_told"] == 1.0
+    assert result["engram"]["precision"] == 1.0 and result["engram"]["bites_shown"] == 1

@@ -274,15 +274,6 @@ def round_of(conn: apsw.Connection, uuid: str) -> int | None:
     return row[0] if row else None
 
 
-def lines_of(conn: apsw.Connection, message_uuids: list[str]) -> list[str]:
-    """The transcript lines merged into these messages (an assistant message's later parts), besides the first."""
-    if not message_uuids:
-        return []
-    marks = ",".join("?" * len(message_uuids))
-    return [row[0] for row in conn.execute(
-        f"SELECT line_uuid FROM message_lines WHERE message_uuid IN ({marks})", message_uuids)]
-
-
 def message_sources(conn: apsw.Connection, uuids: list[str]) -> list[MessageSource]:
     """The stored messages with these uuids, in the order given (missing ones left out)."""
     found = {}

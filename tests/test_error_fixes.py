@@ -215,3 +215,26 @@ def test_an_interrupted_or_declined_call_is_not_a_failure(engram_home: Path, pro
         "tool_input": {"command": "git push"}, "tool_use_id": "t", "error": no_upstream("x"), "is_interrupt": True})
     assert out == ""
     assert failed(engram_home, S2, "git push", "The user doesn't want to proceed with this tool use.") == ""
+
+
+def test_a_recipe_assembled_through_failures_is_told_before_the_next_run(engram_home: Path,
+                                                                         projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD)
+    c.user("Write the first API test and run it")
+    c.write(f"{CWD}/tests/test_api.py")
+    c.bash("pytest tests/test_api.py", "(eval):1: command not found: pytest", error=True)
+    c.say("The test tools live in the project's `.venv`, so it must be activated first.")
+    c.bash("source .venv/bin/activate && pytest tests/test_api.py",
+           "ImportError while importing test module\nModuleNotFoundError: No module named 'shop'", error=True)
+    c.say("The `shop` package must be installed in editable mode before its tests can import it.")
+    c.bash("source .venv/bin/activate && pip install -e .", "Successfully installed shop-0.1")
+    c.bash("source .venv/bin/activate && pytest tests/test_api.py", "1 passed in 0.02s")
+    c.say("The API test passes.", end_turn=True)
+    write(projects_dir, c)
+    store = process()
+    [(recipe_id, summary)] = store.conn.execute(
+        "SELECT e.id, e.summary FROM episodes e JOIN memory_origins o ON o.episode_id = e.id "
+        "WHERE o.miner = 'recipe'").fetchall()
+    assert summary.startswith("To run `pytest` here:") and "editable mode" in summary and "activated" in summary
+    out = before(engram_home, S2, "pytest tests/test_cart.py")
+    assert recipe_id in told(out) and "ran clean" in told(out)

@@ -345,7 +345,8 @@ class EpisodeStore:
                     summary=lesson.text, entities=lesson.entities, importance=default_importance(lesson.kind),
                     kind=lesson.kind, source_type="auto", full_content=lesson.full_content,
                     source_uuids=lesson.source_uuids, content_hash=digest,
-                    created_at=lesson.created_at or now_ms()), "error_fix" if lesson.session_fixed else "lesson")
+                    created_at=lesson.created_at or now_ms()),
+                    lesson.miner or ("error_fix" if lesson.session_fixed else "lesson"))
 
     def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
         """Count each failure of these rounds under its signature, and link the memory that tells its fix (in the

@@ -102,6 +102,7 @@ class Lesson:
     signature: tuple[str, ...] = ()  # how it failed, normalised
     fix: str = ""  # what fixed it, in a line: what the failure hook tells right after the same failure
     session_fixed: bool = False  # got past by a way of working (told at the failure), not by editing the code
+    miner: str = ""  # the memory origin when not an error's fix or a lesson ("recipe")
 
 
 def users_words(error: str | None) -> bool:
@@ -334,6 +335,54 @@ def undone_staging(calls: list[StoredToolCall], project: str | None) -> list[Les
     return found
 
 
+MIN_RECIPE_STEPS = 2
+RECIPE_CHARS = 600
+
+
+def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: list[StoredMessage],
+              project: str | None) -> Lesson | None:
+    """A recipe assembled through a chain of failures: the same call failed in two or more different ways, each
+    time something changed, until it ran clean. The steps, in the order they were found (the session's diagnosis
+    when it said one), become one memory: "To run `pytest` here: …; …; then `…` ran clean." — told before that
+    call runs again, where the next session would otherwise assemble it from scratch."""
+    for failure in failures:
+        chain = [f for f in failures if f.fail_key == failure.fail_key and another_go(failure.key, f.key)
+                 and (f.call.ts_ms or 0) >= (failure.call.ts_ms or 0)]
+        distinct: list[Failure] = []
+        for f in chain:
+            if not any(same_failure(f.signature, d.signature) for d in distinct):
+                distinct.append(f)
+        if len(distinct) < MIN_RECIPE_STEPS:
+            continue
+        last = distinct[-1]
+        later = in_round[in_round.index(last.call) + 1:]
+        clean = next((c for c in later if _same_call(last.call, c, last.key) and not c.failed and not _inspects(c)),
+                     None)
+        if clean is None:
+            return None  # never ran clean: a recipe for nothing
+        steps = []
+        for index, f in enumerate(distinct):
+            until = distinct[index + 1].call if index + 1 < len(distinct) else clean
+            said = [m for m in replies if (f.call.result_ts_ms or f.call.ts_ms or 0) < (m.ts_ms or 0)
+                    <= (until.ts_ms or 0)]
+            diagnosis = _diagnosis(said)
+            if diagnosis is not None:
+                steps.append(diagnosis[1].rstrip("."))
+            else:
+                steps.append(f"after “{fit(f.error_line, 90)}”, `{_command_shown(until.target, 90)}`")
+        command = _command_shown(clean.target, 120)
+        program = (failure.key[4:] if failure.key.startswith("cmd:") else failure.key).split()
+        text = fit(f"To run `{' '.join(program[:3])}` here: " + "; ".join(steps) + f"; then `{command}` ran clean.",
+                   RECIPE_CHARS)
+        seed = f"recipe:{project}:{failure.fail_key}:{'|'.join(d.signature[0] for d in distinct)}"
+        return Lesson(id="ep_" + hashlib.sha1(seed.encode()).hexdigest()[:16], kind="convention", text=redact(text),
+                      full_content=redact(text), entities=[redact(f"$ {command}")],
+                      source_uuids=list(dict.fromkeys(u for d in distinct for u in (d.call.use_uuid,
+                                                                                    d.call.result_uuid) if u)),
+                      created_at=clean.ts_ms, miner="recipe")
+    return None
+
+
 def mine_round(round_messages: list[StoredMessage], calls: list[StoredToolCall],
                next_round_ms: int | None = None, project: str | None = None) -> tuple[list[Lesson], list[Failure]]:
     """The lessons of one round (its messages, and the session's tool calls made during it), and every failure
@@ -347,7 +396,8 @@ def mine_round(round_messages: list[StoredMessage], calls: list[StoredToolCall],
                 and (next_round_ms is None or c.ts_ms < next_round_ms)]
     replies = [m for m in round_messages if m.role == "assistant" and m.ts_ms is not None]
     failures = failures_of(in_round)
-    lessons: list[Lesson] = undone_staging(in_round, project)[:1]
+    recipe = recipe_of(failures, in_round, replies, project)
+    lessons: list[Lesson] = undone_staging(in_round, project)[:1] + ([recipe] if recipe else [])
     seen: set[str] = {lesson.id for lesson in lessons}
     for failure in failures:
         later = in_round[in_round.index(failure.call) + 1:]

@@ -103,9 +103,13 @@ def _words(ep: Episode) -> set[str]:
     return set(terms(" ".join([ep.summary, *ep.entities])))
 
 
-def bite_of(ep: Episode) -> str:
-    """A memory shown unasked is shown as what it states: its summary (a lesson's sentence, a rule)."""
-    return fit(" ".join(ep.summary.split()), BITE_CHARS)
+def bite_of(ep: Episode, room: int = BITE_CHARS) -> str:
+    """A memory shown unasked is shown as what it states: its summary (a lesson's sentence, a rule), within
+    `room` characters (a recipe's steps get more: ``RECIPE_ROOM``)."""
+    return fit(" ".join(ep.summary.split()), room)
+
+
+RECIPE_ROOM = 3 * BITE_CHARS
 
 
 def offers(conn, index: VectorIndex, query: str, vector: np.ndarray, project: str | None,

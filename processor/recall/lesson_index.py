@@ -40,14 +40,15 @@ from pathlib import Path
 
 from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
+from processor.memory.bites import BITE_CHARS
 from processor.memory.facts import statement_of
-from processor.memory.unasked import bite_of, pushable
+from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
-from recall_hook.tool_keys import GENERIC, command_keys, fact_keys, stages_everything
+from recall_hook.tool_keys import GENERIC, command_keys, dir_key, fact_keys, stages_everything
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,10 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
         if stated is not None:  # "`dist/` is git-ignored, so …": also a fact about that path, told on touch
             return list(dict.fromkeys([*keys, *fact_keys(stated[1], root)]))
         return list(dict.fromkeys(k for k in keys if origin == "lesson" or k.startswith("cmd:")))
+    if origin == "recipe":  # the call it is a recipe for, and the folders of the files it ran on (the pattern)
+        keys = [k for e in ep.entities if e.startswith("$ ") for k in command_keys(e[2:], root)]
+        folders = [dir_key(k[5:]) for k in keys if k.startswith("file:")]
+        return list(dict.fromkeys([k for k in keys if k.startswith("cmd:")] + [f for f in folders if f]))
     if origin == "decision":
         keys: list[str] = []
         for name in ep.entities:
@@ -168,7 +173,8 @@ class LessonIndex:
             if told >= MAX_BITES or not pushable(ep, origin):
                 continue
             # The session it was learned in: that session has it in its context already and is not told.
-            entry = {"id": ep.id, "bite": bite_of(ep), "date": utc_date(ep.created_at),
+            entry = {"id": ep.id, "bite": bite_of(ep, RECIPE_ROOM if origin == "recipe" else BITE_CHARS),
+                     "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             placed = False
             keys = [] if ep.id in worn else keys_by_origin(ep, origin, root)

@@ -139,6 +139,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
         _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
         return []
     found: list[tuple[str, str]] = []
+    words = _applied_words(tool_input)
     # A file the agent made itself: nothing earlier sessions left about it, its folder or its name applies.
     own = keys[0] in created
     for key, entries in filed:
@@ -149,12 +150,23 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
                     or entry.get("session") == session_id or any(bite_id == i for i, _ in found)):
                 continue  # told already, or learned in this very session: it has it in its context
+            uses = entry.get("uses")
+            if isinstance(uses, list) and uses and sum(u in words for u in uses) * 2 >= len(uses):
+                continue  # the call already does what fixed it: nothing to tell
             line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))
                 if len(found) == MAX_CALL_BITES:
                     return found
     return found
+
+
+def _applied_words(tool_input: object) -> set[str]:
+    """A command's words as a fix's added words are compared with (a path by its last part)."""
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    if not isinstance(command, str):
+        return set()
+    return {w.rstrip("/").rpartition("/")[2] for w in command[:2000].split()}
 
 
 def _exists(tool_input: object) -> bool:

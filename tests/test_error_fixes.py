@@ -111,6 +111,8 @@ def test_a_failure_that_recurs_is_told_before_the_call(engram_home: Path, projec
     assert len(fixes(store)) == 1  # one memory per way of failing, however many sessions met it
     [row] = [r for r in failures_sql.with_memories(store.conn, CWD)]
     assert set(row.sessions) == {S1, S2} and row.fail_key == "fail:git"
+    # a call that already does what fixed it is not told it
+    assert before(engram_home, S3, "git push --set-upstream origin feat-y") == ""
     out = before(engram_home, S3, "git push")
     assert "git push --set-upstream origin" in told(out)
     assert before(engram_home, S3, "git push") == ""  # once a session, whichever hook told it

@@ -356,7 +356,7 @@ class EpisodeStore:
                                       session_id, failure.call.result_ts_ms or failure.call.ts_ms,
                                       redact(failure.error_line))
             if lesson is not None and sql.get_episode(self.conn, lesson.id) is not None:
-                failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.fix))
+                failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.fix), lesson.uses)
 
     def refresh_routine(self, project: str) -> int:
         """The project's close-out routine (``processor.memory.routines``) as a convention memory, made or

@@ -103,6 +103,7 @@ class Lesson:
     fix: str = ""  # what fixed it, in a line: what the failure hook tells right after the same failure
     session_fixed: bool = False  # got past by a way of working (told at the failure), not by editing the code
     miner: str = ""  # the memory origin when not an error's fix or a lesson ("recipe")
+    uses: tuple[str, ...] = ()  # the words the fix added to the failed command (a call that has them applies it)
 
 
 def users_words(error: str | None) -> bool:
@@ -219,6 +220,14 @@ class Fix:
     diagnosis: tuple[str, str, StoredMessage] | None  # (kind, sentence, message) said in between
 
     @property
+    def added(self) -> tuple[str, ...]:
+        """The words the fix brought to the command: its setup steps' and the changed command's words that the
+        failed one lacked (paths by their last part: ``.venv/bin/activate`` and ``venv/bin/activate`` alike)."""
+        had = _words(self.failure.call.target or "")
+        new = [w for step in (*self.setup, self.resolved_by.target or "") for w in _words(step) if w not in had]
+        return tuple(dict.fromkeys(new))[:6]
+
+    @property
     def how(self) -> str:
         """What fixed it, in a line: the setup, then the changed (or same) command."""
         command = f"`{_command_shown(self.resolved_by.target)}`"
@@ -228,6 +237,12 @@ class Fix:
         if steps:
             return ", then ".join(steps) + f", then {command}" + ("" if self.changed_command else " again")
         return command
+
+
+def _words(command: str) -> list[str]:
+    """A command's words as a fix is compared by: no separators, a path by its last part."""
+    return [w.rstrip("/").rsplit("/", 1)[-1] for w in command.split() if w not in ("&&", "||", ";", "|", "cd")
+            and not w.startswith(("'", '"'))]
 
 
 def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
@@ -456,4 +471,4 @@ def _lesson(fix: Fix, project: str | None) -> Lesson | None:
                   source_uuids=list(dict.fromkeys(sources)),
                   created_at=(said.ts_ms if said else None) or failure.call.ts_ms, key=failure.fail_key,
                   signature=tuple(failure.signature), fix=redact(fit(how, FIX_CHARS)),
-                  session_fixed=bool(fix.setup or fix.changed_command))
+                  session_fixed=bool(fix.setup or fix.changed_command), uses=fix.added)

@@ -184,6 +184,8 @@ class LessonIndex:
                 if len(fails) < FIXES_PER_KEY:
                     fails.append({**entry, "sig": fix.signature, "fix": fix.fix or ""})
                     placed = True
+                if fix.uses:
+                    entry = {**entry, "uses": fix.uses}  # before the call: not when the call already applies it
                 if len(fix.sessions) < RECURRING_SESSIONS or ep.id in worn:
                     keys = [k for k in keys if not k.startswith("cmd:")]  # before the call only once it recurred
             for key in keys:

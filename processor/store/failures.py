@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from processor.redaction import Redacted, redacted
+from processor.redaction import Redacted, redacted, redacted_json
 from recall_hook.failure_keys import same_failure
 
 ROWS_PER_KEY = 50
@@ -35,14 +35,15 @@ class FailureSignature:
     example: str | None
     memory_id: str | None
     fix: str | None  # what fixed it, in a line (the memory's own words)
+    uses: list[str] | None = None  # the words the fix added to the command: a call that has them applies it
 
 
-_COLUMNS = "id, project, fail_key, call_key, signature, sessions, first_ms, last_ms, example, memory_id, fix"
+_COLUMNS = "id, project, fail_key, call_key, signature, sessions, first_ms, last_ms, example, memory_id, fix, uses"
 
 
 def _row(row: tuple) -> FailureSignature:
     return FailureSignature(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), row[6], row[7],
-                            row[8], row[9], row[10])
+                            row[8], row[9], row[10], json.loads(row[11]) if row[11] else None)
 
 
 def signatures_for(conn: apsw.Connection, project: str | None, fail_key: str) -> list[FailureSignature]:
@@ -79,7 +80,7 @@ def record(conn: apsw.Connection, project: str | None, fail_key: str, call_key: 
     conn.execute("UPDATE failure_signatures SET sessions = ?, first_ms = ?, last_ms = ? WHERE id = ?",
                  (json.dumps(sessions), first, last, found.id))
     return FailureSignature(found.id, project, fail_key, found.call_key, found.signature, sessions, first, last,
-                            found.example, found.memory_id, found.fix)
+                            found.example, found.memory_id, found.fix, found.uses)
 
 
 def _trim(conn: apsw.Connection, project: str | None, fail_key: str) -> None:
@@ -88,10 +89,12 @@ def _trim(conn: apsw.Connection, project: str | None, fail_key: str) -> None:
                  (project, fail_key, ROWS_PER_KEY))
 
 
-def set_memory(conn: apsw.Connection, signature_id: int, memory_id: str, fix: Redacted) -> None:
-    """The memory that tells what fixed this failure, and the fix in a line (the first fix found is kept)."""
-    conn.execute("UPDATE failure_signatures SET memory_id = ?, fix = ? WHERE id = ? AND memory_id IS NULL",
-                 (memory_id, redacted(fix), signature_id))
+def set_memory(conn: apsw.Connection, signature_id: int, memory_id: str, fix: Redacted,
+               uses: list[str] | tuple[str, ...] = ()) -> None:
+    """The memory that tells what fixed this failure, the fix in a line, and the words it added to the command
+    (the first fix found is kept)."""
+    conn.execute("UPDATE failure_signatures SET memory_id = ?, fix = ?, uses = ? WHERE id = ? AND memory_id IS NULL",
+                 (memory_id, redacted(fix), redacted_json(list(uses)) if uses else None, signature_id))
 
 
 def stamp(conn: apsw.Connection, project: str | None) -> tuple[int, int]:

@@ -540,7 +540,8 @@ def m019_failures_and_origins(conn: apsw.Connection) -> None:
             last_ms    INTEGER,
             example    TEXT,
             memory_id  TEXT,
-            fix        TEXT
+            fix        TEXT,
+            uses       TEXT
         );
         CREATE INDEX idx_failure_signatures_key ON failure_signatures(project, fail_key);
         CREATE INDEX idx_failure_signatures_memory ON failure_signatures(memory_id) WHERE memory_id IS NOT NULL;

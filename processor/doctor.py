@@ -674,13 +674,14 @@ def check_transcripts(probe: _Probe) -> Check:
 
 
 def _capture_problems(probe: _Probe) -> list[dict[str, Any]]:
-    from processor.capture.discover import TranscriptFilter, survey
+    from processor.capture.agents import transcript_formats
+    from processor.capture.discover import survey
     from processor.capture.problems import PROBLEMS_FILE
     from processor.service.pidfile import is_running
 
     settings = probe.settings
     saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
-    return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
+    return survey(transcript_formats(settings), saved)
 
 
 # --------------------------------------------------------------------------- running and reporting

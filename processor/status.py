@@ -89,12 +89,13 @@ def collect_status(settings: Settings) -> dict[str, Any]:
 
 def capture_problems(settings: Settings) -> list[dict[str, Any]]:
     """What keeps transcripts from being captured now (a stale list from a dead processor is ignored)."""
-    from processor.capture.discover import TranscriptFilter, survey
+    from processor.capture.agents import transcript_formats
+    from processor.capture.discover import survey
     from processor.capture.problems import PROBLEMS_FILE
     from processor.service.pidfile import is_running
 
     saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
-    return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
+    return survey(transcript_formats(settings), saved)
 
 
 def format_status(status: dict[str, Any]) -> str:

@@ -244,6 +244,11 @@ def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
 
 
+# The agents whose sessions Engram captures and serves, and the names they are shown by.
+AGENTS = ("claude", "codex", "gemini")
+AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
+
+
 def codex_config_dir(env: Mapping[str, str] | None = None) -> Path:
     """The Codex CLI's home, as Codex finds it: $CODEX_HOME, else ~/.codex."""
     env = os.environ if env is None else env

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from processor.claude_code import settings as claude
 from processor.claude_code.settings import ChangeReport, InstallError, Registration, check_registration
 from processor.codex import settings as codex
-from processor.config import claude_config_dir, codex_config_dir, gemini_config_dir
+from processor.config import AGENT_NAMES, AGENTS, claude_config_dir, codex_config_dir, gemini_config_dir
 from processor.gemini import settings as gemini
 
-AGENTS = ("claude", "codex", "gemini")
 COMMANDS = {"claude": "claude", "codex": "codex", "gemini": "gemini"}
-AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 
 
 def found_agents(env: Mapping[str, str] | None = None) -> list[str]:

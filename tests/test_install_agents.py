@@ -224,8 +224,9 @@ def test_codex_files_are_created_private_when_missing(tmp_path: Path, registrati
     codex.install(folder, registration, check=False)
     for name in ("hooks.json", "config.toml"):
         assert (folder / name).stat().st_mode & 0o777 == 0o600
+    assert (folder / "config.toml").read_text().startswith("# >>> engram: added by `engram install`, which created")
     codex.uninstall(folder)
-    assert tomllib.loads((folder / "config.toml").read_text()) == {}
+    assert sorted(p.name for p in folder.iterdir() if ".engram-backup-" not in p.name) == []  # both made by install
 
 
 # ---------------------------------------------------------------- Gemini

@@ -19,14 +19,11 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from processor.capture.parse import CapturedLine, Skipped, ToolResultsOnly, parse_line
+from processor.config import AGENT_NAMES, AGENTS
 
 log = logging.getLogger(__name__)
 
-CLAUDE = "claude"
-CODEX = "codex"
-GEMINI = "gemini"
-AGENTS = (CLAUDE, CODEX, GEMINI)
-AGENT_NAMES = {CLAUDE: "Claude Code", CODEX: "Codex", GEMINI: "Gemini CLI"}
+CLAUDE, CODEX, GEMINI = AGENTS
 # How far into a transcript its first line (a session header) is looked for.
 HEADER_LIMIT = 1 << 20
 

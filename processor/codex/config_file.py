@@ -22,8 +22,10 @@ import tomlkit.exceptions
 from processor.claude_code.settings import MCP_SERVER_NAME, InstallError, is_engram_mcp_server
 
 BLOCK_START = "# >>> engram: added by `engram install`, removed by `engram uninstall`\n"
-# The same line when the file did not end with a newline (uninstall then takes one more newline away).
+# The same line when the file did not end with a newline (uninstall then takes one more newline away), and when
+# install created the file (uninstall then removes it, when nothing else was added to it since).
 BLOCK_START_BARE = "# >>> engram: added by `engram install` (the file had no final newline)\n"
+BLOCK_START_NEW = "# >>> engram: added by `engram install`, which created this file\n"
 BLOCK_END = "# <<< engram\n"
 
 
@@ -54,7 +56,7 @@ def read_config(path: Path) -> ConfigText:
 
 def split_block(text: str) -> tuple[str, str | None]:
     """(the file without Engram's block, the block's body) — (text, None) when there is no whole block."""
-    for start_line, extra in ((BLOCK_START, 1), (BLOCK_START_BARE, 2)):
+    for start_line, extra in ((BLOCK_START, 1), (BLOCK_START_BARE, 2), (BLOCK_START_NEW, 0)):
         start = text.find(start_line)
         if start < 0 or (start > 0 and text[start - 1] != "\n"):
             continue
@@ -69,7 +71,13 @@ def split_block(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-def block(server: dict[str, Any] | None, trust: dict[str, str], bare: bool) -> str:
+def created_by_engram(text: str) -> bool:
+    """Install created the file, and nothing but Engram's block is in it."""
+    rest, body = split_block(text)
+    return body is not None and not rest.strip() and text.startswith(BLOCK_START_NEW)
+
+
+def block(server: dict[str, Any] | None, trust: dict[str, str], bare: bool, new: bool = False) -> str:
     """Engram's tables as TOML (tomlkit writes the quoting), between the block's two lines."""
     doc = tomlkit.document()
     if server is not None:
@@ -88,7 +96,8 @@ def block(server: dict[str, Any] | None, trust: dict[str, str], bare: bool) -> s
             state[key] = entry
         hooks["state"] = state
         doc["hooks"] = hooks
-    return (BLOCK_START_BARE if bare else BLOCK_START) + tomlkit.dumps(doc).strip("\n") + "\n" + BLOCK_END
+    start = BLOCK_START_NEW if new else BLOCK_START_BARE if bare else BLOCK_START
+    return start + tomlkit.dumps(doc).strip("\n") + "\n" + BLOCK_END
 
 
 def without_engram(text: str, trust_keys: set[str]) -> str:
@@ -131,7 +140,7 @@ def with_engram(text: str | None, server: dict[str, Any] | None, trust: dict[str
         return rest
     bare = bool(rest) and not rest.endswith("\n")
     separator = "\n\n" if bare else ("\n" if rest else "")
-    result = rest + separator + block(server, trust, bare)
+    result = rest + separator + block(server, trust, bare, new=text is None or (not rest and _was_new(text)))
     try:
         tomllib.loads(result)
     except tomllib.TOMLDecodeError as exc:
@@ -139,6 +148,10 @@ def with_engram(text: str | None, server: dict[str, Any] | None, trust: dict[str
                            "`mcp_servers` table cannot take more keys); write them as [tables], or add these "
                            f"lines by hand:\n{block(server, trust, False)}") from None
     return result
+
+
+def _was_new(text: str | None) -> bool:
+    return text is not None and created_by_engram(text)
 
 
 def _plain(value: object) -> object:

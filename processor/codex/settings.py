@@ -46,7 +46,7 @@ from processor.claude_code.settings import (
     read_object,
     remove_hooks,
 )
-from processor.codex.config_file import read_config, with_engram, without_engram
+from processor.codex.config_file import created_by_engram, read_config, with_engram, without_engram
 from processor.codex.trust import EngramHook, engram_hooks
 from processor.config import codex_config_dir
 from recall_hook.pretooluse import LAUNCHER
@@ -138,13 +138,22 @@ def uninstall(codex_dir: Path | None = None, *, dry_run: bool = False,
     config = read_config(config_path)
     keys = {hook.key for hook in engram_hooks(hooks_data, hooks_path)}
     changes: list[FileChange] = []
+    removed: list[Path] = []
     if hooks_text is not None:
-        changes.append(plan_change(hooks_path, hooks_data, hooks_text, remove_hooks(hooks_data, hooks_path), "hooks"))
+        after_hooks = remove_hooks(hooks_data, hooks_path)
+        changes.append(plan_change(hooks_path, hooks_data, hooks_text, after_hooks, "hooks"))
+        if not after_hooks and hooks_data:
+            removed.append(hooks_path)  # it held only Engram's hooks: an empty hooks file means nothing to Codex
     if config.text is not None:
         changes.append(_config_change(config_path, config.text, config.data, without_engram(config.text, keys)))
+        if created_by_engram(config.text):
+            removed.append(config_path)  # install made it, and nothing else was put in it since
     if not dry_run:
         changes = [apply_change(c) for c in changes]
-    return ChangeReport("uninstall", dry_run, tuple(changes), agent="Codex")
+        for path in removed:
+            path.unlink(missing_ok=True)
+    notes = tuple(f"{path}: removed (it held nothing but Engram's entries)" for path in removed)
+    return ChangeReport("uninstall", dry_run, tuple(changes), agent="Codex", notes=notes)
 
 
 def registered(codex_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -20,13 +20,12 @@ from processor.capture.agents import transcript_formats
 from processor.capture.automem import MEMORY_FOLDER, memory_folders
 from processor.capture.backfill import BackfillReport, Progress, backfill
 from processor.capture.discover import TranscriptFilter, discover_all
-from processor.capture.formats import AGENT_NAMES
 from processor.capture.parse import CapturedLine
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
 from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
 from processor.clock import utc_date
-from processor.config import Settings, SettingsHolder
+from processor.config import AGENT_NAMES, Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
 from processor.memory.episodes import EpisodeStore, Expansion

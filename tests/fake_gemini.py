@@ -90,7 +90,7 @@ class Request:
         for _, part in self.parts():
             function = part.get("functionResponse")
             if isinstance(function, dict):
-                found[function.get("name", "")] = json.dumps(function.get("response"))
+                found[function.get("name", "")] = json.dumps(function.get("response"), ensure_ascii=False)
         return found
 
     def all_text(self) -> str:

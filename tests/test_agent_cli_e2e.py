@@ -152,8 +152,10 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
 
         [session_a] = world.sessions_of("codex")
         rows = world.query("SELECT role, text FROM messages WHERE session_id = ? ORDER BY id", (session_a,))
-        assert rows == [("user", prompt_a), ("assistant", "[tool: Bash]"), ("assistant", IGNORED_DIAGNOSIS),
-                        ("assistant", "[tool: Bash]"), ("assistant", "[tool: mcp__engram__memory_recall]"),
+        # One row per model response (its message and its calls), as Claude Code's parts of one message are.
+        assert rows == [("user", prompt_a), ("assistant", "[tool: Bash]"),
+                        ("assistant", IGNORED_DIAGNOSIS + "\n[tool: Bash]"),
+                        ("assistant", "[tool: mcp__engram__memory_recall]"),
                         ("assistant", "Staged: dist/app.js is force-added.")], rows
         for _, text in rows:
             assert FENCE_OPEN not in text and "environment_context" not in text and DIGEST_HEADER not in text

@@ -9,6 +9,8 @@ A rollout is ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<session uuid>.jso
   is not the user's): those items are left out, and a message of nothing else is not captured;
 - ``message`` of role ``assistant``: its ``output_text``. Role ``developer`` (instructions, permissions, any
   hook's ``additionalContext``, Engram's own included) is never captured;
+- the items of one model response (its message, its calls), one a line, are one message, as the parts of
+  one API message are in Claude Code's transcripts;
 - ``function_call`` / ``custom_tool_call`` / ``local_shell_call``: a tool call, under the name Claude Code
   gives the same tool (``exec_command {cmd}`` and ``shell {command: [...]}`` are ``Bash``; ``apply_patch``
   is ``Edit`` / ``Write`` of each file it names; an MCP tool is ``mcp__<server>__<tool>``), so lessons,
@@ -43,6 +45,7 @@ from processor.capture.formats import (
     TurnEnd,
     accepts_path,
     first_line,
+    loads_line,
     skip_unknown,
 )
 from processor.capture.parse import (
@@ -67,6 +70,8 @@ KNOWN = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
 # Response items that are never conversation (reasoning is most of a rollout's bytes).
 _SKIPPED_ITEMS = frozenset({"reasoning", "web_search_call", "image_generation_call", "tool_search_call",
                             "tool_search_output", "ghost_snapshot", "compaction", "compaction_summary", "other"})
+_SKIPPED_RECORDS = frozenset({b"world_state", b"token_usage_record", b"compacted"})
+_SKIPPED_ITEM_BYTES = frozenset(item.encode() for item in _SKIPPED_ITEMS)
 # Context Codex files as user messages (codex-rs "contextual user fragments"): not the user's words.
 _CONTEXT_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions", "<INSTRUCTIONS>",
                      "<skill>", "<user_shell_command>", "<turn_aborted>", "<subagent_notification>", "<hook_prompt",
@@ -75,6 +80,10 @@ _CONTEXT_PREFIXES = ("<environment_context>", "<user_instructions>", "# AGENTS.m
 # A whole item that is one tagged block (`<tag …>…</tag>`) is context a newer Codex added, not a prompt.
 _TAGGED_BLOCK = re.compile(r"\A\s*<([a-z][a-z_]*)(?:\s[^>]*)?>.*</\1>\s*\Z", re.DOTALL)
 _EXIT = re.compile(r"^(?:Process exited with code|Exit code:)\s*(-?\d+)\s*$", re.MULTILINE)
+_CALL_ID = re.compile(rb'"call_id":"([^"\\]+)"')
+# An output whose command exited 0 (Codex's header, near the line's start) and whose call no signal awaits: read
+# from its bytes alone, never parsed (outputs are most of a rollout's bytes).
+_CLEAN_EXIT = re.compile(rb'"output":"(?:Chunk ID: [^"\\]*\\n)?Wall time: [^"\\]*\\nProcess exited with code 0\\n')
 _OUTPUT_MARK = "\nOutput:\n"
 _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
 SHELL_TOOLS = frozenset({"exec_command", "shell", "shell_command", "container.exec", "local_shell"})
@@ -142,6 +151,13 @@ class CodexReader:
     def __init__(self, info: SessionInfo) -> None:
         self.session_id = info.session_id
         self.cwd = info.cwd
+        # The model's current response: its message and calls, written one item a line, are one message (as
+        # Claude Code's parts of one API message are), until an output or a prompt comes between them.
+        self._response: str | None = None
+
+    def _part_of(self, uuid: str) -> str:
+        self._response = self._response or uuid
+        return self._response
 
     def _id(self, raw_id: object, raw: bytes) -> str:
         # Ids the model's server chose (msg_…, call_…) are unique only to it: namespaced by the session.
@@ -150,22 +166,27 @@ class CodexReader:
         return f"{self.session_id}:{hashlib.sha1(raw).hexdigest()[:24]}"
 
     def parse(self, raw: bytes, awaited: Collection[str]) -> LineOutcome:
-        head = _HEAD.match(raw[:400])
+        head = _HEAD.match(raw)
         if head is not None:
-            kind, item = head.group(1).decode(), (head.group(2) or b"").decode()
-            if kind in ("world_state", "token_usage_record", "compacted") or (kind == "event_msg" and not (
-                    item == "task_complete" or b'"type":"task_complete"' in raw[:400])):
-                return Skipped(f"{kind} record")
-            if kind == "response_item" and item in _SKIPPED_ITEMS:
-                return Skipped(f"{item} item")
-        if b"\x00" in raw:
-            raw = raw.replace(b"\x00", b"")
-        if not raw.strip():
-            return Skipped("blank line")
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            return Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
+            kind, item = head.group(1), head.group(2)
+            if kind in _SKIPPED_RECORDS:
+                return Skipped("not conversation")
+            if kind == b"event_msg":
+                if item != b"task_complete":
+                    return Skipped("event")
+            elif item in _SKIPPED_ITEM_BYTES:
+                return Skipped("not conversation")
+            elif item == b"message" and b'"role":"developer"' in raw[:300]:
+                return Skipped("developer message (instructions or injected context)")
+            elif item in (b"function_call_output", b"custom_tool_call_output"):
+                self._response = None
+                if item == b"function_call_output" and _CLEAN_EXIT.search(raw, 0, 2000):
+                    call = _CALL_ID.search(raw, 0, 2000)
+                    if call is not None and f"{self.session_id}:{call.group(1).decode()}" not in awaited:
+                        return Skipped("a command's output (exit code 0)")
+        record = loads_line(raw)
+        if isinstance(record, Skipped):
+            return record
         if not isinstance(record, dict):
             return Skipped(f"JSON line is a {type(record).__name__}, not an object", problem=True)
         kind = record.get("type")
@@ -179,7 +200,10 @@ class CodexReader:
                 self.cwd = payload["cwd"]
             return Skipped(f"{kind} record")
         if kind == "event_msg":
-            return TurnEnd() if payload.get("type") == "task_complete" else Skipped("event")
+            if payload.get("type") != "task_complete":
+                return Skipped("event")
+            self._response = None
+            return TurnEnd()
         if kind != "response_item":
             return Skipped(f"{kind} record")
         timestamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
@@ -213,12 +237,15 @@ class CodexReader:
             if text:
                 parts.append(text)
         text = "\n".join(parts).replace("\x00", "").strip()
+        if role == "user":
+            self._response = None
         if not text:
             return Skipped("no capturable text (injected context only)")
+        uuid = self._id(payload.get("id"), raw)
         return CapturedLine(
-            uuid=self._id(payload.get("id"), raw), session_id=self.session_id, parent_uuid=None, role=role,
+            uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role,
             timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=redact(text),
-            api_message_id=None)
+            api_message_id=self._part_of(uuid) if role == "assistant" else None)
 
     def _call(self, payload: dict, raw: bytes, timestamp: str | None) -> LineOutcome:
         call_id = payload.get("call_id") or payload.get("id")
@@ -235,12 +262,14 @@ class CodexReader:
         tool_calls = tuple(ToolCall(tool_use_id if i == 0 else f"{tool_use_id}#{i + 1}", name, tool_target(tool_input))
                            for i, (name, tool_input) in enumerate(calls))
         notes = "\n".join(_note(name, tool_input) for name, tool_input in calls)
+        uuid = self._id(payload.get("id") or call_id, raw)
         return CapturedLine(
-            uuid=self._id(payload.get("id") or call_id, raw), session_id=self.session_id, parent_uuid=None,
+            uuid=uuid, session_id=self.session_id, parent_uuid=None,
             role="assistant", timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None,
-            text=redact(notes), api_message_id=None, tool_uses=tuple(uses), tool_calls=tool_calls)
+            text=redact(notes), api_message_id=self._part_of(uuid), tool_uses=tuple(uses), tool_calls=tool_calls)
 
     def _output(self, payload: dict, raw: bytes, timestamp: str | None, awaited: Collection[str]) -> LineOutcome:
+        self._response = None
         call_id = payload.get("call_id")
         if not isinstance(call_id, str) or not call_id:
             return Skipped("tool output without a call_id", problem=True)

@@ -11,6 +11,7 @@ every agent.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Collection
@@ -101,6 +102,24 @@ def accepts_path(fmt: TranscriptFormat, path: Path) -> bool:
     if parts is None or len(parts) != fmt.depth:
         return False
     return all(fmt.wants_dir(parts[:i]) for i in range(1, fmt.depth)) and fmt.wants_file(parts)
+
+
+def loads_line(raw: bytes) -> object:
+    """A line's JSON value, or the Skipped that says why there is none. NUL bytes (a hole a crash left in the
+    file) are taken out and the line read again; bytes that are not UTF-8 are replaced, the rest is kept."""
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raw = raw.decode("utf-8", errors="replace").encode()
+    except (ValueError, RecursionError) as exc:
+        if not raw.strip():
+            return Skipped("blank line")
+        if b"\x00" not in raw:
+            return Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
+    try:
+        return json.loads(raw.replace(b"\x00", b""))
+    except (ValueError, RecursionError) as exc:
+        return Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
 
 
 def first_line(f: BinaryIO, limit: int = HEADER_LIMIT) -> bytes | None:

@@ -41,6 +41,7 @@ from processor.capture.formats import (
     SessionInfo,
     accepts_path,
     first_line,
+    loads_line,
     skip_unknown,
 )
 from processor.capture.parse import (
@@ -154,14 +155,13 @@ class GeminiReader:
     def parse(self, raw: bytes, awaited: Collection[str]) -> LineOutcome:
         if raw.startswith(b'{"$set":'):
             return Skipped("metadata or history checkpoint ($set)")
-        if b"\x00" in raw:
-            raw = raw.replace(b"\x00", b"")
-        if not raw.strip():
-            return Skipped("blank line")
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            return Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
+        # The user turns that carry tool results back (most of a chat's bytes): no text part, nothing to capture.
+        # Gemini writes compact JSON, so `"text":` unescaped is a key, never part of a string.
+        if b'"type":"user"' in raw and b'"functionResponse"' in raw and b'"text":' not in raw:
+            return Skipped("tool results only (the calling message holds them)")
+        record = loads_line(raw)
+        if isinstance(record, Skipped):
+            return record
         if not isinstance(record, dict):
             return Skipped(f"JSON line is a {type(record).__name__}, not an object", problem=True)
         if "$rewindTo" in record:
@@ -209,7 +209,7 @@ class GeminiReader:
             pending = signals.from_tool_use(name, tool_input)
             if pending is not None:
                 uses.append((tool_use_id, replace(pending, text=redact(pending.text))))
-            output, failed, done = _result(call)
+            output, failed, done = _result(call, pending is not None or tool_use_id in awaited)
             if not done:
                 continue
             if pending is not None or tool_use_id in awaited:
@@ -273,8 +273,9 @@ def _note(name: str, tool_input: dict) -> str:
     return f"[tool: {name} {path}]" if isinstance(path, str) and path else f"[tool: {name}]"
 
 
-def _result(call: dict) -> tuple[str, bool, bool]:
-    """(the result's text, whether the call failed, whether it has a result yet)."""
+def _result(call: dict, needed: bool) -> tuple[str, bool, bool]:
+    """(the result's text — only when `needed` or the call failed —, whether the call failed, whether it has a
+    result yet). Outputs can be large: the text is cleaned only when it is kept."""
     status = call.get("status")
     result = call.get("result")
     if status not in ("success", "error", "cancelled") and not result:
@@ -288,7 +289,15 @@ def _result(call: dict) -> tuple[str, bool, bool]:
                     texts.append(response[key])
         elif isinstance(part, dict) and isinstance(part.get("text"), str):
             texts.append(part["text"])
-    output = _WRAPPER.sub("", _INJECTED.sub("", "\n".join(texts))).strip()
-    exit_code = _EXIT.search(output)
-    failed = status == "error" or (exit_code is not None and int(exit_code.group(1)) != 0)
-    return output, failed, True
+    failed = status == "error"
+    if not failed and call.get("name") == "run_shell_command":
+        exit_code = next((m for text in texts if "Exit Code:" in text for m in [_EXIT.search(text)] if m), None)
+        failed = exit_code is not None and int(exit_code.group(1)) != 0
+    if not failed and not needed:
+        return "", False, True
+    output = "\n".join(texts)
+    if "<hook_context>" in output or "<session_context>" in output:
+        output = _INJECTED.sub("", output)
+    if "untrusted_context>" in output:
+        output = _WRAPPER.sub("", output)
+    return output.strip(), failed, True

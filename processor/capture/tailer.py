@@ -388,10 +388,6 @@ class Tailer:
 
     def _record_tool_calls(self, session_id: str, worked_on: list[tuple[str, int | None, tuple[ToolCall, ...],
                                                                        tuple[ToolFailure, ...]]]) -> None:
-        for uuid, ts_ms, calls, failures in worked_on:
-            if calls:
-                tool_call_sql.add_calls(self.conn, session_id, uuid, ts_ms,
-                                        [(c.tool_use_id, c.name, c.target) for c in calls])
-            if failures:
-                tool_call_sql.add_failures(self.conn, session_id, uuid, ts_ms,
-                                           [(f.tool_use_id, f.text) for f in failures])
+        tool_call_sql.add_lines(self.conn, session_id, [
+            (uuid, ts_ms, [(c.tool_use_id, c.name, c.target) for c in calls],
+             [(f.tool_use_id, f.text) for f in failures]) for uuid, ts_ms, calls, failures in worked_on])

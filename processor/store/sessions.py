@@ -229,7 +229,8 @@ def index_new_messages(conn: apsw.Connection, unindexed: list[int]) -> None:
 
 
 def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[MessageLine, int]]) -> list[bool]:
-    """store_line for a batch of (line, its byte offset), in order; returns, per line, whether it was new.
+    """store_line for a batch of (line, its byte offset), in order; returns, per line, whether it was new (for
+    a message written several times in the batch, its last copy says whether the message was written).
 
     The parts of one assistant message (Claude Code writes a line per content block, all with the
     message's id) that arrive in one batch are written at once: the row is inserted with their texts
@@ -237,6 +238,7 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
     full-text entry, so a message of k parts was tokenised k times. The stored text is the same.
     The batch's new rows are indexed for full-text search together, at the end.
     """
+    given, lines = lines, _last_copies(lines)
     parts: dict[str, list[int]] = {}  # api message id → indexes of its parts in this batch
     for index, (line, _) in enumerate(lines):
         if line.api_message_id and not getattr(line, "replaces", False):
@@ -256,7 +258,33 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
             continue
         new[index] = _store_line(conn, session_id, line, offset, unindexed)
     index_new_messages(conn, unindexed)
+    if lines is not given:
+        # Per line given: a copy stands for its message when it is the last one (the one stored).
+        stored = {line.uuid: is_new for (line, _), is_new in zip(lines, new, strict=True)}
+        final = {line.uuid: index for index, (line, _) in enumerate(given)}
+        return [stored.get(line.uuid, False) and final[line.uuid] == index for index, (line, _) in enumerate(given)]
     return new
+
+
+def _last_copies(lines: list[tuple[MessageLine, int]]) -> list[tuple[MessageLine, int]]:
+    """A message written again within the batch (``replaces``) is stored once: its last copy, where its first
+    copy stood, so the row is written with its final text (no update, no second full-text entry)."""
+    last: dict[str, int] = {}
+    for index, (line, _) in enumerate(lines):
+        if getattr(line, "replaces", False):
+            last[line.uuid] = index
+    if len(last) == sum(1 for line, _ in lines if getattr(line, "replaces", False)):
+        return lines  # no copy repeats in this batch
+    placed: set[str] = set()
+    kept = []
+    for line, offset in lines:
+        if getattr(line, "replaces", False):
+            if line.uuid in placed:
+                continue
+            placed.add(line.uuid)
+            line = lines[last[line.uuid]][0]
+        kept.append((line, offset))
+    return kept
 
 
 def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[MessageLine, int]],

@@ -370,3 +370,25 @@ def test_agent_folders_are_discovered_only_where_their_sessions_live(tmp_path: P
     assert all(f.accepts(p) for f, p in zip(formats, [rollout.path, chat.path], strict=False))
     assert not formats[0].accepts(codex_home / "sessions" / "notes.jsonl")
     assert os.path.isfile(chat.path)
+
+
+def test_a_gemini_session_run_in_engrams_own_work_dir_is_not_captured(conn: apsw.Connection, tailer: Tailer,
+                                                                       gemini_dir: Path, tmp_path: Path) -> None:
+    own = Chat(gemini_dir, project=str(tmp_path / "engram-home" / "agent-work"), slug="agent-work")
+    own.prompt("Extract memories from this transcript")
+    result = tailer.tail(own.write())
+    assert result.captured == [] and result.skipped == "a session Engram's own LLM jobs ran"
+    assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+def test_status_counts_sessions_per_agent_and_names_unknown_records() -> None:
+    from processor.status import format_status
+
+    text = format_status({"sessions": 3, "messages": 9, "episodes": 2, "db": "/x/engram.db", "db_exists": True,
+                          "sessions_by_agent": {"claude": 1, "codex": 2},
+                          "active_sessions": [{"session_id": "s1", "agent": "gemini", "messages": 4,
+                                               "last_activity": None, "capture_lag_bytes": 0, "project": "/p"}],
+                          "unknown_records": {"codex": {"holographic_state": 3}}})
+    assert "sessions: 3 (Claude Code 1, Codex 2)" in text
+    assert "s1  Gemini CLI" in text
+    assert "Codex record types not known to this Engram (skipped): holographic_state ×3" in text

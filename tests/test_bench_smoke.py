@@ -165,3 +165,14 @@ def test_coding_qa_bench_reports_recall_bites_and_baselines(tmp_path: Path, mode
     assert report["recall@10"] == 1.0  # two rounds: ten results hold every answer (whitespace collapsed)
     assert report["bm25_recall@10"] == 0.5  # "database choice" shares no word with the answer line
     assert set(report["by_kind"]["engram"]) == {"question", "keywords"}
+
+
+def test_capture_bench_has_a_row_per_agent_format(tmp_path: Path) -> None:
+    report = run_bench("capture.py", "--generated-mb", "0", "--agent-mb", "1", "--repeats", "1", home=tmp_path)
+    rows = {r["corpus"]: r for r in report["results"]}
+    assert set(rows) == {"fixtures", "codex-1MB", "gemini-1MB"}
+    for name in ("codex-1MB", "gemini-1MB"):
+        row = rows[name]
+        assert row["files"] > 0 and row["megabytes"] >= 1 and row["messages"] > 0, row
+        assert row["ratio"] > 0 and row["cpu_ratio"] > 0
+    assert report["ratio"] == min(r["ratio"] for r in report["results"])

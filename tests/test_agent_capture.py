@@ -392,3 +392,23 @@ def test_status_counts_sessions_per_agent_and_names_unknown_records() -> None:
     assert "sessions: 3 (Claude Code 1, Codex 2)" in text
     assert "s1  Gemini CLI" in text
     assert "Codex record types not known to this Engram (skipped): holographic_state ×3" in text
+
+
+def test_one_codex_response_is_one_message_even_across_two_tails(conn: apsw.Connection, tailer: Tailer,
+                                                                 codex_home: Path) -> None:
+    rollout = Rollout(codex_home)
+    rollout.prompt("stage the bundle")
+    rollout.message("assistant", "The `dist/` folder is git-ignored: it must be force-added.")
+    cut = len(rollout.lines)
+    call = rollout.exec_command("git add -f dist/app.js", "")
+    rollout.answer("Staged.")
+    tailer.tail(rollout.write(upto=cut))  # the processor read the message before Codex wrote the call
+    tailer.tail(rollout.write())
+    assert rows(conn, rollout.session_id) == [
+        ("user", "stage the bundle"),
+        ("assistant", "The `dist/` folder is git-ignored: it must be force-added.\n[tool: Bash]"),
+        ("assistant", "Staged.")]
+    assert call
+    # A processor that starts afresh reads on from the committed offset with a reader of its own: nothing doubles.
+    fresh = Tailer(conn, formats=tailer.formats)
+    assert fresh.tail(rollout.path).captured == []

@@ -121,6 +121,8 @@ class Tailer:
         self.conn = conn
         self.formats = formats if formats is not None else []
         self._infos: dict[tuple[str, int], SessionInfo] = {}
+        # path → (inode, offset reached by committed batches, the reader that reached it)
+        self._readers: dict[str, tuple[int, int, LineReader]] = {}
         self._skipped: set[str] = set()
         self.opt_out_listeners = opt_out_listeners if opt_out_listeners is not None else []
         self.opt_out_request = opt_out_request
@@ -202,7 +204,7 @@ class Tailer:
                         self._skipped.add(str(path))
                         log.info("%s: not captured: %s", path, info.skip)
                     return result
-                self._tail_open_file(path, f, st, result, fmt.reader(info), info)
+                self._tail_open_file(path, f, st, result, fmt, info)
             except OSError as exc:
                 self.problems.report(path, CANNOT_READ, f"cannot read transcript ({exc.strerror or exc})")
             else:
@@ -244,27 +246,46 @@ class Tailer:
             return 0
         return state.byte_offset
 
-    def _tail_open_file(self, path: Path, f, st: os.stat_result, result: TailResult, reader: LineReader,
+    def _reader(self, path: Path, st: os.stat_result, offset: int, fmt: TranscriptFormat,
+                info: SessionInfo) -> LineReader:
+        """The file's reader where the last tail left it (a Codex response's message and calls, one a line, may
+        straddle two tails), or a fresh one when the file is read from anywhere else."""
+        cached = self._readers.get(str(path))
+        if cached is not None and cached[0] == st.st_ino and cached[1] == offset:
+            return cached[2]
+        if len(self._readers) >= _INFO_CACHE:
+            self._readers.clear()
+        return fmt.reader(info)
+
+    def _tail_open_file(self, path: Path, f, st: os.stat_result, result: TailResult, fmt: TranscriptFormat,
                         info: SessionInfo) -> None:
         state = session_sql.session_state(self.conn, result.session_id)
         offset = self._start_offset(path, f, st, state)
         result.restarted = state is not None and offset == 0 and state.byte_offset > 0
         if offset == st.st_size and not result.restarted:
             return  # nothing new
-        lines = read_complete_lines(f, offset, chunk_size=min(self.batch_bytes, 1 << 20),
-                                    max_line_bytes=self.max_line_bytes)
-        batch: list[Line] = []
-        batch_size = 0
-        for line in lines:
-            batch.append(line)
-            batch_size += line.end - line.offset
-            if batch_size >= self.batch_bytes:
+        reader = self._reader(path, st, offset, fmt, info)
+        self._readers.pop(str(path), None)  # kept again only with the offset of a committed batch
+        try:
+            lines = read_complete_lines(f, offset, chunk_size=min(self.batch_bytes, 1 << 20),
+                                        max_line_bytes=self.max_line_bytes)
+            batch: list[Line] = []
+            batch_size = 0
+            for line in lines:
+                batch.append(line)
+                batch_size += line.end - line.offset
+                if batch_size >= self.batch_bytes:
+                    self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
+                    self._readers[str(path)] = (st.st_ino, batch[-1].end, reader)
+                    batch, batch_size = [], 0
+            if batch:
                 self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
-                batch, batch_size = [], 0
-        if batch:
-            self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
-        elif result.restarted and result.lines == 0:
-            self._commit_batch(path, f, st, [], 0, result, reader, info)  # forget the stale offset and inode
+                self._readers[str(path)] = (st.st_ino, batch[-1].end, reader)
+            elif result.restarted and result.lines == 0:
+                self._commit_batch(path, f, st, [], 0, result, reader, info)  # forget the stale offset and inode
+        except BaseException:
+            self._readers.pop(str(path), None)  # it read past what was committed
+            raise
 
     def _pair_tool_events(self, session_id: str,
                           events: list[tuple[str, int | None, tuple, tuple[ToolResult, ...]]]) -> None:

@@ -249,6 +249,11 @@ AGENTS = ("claude", "codex", "gemini")
 AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
 
 
+def agent_names(value: object) -> list[str]:
+    """The agents a comma-separated `agents` setting names, lower-cased."""
+    return [a.strip().lower() for a in str(value).split(",") if a.strip()]
+
+
 def codex_config_dir(env: Mapping[str, str] | None = None) -> Path:
     """The Codex CLI's home, as Codex finds it: $CODEX_HOME, else ~/.codex."""
     env = os.environ if env is None else env
@@ -395,6 +400,10 @@ def load_settings(
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
+    unknown = [a for a in agent_names(values["agents"]) if a not in AGENTS]
+    if unknown:
+        raise ConfigError(f"agents = {values['agents']!r}: unknown agent(s) {', '.join(unknown)}; known: "
+                          f"{', '.join(AGENTS)} (config.toml or ENGRAM_AGENTS)")
     configured = str(values.get("projects_dir") or "")
     root = Path(configured).expanduser() if configured else claude_config_dir(env) / "projects"
     codex = Path(str(values["codex_home"])).expanduser() if values.get("codex_home") else codex_config_dir(env)

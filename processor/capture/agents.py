@@ -14,16 +14,12 @@ from processor.capture.codex import CodexFormat, codex_sessions_root
 from processor.capture.discover import TranscriptFilter
 from processor.capture.formats import AGENTS, CLAUDE, CODEX, GEMINI, TranscriptFormat
 from processor.capture.gemini import GeminiFormat, gemini_sessions_root
-from processor.config import ConfigError, Settings
+from processor.config import Settings, agent_names
 
 
 def captured_agents(settings: Settings) -> tuple[str, ...]:
-    """The agents named by the ``agents`` setting, in Engram's order; an unknown name is a ConfigError."""
-    named = [a.strip().lower() for a in str(settings.capture_agents).split(",") if a.strip()]
-    unknown = [a for a in named if a not in AGENTS]
-    if unknown:
-        raise ConfigError(f"agents = {settings.capture_agents!r}: unknown agent(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(AGENTS)}")
+    """The agents named by the ``agents`` setting (load_settings refused unknown names), in Engram's order."""
+    named = agent_names(settings.capture_agents)
     return tuple(a for a in AGENTS if a in named)
 
 

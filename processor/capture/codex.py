@@ -83,6 +83,8 @@ _EXIT = re.compile(r"^(?:Process exited with code|Exit code:)\s*(-?\d+)\s*$", re
 _CALL_ID = re.compile(rb'"call_id":"([^"\\]+)"')
 # An output whose command exited 0 (Codex's header, near the line's start) and whose call no signal awaits: read
 # from its bytes alone, never parsed (outputs are most of a rollout's bytes).
+# What an output that failed holds somewhere (output_text reads which it is).
+_FAILURE_MARKS = (b"exited with code", b"Exit code:", b"exit_code", b'"success":false')
 _CLEAN_EXIT = re.compile(rb'"output":"(?:Chunk ID: [^"\\]*\\n)?Wall time: [^"\\]*\\nProcess exited with code 0\\n')
 _OUTPUT_MARK = "\nOutput:\n"
 _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$", re.MULTILINE)
@@ -180,10 +182,14 @@ class CodexReader:
                 return Skipped("developer message (instructions or injected context)")
             elif item in (b"function_call_output", b"custom_tool_call_output"):
                 self._response = None
-                if item == b"function_call_output" and _CLEAN_EXIT.search(raw, 0, 2000):
+                # An output that cannot say it failed (no exit code, no `success: false`), or whose command exited
+                # 0, and that no signal awaits: read from its bytes alone.
+                clean = _CLEAN_EXIT.search(raw, 0, 2000) is not None or not any(
+                    mark in raw for mark in _FAILURE_MARKS)
+                if clean:
                     call = _CALL_ID.search(raw, 0, 2000)
                     if call is not None and f"{self.session_id}:{call.group(1).decode()}" not in awaited:
-                        return Skipped("a command's output (exit code 0)")
+                        return Skipped("a tool's output (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
             return record

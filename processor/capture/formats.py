@@ -56,7 +56,9 @@ LineOutcome = CapturedLine | ToolResultsOnly | Skipped | Rewind | TurnEnd
 
 
 class LineReader(Protocol):
-    """Reads one session's lines in order (it may keep what earlier lines said, e.g. the directory)."""
+    """Reads one session's lines in order (it may keep what earlier lines said, e.g. the directory). A reader
+    may also say, of a batch of lines, which ones a later line of the batch replaces whole (``superseded``:
+    the indexes of those lines), so they are not read at all."""
 
     def parse(self, raw: bytes, awaited: Collection[str]) -> LineOutcome: ...
 

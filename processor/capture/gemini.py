@@ -57,6 +57,7 @@ from processor.capture.parse import (
 )
 from processor.capture.redact import redact
 
+_MESSAGE_ID = re.compile(rb'\{"id":"([^"\\]+)","timestamp":"[^"\\]*","type":"(?:gemini|user)"')
 _INJECTED = re.compile(r"<(hook_context|session_context)>.*?(?:</\1>|\Z)", re.DOTALL)
 _WRAPPER = re.compile(r"</?untrusted_context>")
 _EXIT = re.compile(r"^Exit Code: (-?\d+)\s*$", re.MULTILINE)
@@ -151,6 +152,20 @@ class GeminiReader:
 
     def _id(self, raw_id: str) -> str:
         return f"{self.session_id}:{raw_id}"
+
+    def superseded(self, raws: list[bytes | None]) -> set[int]:
+        """The lines of a batch that a later line of it writes again (the same message id): the last copy holds
+        all an earlier one did and more, so only it is read (each line's id from its first bytes)."""
+        last: dict[bytes, int] = {}
+        earlier: set[int] = set()
+        for index, raw in enumerate(raws):
+            found = _MESSAGE_ID.match(raw) if raw else None
+            if found is not None:
+                previous = last.get(found.group(1))
+                if previous is not None:
+                    earlier.add(previous)
+                last[found.group(1)] = index
+        return earlier
 
     def parse(self, raw: bytes, awaited: Collection[str]) -> LineOutcome:
         if raw.startswith(b'{"$set":'):

@@ -311,7 +311,11 @@ class Tailer:
         awaited = signal_sql.pending_ids(self.conn, result.session_id)
         # Every tool call and failed result, in line order: (uuid, ts_ms, calls, failures).
         worked_on: list[tuple[str, int | None, tuple[ToolCall, ...], tuple[ToolFailure, ...]]] = []
-        for line in batch:
+        # Lines a later line of the same batch replaces whole (a Gemini message written again): not read at all.
+        superseded = reader.superseded([line.data for line in batch]) if hasattr(reader, "superseded") else ()
+        for index, line in enumerate(batch):
+            if index in superseded:
+                continue
             if line.data is None:
                 result.problems += 1
                 # Keyed by file, the detail naming the line: the same line read again is not news.

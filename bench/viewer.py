@@ -121,7 +121,7 @@ def build(workdir: Path, memories: int, messages: int, seed: int) -> tuple[Path,
         for uid, at in user_uuids[::5]:
             bites = [{"id": f"ep_{j:016x}", "bite": " ".join(zipf_words(rng, words, 25)), "date": "2026-11-01",
                       "importance": "normal"} for j in rng.integers(0, memories, 3)]
-            viewer_sql.record_offer(conn, SESSION, uid, json.dumps(bites), at + 500)
+            viewer_sql.record_offer(conn, SESSION, uid, bites, at + 500)
             viewer_sql.mark_injected(conn, SESSION, uid, at + 2_000)
     conn.close()
     return db, time.perf_counter() - started

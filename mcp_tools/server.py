@@ -655,8 +655,11 @@ def _format_status(s: StatusResult) -> str:
 
 def main() -> None:
     # Logs go to stderr, which Claude Code keeps in its MCP log; stdout carries only the protocol.
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from processor.redaction.logs import redacting_formatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(redacting_formatter())  # a tool call's text can reach a log line: redacted like all logs
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     build_server(cwd=os.getcwd(), structured=False).run("stdio")
 
 

@@ -589,28 +589,76 @@ def claim(directory: str, session_id: str, message_uuid: str) -> bool:
 LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.index
 LESSONS_SUFFIX = ".index"  # processor/recall/lesson_index.py SUFFIX
 LESSONS_LIMIT = 64 * 1024  # processor/recall/lesson_index.py INDEX_LIMIT
-SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "created": [paths]}
+SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
 SHOWN_LIMIT = 16 * 1024
 SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
 CREATED_PATHS = 100
 
 
-def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
-    """(memory ids shown about tool calls, files the agent created) in this session; ([], []) if none."""
+def lessons_index(recollection: object, event: dict) -> tuple[str | None, str | None]:
+    """(the project's lesson index file name, the project root): from the session's recollection file, or, before
+    the processor wrote one (the session's first calls), from the event's cwd: the index of the same project."""
+    if recollection is not None:
+        name, root = (recollection.get("lessons"), recollection.get("root")) if isinstance(recollection, dict) \
+            else (None, None)
+        return name if isinstance(name, str) else None, root if isinstance(root, str) else None
+    cwd = event.get("cwd")
+    if not isinstance(cwd, str) or not cwd:
+        return None, None
+    import hashlib  # only on this path: hashing costs an import the common path does not pay
+
+    root = project_root(cwd)
+    return hashlib.sha1(root.encode()).hexdigest()[:16] + LESSONS_SUFFIX, root
+
+
+def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
+    """What the lesson index `name` files under each of `keys`, in their order: parses only those lines."""
+    if not isinstance(name, str) or not name.endswith(LESSONS_SUFFIX) or "/" in name or name.startswith("."):
+        return []
+    try:
+        raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{name}", LESSONS_LIMIT)
+    except OSError:
+        return []
+    if raw is None:
+        return []
+    text = raw.decode("utf-8")
+    filed: list[tuple[str, list]] = []
+    for key in keys:
+        start = text.find("\n" + quote(key) + "\t")
+        if start >= 0:
+            start = text.index("\t", start + 1) + 1
+            end = text.find("\n", start)
+            entries = loads(text[start:] if end < 0 else text[start:end])
+            if isinstance(entries, list):
+                filed.append((key, entries))
+    return filed
+
+
+def _shown_data(directory: str, session_id: str) -> tuple[list[str], list[str], list[str]]:
     try:
         data = load_json_file(f"{directory}/{session_id}{SHOWN_SUFFIX}", SHOWN_LIMIT)
     except Exception:
-        return [], []
+        return [], [], []
     if not isinstance(data, dict):
-        return [], []
-    shown, created = data.get("shown"), data.get("created")
-    return ([i for i in shown if isinstance(i, str)] if isinstance(shown, list) else [],
-            [p for p in created if isinstance(p, str)] if isinstance(created, list) else [])
+        return [], [], []
+    lists = [data.get(name) for name in ("shown", "asked", "created")]
+    shown, asked, created = ([v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+                             for value in lists)
+    return shown, asked, created
 
 
-def claim_shown(directory: str, session_id: str, ids: list[str], created: str | None = None) -> list[str]:
-    """Record `ids` as shown (and `created` as a file the agent made) under the hook's lock; returns the
-    ids no parallel hook process claimed first: each memory is told once per session."""
+def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
+    """(memory ids told in this session by any hook, files the agent created); ([], []) if none. A memory told
+    once is in the agent's context: no hook tells it again in the session (until a compaction clears this)."""
+    shown, asked, created = _shown_data(directory, session_id)
+    return shown + asked, created
+
+
+def claim_shown(directory: str, session_id: str, ids: list[str], created: str | None = None,
+                asked: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Record `ids` as told about a tool call (and `asked`: the bites of a user message, and `created`: a file
+    the agent made) under the hook's lock; returns those of `ids` and `asked` no parallel hook process claimed
+    first: each memory is told once per session, by whichever hook tells it first."""
     lock_fd = -1
     if hasattr(_os, "lockf"):
         lock_fd = _os.open(
@@ -619,17 +667,21 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
     try:
         if lock_fd >= 0:
             _os.lockf(lock_fd, _os.F_LOCK, 0)
-        shown, made = load_shown(directory, session_id)
-        fresh = [i for i in ids if i not in shown]
+        shown, told_asked, made = _shown_data(directory, session_id)
+        known = shown + told_asked
+        fresh = [i for i in ids if i not in known]
+        fresh_asked = [i for i in asked if i not in known and i not in fresh]
         if created and created not in made:
             made.append(created)
-        elif not fresh:
+        elif not fresh and not fresh_asked:
             return []
         shown = (shown + fresh)[-SHOWN_KEPT:]
-        data = ('{"shown":[' + ",".join(quote(i) for i in shown) + '],"created":['
+        told_asked = (told_asked + fresh_asked)[-SHOWN_KEPT:]
+        data = ('{"shown":[' + ",".join(quote(i) for i in shown) + '],"asked":['
+                + ",".join(quote(i) for i in told_asked) + '],"created":['
                 + ",".join(quote(p) for p in made[-CREATED_PATHS:]) + "]}\n").encode()
         write_private(directory, session_id + SHOWN_SUFFIX, data)
-        return fresh
+        return fresh + fresh_asked
     finally:
         if lock_fd >= 0:
             _os.close(lock_fd)

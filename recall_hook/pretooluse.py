@@ -76,10 +76,13 @@ def run(stdin: bytes) -> str | None:
     if not _io.valid_session_id(session_id):
         return None
 
-    recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
-    if not isinstance(recollection, dict):
+    try:
+        recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
+    except OSError:
+        recollection = None  # before the processor wrote one: no bites yet, the lesson index from the cwd
+    if recollection is not None and not isinstance(recollection, dict):
         return None
-    lines, ids, message_uuid = _message_bites(directory, session_id, recollection)
+    lines, ids, message_uuid = _message_bites(directory, session_id, recollection or {})
     about = _call_bites(directory, session_id, recollection, event, ids)
     if not lines and not about:
         return None
@@ -89,9 +92,11 @@ def run(stdin: bytes) -> str | None:
         return None
     if lines and not _io.claim(directory, session_id, message_uuid):
         lines, ids = [], []  # a parallel tool call's hook injected this message's bites
-    if about:
-        fresh = _io.claim_shown(directory, session_id, [i for i, _ in about])
-        about = [(i, line) for i, line in about if i in fresh]
+    # Told once a session, by whichever hook first: a message's bites and what is told about the call alike.
+    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about], asked=ids) if about or ids else []
+    lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
+    ids = [i for i in ids if i in fresh]
+    about = [(i, line) for i, line in about if i in fresh]
     if not lines and not about:
         return None
     agent = _io.agent()
@@ -124,32 +129,19 @@ def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple
     return lines, ids, message_uuid
 
 
-def _call_bites(directory: str, session_id: str, recollection: dict, event: dict,
+def _call_bites(directory: str, session_id: str, recollection: dict | None, event: dict,
                 exclude: list[str]) -> list[tuple[str, str]]:
     """What earlier sessions left about the file or command this call works on: (id, line), at most
     MAX_CALL_BITES, each memory once per session, nothing about a file the agent itself created."""
-    name = recollection.get("lessons")
-    if not isinstance(name, str) or not name.endswith(_io.LESSONS_SUFFIX) or "/" in name or name.startswith("."):
-        return []
     tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
-    root = recollection.get("root") if isinstance(recollection.get("root"), str) else None
+    if not isinstance(tool_input, dict) or not tool_name:
+        return []
+    name, root = _io.lessons_index(recollection, event)
     keys = _keys.tool_keys(tool_name, tool_input, root)
     if not keys:
         return []
-    raw = _io.read_limited(f"{directory}/{_io.LESSONS_FOLDER}/{name}", _io.LESSONS_LIMIT)
-    if raw is None:
-        return []
     # One line per key (processor/recall/lesson_index.py): find the call's keys' lines, parse only those.
-    text = raw.decode("utf-8")
-    filed: list[tuple[str, list]] = []
-    for key in keys:
-        start = text.find("\n" + _io.quote(key) + "\t")
-        if start >= 0:
-            start = text.index("\t", start + 1) + 1
-            end = text.find("\n", start)
-            entries = _io.loads(text[start:] if end < 0 else text[start:end])
-            if isinstance(entries, list):
-                filed.append((key, entries))
+    filed = _io.read_filed(directory, name, keys)
     if not filed:
         return []
     shown, created = _io.load_shown(directory, session_id)

@@ -47,6 +47,11 @@ def _word_like(word: str) -> bool:
     return all(c.isalnum() or c in "-_:" for c in word)
 
 
+def _program_like(word: str) -> bool:
+    """A program's name: a word, or a script's file name (``start.sh``, ``manage.py``, run as ``./start.sh``)."""
+    return _word_like(word) or (_word_like(word.replace(".", "_")) and 0 < word.find(".") < len(word) - 1)
+
+
 def _path_like(word: str) -> bool:
     word = word.strip("'\"")
     if not word or word[0] == "-" or "://" in word or "=" in word or "$" in word or "*" in word:
@@ -120,7 +125,7 @@ def command_key(segment: str) -> str | None:
     if not words:
         return None
     program, rest = _program(words[0]), words[1:]
-    if not _word_like(program) or program in GENERIC:
+    if not _program_like(program) or program in GENERIC:
         return None
     runner: list[str] = []
     subcommand = RUNNERS.get(program)
@@ -174,22 +179,82 @@ def command_keys(command: str, root: str | None = None) -> list[str]:
     return keys[:MAX_KEYS]
 
 
+def name_key(word: str) -> str | None:
+    """``name:<name>`` of an identifier or a file's stem, spelled one way: ``ConnCase``, ``conn_case.ex`` and
+    ``conn-case`` are all ``name:conncase`` (a fact about a name meets the file that holds it, and a search for
+    it); None for a name too short to mean one thing."""
+    stem = word.rsplit("/", 1)[-1]
+    dot = stem.find(".")
+    if dot > 0:
+        stem = stem[:dot]
+    letters = "".join(c for c in stem.lower() if c.isalnum())
+    return "name:" + letters if len(letters) >= 4 and not letters.isdigit() else None
+
+
+def dir_key(path: str) -> str | None:
+    """``dir:<folder>/`` of a (relative) path: the folder it is in, or itself when it names a folder."""
+    folder = path.rstrip("/") if path.endswith("/") else path.rpartition("/")[0]
+    return f"dir:{folder}/" if folder and folder not in (".", "..") else None
+
+
+def prog_key(key: str) -> str | None:
+    """``prog:<program>`` of a ``cmd:`` key, past its runner (``cmd:uv run pytest -q`` → ``prog:pytest``): what a
+    decision about a tool ("use pnpm instead of npm") is filed under."""
+    words = key[4:].split()
+    if "-m" in words[:-1]:
+        words = words[words.index("-m") + 1:]
+    words = [w for w in words if w not in RUNNERS and w not in ("run", "exec")]
+    return "prog:" + words[0] if words else None
+
+
+def _around(keys: list[str]) -> list[str]:
+    """The call's keys, then the program of each command and the folder and name of each file it touches:
+    facts and decisions are filed under those."""
+    more = []
+    for key in keys:
+        around = (prog_key(key),) if key.startswith("cmd:") else (dir_key(key[5:]), name_key(key[5:])) \
+            if key.startswith("file:") else ()
+        more += [k for k in around if k and k not in keys and k not in more]
+    return keys + more
+
+
+def fact_keys(thing: str, root: str | None = None) -> list[str]:
+    """Where a fact about `thing` is filed: a path's file key and folder, a folder's key, or an identifier's name."""
+    thing = thing.strip().strip("`'\"")
+    if "/" in thing or _path_like(thing):
+        path = relative(thing, root)
+        if path.endswith("/"):
+            return [k for k in (dir_key(path),) if k]
+        return [k for k in ("file:" + path, dir_key(path)) if k]
+    key = name_key(thing) if _word_like(thing.replace(".", "_")) else None
+    return [key] if key else []
+
+
 def tool_keys(tool_name: object, tool_input: object, root: str | None = None) -> list[str]:
-    """The keys of one tool call (PreToolUse's tool_name and tool_input)."""
+    """The keys of one tool call (PreToolUse's tool_name and tool_input): what it runs and the files it touches,
+    with their folders and names; a search for a plain identifier is a look for that name."""
     if not isinstance(tool_name, str) or not isinstance(tool_input, dict):
         return []
     tool_name = AGENT_TOOLS.get(tool_name, tool_name)
     if tool_name == "apply_patch":
         patch = tool_input.get("input", tool_input.get("command"))
-        return patch_keys(patch, root) if isinstance(patch, str) else []
+        return _around(patch_keys(patch, root)) if isinstance(patch, str) else []
     if tool_name == "Bash":
         command = tool_input.get("command", tool_input.get("cmd"))
-        return command_keys(command, root) if isinstance(command, str) else []
+        return _around(command_keys(command, root)) if isinstance(command, str) else []
+    keys: list[str] = []
     if tool_name in _FILE_TOOLS or tool_name in ("Grep", "Glob"):
         for name in _PATH_KEYS:
             value = tool_input.get(name)
             if isinstance(value, str) and value.strip() and (tool_name in _FILE_TOOLS or _path_like(value)):
                 if tool_name in ("Grep", "Glob") and "/" not in value and "." not in value:
-                    return []
-                return ["file:" + relative(value, root)]
-    return []
+                    break
+                keys = ["file:" + relative(value, root)]
+                break
+    if tool_name == "Grep":
+        pattern = tool_input.get("pattern")
+        if isinstance(pattern, str) and _word_like(pattern.strip()):
+            key = name_key(pattern.strip())
+            if key:
+                keys.append(key)
+    return _around(keys)

@@ -37,20 +37,27 @@ def test_the_hooks_know_the_same_agents_as_engram() -> None:
     ("exec_command", {"cmd": "git add dist/app.js"}),           # Codex, as its rollout records it
 ])
 def test_a_shell_call_has_the_same_keys_in_every_agent(name: str, tool_input: dict) -> None:
-    assert tool_keys(name, tool_input, "/repo") == ["cmd:git add", "file:dist/app.js"]
+    keys = tool_keys(name, tool_input, "/repo")
+    assert keys == tool_keys("Bash", {"command": "git add dist/app.js"}, "/repo")
+    assert keys[:2] == ["cmd:git add", "file:dist/app.js"]
 
 
 def test_file_tools_and_patches_have_file_keys() -> None:
-    assert tool_keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo") == ["file:src/cart.ts"]
-    assert tool_keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo") == ["file:src/new.ts"]
-    assert tool_keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"}) == \
-        ["file:src/cart.ts"]
-    assert tool_keys("grep_search", {"pattern": "TODO", "dir_path": "src"}) == []  # a folder: no lesson is about it
+    # Gemini's file tools have the keys of Claude Code's.
+    assert tool_keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo") == \
+        tool_keys("Read", {"file_path": "/repo/src/cart.ts"}, "/repo")
+    assert tool_keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo")[0] == "file:src/cart.ts"
+    assert tool_keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo")[0] == "file:src/new.ts"
+    assert tool_keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"})[0] == \
+        "file:src/cart.ts"
+    assert tool_keys("grep_search", {"pattern": "TODO", "dir_path": "src"}) == \
+        tool_keys("Grep", {"pattern": "TODO", "path": "src"})
+    # A patch, through the shell or as Codex's own tool, works on each file it names.
     patch = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: src/cart.ts\n@@\n-a\n+b\n"
              "*** Add File: /repo/src/new.ts\n+x\n*** End Patch\nEOF")
-    assert tool_keys("Bash", {"command": patch}, "/repo") == ["file:src/cart.ts", "file:src/new.ts"]
-    assert tool_keys("apply_patch", {"input": patch.split("\n", 1)[1]}, "/repo") == ["file:src/cart.ts",
-                                                                                     "file:src/new.ts"]
+    through_shell = tool_keys("Bash", {"command": patch}, "/repo")
+    assert through_shell[:2] == ["file:src/cart.ts", "file:src/new.ts"]
+    assert tool_keys("apply_patch", {"input": patch.split("\n", 1)[1]}, "/repo") == through_shell
 
 
 def test_each_agent_is_told_the_tool_names_it_shows_its_model() -> None:

@@ -240,7 +240,7 @@ def test_hooks_not_installed(healthy: Home) -> None:
                               claude_settings.default_mcp_config_path(healthy.env))
     found = by_name(run_checks(healthy.env))
     hooks = found["Claude Code hooks"]
-    assert not hooks.ok and "PreToolUse, SessionStart not registered" in hooks.detail
+    assert not hooks.ok and "PreToolUse, PostToolUseFailure, SessionStart not registered" in hooks.detail
     assert not found["Claude Code MCP server"].ok and found["Claude Code MCP server"].fix == "engram install"
 
 

@@ -249,3 +249,14 @@ def test_every_git_call_is_bounded_in_time_and_output(repo: Path, tmp_path: Path
     with pytest.raises(RepoUnavailable, match="longer than 0.5 s"):
         RepoSnapshot(str(repo), timeout=0.5)
     assert now_ms() - started < 5000
+
+
+@pytest.mark.parametrize("path", ["/repo/.env", "/repo/.env.production", "config/prod.pem", "/home/me/.ssh/id_rsa",
+                                  "deploy/credentials.json", "infra/prod.tfvars", "/repo/.npmrc"])
+def test_the_checking_agent_never_reads_a_credentials_file(path: str) -> None:
+    """What a tool reads goes to the model without passing the redaction door: credentials files are not read."""
+    for tool, key in (("Read", "file_path"), ("Grep", "path"), ("Glob", "pattern")):
+        decision = asyncio.run(can_use_tool(tool, {key: path}, None))
+        assert decision.behavior == "deny" and "credentials" in decision.message
+    assert asyncio.run(can_use_tool("Read", {"file_path": "/repo/src/env.py"}, None)).behavior == "allow"
+    assert asyncio.run(can_use_tool("Read", {"file_path": "/repo/docs/keys.md"}, None)).behavior == "allow"

@@ -120,7 +120,8 @@ def test_install_adds_engram_and_keeps_everything_else(settings_path: Path, mcp_
         if key != "hooks":
             assert settings[key] == USER_SETTINGS[key]
     hooks = settings["hooks"]
-    assert list(hooks) == list(USER_SETTINGS["hooks"])
+    assert list(hooks) == [*USER_SETTINGS["hooks"], "PostToolUseFailure"]  # an event the user had none for: added
+    assert hooks["PostToolUseFailure"] == [{"matcher": "*", "hooks": [registration.hook("PostToolUseFailure").entry()]}]
     # The user's hooks come first and are untouched; Engram's are one group each, appended.
     assert hooks["PreToolUse"][:2] == USER_SETTINGS["hooks"]["PreToolUse"]
     assert hooks["PreToolUse"][2] == {"matcher": "*", "hooks": [registration.hook("PreToolUse").entry()]}

@@ -92,3 +92,19 @@ def test_grammar_lengths_are_clamped_to_what_llama_cpp_parses() -> None:
     schema = grammar_safe(output_schema(OutputLimits(content_chars=5000, rolling_summary_chars=9000), bounded=True))
     text = json.dumps(schema)
     assert '"maxLength": 5000' not in text and f'"maxLength": {MAX_GRAMMAR_STRING}' in text
+
+
+def test_the_context_is_never_more_than_the_model_was_trained_on(engram_home: Path) -> None:
+    """SmolLM2 was trained on 8,192 tokens: the default prompt budget (12,000) would ask llama.cpp for 16k.
+    The context is clamped to 8,192 and extraction prompts are cut to what fits beside the answer."""
+    from processor.jobs.extraction import build_prompt
+    from processor.store.episodes import StoredMessage
+
+    settings = make_settings(extractor="llama", llama_model=str(smollm2_gguf()))
+    assert settings.max_prompt_tokens + 4096 > 8192
+    backend = LlamaBackend(settings)  # reads the file's metadata; the model is loaded on the first call
+    assert backend.n_ctx == 8192 and backend.prompt_token_limit == 8192 - 4096
+    messages = [StoredMessage(i, f"u{i}", "user", "word " * 400, now_ms()) for i in range(1, 60)]
+    cut = build_prompt("demo", "", messages, settings, backend.prompt_token_limit)
+    whole = build_prompt("demo", "", messages, settings)
+    assert len(cut.messages) < len(whole.messages) and len(cut.prompt) <= backend.prompt_token_limit * 4

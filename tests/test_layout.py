@@ -12,8 +12,9 @@ PACKAGES = ("processor", "recall_hook", "mcp_tools")
 # Bottom-up: a module may import from its own layer and the layers before it, never from a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # the hooks' stdlib helpers, nothing of Engram: their files and answers, and what a tool call works on
-    ("recall_hook.hook_io", "recall_hook.tool_keys"),
-    ("processor.files", "processor.clock", "processor.tokens", "processor.config"),  # what every layer stands on
+    ("recall_hook.hook_io", "recall_hook.tool_keys", "recall_hook.failure_keys"),
+    # what every layer stands on, the door for captured text included (the store takes only redacted text)
+    ("processor.files", "processor.clock", "processor.tokens", "processor.config", "processor.redaction"),
     ("processor.store",),
     ("processor.capture",),
     ("processor.memory",),
@@ -28,7 +29,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.cli",),
 )
 
-SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX|TRIGGER|VIRTUAL))\b")
+SQL_WORDS = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX|TRIGGER|VIRTUAL))\b"
+                       # a transaction opened or closed by hand is SQL too (processor.store's read/write_transaction)
+                       r"|^\s*(BEGIN(\s+(IMMEDIATE|EXCLUSIVE|DEFERRED))?|COMMIT|ROLLBACK"
+                       r"|SAVEPOINT \w+|RELEASE \w+)\s*$")
 # doctor probes the schema of damaged databases; the shared database's SQL stays in its own folder (issue 22)
 SQL_ALLOWED = ("processor/store/", "processor/doctor.py", "processor/share/postgres/")
 

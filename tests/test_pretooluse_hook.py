@@ -164,7 +164,8 @@ def test_the_injected_line_is_off_by_the_setting_and_counts_past_three(home: Pat
     (home / "config.toml").write_text("show_injected = false\n")
     done = run_hook(event(), env)
     assert list(json.loads(done.stdout)) == ["hookSpecificOutput"]
-    write_recollection(home, "msg-2")  # the environment decides before config.toml
+    # The environment decides before config.toml (other memories: one told in the session is not told again).
+    write_recollection(home, "msg-2", bites=[{**b, "id": b["id"] + "_2"} for b in BITES])
     assert "systemMessage" in json.loads(run_hook(event(), {**env, "ENGRAM_SHOW_INJECTED": "yes"}).stdout)
     assert hook_io.injected_line(["a", "b", "c", "d", "e"]) == "Engram: 5 memories — a, b, c +2 more"
     assert hook_io.injected_line(["ep_1"]) == "Engram: 1 memory — ep_1"
@@ -191,9 +192,9 @@ def test_state_file_records_the_message_atomically(home: Path, env: dict[str, st
     state = recollections(home) / f"{SESSION}.state"
     assert json.loads(state.read_text()) == {"lastInjectedMessageUuid": "msg-7"}
     assert state.stat().st_mode & 0o777 == 0o600
-    # No temp file left behind: only the recollection, the state and the (hidden) lock file.
+    # No temp file left behind: only the recollection, the state, what was told (.shown) and the (hidden) lock file.
     assert sorted(p.name for p in recollections(home).iterdir()) == sorted(
-        [f"{SESSION}.json", f"{SESSION}.state", hook_io.LOCK_NAME]
+        [f"{SESSION}.json", f"{SESSION}.state", f"{SESSION}.shown", hook_io.LOCK_NAME]
     )
 
 
@@ -227,7 +228,7 @@ def test_parallel_tool_calls_inject_once(home: Path, env: dict[str, str]) -> Non
 def test_injection_is_decided_under_the_lock(home: Path, env: dict[str, str]) -> None:
     """The race above is too narrow to lose reliably in a test, so check the mechanism: while
     another process holds the lock, an injecting hook waits; a hook with nothing new does not."""
-    write_recollection(home, "msg-1")
+    write_recollection(home, "msg-1", bites=[{**BITES[1], "id": "ep_first"}])
     injected(run_hook(event(), env))
     write_recollection(home, "msg-2")
     fd = os.open(recollections(home) / hook_io.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
@@ -513,8 +514,9 @@ def test_hook_imports_only_the_standard_library() -> None:
                 imported.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])
+        # hashlib: only before a session's first recollection, to find its project's lesson index from the cwd
         allowed = {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "time", "tomllib", "", "hook_io",
-                   "tool_keys"}
+                   "tool_keys", "hashlib"}
         assert imported <= allowed, source
 
 

@@ -1,7 +1,7 @@
 """Does the redactor catch every token format generated from gitleaks, on gitleaks' own examples,
 and leave its false-positive examples and ordinary developer text alone?
 
-tests/data/gitleaks_examples.json is written by processor/capture/secret_rules/generate.py. Each
+tests/data/gitleaks_examples.json is written by processor/redaction/secret_rules/generate.py. Each
 string there is stored in pieces (cut inside its prefix, so that no file in the repository looks
 like a live credential); the tests join them.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.capture.redact import REDACTION_KINDS, redact
-from processor.capture.secret_rules.gitleaks_rules import RULES
+from processor.redaction import REDACTION_KINDS, redact
+from processor.redaction.secret_rules.gitleaks_rules import RULES
 
 EXAMPLES = json.loads((Path(__file__).parent / "data" / "gitleaks_examples.json").read_text(encoding="utf-8"))
 GENERATED_KINDS = sorted({kind for kind, *_ in RULES})

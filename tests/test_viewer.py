@@ -357,8 +357,8 @@ def test_injections_are_recorded_once_from_the_hooks_files(world: World, tmp_pat
     folder.mkdir()
     try:
         with write_transaction(conn):
-            viewer_sql.record_offer(conn, "s-offer", "u-1", json.dumps([{"id": "ep_1", "bite": "b", "date": "d",
-                                                                        "importance": "normal"}]), now_ms())
+            viewer_sql.record_offer(conn, "s-offer", "u-1", [{"id": "ep_1", "bite": "b", "date": "d",
+                                                              "importance": "normal"}], now_ms())
         assert ingest(conn, folder) == 0  # offered, not injected: nothing reached the agent
         (folder / "s-offer.state").write_text('{"lastInjectedMessageUuid":"u-1"}')
         (folder / "s-other.state").write_text('{"lastInjectedMessageUuid":"never-offered"}')

@@ -60,7 +60,7 @@ from processor.capture.parse import (
     timestamp_ms,
     tool_target,
 )
-from processor.capture.redact import redact
+from processor.redaction import Redacted, redact
 
 _UUID_TAIL = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
 # The record's own type, from its first bytes: {"timestamp":"…","ordinal":N,"type":"…","payload":{"type":"…"
@@ -152,7 +152,7 @@ class CodexReader:
 
     def __init__(self, info: SessionInfo) -> None:
         self.session_id = info.session_id
-        self.cwd = info.cwd
+        self.cwd: Redacted | None = redact(info.cwd) if info.cwd else None  # captured text: through the door once
         # The model's current response: its message and calls, written one item a line, are one message (as
         # Claude Code's parts of one API message are), until an output or a prompt comes between them.
         self._response: str | None = None
@@ -202,8 +202,9 @@ class CodexReader:
         if kind not in KNOWN:
             return skip_unknown(CODEX, kind)
         if kind in ("session_meta", "turn_context"):
-            if isinstance(payload.get("cwd"), str) and payload["cwd"]:
-                self.cwd = payload["cwd"]
+            cwd = payload.get("cwd")
+            if isinstance(cwd, str) and cwd and cwd != self.cwd:
+                self.cwd = redact(cwd)
             return Skipped(f"{kind} record")
         if kind == "event_msg":
             if payload.get("type") != "task_complete":

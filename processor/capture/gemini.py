@@ -55,7 +55,7 @@ from processor.capture.parse import (
     timestamp_ms,
     tool_target,
 )
-from processor.capture.redact import redact
+from processor.redaction import Redacted, redact
 
 _MESSAGE_ID = re.compile(rb'\{"id":"([^"\\]+)","timestamp":"[^"\\]*","type":"(?:gemini|user)"')
 _INJECTED = re.compile(r"<(hook_context|session_context)>.*?(?:</\1>|\Z)", re.DOTALL)
@@ -148,7 +148,7 @@ class GeminiReader:
 
     def __init__(self, info: SessionInfo) -> None:
         self.session_id = info.session_id
-        self.cwd = info.cwd
+        self.cwd: Redacted | None = redact(info.cwd) if info.cwd else None  # captured text: through the door once
 
     def _id(self, raw_id: str) -> str:
         return f"{self.session_id}:{raw_id}"

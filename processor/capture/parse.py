@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from processor.capture import signals
-from processor.capture.redact import redact
+from processor.redaction import Redacted, redact
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 
 
@@ -36,9 +36,9 @@ class CapturedLine:
     role: str
     timestamp: str | None
     ts_ms: int | None
-    cwd: str | None
-    git_branch: str | None
-    text: str
+    cwd: Redacted | None
+    git_branch: Redacted | None
+    text: Redacted
     api_message_id: str | None
     # Claude Code marks the last assistant line of a finished turn with stop_reason "end_turn" (a tool
     # call's line says "tool_use"): the round is complete without waiting for the next user message.
@@ -58,7 +58,7 @@ class ToolCall:
 
     tool_use_id: str
     name: str
-    target: str | None
+    target: Redacted | None
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class ToolFailure:
     """A tool result marked ``is_error``: the head and tail of its output, redacted (never the whole of it)."""
 
     tool_use_id: str
-    text: str
+    text: Redacted
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class ToolResult:
 
     tool_use_id: str
     is_error: bool
-    text: str
+    text: Redacted
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,11 @@ def _opt_str(entry: dict, key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _opt_redacted(entry: dict, key: str) -> Redacted | None:
+    value = _opt_str(entry, key)
+    return None if value is None else redact(value)
+
+
 _TOOL_USE_ID = re.compile(rb'"tool_use_id":"([^"\\]+)"')
 
 
@@ -210,14 +215,16 @@ _REDACT_MARGIN = 2_000  # read past each cut before redacting, so a secret that 
 _TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query")
 
 
-def tool_target(tool_input: object) -> str | None:
+def tool_target(tool_input: object) -> Redacted | None:
     """What a tool call works on (a file path, a command, a search), redacted and cut to TARGET_CHARS."""
     if not isinstance(tool_input, dict):
         return None
     for key in _TARGET_KEYS:
         value = tool_input.get(key)
         if isinstance(value, str) and value.strip():
-            return redact(value[:TARGET_CHARS + _REDACT_MARGIN])[:TARGET_CHARS]
+            # Redacted past the cut, cut, then redacted again: a cut can leave a token that its context had kept
+            # from matching (characters glued before it) standing alone at the edge.
+            return redact(redact(value[:TARGET_CHARS + _REDACT_MARGIN])[:TARGET_CHARS])
     return None
 
 
@@ -230,15 +237,16 @@ def _tool_calls(content: object) -> tuple[ToolCall, ...]:
                  if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str))
 
 
-def failure_text(output: str) -> str:
+def failure_text(output: str) -> Redacted:
     """The head and tail of a failed tool's output, redacted; the middle of a long one is left out."""
     output = output.replace("\x00", "")
     if len(output) <= FAILURE_HEAD_CHARS + FAILURE_TAIL_CHARS:
-        return redact(output).strip()
+        return redact(output.strip())
+    # Redacted past each cut (a secret that straddles it is still whole), cut, and the joined text once more.
     head = redact(output[:FAILURE_HEAD_CHARS + _REDACT_MARGIN])[:FAILURE_HEAD_CHARS]
     tail = redact(output[-(FAILURE_TAIL_CHARS + _REDACT_MARGIN):])[-FAILURE_TAIL_CHARS:]
-    return f"{head.rstrip()}\n[… {len(output) - FAILURE_HEAD_CHARS - FAILURE_TAIL_CHARS} characters left out …]\n" \
-           f"{tail.lstrip()}"
+    return redact(f"{head.rstrip()}\n[… {len(output) - FAILURE_HEAD_CHARS - FAILURE_TAIL_CHARS} characters left out …]"
+                  f"\n{tail.lstrip()}")
 
 
 def _failures(content: object) -> tuple[ToolFailure, ...]:
@@ -349,8 +357,8 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
         role=role,
         timestamp=timestamp,
         ts_ms=timestamp_ms(timestamp),
-        cwd=_opt_str(entry, "cwd"),
-        git_branch=_opt_str(entry, "gitBranch"),
+        cwd=_opt_redacted(entry, "cwd"),
+        git_branch=_opt_redacted(entry, "gitBranch"),
         text=redact(content),
         api_message_id=api_id if isinstance(api_id, str) and api_id else None,
         end_turn=kind == "assistant" and message.get("stop_reason") == "end_turn",

@@ -15,9 +15,9 @@ import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from processor.capture.redact import redact
 from processor.clock import now_ms
 from processor.files import ensure_private_dir, write_atomic
+from processor.redaction import redact
 
 log = logging.getLogger(__name__)
 

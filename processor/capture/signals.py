@@ -15,6 +15,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from processor.redaction import Redacted, redacted_json
+
 log = logging.getLogger(__name__)
 
 # `[main abc1234] subject`, `[main (root-commit) abc1234] subject`, `[detached HEAD abc1234] …`
@@ -218,8 +220,8 @@ def kind_of(text: str) -> str:
     return "fact"
 
 
-def pending_json(pending: PendingSignal) -> str:
-    return json.dumps({"source": pending.source, "text": pending.text, "check": pending.check})
+def pending_json(pending: PendingSignal) -> Redacted:
+    return redacted_json({"source": pending.source, "text": pending.text, "check": pending.check})
 
 
 def pending_from_json(text: str) -> PendingSignal:

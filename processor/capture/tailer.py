@@ -46,9 +46,9 @@ from processor.capture.problems import (
     stat_problem,
 )
 from processor.capture.project import project_root
-from processor.capture.redact import redact
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
+from processor.redaction import redact
 from processor.store import sessions as session_sql
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql

@@ -4,6 +4,8 @@ What gets registered (see ``Registration``):
 - ``PreToolUse`` (matcher ``*``): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/pretooluse.py``
   (the launcher imports the hook so its bytecode is cached: see recall_hook/pretooluse.py);
 - ``SessionStart`` (every source): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/session_start.py``;
+- ``PostToolUseFailure`` (matcher ``*``): ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/tool_failure.py``
+  (what fixed the same failure in an earlier session, right after it);
 - optionally (``Registration.prompt_submit``, ``engram install --prompt-submit``) ``UserPromptSubmit``:
   ``<real python> -I -S -c <LAUNCHER> /abs/recall_hook/prompt_submit.py``; the hook itself stays
   inert unless the ``prompt_submit_enabled`` setting is on (see recall_hook/prompt_submit.py);
@@ -56,6 +58,7 @@ from processor.files import write_atomic
 from recall_hook.pretooluse import LAUNCHER
 from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
+from recall_hook.tool_failure import LAUNCHER as TOOL_FAILURE_LAUNCHER
 
 MCP_SERVER_NAME = "engram"
 PRETOOLUSE_MARKER = "recall_hook/pretooluse.py"
@@ -65,12 +68,13 @@ SESSION_START_MARKER = "recall_hook/session_start.py"
 MODULE_SESSION_START_MARKER = "-m recall_hook.session_start"
 LEGACY_SESSION_START_MARKER = "-m processor.recall.session_start"
 PROMPT_SUBMIT_MARKER = "recall_hook/prompt_submit.py"
+TOOL_FAILURE_MARKER = "recall_hook/tool_failure.py"
 MCP_SERVER_MODULE = "mcp_tools.bridge"
 # What earlier versions registered (the full server per session): still Engram's, replaced on install.
 MCP_SERVER_MARKERS = (MCP_SERVER_MODULE, "mcp_tools.server")
 # Any hook command containing one of these is Engram's: install replaces it, uninstall removes it.
 HOOK_MARKERS = (PRETOOLUSE_MARKER, SESSION_START_MARKER, MODULE_SESSION_START_MARKER, LEGACY_SESSION_START_MARKER,
-                PROMPT_SUBMIT_MARKER)
+                PROMPT_SUBMIT_MARKER, TOOL_FAILURE_MARKER)
 BACKUP_SUFFIX = ".engram-backup-"
 
 JsonObject = dict[str, Any]
@@ -200,6 +204,7 @@ class Registration:
     hook_script: Path
     pretooluse_timeout: int = 10
     session_start_timeout: int = 30
+    tool_failure_timeout: int = 10
     prompt_submit_timeout: int = 5
     # The optional UserPromptSubmit hook. True: registered; False: removed; None: left as the file
     # has it (an existing entry is refreshed in place, none is added).
@@ -233,6 +238,14 @@ class Registration:
                 command=f"{q(self.hook_python)} -I -S -c {q(LAUNCHER)} {q(str(self.hook_script))}",
                 timeout=self.pretooluse_timeout,
                 markers=(PRETOOLUSE_MARKER,),
+            ),
+            HookSpec(
+                event="PostToolUseFailure",
+                matcher="*",
+                command=f"{q(self.hook_python)} -I -S -c {q(TOOL_FAILURE_LAUNCHER)} "
+                        f"{q(str(self.hook_script.parent / 'tool_failure.py'))}",
+                timeout=self.tool_failure_timeout,
+                markers=(TOOL_FAILURE_MARKER,),
             ),
             HookSpec(
                 event="SessionStart",

@@ -141,13 +141,15 @@ class PromptBatch:
 
 
 def build_prompt(project: str | None, rolling_summary: str, messages: list[StoredMessage],
-                 settings: Settings) -> PromptBatch:
-    """The user prompt for the longest prefix of messages that fits max_prompt_tokens (at least one)."""
+                 settings: Settings, max_tokens: int | None = None) -> PromptBatch:
+    """The user prompt for the longest prefix of messages that fits max_prompt_tokens, or the backend's smaller
+    `max_tokens` (at least one message)."""
     if not messages:
         raise ValueError("build_prompt needs at least one message")
     summary = head_tail(rolling_summary.strip(), 4000) or "(none: this is the start of the session)"
     header = f"Project: {project or 'unknown'}\n\nSummary of the session so far:\n{summary}\n\nNew messages:\n"
-    budget = settings.max_prompt_tokens * CHARS_PER_TOKEN - len(SYSTEM_PROMPT) - len(header)
+    tokens = min(settings.max_prompt_tokens, max_tokens) if max_tokens else settings.max_prompt_tokens
+    budget = tokens * CHARS_PER_TOKEN - len(SYSTEM_PROMPT) - len(header)
     per_message = max(settings.max_message_chars, 200)
     parts: list[str] = []
     taken: list[StoredMessage] = []
@@ -317,7 +319,7 @@ class Extractor:
         )
 
     def next_batch(self, conn: apsw.Connection, settings: Settings, session_id: str,
-                   now_ms: int) -> tuple[PromptBatch, str | None] | None:
+                   now_ms: int, max_tokens: int | None = None) -> tuple[PromptBatch, str | None] | None:
         """The next batch of the session to extract, or None when nothing is eligible yet."""
         session = episodes_sql.session_progress(conn, session_id)
         if session is None:
@@ -334,7 +336,7 @@ class Extractor:
             messages = messages[:last_user] if last_user is not None else []
         if not messages:
             return None
-        return build_prompt(project, progress.rolling_summary, messages, settings), project
+        return build_prompt(project, progress.rolling_summary, messages, settings, max_tokens), project
 
     def __call__(self, ctx: JobContext, job: sql.JobRow) -> None:
         session_id = job.payload.get("session_id")
@@ -344,7 +346,8 @@ class Extractor:
         while True:
             if ctx.stop_requested():
                 raise RetryLater("the processor is stopping; the rest of the session is extracted later", 0)
-            found = self.next_batch(ctx.conn, ctx.settings, session_id, now_ms())
+            found = self.next_batch(ctx.conn, ctx.settings, session_id, now_ms(),
+                                    ctx.backend.prompt_token_limit if ctx.backend else None)
             if found is None:
                 if batches == 0:
                     log.info("extract %s: nothing eligible (yet)", session_id)

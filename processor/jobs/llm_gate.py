@@ -1,6 +1,8 @@
 """The one door to an LLM: one call at a time, the daily budget, the circuit breaker, pauses and the cost ledger.
 
-Every backend call of every job type goes through `LLMGate.call`. It holds the user's one call
+Every backend call of every job type goes through `LLMGate.call`. Its prompt passes the redaction door first
+(``processor.redaction``): a memory, a transcript excerpt or a file quoted in it never reaches a backend with a
+secret in it, whatever the job that built it. It holds the user's one call
 slot (``call_lock.py``, shared by every Engram process), refuses to start a call while the breaker
 is open or when the call's worst case would cross today's budget, records the call in ``llm_calls``
 whatever happens, still under the slot, and counts failures: ``breaker_failures`` in a row open
@@ -11,6 +13,7 @@ pauses are kept in ``meta`` so a crash loop cannot hammer a failing backend.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -26,6 +29,7 @@ from processor.config import SettingsSource
 from processor.jobs import costs
 from processor.jobs.backends import Backend, BackendError, LLMRequest, OutputError
 from processor.jobs.call_lock import llm_call_lock
+from processor.redaction import redact
 from processor.store import episodes as meta_sql
 from processor.store import jobs as sql
 from processor.store import retry_when_busy, write_transaction
@@ -102,6 +106,7 @@ class LLMGate:
     def call(self, conn: apsw.Connection, backend: Backend, job: JobRow | None, request: LLMRequest,
              parse: Callable[[str], T]) -> T:
         settings = self._settings.current
+        request = dataclasses.replace(request, system=redact(request.system), prompt=redact(request.prompt))
         now = now_ms()
         if self.breaker.is_open(now):
             raise BreakerOpen(self.breaker.open_until_ms, self.breaker.last_error)
@@ -159,7 +164,7 @@ class LLMGate:
         now = now_ms()
         b = self.breaker
         b.failures += 1
-        b.last_error = error[:500]
+        b.last_error = redact(error[:500])  # a backend's error can quote the prompt
         threshold = max(settings.breaker_failures, 1)
         if b.failures >= threshold:
             b.open_until_ms = now + int(settings.breaker_cooldown_seconds * 1000)

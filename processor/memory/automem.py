@@ -22,12 +22,12 @@ import apsw
 
 from processor.capture.automem import MemoryFile, Section, cite, memory_files, read_memory_file, sections
 from processor.capture.problems import CaptureProblems
-from processor.capture.redact import redact
 from processor.clock import now_ms
 from processor.memory.dedupe import Candidate, Outcome, content_hash
 from processor.memory.episodes import EpisodeStore
 from processor.memory.kinds import default_importance
 from processor.memory.verbatim import summarize
+from processor.redaction import redact
 from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as episodes_sql

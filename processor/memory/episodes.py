@@ -18,29 +18,34 @@ import numpy as np
 
 from processor.capture import signals
 from processor.capture.automem import cite
-from processor.capture.redact import redact
 from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
 from processor.memory import supersede
 from processor.memory.bites import BITE_CHARS, Passage, bites_for, fit
+from processor.memory.decisions import decisions_in
 from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
+from processor.memory.facts import facts_of_round
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
-from processor.memory.lessons import mine_round
+from processor.memory.lessons import Failure, Lesson, mine_round
 from processor.memory.preferences import standing_statements
 from processor.memory.rebuild import rebuild_verbatim
 from processor.memory.routines import routine, tasks_of
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
 from processor.memory.verbatim import RoundPiece, embedding_text, entities_of, group_rounds, round_pieces, summarize
+from processor.redaction import redact
 from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
+from processor.store import failures as failures_sql
 from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store import share as share_sql
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
+from processor.store.tool_calls import StoredToolCall
+from recall_hook.failure_keys import failure_key
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,20 @@ def _status_note(ep: Episode, check: cold_sql.LastCheck | None) -> str | None:
     if ep.status == "archived":
         return "archived: old and never expanded; kept for search"
     return None
+
+
+@dataclass
+class Mined:
+    """What a slice of rounds taught besides its verbatim pieces: memories with the miner that made each
+    (``store/failures.py`` memory_origins), and every failure with the memory that tells its fix, if one does."""
+
+    episodes: list[NewEpisode] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)
+    failures: list[tuple[Failure, Lesson | None]] = field(default_factory=list)
+
+    def add(self, episode: NewEpisode, miner: str) -> None:
+        self.episodes.append(episode)
+        self.origins[episode.id] = miner
 
 
 @dataclass(frozen=True)
@@ -269,28 +288,77 @@ class EpisodeStore:
                     created_at=message.ts_ms or now_ms()))
         return found
 
+    def _decisions(self, rounds: list[list[StoredMessage]], project: str | None, session_id: str,
+                   mined: Mined) -> None:
+        """The decisions the user stated in these rounds, in the user's words (``processor.memory.decisions``)."""
+        for message in (m for round_ in rounds for m in round_ if m.role == "user"):
+            for decision in decisions_in(message, project):
+                digest = content_hash(decision.text)
+                if sql.get_episode(self.conn, decision.id) is not None or sql.active_with_hash(
+                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in mined.episodes):
+                    continue
+                mined.add(NewEpisode(
+                    id=decision.id, session_id=session_id, project=project, scope="project" if project else "global",
+                    summary=decision.text, entities=decision.names, importance=default_importance("decision"),
+                    kind="decision", source_type="auto", full_content=decision.text,
+                    source_uuids=decision.source_uuids, content_hash=digest,
+                    created_at=decision.created_at or now_ms()), "decision")
+
+    def _facts(self, round_messages: list[StoredMessage], calls: list[StoredToolCall], project: str | None,
+               session_id: str, following: int | None, mined: Mined) -> None:
+        """What the assistant found about the project's files and names in a round (``processor.memory.facts``)."""
+        for fact in facts_of_round(round_messages, calls, project, following):
+            digest = content_hash(fact.text)
+            if sql.get_episode(self.conn, fact.id) is not None or sql.active_with_hash(
+                    self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in mined.episodes):
+                continue
+            mined.add(NewEpisode(
+                id=fact.id, session_id=session_id, project=project, scope="project" if project else "global",
+                summary=fact.text, entities=fact.entities, importance="normal", kind="fact", source_type="auto",
+                full_content=fact.text, source_uuids=fact.source_uuids, content_hash=digest,
+                created_at=fact.created_at or now_ms()), "fact")
+
     def _lessons(self, session_id: str, project: str | None, rounds: list[list[StoredMessage]], taken: int,
-                 found: list[NewEpisode]) -> list[NewEpisode]:
-        """What the first `taken` rounds taught: a failure, its diagnosis and fix (``processor.memory.lessons``)."""
+                 found: list[NewEpisode], mined: Mined) -> None:
+        """What the first `taken` rounds taught: each failure and what got past it (``processor.memory.lessons``),
+        into `mined`, with every failure (fixed or not) to count where it recurs."""
         start = next((m.ts_ms for m in rounds[0] if m.ts_ms is not None), None)
         calls = tool_call_sql.session_calls(self.conn, session_id, since_ms=start) if start is not None else []
         if not calls:
-            return []
-        lessons: list[NewEpisode] = []
+            return
         for index, round_messages in enumerate(rounds[:taken]):
             following = rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None
-            for lesson in mine_round(round_messages, calls, following):
+            self._facts(round_messages, calls, project, session_id, following, mined)
+            lessons, failures = mine_round(round_messages, calls, following, project)
+            told = {lesson.signature: lesson for lesson in lessons if lesson.signature and lesson.session_fixed}
+            for failure in failures:
+                mined.failures.append((failure, told.get(tuple(failure.signature))))
+            for lesson in lessons:
+                if lesson.kind == "gotcha" and lesson.signature:
+                    known = failures_sql.find(self.conn, project, failure_key(lesson.key or ""), list(lesson.signature))
+                    if known is not None and known.memory_id and known.memory_id != lesson.id:
+                        continue  # this way of failing already has its memory (or had one, forgotten)
                 digest = content_hash(lesson.full_content)
                 if sql.get_episode(self.conn, lesson.id) is not None or sql.active_with_hash(
-                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in found):
+                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in found) \
+                        or any(e.id == lesson.id for e in mined.episodes):
                     continue
-                lessons.append(NewEpisode(
+                mined.add(NewEpisode(
                     id=lesson.id, session_id=session_id, project=project, scope="project" if project else "global",
                     summary=lesson.text, entities=lesson.entities, importance=default_importance(lesson.kind),
                     kind=lesson.kind, source_type="auto", full_content=lesson.full_content,
                     source_uuids=lesson.source_uuids, content_hash=digest,
-                    created_at=lesson.created_at or now_ms()))
-        return lessons
+                    created_at=lesson.created_at or now_ms()), "error_fix" if lesson.session_fixed else "lesson")
+
+    def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
+        """Count each failure of these rounds under its signature, and link the memory that tells its fix (in the
+        caller's transaction: the counts move with the progress marker)."""
+        for failure, lesson in mined.failures:
+            row = failures_sql.record(self.conn, project, failure_key(failure.key), failure.key, failure.signature,
+                                      session_id, failure.call.result_ts_ms or failure.call.ts_ms,
+                                      redact(failure.error_line))
+            if lesson is not None and sql.get_episode(self.conn, lesson.id) is not None:
+                failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.fix))
 
     def refresh_routine(self, project: str) -> int:
         """The project's close-out routine (``processor.memory.routines``) as a convention memory, made or
@@ -368,8 +436,12 @@ class EpisodeStore:
             if start and between is not None:
                 between()
             blobs += self._embed([p.full_content for p in pieces[start:start + max_pieces]])
-        standing = self._preferences(rounds[:taken], project, session_id)
-        standing += self._lessons(session_id, project, rounds, taken, standing)
+        mined = Mined()
+        for episode in self._preferences(rounds[:taken], project, session_id):
+            mined.add(episode, "standing")
+        self._decisions(rounds[:taken], project, session_id, mined)
+        self._lessons(session_id, project, rounds, taken, mined.episodes, mined)
+        standing = mined.episodes
         standing_blobs = self._embed([e.full_content for e in standing]) if standing else []
         stamp = now_ms()
         added = 0
@@ -392,7 +464,9 @@ class EpisodeStore:
             for episode, blob in zip(standing, standing_blobs, strict=True):
                 if sql.get_episode(self.conn, episode.id) is None:
                     rowids.append(sql.insert_episode(self.conn, episode, blob))
+                    failures_sql.set_origin(self.conn, episode.id, mined.origins[episode.id])
                     added += 1
+            self._record_failures(session_id, project, mined)
             sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
         self._supersede(rowids)
         more = taken < len(rounds) or full_page

@@ -1,26 +1,29 @@
-"""Lessons a session taught, found without an LLM: a failure, the diagnosis after it, the change that fixed it.
+"""Lessons a session taught, found without an LLM: a failure, and what got past it.
 
-Sessions teach in a recognisable shape. A shell command fails (its tool result is marked ``is_error``); the
-assistant says why ("the issue is that …", "`dist/` is git-ignored, so …", "SQLite doesn't support …");
-it changes something; the same command then runs clean. That diagnosis, stated in the session's own words,
-becomes a memory of its own, with the command, the files changed and the error as its entities, so the
-next session that is about to run that command or touch that file is told before it fails the same way
-(``processor/recall/lesson_index.py``), and ``memory_recall`` finds it by the error's words.
+Sessions learn in a recognisable shape. A call fails (its tool result is marked ``is_error``); something
+changes — the command (``git push`` → ``git push --set-upstream origin feat``), a step run first (``git add``
+the files a pre-commit hook rewrote, ``source .venv/bin/activate``), a file; the same call then gets past that
+failure and the round ends with it running clean. Often the assistant says why in between ("the issue is that
+…", "`dist/` is git-ignored, so …"); often it does not, and then the error and the call that worked *are* the
+lesson. Each failure is known by its signature (``recall_hook/failure_keys.py``: its program, its error lines
+with paths, numbers and names masked), so the same failure in a later session meets what fixed it: the
+PostToolUseFailure hook tells it right after the failure, and once it has recurred the PreToolUse hook tells it
+before the call (``processor/recall/lesson_index.py``); ``memory_recall`` finds it by the error's words.
 
 Kinds:
-- ``gotcha``: the diagnosis names a constraint of a tool, a platform or the repository (doesn't support,
-  rejects, is ignored, requires, only works with, must be …): it bites again whenever that command runs;
-- ``bugfix``: the cause of a failure of the code itself (the issue is that …, fails because …): recalled
-  when asked about, never pushed at a later session by itself (the code has moved on).
+- ``gotcha``: the fix was a way of running things here (a changed command, a step first), or a diagnosis that
+  names a tool's or platform's constraint ("SQLite doesn't support …"): it bites again; one memory per way of
+  failing, per project;
+- ``bugfix``: the fix was an edit of the project's own code, with its cause said ("the issue is that …"):
+  recalled when asked about, never pushed at a later session (the code has moved on; a test written first that
+  fails until the code exists is the work in progress, not a lesson).
 
 No lesson is made from:
-- a failure that was never fixed: the same command (by its ``cmd:`` key) must run clean later in the round,
-  and the diagnosis must come between the last failure and that clean run;
-- tool mechanics: an edit whose old text was not found, a file not read first, a call the user declined (its
-  "error" is then the user's own words), a permission prompt — only shell commands teach;
-- narration ("Let me …", "Now I'll …"), a question, or a sentence too thin to stand alone (fewer than six
-  words, or nothing it is about: no code span, path, identifier, command or named tool).
-English cues only: text in another language yields no lesson, never a wrong one.
+- a failure never got past in its round, or a flaky one (the same command passed with nothing changed);
+- a call the user declined or interrupted (its "error" is then the user's choice or words), the editor's own
+  mechanics (an edit whose text was not found), an error that says nothing but "Error";
+- narration ("Let me …"), a question, or a sentence too thin to stand alone, as a diagnosis.
+English cues for the diagnosis only: an error in another language still has its signature and its fix.
 """
 
 from __future__ import annotations
@@ -29,14 +32,19 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from processor.capture.redact import redact
+from processor.memory.bites import fit
 from processor.memory.sentences import units
 from processor.memory.statements import is_narration, prose, word_count
+from processor.redaction import redact
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
+from recall_hook.failure_keys import another_go, call_key, failure_key, not_a_failure, same_failure
+from recall_hook.failure_keys import signature as failure_signature
 from recall_hook.tool_keys import command_keys
 
 LESSON_CHARS = 300  # the diagnosis sentence, at most
+FIX_CHARS = 240  # what fixed a failure, in a line
+_EDITS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 ERROR_LINE_CHARS = 160
 MIN_WORDS = 6
 MAX_LESSONS_PER_ROUND = 3
@@ -69,13 +77,11 @@ _SPECIFIC = re.compile(r"`[^`]{2,}`|\b[\w.-]+/[\w./-]+|\b\w+\.[a-z]{1,5}\b|\b[a-
 _TOOLS = re.compile(r"\b(?:git|npm|pnpm|yarn|uv|pip|pytest|ruff|mypy|pyright|ty|tsc|eslint|vite|next\.js|vercel|"
                     r"docker|sqlite|postgres(?:ql)?|make|cargo|node|python|bash|zsh|ssh|tmux|act|webpack|jest)\b",
                     re.IGNORECASE)
-# Tool mechanics and refusals: the command never ran, so nothing about it was learned.
-_NOT_RUN = re.compile(r"doesn't want to (?:proceed|take this action)|requires approval|permission to use|"
-                      r"was rejected|was blocked|haven't granted|not allowed to run|user denied", re.IGNORECASE)
 # An error that is only the user's words: a call the user declined, with what to do instead ("Wait, we need
 # to copy X too"). One line of prose with no sign of a program's complaint in it.
-_PROGRAM_OUTPUT = re.compile(r"\b(?:error|exception|traceback|failed|failure|fatal|warning|denied|not found|"
-                             r"no such|exit code|exited|command not found|usage:|errno|panic)\b|[:=]\s*\d|[{}<>|]",
+_PROGRAM_OUTPUT = re.compile(r"^[\w.-]+: |\*\*\*|\b(?:error|exception|traceback|failed|failure|fatal|warning|denied|"
+                             r"not found|no such|exit code|exited|command not found|usage:|errno|panic)\b|[:=]\s*\d"
+                             r"|[{}<>|]",
                              re.IGNORECASE)
 _ERROR_LINE = re.compile(r"\b(?:error|exception|failed|failure|fatal|denied|not found|no such|cannot|can't|"
                          r"refused|invalid|unknown|unexpected|syntax)\b", re.IGNORECASE)
@@ -92,16 +98,16 @@ class Lesson:
     entities: list[str]
     source_uuids: list[str]
     created_at: int | None
+    key: str | None = None  # the failed call's key (recall_hook/failure_keys.py)
+    signature: tuple[str, ...] = ()  # how it failed, normalised
+    fix: str = ""  # what fixed it, in a line: what the failure hook tells right after the same failure
+    session_fixed: bool = False  # got past by a way of working (told at the failure), not by editing the code
 
 
 def users_words(error: str | None) -> bool:
     """The 'error' is the user's reply to a declined call, not a program's output."""
     text = (error or "").strip()
     return bool(text) and "\n" not in text and len(text) < 400 and not _PROGRAM_OUTPUT.search(text)
-
-
-def _command_keys(call: StoredToolCall) -> set[str]:
-    return {k for k in command_keys(call.target or "") if k.startswith("cmd:")}
 
 
 def _clean(sentence: str) -> str:
@@ -157,75 +163,177 @@ def _diagnosis(messages: list[StoredMessage]) -> tuple[str, str, StoredMessage] 
 
 def _error_line(error: str | None) -> str:
     """The line of an error output that says what went wrong (the first that names an error), cut."""
-    lines = [" ".join(line.split()) for line in (error or "").splitlines() if line.strip()]
+    text = (error or "").strip()
+    if text[:6].lower() == "error:":
+        text = text[6:].lstrip()  # Claude Code's wrapper, not the tool's words
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
     lines = [line for line in lines if not line.lower().startswith(("exit code", "warn"))] or lines
     chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0] if lines else "")
     return chosen[:ERROR_LINE_CHARS] + ("…" if len(chosen) > ERROR_LINE_CHARS else "")
 
 
-def _command_shown(target: str | None) -> str:
+def _command_shown(target: str | None, limit: int = 120) -> str:
+    """A command as a memory shows it: its first line, without a leading ``cd <folder> &&`` (where it ran is
+    the project, not the lesson), cut."""
     first = (target or "").strip().splitlines()[0] if (target or "").strip() else ""
-    return first[:120] + ("…" if len(first) > 120 or "\n" in (target or "").strip() else "")
+    while first.startswith("cd ") and "&&" in first:
+        first = first.split("&&", 1)[1].strip()
+    cut = len(first) > limit or "\n" in (target or "").strip()
+    return first[:limit] + ("…" if cut else "")
+
+
+def _key_of(call: StoredToolCall) -> str | None:
+    return call_key(call.tool, call.target, call.error or "")
+
+
+def _same_call(a: StoredToolCall, b: StoredToolCall, key: str) -> bool:
+    """Whether `b` is another go at what `a` ran: the same program (a shell command), or the same tool on the same
+    target (a Read of the same file)."""
+    other = _key_of(b)
+    if other is None or not another_go(key, other):
+        return False
+    return a.tool == "Bash" or a.target == b.target
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed call of a round, by what it was and how it failed (``recall_hook/failure_keys.py``)."""
+
+    call: StoredToolCall
+    key: str
+    signature: list[str]
+    error_line: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What resolved a failure: the call that no longer failed that way and what changed before it."""
+
+    failure: Failure
+    resolved_by: StoredToolCall
+    setup: list[str]  # commands run between the failure and the call that got past it
+    edits: list[str]  # files changed meanwhile
+    changed_command: bool
+    diagnosis: tuple[str, str, StoredMessage] | None  # (kind, sentence, message) said in between
+
+    @property
+    def how(self) -> str:
+        """What fixed it, in a line: the setup, then the changed (or same) command."""
+        command = f"`{_command_shown(self.resolved_by.target)}`"
+        steps = [f"`{_command_shown(step, 80)}`" for step in self.setup[:3]]
+        if self.edits and not steps and not self.changed_command:
+            return "changing " + ", ".join(f"`{e}`" for e in self.edits[:3]) + f", then {command} ran clean"
+        if steps:
+            return ", then ".join(steps) + f", then {command}" + ("" if self.changed_command else " again")
+        return command
+
+
+def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
+    """The failures among these calls that failed at something: not a call the user declined or interrupted, not
+    the editor's mechanics, not an error that is only the user's words, not one that says nothing."""
+    found = []
+    for call in calls:
+        if not call.failed or not call.error or not_a_failure(call.tool, call.error) or users_words(call.error):
+            continue
+        key = _key_of(call)
+        signature = failure_signature(call.error)
+        if key and signature:
+            found.append(Failure(call, key, signature, _error_line(call.error)))
+    return found
+
+
+def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMessage]) -> Fix | None:
+    """What resolved `failure` later in its round: the next go at the same call that did not fail the same way,
+    when the round ends with one that ran clean; None when it was never fixed, or when nothing changed (a
+    flaky rerun of the same command passed: nothing to learn)."""
+    tries = [i for i, c in enumerate(later) if _same_call(failure.call, c, failure.key)]
+    resolved = next((i for i in tries if not (later[i].failed and later[i].error
+                                              and same_failure(failure_signature(later[i].error), failure.signature))),
+                    None)
+    if resolved is None or not any(not later[i].failed for i in tries if i >= resolved):
+        return None
+    by, between = later[resolved], later[:resolved]
+    setup = [c.target for c in between if c.tool == "Bash" and not c.failed and c.target
+             and any(k.startswith("cmd:") for k in command_keys(c.target))]
+    edits = list(dict.fromkeys(c.target for c in between if c.tool in _EDITS and c.target and not c.failed))
+    changed = " ".join((by.target or "").split()) != " ".join((failure.call.target or "").split())
+    if not (setup or edits or changed):
+        return None
+    failed_at = failure.call.result_ts_ms or failure.call.ts_ms or 0
+    said = [m for m in replies if failed_at < (m.ts_ms or 0) <= (by.ts_ms or 0)]
+    return Fix(failure, by, setup, edits, changed, _diagnosis(said))
 
 
 def mine_round(round_messages: list[StoredMessage], calls: list[StoredToolCall],
-               next_round_ms: int | None = None) -> list[Lesson]:
-    """The lessons of one round: its messages, and the session's tool calls made during it."""
+               next_round_ms: int | None = None, project: str | None = None) -> tuple[list[Lesson], list[Failure]]:
+    """The lessons of one round (its messages, and the session's tool calls made during it), and every failure
+    it holds, fixed or not (the project counts how often each way of failing recurs)."""
     if not round_messages or not calls:
-        return []
+        return [], []
     start = next((m.ts_ms for m in round_messages if m.ts_ms is not None), None)
     if start is None:
-        return []
+        return [], []
     in_round = [c for c in calls if c.ts_ms is not None and c.ts_ms >= start
                 and (next_round_ms is None or c.ts_ms < next_round_ms)]
     replies = [m for m in round_messages if m.role == "assistant" and m.ts_ms is not None]
+    failures = failures_of(in_round)
     lessons: list[Lesson] = []
     seen: set[str] = set()
-    for index, call in enumerate(in_round):
-        if not call.failed or call.tool != "Bash" or _NOT_RUN.search(call.error or "") or users_words(call.error):
+    for failure in failures:
+        later = in_round[in_round.index(failure.call) + 1:]
+        fix = _fix(failure, later, replies)
+        if fix is None:
             continue
-        keys = _command_keys(call)
-        if not keys:
+        lesson = _lesson(fix, project)
+        if lesson is None or lesson.id in seen or lesson.text in seen:
             continue
-        later = in_round[index + 1:]
-        success = next((c for c in later if c.tool == "Bash" and not c.failed and keys & _command_keys(c)), None)
-        if success is None:
-            continue  # never fixed in this round: no lesson
-        if any(c.failed and keys & _command_keys(c) for c in later if (c.ts_ms or 0) < (success.ts_ms or 0)):
-            continue  # a later failure of the same command comes before the clean run: that one teaches
-        failed_at = call.result_ts_ms or call.ts_ms or 0
-        between = [m for m in replies if failed_at < (m.ts_ms or 0) <= (success.ts_ms or 0)]
-        found = _diagnosis(between)
-        if found is None:
-            continue
-        kind, sentence, said = found
-        if sentence in seen:
-            continue
-        seen.add(sentence)
-        changed = [c.target for c in later
-                   if c.tool in ("Edit", "MultiEdit", "Write", "NotebookEdit") and c.target
-                   and failed_at < (c.ts_ms or 0) <= (success.ts_ms or 0)]
-        lessons.append(_lesson(kind, sentence, call, success, said, list(dict.fromkeys(changed))))
+        seen.update((lesson.id, lesson.text))
+        lessons.append(lesson)
         if len(lessons) >= MAX_LESSONS_PER_ROUND:
             break
-    return lessons
+    return lessons, failures
 
 
-def _lesson(kind: str, sentence: str, failed: StoredToolCall, success: StoredToolCall, said: StoredMessage,
-            changed: list[str]) -> Lesson:
-    command = _command_shown(failed.target)
-    error = _error_line(failed.error)
-    lines = [sentence, f"Failed: `{command}`" + (f" — {error}" if error else "")]
-    if changed:
-        lines.append("Fixed by changing " + ", ".join(f"`{path}`" for path in changed[:5])
-                     + f", then `{_command_shown(success.target)}` ran clean.")
+def _lesson(fix: Fix, project: str | None) -> Lesson | None:
+    """The memory a fix makes. A changed command or a setup step is a way of working here (``gotcha``: told when
+    the failure comes back, and before the call once it recurs). A fix by editing files is the work itself: a
+    lesson only when the session said why, and a ``gotcha`` only when that names a tool's constraint (SQLite
+    does not support …); the project's own code missing something is work in progress (``bugfix``)."""
+    failure, diagnosis = fix.failure, fix.diagnosis
+    if not (fix.setup or fix.changed_command):
+        if diagnosis is None:
+            return None
+        kind = "gotcha" if diagnosis[0] == "gotcha" and _TOOLS.search(diagnosis[1]) else "bugfix"
     else:
-        lines.append(f"Then `{_command_shown(success.target)}` ran clean.")
-    entities = [f"$ {command}", *changed[:5]]
-    if error:
-        entities.append(error[:80])
-    sources = [u for u in (failed.use_uuid, failed.result_uuid, said.uuid, success.use_uuid) if u]
-    digest = hashlib.sha1(f"lesson:{failed.tool_use_id}".encode()).hexdigest()[:16]
-    return Lesson(id=f"ep_{digest}", kind=kind, text=redact(sentence), full_content=redact("\n".join(lines)),
-                  entities=[redact(e) for e in entities], source_uuids=list(dict.fromkeys(sources)),
-                  created_at=said.ts_ms or failed.ts_ms)
+        kind = "gotcha"
+    command = _command_shown(failure.call.target) or failure.call.tool
+    how = fix.how
+    if diagnosis is not None:
+        summary = diagnosis[1]
+    else:
+        summary = fit(f"`{command}` failed: {failure.error_line} What fixed it: {how}.", LESSON_CHARS)
+    lines = [summary, f"Failed: `{command}`" + (f" — {failure.error_line}" if failure.error_line else "")]
+    if fix.edits and fix.changed_command is False and not fix.setup:
+        lines.append("Fixed by " + how + ".")
+    else:
+        lines.append(f"What fixed it: {how}." + ("" if fix.resolved_by.failed else
+                                                  f" Then `{_command_shown(fix.resolved_by.target)}` ran clean."))
+        if fix.edits:
+            lines.append("Changed meanwhile: " + ", ".join(f"`{path}`" for path in fix.edits[:5]) + ".")
+    entities = [f"$ {command}", *fix.edits[:5]]
+    if failure.error_line:
+        entities.append(failure.error_line[:80])
+    said = diagnosis[2] if diagnosis else None
+    sources = [u for u in (failure.call.use_uuid, failure.call.result_uuid, said.uuid if said else None,
+                           fix.resolved_by.use_uuid) if u]
+    # A way of working is one memory per way of failing, in each project: the same failure in another session
+    # (or a rebuild) finds it, and one the user marked wrong is never made again. Work fixed by edits is
+    # one memory per failure.
+    seed = (f"fix:{project}:{failure_key(failure.key)}:{failure.signature[0]}" if kind == "gotcha"
+            else f"lesson:{failure.call.tool_use_id}")
+    return Lesson(id="ep_" + hashlib.sha1(seed.encode()).hexdigest()[:16], kind=kind, text=redact(summary),
+                  full_content=redact("\n".join(lines)), entities=[redact(e) for e in entities],
+                  source_uuids=list(dict.fromkeys(sources)),
+                  created_at=(said.ts_ms if said else None) or failure.call.ts_ms, key=failure.key,
+                  signature=tuple(failure.signature), fix=redact(fit(how, FIX_CHARS)),
+                  session_fixed=bool(fix.setup or fix.changed_command))

@@ -12,7 +12,9 @@ the cue (they may still name what the rule is about). Not standing: questions, "
 "don't worry about X, just fix Y" (a "don't" counts only with a word that makes it last: ever, again,
 anymore, from now on, in future…), "always"/"never" said about something ("it always fails") rather
 than asked of someone, and the middle of a long message (over 2,000 characters of prose: a pasted page;
-its first and last paragraphs are read).
+its first and last paragraphs are read). Not standing either: a question anywhere in the sentence ("…, is
+there?!"), venting ("I hate wasting credits …"), and a preference about this or that thing in hand ("I prefer
+our original message for it") with nothing that makes it last.
 
 Scope: ``project`` when the statement names something of the project — a path or file, a code identifier
 or backticked span, or the project's own name — else ``global``. English cues only; any other text is
@@ -53,6 +55,14 @@ _DONT_LASTING = r"\b(?:don't|do not|dont)\s+ever\b" \
 _KEEP = r"\bplease\s+keep\b|\balways\s+keep\b"
 _PREFERENCE = re.compile(_PREFER, re.IGNORECASE)
 _CONVENTION = re.compile("|".join((_STANDING_TIME, _ALWAYS_NEVER, _DONT_LASTING, _KEEP)), re.IGNORECASE)
+# Venting about the work in hand is not a rule about how to work.
+_VENTING = re.compile(r"\b(?:hate|hated|annoy\w*|frustrat\w*|tired of|sick of|fed up|ridiculous|stupid|wtf|damn\w*|"
+                      r"ugh+|seriously|wasting|wasted|waste of|sigh)\b|!!|\?!", re.IGNORECASE)
+# This or that thing, here and now: a remark about the current work (unless something makes it last).
+_DEICTIC = re.compile(r"\b(?:this|that|these|those|it|now|today|currently|for now|at the moment|right now|original|"
+                      r"previous|above|below|earlier|so far)\b", re.IGNORECASE)
+_STANDING = re.compile(_STANDING_TIME + r"|\b(?:always|never|generally|in general|by default|every|any|all)\b",
+                       re.IGNORECASE)
 _NOT_STANDING = re.compile(r"\b(?:never\s*mind|don't worry|do not worry|no worries|don't bother)\b", re.IGNORECASE)
 # Questions without their "?": a wh-word first, or an auxiliary before its subject ("should we always …").
 _QUESTION = re.compile(r"^\W*(?:(?:what|why|how|who|which)\b|(?:is|are|do|does|did|can|could|would|will|should|"
@@ -97,19 +107,41 @@ def _scope(sentence: str, project: str | None) -> str:
     return "global"
 
 
-def standing_statements(text: str, project: str | None = None) -> list[Statement]:
-    """The standing preferences and instructions a user message states, in order; [] for anything else."""
+def user_sentences(text: str) -> list[tuple[str, str]]:
+    """(sentence as written, its own words) of a user message's prose: code, quotes and pasted output left out,
+    questions and sentences too short to state anything dropped (shared with ``processor.memory.decisions``)."""
     if not text or not isinstance(text, str):
         return []
-    found: list[Statement] = []
+    found = []
     for raw in _SENTENCE.split(_prose(text)):
         sentence = " ".join(raw.split()).strip(" -*•")
-        if not sentence or len(sentence) > MAX_SENTENCE_CHARS or sentence.endswith("?"):
+        # A question anywhere ("…, is there?!") is asked, not stated.
+        if not sentence or len(sentence) > MAX_SENTENCE_CHARS or "?" in sentence:
             continue
         words = own_words(sentence)
-        if len(_WORD.findall(words)) < MIN_WORDS or _QUESTION.match(words) or _NOT_STANDING.search(words):
+        if len(_WORD.findall(words)) < MIN_WORDS or _QUESTION.match(words):
+            continue
+        found.append((sentence, words))
+    return found
+
+
+def one_off(words: str) -> bool:
+    """A remark about the work in hand, not a standing rule: venting, or a preference about this or that thing
+    ("I prefer our original message for it", "add also X so that we grow this") with nothing that makes it last."""
+    if _VENTING.search(words):
+        return True
+    return bool(_DEICTIC.search(words)) and not _STANDING.search(words)
+
+
+def standing_statements(text: str, project: str | None = None) -> list[Statement]:
+    """The standing preferences and instructions a user message states, in order; [] for anything else."""
+    found: list[Statement] = []
+    for sentence, words in user_sentences(text):
+        if _NOT_STANDING.search(words) or _VENTING.search(words):
             continue
         if _PREFERENCE.search(words):
+            if one_off(words):
+                continue
             kind = "preference"
         elif _CONVENTION.search(words):
             kind = "convention"

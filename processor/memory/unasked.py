@@ -57,11 +57,13 @@ class Offer:
     shared: tuple[str, ...]
 
 
-def pushable(ep: Episode) -> bool:
-    """May this memory ever be shown unasked (before asking whether it fits the prompt)?"""
+def pushable(ep: Episode, origin: str | None = None) -> bool:
+    """May this memory ever be shown unasked (before asking whether it fits the prompt)? `origin`: the miner that
+    made it (``store/failures.py`` memory_origins): a fact the assistant found about a file after looking
+    (``processor.memory.facts``) may be told about that file, not every ``fact`` an extractor or a commit made."""
     if ep.status != "active" or ep.source_type == "verbatim":
         return False
-    if ep.kind not in PUSHED_KINDS and ep.source_type != "manual":
+    if ep.kind not in PUSHED_KINDS and ep.source_type != "manual" and not (ep.kind == "fact" and origin == "fact"):
         return False
     return states_something(ep.summary) or states_something(ep.full_content[:BITE_CHARS * 2])
 

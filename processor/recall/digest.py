@@ -213,6 +213,10 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
         return None
     if session_id and hook_io.opted_out(home + "/recollections", session_id):
         return None  # the session opted out by a marker in a prompt (resume, clear, compact)
+    if session_id and event.get("source") in ("compact", "clear"):
+        # The agent's context lost what was told in it: every memory may be told once more.
+        for suffix in (hook_io.SHOWN_SUFFIX, ".prompt"):
+            hook_io.remove(f"{home}/recollections/{session_id}{suffix}")
     cwd = event.get("cwd")
     project = hook_io.project_root(cwd) if isinstance(cwd, str) and cwd else None
     conn = digest_sql.open_readonly(home + "/engram.db", started + DEADLINE_SECONDS)

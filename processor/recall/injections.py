@@ -90,9 +90,9 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
             new += sql.insert_digest(conn, session_id, text, at)
         for session_id, ids, at in told:
             for episode in episodes_sql.episodes_by_id(conn, sql.not_told(conn, session_id, ids)):
-                new += sql.insert_told(conn, session_id, episode.id, json.dumps([{
+                new += sql.insert_told(conn, session_id, episode.id, [{
                     "id": episode.id, "bite": bite_of(episode), "date": utc_date(episode.created_at),
-                    "importance": episode.importance, "kind": episode.kind, "at": "tool"}]), at)
+                    "importance": episode.importance, "kind": episode.kind, "at": "tool"}], at)
         sql.prune_offers(conn, now_ms() - OFFER_RETENTION_MS)
     if new:
         log.debug("recorded %d injections", new)

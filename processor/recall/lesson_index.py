@@ -19,6 +19,11 @@ What is filed: memories that may be shown unasked (``processor.memory.unasked.pu
 file them under: a lesson's failed command (entity ``$ …``) and changed files, a rule's backticked command
 or path. Newest first, at most ``IDS_PER_KEY`` per key and ``MAX_BITES`` in all, under ``INDEX_LIMIT`` bytes.
 
+A memory that tells what fixed a way of failing (``store/failures.py``) is filed under its failure key
+(``fail:git``, ``recall_hook/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
+``"fix"``): the PostToolUseFailure hook tells it right after the same failure. Under its command's key (told
+before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more.
+
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index
 up to date when the project's memories changed (``refresh``), so a lesson learned an hour ago in another
@@ -37,14 +42,18 @@ from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
 from processor.memory.unasked import bite_of, pushable
 from processor.store import episodes as episodes_sql
+from processor.store import failures as failures_sql
 from processor.store.episodes import Episode
-from recall_hook.tool_keys import GENERIC, command_keys
+from processor.store.failures import FailureSignature
+from recall_hook.tool_keys import GENERIC, command_keys, fact_keys
 
 log = logging.getLogger(__name__)
 
 FOLDER = "lessons"  # recall_hook/hook_io.py LESSONS_FOLDER
 SUFFIX = ".index"  # recall_hook/hook_io.py LESSONS_SUFFIX
 IDS_PER_KEY = 5
+RECURRING_SESSIONS = 2
+FIXES_PER_KEY = 20  # ways a program failed, each with its fix, filed under its failure key
 MAX_BITES = 300
 INDEX_LIMIT = 64 * 1024  # recall_hook/hook_io.py LESSONS_LIMIT
 SCANNED = 5_000  # the project's newest memories looked at
@@ -71,6 +80,22 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
     return keys
 
 
+def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
+    """Where a memory is filed: a fact under the file, folder or name it is about; a decision under the files,
+    names and programs it names; anything else under what its entities say (``keys_of``)."""
+    if origin == "fact":
+        return fact_keys(ep.entities[0], root) if ep.entities else []
+    if origin == "decision":
+        keys: list[str] = []
+        for name in ep.entities:
+            found = fact_keys(name, root)
+            if " " not in name and name.isascii() and name.replace("-", "").replace("_", "").isalnum():
+                found.append("prog:" + name.lower())  # a tool or service chosen or dropped: `pnpm`, `npm`
+            keys += [k for k in found if k not in keys]
+        return keys
+    return keys_of(ep, root)
+
+
 class LessonIndex:
     """Writes and refreshes the per-project index files in the recollections folder."""
 
@@ -83,27 +108,41 @@ class LessonIndex:
 
     def refresh(self, conn, project: str | None, root: str | None) -> str:
         """Bring the project's index up to date if its memories changed; returns the file's name."""
-        signature = episodes_sql.memories_signature(conn, project)
+        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project))
         name = index_name(project)
         if self._signatures.get(project) == signature and (self.folder / name).exists():
             return name
-        self.write(project, root, episodes_sql.project_memories(conn, project, SCANNED))
+        memories = episodes_sql.project_memories(conn, project, SCANNED)
+        fixes = {row.memory_id: row for row in failures_sql.with_memories(conn, project) if row.memory_id}
+        self.write(project, root, memories, fixes, failures_sql.origins(conn, [ep.id for ep in memories]))
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
         return name
 
-    def write(self, project: str | None, root: str | None, memories: list[Episode]) -> Path:
+    def write(self, project: str | None, root: str | None, memories: list[Episode],
+              fixes: dict[str, FailureSignature] | None = None, origins: dict[str, str] | None = None) -> Path:
         filed: dict[str, list[dict]] = {}
         told = 0
+        fixes, origins = fixes or {}, origins or {}
         for ep in memories:  # newest first
-            if told >= MAX_BITES or not pushable(ep):
+            origin = origins.get(ep.id)
+            if told >= MAX_BITES or not pushable(ep, origin):
                 continue
             # The session it was learned in: that session has it in its context already and is not told.
             entry = {"id": ep.id, "bite": bite_of(ep), "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             placed = False
-            for key in keys_of(ep, root):
+            keys = keys_by_origin(ep, origin, root)
+            fix = fixes.get(ep.id)
+            if fix is not None:
+                fails = filed.setdefault(fix.fail_key, [])
+                if len(fails) < FIXES_PER_KEY:
+                    fails.append({**entry, "sig": fix.signature, "fix": fix.fix or ""})
+                    placed = True
+                if len(fix.sessions) < RECURRING_SESSIONS:
+                    keys = [k for k in keys if not k.startswith("cmd:")]  # before the call only once it recurred
+            for key in keys:
                 entries = filed.setdefault(key, [])
                 if len(entries) < IDS_PER_KEY:
                     entries.append(entry)

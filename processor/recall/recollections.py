@@ -212,8 +212,7 @@ class RecollectionWriter:
         bites = [b for b in bites if b["id"] in active]
         if bites:  # the ledger of what may reach the agent: the hook's state file later confirms it did
             with write_transaction(store.conn):
-                viewer_sql.record_offer(store.conn, session_id, message_uuid, json.dumps(bites, ensure_ascii=False),
-                                        now_ms())
+                viewer_sql.record_offer(store.conn, session_id, message_uuid, bites, now_ms())
         record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites,
                   "lessons": self.lessons.refresh(store.conn, project, project), "root": project}
         write_atomic(path, json.dumps(record, ensure_ascii=False))

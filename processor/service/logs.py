@@ -1,4 +1,4 @@
-"""Logging to $ENGRAM_HOME/logs/engram.log (rotated) and to stderr."""
+"""Logging to $ENGRAM_HOME/logs/engram.log (rotated) and to stderr, every line redacted (`processor.redaction`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import logging.handlers
 import sys
 
 from processor.config import Settings, ensure_private_dir
-
-_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+from processor.redaction.logs import redacting_formatter
 
 
 def setup_logging(settings: Settings, *, to_file: bool = True, to_stderr: bool = True) -> None:
@@ -17,7 +16,7 @@ def setup_logging(settings: Settings, *, to_file: bool = True, to_stderr: bool =
         root.removeHandler(handler)
         handler.close()
     root.setLevel(settings.log_level.upper())
-    formatter = logging.Formatter(_FORMAT)
+    formatter = redacting_formatter()
     if to_file:
         ensure_private_dir(settings.logs_dir)
         file_handler = logging.handlers.RotatingFileHandler(

@@ -42,7 +42,7 @@ from processor.service.memory_thread import (
     Recollect,
 )
 from processor.share.sync import ShareThread
-from processor.store import open_store
+from processor.store import open_store, rescan
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class Processor:
         self.memory = MemoryThread(self.holder, recollect=self.recollections.handle)
         self.memory.periodic.append(self.recollections.remove_idle)
         self.memory.periodic.append(self.ingest_injections)
+        self.memory.periodic.append(self.redact_stored_text_again)
         self._automem_dirs: set[Path] = set()  # project folders whose auto memory was asked for once already
         self.jobs = JobRunner(self.holder, self.stop_event, mock=mock)
         # Shared memory's sync (processor/share/): a thread of its own, idle unless shared_database_url is set.
@@ -121,6 +122,12 @@ class Processor:
     def ingest_injections(self) -> None:
         """The hooks left proof of an injection in the recollections folder: record it (memory thread)."""
         self.memory.submit(IngestInjections())
+
+    def redact_stored_text_again(self) -> None:
+        """After an upgrade that widened the redaction rules: a second of re-redaction per sweep (memory thread)."""
+        store = self.memory.store
+        if store is not None:
+            rescan.rescan(store.conn, budget_seconds=1.0)
 
     # --- control from other threads and signal handlers ------------------------------------------
 

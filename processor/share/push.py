@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 import apsw
 import numpy as np
 
-from processor.capture.redact import redact
 from processor.clock import now_ms
 from processor.config import Settings
+from processor.redaction import redact, redacted_json, redacted_list
 from processor.share import policy
 from processor.share.connection import SharedDatabase
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
 from processor.store import episodes as episodes_sql
+from processor.store import read_transaction, write_transaction
 from processor.store import share as sql
-from processor.store import write_transaction
 from processor.store.share import LocalMemory, SharedRow
 
 log = logging.getLogger(__name__)
@@ -79,13 +79,13 @@ def _tombstone(memory_id: str, machine_id: str, shared: SharedRow | None, memory
         entities=None, source_uuids=None, content_hash=None, superseded_by=None,
         created_at=memory.created_at if memory else stamp, valid_from=memory.valid_from if memory else stamp,
         valid_to=(memory.valid_to if memory and memory.valid_to else stamp),
-        forgotten_reason=redact(reason)[:500] if reason else None, embedding=None, embedding_model=None)
+        forgotten_reason=redact(redact(reason)[:500]) if reason else None, embedding=None, embedding_model=None)
 
 
 def _live_row(memory: LocalMemory, machine_id: str, shared: SharedRow | None, key: str | None, team: str | None,
               model: str | None, dims: int) -> pg.PushRow:
     summary, content = redact(memory.summary), redact(memory.full_content)
-    entities = [redact(e) for e in memory.entities]
+    entities = redacted_list(memory.entities)
     vector = None
     # A vector made from text that held a secret would carry it in another form: the receivers embed the
     # redacted text themselves instead.
@@ -96,7 +96,7 @@ def _live_row(memory: LocalMemory, machine_id: str, shared: SharedRow | None, ke
         id=memory.id, machine_id=shared.origin_machine if shared else machine_id, team=team, project_key=key,
         project=memory.project, session_id=memory.session_id, scope=memory.scope, kind=memory.kind,
         importance=memory.importance, source_type=memory.source_type, status=memory.status, summary=summary,
-        full_content=content, entities=json.dumps(entities), source_uuids=json.dumps(memory.source_uuids),
+        full_content=content, entities=redacted_json(entities), source_uuids=json.dumps(memory.source_uuids),
         content_hash=memory.content_hash, superseded_by=memory.superseded_by, created_at=memory.created_at,
         valid_from=memory.valid_from, valid_to=memory.valid_to, forgotten_reason=None,
         embedding=vector, embedding_model=model if vector is not None else None)
@@ -175,11 +175,8 @@ def push_pending(conn: apsw.Connection, db: SharedDatabase, settings: Settings, 
         for root in sql.own_projects_of(conn, ids):
             keys.key(root)
         kept_before = len(report.kept_local)
-        conn.execute("BEGIN")  # a read transaction: the batch is read as one consistent state
-        try:
+        with read_transaction(conn):  # the batch is read as one consistent state
             rows = prepare(conn, entries, db.role, machine_id, settings, keys, report)
-        finally:
-            conn.execute("COMMIT")
         stamp = now_ms()
         messages = _messages(conn, rows, settings) if settings.share_messages else []
         result = pg.push(db.conn, rows, machine_id, stamp, messages=messages,

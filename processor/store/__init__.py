@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     import apsw
 
-    from processor.store.connection import connect, retry_when_busy, write_transaction
+    from processor.store.connection import connect, read_transaction, retry_when_busy, write_transaction
     from processor.store.migrations import migrate
 
 
@@ -31,6 +31,7 @@ def open_store(path: Path) -> apsw.Connection:
 
 _LAZY = {
     "connect": "processor.store.connection",
+    "read_transaction": "processor.store.connection",
     "retry_when_busy": "processor.store.connection",
     "write_transaction": "processor.store.connection",
     "migrate": "processor.store.migrations",
@@ -48,4 +49,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["connect", "migrate", "open_store", "retry_when_busy", "write_transaction"]
+__all__ = ["connect", "migrate", "open_store", "read_transaction", "retry_when_busy", "write_transaction"]

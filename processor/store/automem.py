@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import apsw
 
+from processor.redaction import Redacted, redacted
 from processor.store.episodes import EPISODE_COLUMNS, Episode
 
 
@@ -32,7 +33,7 @@ class SectionRow(NamedTuple):
 
 class NewSection(NamedTuple):
     section_hash: str
-    heading: str
+    heading: Redacted
     line_start: int
     line_end: int
     episode_id: str
@@ -78,13 +79,14 @@ def add_sections(conn: apsw.Connection, path: str, sections: list[NewSection], n
     conn.executemany(
         "INSERT INTO automem_sections(path, section_hash, heading, line_start, line_end, episode_id, added_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(path, s.section_hash, s.heading, s.line_start, s.line_end, s.episode_id, now_ms) for s in sections])
+        [(path, s.section_hash, redacted(s.heading), s.line_start, s.line_end, s.episode_id, now_ms)
+         for s in sections])
 
 
-def move_section(conn: apsw.Connection, section_id: int, heading: str, line_start: int, line_end: int) -> None:
+def move_section(conn: apsw.Connection, section_id: int, heading: Redacted, line_start: int, line_end: int) -> None:
     """The same text, now under another heading or at other lines."""
     conn.execute("UPDATE automem_sections SET heading = ?, line_start = ?, line_end = ? WHERE id = ?",
-                 (heading, line_start, line_end, section_id))
+                 (redacted(heading), line_start, line_end, section_id))
 
 
 def remove_sections(conn: apsw.Connection, section_ids: list[int], now_ms: int) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import apsw
 
+from processor.redaction import Redacted, redacted, redacted_json
 from processor.store.episodes import EPISODE_COLUMNS, Episode
 
 # --- memories the inquisitor checks ------------------------------------------------------------
@@ -52,12 +53,12 @@ def projects_with_memories(conn: apsw.Connection) -> list[str]:
 
 
 def record_check(conn: apsw.Connection, episode_id: str, now_ms: int, head_commit: str | None, verdict: str,
-                 reason: str) -> None:
+                 reason: Redacted) -> None:
     conn.execute(
         "INSERT INTO memory_checks(episode_id, checked_at, head_commit, verdict, reason) VALUES (?, ?, ?, ?, ?) "
         "ON CONFLICT(episode_id) DO UPDATE SET checked_at = excluded.checked_at, head_commit = excluded.head_commit, "
         "verdict = excluded.verdict, reason = excluded.reason",
-        (episode_id, now_ms, head_commit, verdict, reason[:1000]))
+        (episode_id, now_ms, head_commit, verdict, redacted(reason[:1000])))
 
 
 def checks_for(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, LastCheck]:
@@ -203,11 +204,13 @@ def _review(row: tuple[Any, ...]) -> Review:
     return Review(*values)
 
 
-def insert_review(conn: apsw.Connection, episode_id: str | None, project: str | None, kind: str, question: str,
-                  options: list[dict[str, Any]], context: str, created_commit: str | None, now_ms: int) -> int:
+def insert_review(conn: apsw.Connection, episode_id: str | None, project: str | None, kind: str, question: Redacted,
+                  options: list[dict[str, Any]], context: Redacted, created_commit: str | None, now_ms: int) -> int:
+    """A judgement call for a person; its question, options and context quote memories: through the door."""
     conn.execute("INSERT INTO reviews(episode_id, project, kind, question, options, context, created_commit, "
                  "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                 (episode_id, project, kind, question, json.dumps(options), context[:4000], created_commit, now_ms))
+                 (episode_id, project, kind, redacted(question), redacted_json(options), redacted(context[:4000]),
+                  created_commit, now_ms))
     return conn.last_insert_rowid()
 
 
@@ -228,10 +231,10 @@ def open_review_for(conn: apsw.Connection, episode_id: str, kind: str) -> int | 
 
 
 def close_review(conn: apsw.Connection, review_id: int, state: str, now_ms: int, *, by: str,
-                 resolution: str, chosen: int | None = None, merged_into: int | None = None) -> None:
+                 resolution: Redacted, chosen: int | None = None, merged_into: int | None = None) -> None:
     conn.execute("UPDATE reviews SET state = ?, chosen = ?, resolution = ?, merged_into = ?, resolved_at = ?, "
                  "resolved_by = ? WHERE id = ? AND state = 'open'",
-                 (state, chosen, resolution[:1000], merged_into, now_ms, by, review_id))
+                 (state, chosen, redacted(resolution[:1000]), merged_into, now_ms, by, review_id))
 
 
 def choose_review(conn: apsw.Connection, review_id: int, chosen: int) -> None:
@@ -258,9 +261,10 @@ def chosen_open_reviews(conn: apsw.Connection) -> list[Review]:
 
 
 def record_action(conn: apsw.Connection, now_ms: int, job_type: str, action: str, *, episode_id: str | None = None,
-                  review_id: int | None = None, detail: str = "") -> None:
+                  review_id: int | None = None, detail: Redacted | str = "") -> None:
     conn.execute("INSERT INTO cold_actions(at, job_type, action, episode_id, review_id, detail) "
-                 "VALUES (?, ?, ?, ?, ?, ?)", (now_ms, job_type, action, episode_id, review_id, detail[:2000]))
+                 "VALUES (?, ?, ?, ?, ?, ?)", (now_ms, job_type, action, episode_id, review_id,
+                                               redacted(detail[:2000])))
 
 
 def actions(conn: apsw.Connection, job_type: str | None = None) -> list[tuple[Any, ...]]:
@@ -290,7 +294,7 @@ def record_context_check(conn: apsw.Connection, c: ContextCheck) -> None:
                  "messages_per_session, session_tokens, budget_tokens, ratio, detail) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                  (c.measured_at, c.digest_tokens, c.bites_per_message, c.bite_tokens, c.messages_per_session,
-                  c.session_tokens, c.budget_tokens, c.ratio, json.dumps(c.detail)))
+                  c.session_tokens, c.budget_tokens, c.ratio, redacted_json(c.detail)))
 
 
 def latest_context_check(conn: apsw.Connection) -> ContextCheck | None:

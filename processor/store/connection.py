@@ -79,6 +79,12 @@ def connection_busy_timeout_engram(connection: apsw.Connection) -> None:
     connection.set_busy_timeout(BUSY_TIMEOUT_MS)
 
 
+def connection_secure_delete(connection: apsw.Connection) -> None:
+    """Deleted and overwritten content is zeroed where that costs no extra I/O: text forgotten or redacted again
+    does not linger in the file's free space."""
+    connection.execute("PRAGMA secure_delete = FAST")
+
+
 def _apply_best_practice() -> None:
     # apsw.bestpractice registers process-wide connection hooks: do it once. Our timeout
     # goes first so the other hooks' statements already wait 5 s; `PRAGMA optimize` is
@@ -89,7 +95,8 @@ def _apply_best_practice() -> None:
     with _best_practice_lock:
         if not _best_practice_applied:
             apsw.bestpractice.apply(
-                (connection_busy_timeout_engram, *(f for f in apsw.bestpractice.recommended if f not in skip))
+                (connection_busy_timeout_engram, connection_secure_delete,
+                 *(f for f in apsw.bestpractice.recommended if f not in skip))
             )
             _best_practice_applied = True
 
@@ -210,6 +217,19 @@ def write_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     finally:
         if lock is not None:
             lock.release()
+
+
+@contextlib.contextmanager
+def read_transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """BEGIN … COMMIT around reads that must see one consistent state (WAL: writers go on meanwhile).
+
+    A deferred transaction that only reads takes no write lock; COMMIT ends it whatever happened inside."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        with contextlib.suppress(apsw.Error):
+            conn.execute("COMMIT")
 
 
 def retry_when_busy(fn, *, what: str, attempts: int = 0, pause: float = 1.0, stop: threading.Event | None = None):

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 import apsw
 
+from processor.redaction import Redacted, redacted, redacted_list
+
 EPISODE_COLUMNS = (
     "rowid, id, session_id, project, scope, summary, entities, importance, kind, source_type, full_content, "
     "source_uuids, created_at, accessed_at, access_count, valid_from, valid_to, superseded_by, status"
@@ -58,19 +60,27 @@ def json_list(text: str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class NewEpisode:
+    """A memory to write. Its texts (summary, content, entities) are what a session said: they go through the
+    door (``processor.redaction``) when the episode is made, so no writer can store them unredacted."""
+
     id: str
     session_id: str | None
     project: str | None
     scope: str
-    summary: str
-    entities: list[str]
+    summary: Redacted
+    entities: list[Redacted]
     importance: str
     kind: str
     source_type: str
-    full_content: str
+    full_content: Redacted
     source_uuids: list[str]
     content_hash: str
     created_at: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "summary", redacted(self.summary))
+        object.__setattr__(self, "full_content", redacted(self.full_content))
+        object.__setattr__(self, "entities", redacted_list(self.entities))
 
 
 def insert_episode(conn: apsw.Connection, ep: NewEpisode, embedding: bytes | None) -> int:
@@ -260,11 +270,11 @@ def carry_access(conn: apsw.Connection, new_id: str, old_id: str, now_ms: int) -
         "WHERE id = ?", (old_id, now_ms, new_id))
 
 
-def forget(conn: apsw.Connection, episode_id: str, now_ms: int, reason: str | None = None) -> None:
+def forget(conn: apsw.Connection, episode_id: str, now_ms: int, reason: Redacted | None = None) -> None:
     conn.execute(
         "UPDATE episodes SET status = 'forgotten', summary = '[forgotten]', full_content = '', entities = '[]', "
         "embedding = NULL, valid_to = COALESCE(valid_to, ?), forgotten_reason = ? WHERE id = ?",
-        (now_ms, reason, episode_id),
+        (now_ms, redacted(reason), episode_id),
     )
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import apsw
 
+from processor.redaction import Redacted, redacted, redacted_json
+
 JOB_COLUMNS = "id, type, dedupe_key, priority, payload, state, attempts, next_attempt_at, last_error, owner_pid, " \
               "created_at, started_at"
 
@@ -46,11 +48,12 @@ class JobRow:
 
 def insert_job(conn: apsw.Connection, job_type: str, dedupe_key: str, priority: int, payload: dict[str, Any],
                now_ms: int, not_before_ms: int | None = None) -> int | None:
-    """Queue a job; None when a pending or running job already holds the dedupe key."""
+    """Queue a job; None when a pending or running job already holds the dedupe key. The payload may quote a
+    session (a remember request's text, a query): its strings go through the door."""
     conn.execute(
         "INSERT OR IGNORE INTO jobs (type, dedupe_key, priority, payload, state, attempts, next_attempt_at, "
         "created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', 0, ?, ?, ?)",
-        (job_type, dedupe_key, priority, json.dumps(payload, sort_keys=True), not_before_ms or now_ms, now_ms,
+        (job_type, dedupe_key, priority, redacted_json(payload, sort_keys=True), not_before_ms or now_ms, now_ms,
          now_ms),
     )
     return conn.last_insert_rowid() if conn.changes() else None
@@ -85,21 +88,22 @@ def claim_next_job(conn: apsw.Connection, types: Iterable[str], now_ms: int, own
     return JobRow.from_row(row) if row else None
 
 
-def finish_job(conn: apsw.Connection, job_id: int, now_ms: int, state: str = "done", note: str | None = None) -> None:
+def finish_job(conn: apsw.Connection, job_id: int, now_ms: int, state: str = "done",
+               note: Redacted | None = None) -> None:
     conn.execute(
         "UPDATE jobs SET state = ?, finished_at = ?, updated_at = ?, owner_pid = NULL, "
         "last_error = COALESCE(?, last_error) WHERE id = ?",
-        (state, now_ms, now_ms, note, job_id),
+        (state, now_ms, now_ms, redacted(note), job_id),
     )
 
 
-def reschedule_job(conn: apsw.Connection, job_id: int, next_attempt_ms: int, now_ms: int, *, error: str | None,
+def reschedule_job(conn: apsw.Connection, job_id: int, next_attempt_ms: int, now_ms: int, *, error: Redacted | None,
                    count_attempt: bool) -> None:
     """Back to pending; a failure counts an attempt, a pause (budget, breaker) does not."""
     conn.execute(
         "UPDATE jobs SET state = 'pending', owner_pid = NULL, next_attempt_at = ?, updated_at = ?, "
         "attempts = attempts + ?, last_error = COALESCE(?, last_error) WHERE id = ?",
-        (next_attempt_ms, now_ms, 1 if count_attempt else 0, error, job_id),
+        (next_attempt_ms, now_ms, 1 if count_attempt else 0, redacted(error), job_id),
     )
 
 
@@ -167,7 +171,7 @@ def insert_llm_call(conn: apsw.Connection, call: LLMCall) -> int:
         "INSERT INTO llm_calls (job_id, job_type, backend, model, started_at, duration_ms, tokens_in, tokens_out, "
         "cost_usd, ok, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (call.job_id, call.job_type, call.backend, call.model, call.started_at, call.duration_ms, call.tokens_in,
-         call.tokens_out, call.cost_usd, int(call.ok), call.error),
+         call.tokens_out, call.cost_usd, int(call.ok), redacted(call.error)),
     )
     return conn.last_insert_rowid()
 
@@ -198,7 +202,7 @@ def extraction_progress(conn: apsw.Connection, session_id: str) -> ExtractionPro
     return ExtractionProgress(*row) if row else ExtractionProgress(session_id, 0, "", None, 0)
 
 
-def set_extraction_progress(conn: apsw.Connection, session_id: str, through: int, rolling_summary: str,
+def set_extraction_progress(conn: apsw.Connection, session_id: str, through: int, rolling_summary: Redacted,
                             now_ms: int) -> None:
     conn.execute(
         """
@@ -210,7 +214,7 @@ def set_extraction_progress(conn: apsw.Connection, session_id: str, through: int
             last_extracted_at = excluded.last_extracted_at,
             extractions = extraction_state.extractions + 1
         """,
-        (session_id, through, rolling_summary, now_ms),
+        (session_id, through, redacted(rolling_summary), now_ms),
     )
 
 

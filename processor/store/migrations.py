@@ -523,7 +523,36 @@ def m018_shared_memory(conn: apsw.Connection) -> None:
     share_sql.create_tables(conn)
 
 
-def m019_session_agent(conn: apsw.Connection) -> None:
+def m019_failures_and_origins(conn: apsw.Connection) -> None:
+    # Issue 28. Each way a project's commands failed, by signature (recall_hook/failure_keys.py): in which sessions
+    # it happened and the memory that tells what fixed it, so the same failure is met with its fix. And where each
+    # memory mined without an LLM came from (an error's fix, a fact, a decision…): what the viewer leads with.
+    conn.execute(
+        """
+        CREATE TABLE failure_signatures (
+            id         INTEGER PRIMARY KEY,
+            project    TEXT,
+            fail_key   TEXT NOT NULL,
+            call_key   TEXT NOT NULL,
+            signature  TEXT NOT NULL,
+            sessions   TEXT NOT NULL DEFAULT '{}',
+            first_ms   INTEGER,
+            last_ms    INTEGER,
+            example    TEXT,
+            memory_id  TEXT,
+            fix        TEXT
+        );
+        CREATE INDEX idx_failure_signatures_key ON failure_signatures(project, fail_key);
+        CREATE INDEX idx_failure_signatures_memory ON failure_signatures(memory_id) WHERE memory_id IS NOT NULL;
+        CREATE TABLE memory_origins (
+            episode_id TEXT PRIMARY KEY,
+            miner      TEXT NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )
+
+
+def m020_session_agent(conn: apsw.Connection) -> None:
     # Issue 25: sessions of the Codex CLI and the Gemini CLI are captured beside Claude Code's. Each session
     # knows the agent that wrote it (every earlier session was Claude Code's); its memories know it through
     # their session.
@@ -554,7 +583,8 @@ MIGRATIONS: list[Migration] = [
     m016_tool_calls,
     m017_memories_index,
     m018_shared_memory,
-    m019_session_agent,
+    m019_failures_and_origins,
+    m020_session_agent,
 ]
 
 

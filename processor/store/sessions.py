@@ -11,18 +11,21 @@ from typing import Protocol
 
 import apsw
 
+from processor.redaction import Redacted, redacted
+
 
 class MessageLine(Protocol):
-    """What storing a captured transcript line needs (capture's CapturedLine has these fields)."""
+    """What storing a captured transcript line needs (capture's CapturedLine has these fields). Its text, cwd
+    and branch came from a session: redacted (``processor.redaction``), and passed through the door again here."""
 
     uuid: str
     parent_uuid: str | None
     role: str
     timestamp: str | None
     ts_ms: int | None
-    cwd: str | None
-    git_branch: str | None
-    text: str
+    cwd: Redacted | None
+    git_branch: Redacted | None
+    text: Redacted
     api_message_id: str | None
     # A later copy of a message written again under the same id (the Gemini CLI: its tool calls and results
     # known): it replaces the stored text, the last copy wins.
@@ -117,7 +120,9 @@ def _store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_
         return False
     # The update trigger replaces the row's full-text entry, so the row must have one first.
     index_new_messages(conn, unindexed)
-    conn.execute("UPDATE messages SET text = text || char(10) || ? WHERE uuid = ?", (line.text, target))
+    # The whole text goes through the door again, not only the new part: two clean halves can make a secret.
+    [stored] = conn.execute("SELECT text FROM messages WHERE uuid = ?", (target,)).fetchone()
+    conn.execute("UPDATE messages SET text = ? WHERE uuid = ?", (redacted(f"{stored}\n{line.text}"), target))
     return True
 
 
@@ -134,7 +139,7 @@ def _store_copy(conn: apsw.Connection, session_id: str, line: MessageLine, line_
     # The update trigger replaces the row's full-text entry, so the row must have one first.
     index_new_messages(conn, unindexed)
     conn.execute("UPDATE messages SET text = ?, ts_ms = COALESCE(ts_ms, ?), timestamp = COALESCE(timestamp, ?) "
-                 "WHERE uuid = ?", (line.text, line.ts_ms, line.timestamp, line.uuid))
+                 "WHERE uuid = ?", (redacted(line.text), line.ts_ms, line.timestamp, line.uuid))
     return True
 
 
@@ -197,7 +202,7 @@ def _message_row(conn: apsw.Connection, session_id: str, api_message_id: str | N
     return row[0] if row else None
 
 
-def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int, text: str,
+def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int, text: Redacted,
                     unindexed: list[int]) -> bool:
     """Insert the row (not yet in the full-text index: its id is added to `unindexed`); False when this
     uuid is stored already (a re-read, or a resumed session's copy)."""
@@ -207,8 +212,8 @@ def _insert_message(conn: apsw.Connection, session_id: str, line: MessageLine, l
                                         text, line_offset, api_message_id)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
         """,
-        (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, line.cwd,
-         line.git_branch, text, line_offset, line.api_message_id),
+        (line.uuid, session_id, line.parent_uuid, line.role, line.timestamp, line.ts_ms, redacted(line.cwd),
+         redacted(line.git_branch), redacted(text), line_offset, line.api_message_id),
     )
     if conn.changes() != 1:
         return False
@@ -294,7 +299,9 @@ def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[Mess
     first, offset = parts[0]
     if _message_row(conn, session_id, first.api_message_id) is not None:
         return False
-    if not _insert_message(conn, session_id, first, offset, "\n".join(line.text for line, _ in parts), unindexed):
+    # Joined parts go through the door again: two clean halves can make a secret.
+    joined = redacted("\n".join(line.text for line, _ in parts))
+    if not _insert_message(conn, session_id, first, offset, joined, unindexed):
         return False
     conn.executemany("INSERT OR IGNORE INTO message_lines (line_uuid, message_uuid) VALUES (?, ?)",
                      [(line.uuid, first.uuid) for line, _ in parts[1:]])

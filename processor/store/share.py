@@ -16,6 +16,7 @@ from typing import Any
 
 import apsw
 
+from processor.redaction import Redacted, redacted
 from processor.store.episodes import NewEpisode, json_list
 
 # --- the triggers that fill the outbox -------------------------------------------------------------
@@ -251,14 +252,14 @@ def reset_cursor(conn: apsw.Connection) -> None:
     conn.execute("UPDATE share_state SET pull_cursor = 0, server_seq = 0 WHERE id = 1")
 
 
-def record_error(conn: apsw.Connection, error: str | None, fix: str | None, now_ms: int) -> None:
+def record_error(conn: apsw.Connection, error: Redacted | None, fix: Redacted | None, now_ms: int) -> None:
     """The last error and its fix (None clears it: the last sync succeeded)."""
     if error is None:
         conn.execute("UPDATE share_state SET last_error = NULL, last_error_fix = NULL, last_error_at = NULL "
                      "WHERE id = 1 AND last_error IS NOT NULL")
     else:
         conn.execute("UPDATE share_state SET last_error = ?, last_error_fix = ?, last_error_at = ? WHERE id = 1",
-                     (error[:2000], (fix or "")[:2000] or None, now_ms))
+                     (redacted(error[:2000]), redacted((fix or "")[:2000] or None), now_ms))
 
 
 # --- the outbox -----------------------------------------------------------------------------------
@@ -574,12 +575,12 @@ def update_replica(conn: apsw.Connection, r: Replica, embedding: bytes | None, *
          r.status, *((embedding,) if new_vector else ()), r.id))
 
 
-def record_problem(conn: apsw.Connection, episode_id: str, direction: str, reason: str, now_ms: int,
+def record_problem(conn: apsw.Connection, episode_id: str, direction: str, reason: Redacted, now_ms: int,
                    server_seq: int | None = None) -> None:
     conn.execute("INSERT INTO share_problems(episode_id, direction, server_seq, reason, at) VALUES (?, ?, ?, ?, ?) "
                  "ON CONFLICT(episode_id, direction) DO UPDATE SET server_seq = excluded.server_seq, "
-                 "reason = excluded.reason, at = excluded.at", (episode_id, direction, server_seq, reason[:500],
-                                                                now_ms))
+                 "reason = excluded.reason, at = excluded.at",
+                 (episode_id, direction, server_seq, redacted(reason[:500]), now_ms))
 
 
 def problems(conn: apsw.Connection, limit: int = 20) -> list[tuple[str, str, str, int]]:
@@ -618,11 +619,13 @@ def captured_messages(conn: apsw.Connection, uuids: list[str]) -> list[tuple[str
     return found
 
 
-def save_pulled_messages(conn: apsw.Connection, rows: list[tuple[str, str, str | None, str, int | None, str]]) -> None:
-    """(memory_id, uuid, session_id, role, ts_ms, text) rows pulled with their memories."""
+def save_pulled_messages(conn: apsw.Connection,
+                         rows: list[tuple[str, str, str | None, str, int | None, Redacted]]) -> None:
+    """(memory_id, uuid, session_id, role, ts_ms, text) rows pulled with their memories; another machine redacted
+    the text, and it goes through this machine's door too (its rules may be newer)."""
     conn.executemany("INSERT INTO share_messages(memory_id, uuid, session_id, role, ts_ms, text) "
                      "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(memory_id, uuid) DO UPDATE SET text = excluded.text, "
-                     "role = excluded.role, ts_ms = excluded.ts_ms", rows)
+                     "role = excluded.role, ts_ms = excluded.ts_ms", [(*row[:5], redacted(row[5])) for row in rows])
 
 
 def pulled_messages_of(conn: apsw.Connection, memory_id: str) -> list[tuple[str, str | None, str, int | None, str]]:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from processor.redaction import Redacted, redacted
+
 
 @dataclass(frozen=True)
 class ReadySignal:
@@ -23,9 +25,10 @@ class ReadySignal:
 
 
 def add_pending(conn: apsw.Connection, tool_use_id: str, session_id: str, use_uuid: str, ts_ms: int | None,
-                pending: str) -> None:
+                pending: Redacted) -> None:
+    """`pending`: the tool use's signal as JSON (``capture.signals.pending_json``, made with redacted_json)."""
     conn.execute("INSERT OR IGNORE INTO tool_signals (tool_use_id, session_id, use_uuid, ts_ms, pending) "
-                 "VALUES (?, ?, ?, ?, ?)", (tool_use_id, session_id, use_uuid, ts_ms, pending))
+                 "VALUES (?, ?, ?, ?, ?)", (tool_use_id, session_id, use_uuid, ts_ms, redacted(pending)))
 
 
 def pending_ids(conn: apsw.Connection, session_id: str) -> set[str]:
@@ -40,10 +43,10 @@ def pending(conn: apsw.Connection, tool_use_id: str) -> str | None:
     return row[0] if row else None
 
 
-def resolve(conn: apsw.Connection, tool_use_id: str, result_uuid: str, text: str | None) -> None:
+def resolve(conn: apsw.Connection, tool_use_id: str, result_uuid: str, text: Redacted | None) -> None:
     """Record a result: the text to remember, or None when the call failed (nothing is remembered)."""
     conn.execute("UPDATE tool_signals SET result_uuid = ?, text = ?, state = ? WHERE tool_use_id = ?",
-                 (result_uuid, text, "ready" if text else "dropped", tool_use_id))
+                 (result_uuid, redacted(text) if text else None, "ready" if text else "dropped", tool_use_id))
 
 
 def ready(conn: apsw.Connection, session_id: str) -> list[ReadySignal]:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from processor.redaction import Redacted, redacted
+
 
 @dataclass(frozen=True)
 class StoredToolCall:
@@ -44,26 +46,29 @@ _ADD_FAILURE = ("INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_m
 
 
 def add_calls(conn: apsw.Connection, session_id: str, use_uuid: str, ts_ms: int | None,
-              calls: list[tuple[str, str, str | None]]) -> None:
-    """(tool_use_id, tool, target) of one assistant line; a call seen again (a re-read line) is kept as is."""
+              calls: list[tuple[str, str, Redacted | None]]) -> None:
+    """(tool_use_id, tool, target) of one assistant line; a call seen again (a re-read line) is kept as is.
+    The target (a command, a path, a search) is captured text: it goes through the door."""
     add_lines(conn, session_id, [(use_uuid, ts_ms, calls, [])])
 
 
 def add_failures(conn: apsw.Connection, session_id: str, result_uuid: str, ts_ms: int | None,
-                 failures: list[tuple[str, str]]) -> None:
+                 failures: list[tuple[str, Redacted]]) -> None:
     """(tool_use_id, error text) of one result line. A failure whose call was never captured (it came before
     Engram started reading) is kept with an empty tool: the error alone still tells what went wrong."""
     add_lines(conn, session_id, [(result_uuid, ts_ms, [], failures)])
 
 
 def add_lines(conn: apsw.Connection, session_id: str,
-              lines: list[tuple[str, int | None, list[tuple[str, str, str | None]], list[tuple[str, str]]]]) -> None:
+              lines: list[tuple[str, int | None, list[tuple[str, str, Redacted | None]], list[tuple[str, Redacted]]]]
+              ) -> None:
     """The calls and failed results of a batch's lines — (line uuid, ts_ms, [(tool_use_id, tool, target)],
     [(tool_use_id, error)]) in line order —, one statement each for all calls and all failures: a call's row
-    comes before its failure is marked on it, as its line came before its result's."""
-    calls = [(tool_use_id, session_id, uuid, ts_ms, tool, target)
+    comes before its failure is marked on it, as its line came before its result's. Targets and errors are
+    captured text: they go through the door."""
+    calls = [(tool_use_id, session_id, uuid, ts_ms, tool, redacted(target))
              for uuid, ts_ms, line_calls, _ in lines for tool_use_id, tool, target in line_calls]
-    failures = [(tool_use_id, session_id, ts_ms, text, uuid, ts_ms)
+    failures = [(tool_use_id, session_id, ts_ms, redacted(text), uuid, ts_ms)
                 for uuid, ts_ms, _, line_failures in lines for tool_use_id, text in line_failures]
     if calls:
         conn.executemany(_ADD_CALL, calls)

@@ -6,10 +6,11 @@ Callers own the transaction; these functions only run statements.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import apsw
 
+from processor.redaction import Redacted, redacted, redacted_json
 from processor.store.episodes import EPISODE_COLUMNS, Episode
 
 # --- injections: what reached the agent ----------------------------------------------------------
@@ -27,13 +28,15 @@ class Injection:
     answered: str | None = None  # the text of the user message the bites answered
 
 
-def record_offer(conn: apsw.Connection, session_id: str, message_uuid: str, bites_json: str, now_ms: int) -> None:
-    """The bites offered for one user message (a rewrite of its recollection file replaces them)."""
+def record_offer(conn: apsw.Connection, session_id: str, message_uuid: str, bites: list[dict[str, Any]],
+                 now_ms: int) -> None:
+    """The bites offered for one user message (a rewrite of its recollection file replaces them); stored as JSON,
+    each string through the door."""
     conn.execute(
         "INSERT INTO recollection_offers (session_id, message_uuid, offered_at, content) VALUES (?, ?, ?, ?) "
         "ON CONFLICT (session_id, message_uuid) DO UPDATE SET offered_at = excluded.offered_at, "
         "content = excluded.content",
-        (session_id, message_uuid, now_ms, bites_json),
+        (session_id, message_uuid, now_ms, redacted_json(bites, ensure_ascii=False)),
     )
 
 
@@ -65,19 +68,22 @@ def not_told(conn: apsw.Connection, session_id: str, episode_ids: list[str]) -> 
     return [i for i in episode_ids if i not in recorded]
 
 
-def insert_told(conn: apsw.Connection, session_id: str, episode_id: str, content: str, told_at: int) -> int:
-    """Record a memory the PreToolUse hook told about a file or command; 0 when it is recorded already."""
+def insert_told(conn: apsw.Connection, session_id: str, episode_id: str, bites: list[dict[str, Any]],
+                told_at: int) -> int:
+    """Record a memory the PreToolUse hook told about a file or command (as its bites' JSON); 0 when it is
+    recorded already."""
     conn.execute(
         "INSERT OR IGNORE INTO injections (session_id, kind, message_uuid, offered_at, injected_at, content) "
-        "VALUES (?, 'bites', ?, ?, ?, ?)", (session_id, TOLD_PREFIX + episode_id, told_at, told_at, content))
+        "VALUES (?, 'bites', ?, ?, ?, ?)",
+        (session_id, TOLD_PREFIX + episode_id, told_at, told_at, redacted_json(bites, ensure_ascii=False)))
     return conn.changes()
 
 
-def insert_digest(conn: apsw.Connection, session_id: str, text: str, injected_at: int) -> int:
+def insert_digest(conn: apsw.Connection, session_id: str, text: Redacted, injected_at: int) -> int:
     """Record a digest shown at `injected_at`; 0 when that one is recorded already."""
     conn.execute(
         "INSERT OR IGNORE INTO injections (session_id, kind, offered_at, injected_at, content) "
-        "VALUES (?, 'digest', ?, ?, ?)", (session_id, injected_at, injected_at, text))
+        "VALUES (?, 'digest', ?, ?, ?)", (session_id, injected_at, injected_at, redacted(text)))
     return conn.changes()
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class LLMRequest:
-    system: str
+    system: str  # both redacted by the LLM gate before any backend sees them
     prompt: str
     schema: dict[str, Any]          # JSON schema of the answer (portable subset: no length keywords)
     schema_name: str
@@ -67,6 +67,9 @@ class Backend(Protocol):
     name: str      # "openai" | "claude" | "llama" | "mock"
     model: str     # the configured model name (for prices and logs)
     billed: bool   # False for local models: their calls cost nothing
+    # The most prompt tokens the model takes, when that is less than max_prompt_tokens (a local model's trained
+    # context); None: max_prompt_tokens holds.
+    prompt_token_limit: int | None
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         """One call. Raises BackendError; never returns a partial answer silently."""

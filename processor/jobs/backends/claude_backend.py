@@ -69,6 +69,7 @@ def claude_login(env: Mapping[str, str] | None = None) -> str | None:
 class ClaudeBackend:
     name = "claude"
     billed = True
+    prompt_token_limit: int | None = None  # max_prompt_tokens holds
 
     def __init__(self, settings: Settings, *, transport_factory: TransportFactory | None = None,
                  cli_path: str | Path | None = None) -> None:

@@ -9,6 +9,7 @@ as a timeout. Local calls cost nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -18,7 +19,11 @@ from typing import Any
 from processor.config import Settings
 from processor.jobs.backends.base import BackendError, BackendUnavailable, LLMRequest, LLMResponse
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CONTEXT_TOKENS = 16384
+# Room the context keeps beside the prompt: the chat template and the answer (its grammar-bounded output).
+ANSWER_ROOM_TOKENS = 4096
 # llama.cpp expands maxLength into nested rules; past about 1100 characters its grammar parser
 # gives up and sampling then crashes the process (measured with llama-cpp-python 0.3.36).
 MAX_GRAMMAR_STRING = 1000
@@ -36,6 +41,18 @@ def grammar_safe(schema: Any) -> Any:
     return schema
 
 
+def trained_context(path: Path) -> int | None:
+    """The context length the GGUF's model was trained on (``<arch>.context_length``), or None if unknown."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+        arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+        return int(reader.fields[f"{arch}.context_length"].parts[-1][0])
+    except (KeyError, IndexError, ValueError, OSError, ImportError):
+        return None
+
+
 class LlamaBackend:
     name = "llama"
     billed = False
@@ -50,8 +67,18 @@ class LlamaBackend:
             raise BackendUnavailable(f"llama_model {path} does not exist; set llama_model to an instruct GGUF file")
         self.path = path
         self.model = path.name
-        # The prompt is bounded by max_prompt_tokens; leave room for the answer and the chat template.
-        self.n_ctx = n_ctx or max(2048, min(DEFAULT_CONTEXT_TOKENS, settings.max_prompt_tokens + 4096))
+        # The prompt is bounded by max_prompt_tokens; leave room for the answer and the chat template. Never more
+        # than the model was trained on: llama.cpp warns, and past it the model's answers degrade.
+        wanted = n_ctx or max(2048, min(DEFAULT_CONTEXT_TOKENS, settings.max_prompt_tokens + ANSWER_ROOM_TOKENS))
+        trained = trained_context(path)
+        self.n_ctx = min(wanted, trained) if trained else wanted
+        # What an extraction prompt may hold here (the extractor cuts its batches to it).
+        self.prompt_token_limit: int | None = max(512, self.n_ctx - ANSWER_ROOM_TOKENS) \
+            if self.n_ctx < settings.max_prompt_tokens + ANSWER_ROOM_TOKENS else None
+        if self.prompt_token_limit is not None:
+            log.info("llama_model %s was trained on %d tokens: extraction prompts are cut to %d tokens "
+                     "(max_prompt_tokens is %d)", path.name, self.n_ctx, self.prompt_token_limit,
+                     settings.max_prompt_tokens)
         # Half the cores: llama.cpp threads spin-wait on each other (see the embedder's note).
         self.n_threads = n_threads or max(1, (os.cpu_count() or 2) // 2)
         self.seed = seed

@@ -32,6 +32,7 @@ class MockBackend:
     name = "mock"
     model = "mock"
     billed = False
+    prompt_token_limit: int | None = None  # max_prompt_tokens holds
 
     def __init__(self, outputs: Iterable[str | dict[str, Any] | BaseException] | None = None, *,
                  delay: float = 0.0, tokens_in: int | None = None, tokens_out: int | None = None,

@@ -28,6 +28,7 @@ def api_key_from(settings: Settings, env: dict[str, str] | None = None) -> str |
 class OpenAIBackend:
     name = "openai"
     billed = True
+    prompt_token_limit: int | None = None  # max_prompt_tokens holds
 
     def __init__(self, settings: Settings, *, api_key: str | None = None, env: dict[str, str] | None = None) -> None:
         self.model = settings.openai_model

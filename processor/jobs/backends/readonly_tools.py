@@ -21,6 +21,25 @@ _SHELL_SYNTAX = frozenset(";&|<>$`\\\n\r(){}!*?[]#")
 _FORBIDDEN_OPTIONS = ("--output", "--ext-diff", "--textconv", "--exec", "--upload-pack", "--config", "--open-files")
 
 
+# Files that exist to hold credentials: what the agent's Read/Grep return goes to the model unredacted (the
+# redaction door sees prompts, not what a tool reads on the model's behalf), so they are not read at all.
+_SECRET_FILES = (".env", ".netrc", ".npmrc", ".pypirc", ".pgpass", "id_rsa", "id_ecdsa", "id_ed25519", "id_dsa",
+                 "credentials", "credentials.json", "secrets.json", "secrets.yaml", "secrets.yml")
+_SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".tfvars", ".env")
+
+
+def holds_secrets(tool_input: dict[str, Any]) -> str | None:
+    """The path a Read/Glob/Grep names when it is a credentials file (``.env``, a private key…), else None."""
+    for key in ("file_path", "path", "pattern", "glob"):
+        value = tool_input.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        name = value.rstrip("/").rsplit("/", 1)[-1].lower()
+        if name in _SECRET_FILES or name.startswith((".env.", "id_rsa")) or name.endswith(_SECRET_SUFFIXES):
+            return value
+    return None
+
+
 def bash_allowed(command: str) -> tuple[bool, str]:
     """(allowed, why) for one Bash command the agent asked to run."""
     if not isinstance(command, str) or not command.strip():
@@ -56,6 +75,10 @@ async def can_use_tool(tool_name: str, tool_input: dict[str, Any], context: Any)
     from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
 
     if tool_name in READ_TOOLS:
+        secret = holds_secrets(tool_input)
+        if secret:
+            return PermissionResultDeny(message=f"{secret} is not read: files that hold credentials never reach the "
+                                                "model (redaction cannot see what a tool reads)")
         return PermissionResultAllow()
     if tool_name == "Bash":
         ok, why = bash_allowed(str(tool_input.get("command", "")))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from processor.redaction import Redacted, redacted
+
 # Taken by every change before it draws its sequence numbers and held until its commit: changes commit in
 # sequence order, so a puller that has seen number N has seen every change numbered below N.
 CHANGE_LOCK = 0x656E6772_00000002
@@ -112,7 +114,8 @@ def withdraw_from_team(conn: Any, team: str, machine_id: str) -> int:
 
 @dataclass(frozen=True)
 class PushRow:
-    """One memory's state as it leaves a machine (already redacted), or its tombstone (status forgotten)."""
+    """One memory's state as it leaves a machine, or its tombstone (status forgotten). Its texts go through the
+    redaction door when the row is made (``processor.redaction``): nothing leaves the machine unredacted."""
 
     id: str
     machine_id: str  # where it was made
@@ -125,18 +128,22 @@ class PushRow:
     importance: str
     source_type: str
     status: str
-    summary: str | None
-    full_content: str | None
-    entities: str | None  # JSON
+    summary: Redacted | None
+    full_content: Redacted | None
+    entities: Redacted | None  # JSON (redacted_json)
     source_uuids: str | None  # JSON
     content_hash: str | None
     superseded_by: str | None
     created_at: int
     valid_from: int
     valid_to: int | None
-    forgotten_reason: str | None
+    forgotten_reason: Redacted | None
     embedding: np.ndarray | None
     embedding_model: str | None
+
+    def __post_init__(self) -> None:
+        for name in ("summary", "full_content", "entities", "forgotten_reason"):
+            object.__setattr__(self, name, redacted(getattr(self, name)))
 
 
 _PUSH_COLUMNS = ("id", "machine_id", "team", "project_key", "project", "session_id", "scope", "kind", "importance",
@@ -225,14 +232,18 @@ _RESOLVE_FORK = """
 
 @dataclass(frozen=True)
 class MessageRow:
-    """A transcript message a pushed memory was made from (share_messages = true), already redacted."""
+    """A transcript message a pushed memory was made from (share_messages = true); its text goes through the
+    redaction door when the row is made."""
 
     memory_id: str
     uuid: str
     session_id: str | None
     role: str
     ts_ms: int | None
-    text: str
+    text: Redacted
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", redacted(self.text))
 
 
 def may_write_messages(conn: Any) -> bool:

@@ -1,12 +1,12 @@
-"""Redact secrets from captured text before it is stored or sent to an LLM.
+"""The secret-finding rules: what ``processor.redaction.redact`` replaces in captured text.
 
 Engram keeps what Claude Code sessions say and do: tool output, files read, shell commands.
 That text routinely holds credentials (``env`` output, a ``.env`` file, a database URL in a
 stack trace). Once written to Engram's SQLite store a secret would outlive the session, be
-summarised by an LLM and be recalled into later sessions, so it is removed once, at capture,
-before anything else sees the text.
+summarised by an LLM and be recalled into later sessions, so it is removed before anything keeps it
+(the door is ``processor/redaction/__init__.py``; this module only finds and replaces).
 
-``redact(text)`` replaces each secret with ``[REDACTED:<kind>]`` and keeps the context that makes
+``scrub(text)`` replaces each secret with ``[REDACTED:<kind>]`` and keeps the context that makes
 a memory useful: the key of ``password=...``, the user and host of ``postgres://user:pw@host``.
 For credential-shaped strings it prefers a stray false positive to a leak; ordinary developer
 text (hashes, UUIDs, ``token = None``, ``password: str``) is left alone. A second pass never
@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
-from processor.capture.secret_rules.gitleaks_rules import RULES as _GITLEAKS_RULES
+from processor.redaction.secret_rules.gitleaks_rules import RULES as _GITLEAKS_RULES
 
-__all__ = ["REDACTION_KINDS", "redact"]
+__all__ = ["REDACTION_KINDS", "scrub"]
 
 _TOKEN_CHARS = "A-Za-z0-9_-"
 _TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -149,6 +149,14 @@ def _is_attribute_path(value: str) -> bool:
     return True
 
 
+def _random_word(value: str) -> bool:
+    """A value no annotation or prose word looks like: 8 characters or more, with a digit, a letter and mixed case
+    or a symbol (``Tr0ub4dor&3``): ``passwd: Tr0ub4dor&3`` mid-sentence is still a password."""
+    if len(value) < 8 or not _has_digit_and_letter(value):
+        return False
+    return _looks_random(value) or any(not c.isalnum() and c not in "._-" for c in value)
+
+
 def _is_reference(m: re.Match[bytes], value: str) -> bool:
     """Whether an unquoted assignment value is code or config plumbing rather than a literal
     secret: ``token=token``, ``password=self.password``, ``token = None``, ``password: str``,
@@ -166,7 +174,8 @@ def _is_reference(m: re.Match[bytes], value: str) -> bool:
     if not sep.strip() and prose_word.isalpha() and prose_word.islower():
         return True  # "pass --token for a non-interactive login": a flag named in prose
     if ":" in sep and "=" not in sep:
-        if not _key_starts_line(m.string, m.start()) and not _API_KEY_HEADER.search(m.string, 0, m.start()):
+        if (not _key_starts_line(m.string, m.start()) and not _API_KEY_HEADER.search(m.string, 0, m.start())
+                and not _random_word(value)):
             return True  # a colon mid-line is prose or a type annotation, not a YAML key or a header
         if value.isalpha() and value.islower() and _MORE_WORDS.match(m.string, m.end()):
             return True  # "token: uses an existing ...": a sentence
@@ -356,7 +365,7 @@ class _PrefixIndex:
 
 
 def _gitleaks_rules() -> _PrefixIndex:
-    """The rules generated from gitleaks (processor/capture/secret_rules): one per prefix, each
+    """The rules generated from gitleaks (processor/redaction/secret_rules): one per prefix, each
     starting with its literal prefix, only at the start of a run of token characters, and ending
     where the run ends. gitleaks' entropy floor turns down placeholders such as ``hvs.xxxx...``."""
     rules: list[tuple[str, _Rule | _HeadRule]] = []
@@ -531,6 +540,160 @@ def _service_key(value: str) -> bool:
     return _has_digit(value) if re.fullmatch(_SERVICE_HEX, value) else _has_digit_and_letter(value)
 
 
+# ---- keys with no prefix, told by what surrounds them (issue 26) ---------------------------------
+#
+# A key with no prefix of its own (a 64-hex-digit encryption key, a base64 application key, a 32-hex-digit auth
+# token) is told from a hash, a UUID or a checksum only by where it stands. Three places say "this is a key"
+# as clearly as a prefix does:
+# - a command line: the value of a flag named key (``--key``, ``--master-key=``, not ``--key-file`` or
+#   ``apt-key``) or an argument of a key-setting subcommand (``key:set``, ``secrets set NAME VALUE``);
+# - a sentence that names it as a credential (``the application key is <hex>``, ``the signing secret: <b64>``):
+#   "key" counts only after a word that makes it a credential (api, app, signing…), never a cache, primary or
+#   sort key; "token", "secret", "password" count alone;
+# - a quoted argument of a service client's constructor (``Client(sid, "<hex>")``, ``new Pusher(…)``).
+# In each place only a strong value is replaced: single-case hex of 32 digits or more, or a run of 20 or more
+# base64 characters with digits, several upper- and lower-case letters and the spread of a random string.
+
+_STRONG_HEX = re.compile(r"[a-f0-9]{32,}|[A-F0-9]{32,}")
+_CREDENTIAL_KEY = frozenset(
+    "api app application access secret private signing encryption decryption master license licence client "
+    "service auth authentication deploy deployment admin account webhook sdk bot production prod live developer "
+    "subscription integration server shared hmac jwt".split())
+_KEY_WORDS = ("key", "token", "secret", "password", "passphrase", "credential")
+_KEY_SUBCOMMANDS = ("set", "put", "add", "create", "import", "update")
+_CANDIDATE = r"(?:base64:)?[A-Za-z0-9+/_=-]{20,400}+"
+
+
+def _strong(value: str) -> bool:
+    """A value that reads as a random key: long single-case hex, or long base64 with the mix of a random string."""
+    value = value.removeprefix("base64:")
+    if _STRONG_HEX.fullmatch(value):
+        return _has_digit_and_letter(value)
+    if len(value) < 20:
+        return False
+    upper, lower = sum(c.isupper() for c in value), sum(c.islower() for c in value)
+    return _has_digit(value) and upper >= 3 and lower >= 3 and _entropy(value.encode()) >= 3.5
+
+
+def _splice_value(m: re.Match[bytes], group: str, kind: str) -> bytes | None:
+    """The match with ``group`` (after a ``base64:`` it may start with, which is kept) replaced, if strong."""
+    value = _decode(m[group])
+    if not _strong(value):
+        return None
+    if not value.startswith("base64:"):
+        return _splice(m, group, _marker(kind))
+    start, whole = m.start(), m[0]
+    return whole[: m.start(group) - start + 7] + _marker(kind) + whole[m.end(group) - start :]
+
+
+def _word_before(data: bytes, pos: int) -> str:
+    """The word that ends before ``pos`` (over spaces, ``_`` and ``-``): the qualifier of a key word."""
+    end = pos
+    while end > 0 and data[end - 1 : end] in (b" ", b"_", b"-", b"\t"):
+        end -= 1
+    start = end
+    while start > 0 and (chr(data[start - 1]).isalnum()):
+        start -= 1
+    return data[start:end].decode("latin-1").lower()
+
+
+def _replace_named_key(m: re.Match[bytes]) -> bytes | None:
+    if m[0][:3].lower() == b"key" and _word_before(m.string, m.start()) not in _CREDENTIAL_KEY:
+        return None  # a cache, primary, sort or partition key: a hash there is not a secret
+    return _splice_value(m, "v", "named-key")
+
+
+# After the key word: a few words of which the last links it to the value (is, was, to…), or a colon.
+_NAMED_CONTEXT = (rf"s?(?![\w-])(?:(?:[^\w\n.;!]{{1,8}}+[\w']{{1,12}}+){{0,6}}?"
+                  rf"(?:[^\w\n.;!]{{1,8}}+(?:{_LINK_WORD})(?![\w'])|[ \t]*+:))[^\w\n]{{0,8}}+"
+                  rf"(?P<v>{_CANDIDATE})(?![A-Za-z0-9+/=])")
+# One rule per spelling of each word, its literal first: the Aho-Corasick gate runs only those whose word occurs.
+_NAMED_KEYS = tuple(
+    _Rule("named-key", (re.compile(f"{case}(?P<key>){_NAMED_CONTEXT}".encode()),), _replace_named_key)
+    for word in _KEY_WORDS for case in (word, word.capitalize(), word.upper()))
+
+# --key VALUE, --master-key=VALUE, --encryption-key "VALUE"; a continued line (``\`` newline) is a space.
+_KEY_FLAG_VALUE = (r"""(?P<sep>(?:[ \t]|\\\r?\n)++|=)(?:"(?P<dq>[^"\n]{1,400}+)"|'(?P<sq>[^'\n]{1,400}+)'"""
+                   rf"""|(?P<bare>{_CANDIDATE}))(?![^\s"'])""")
+
+
+def _replace_key_flag(m: re.Match[bytes]) -> bytes | None:
+    start = m.start()
+    while start > 0 and (chr(m.string[start - 1]).isalnum() or m.string[start - 1 : start] == b"-"):
+        start -= 1
+    if not m.string[start:m.start()].startswith(b"-") or (start and not m.string[start - 1 : start].isspace()):
+        return None  # apt-key, a-key: a word, not a flag
+    group = next(g for g in ("dq", "sq", "bare") if m[g] is not None)
+    return _splice_value(m, group, "cli-key")
+
+
+def _replace_subcommand_args(m: re.Match[bytes]) -> bytes | None:
+    """``key:set base64:…``, ``secrets set NAME VALUE``, ``secrets:set NAME=VALUE``: every strong argument."""
+    args, changed = m["args"], False
+    pieces: list[bytes] = []
+    done = 0
+    for arg in re.finditer(rb"(?:[A-Za-z_][\w.-]*=|base64:)?(?P<v>[^\s=\"']+=*)", args):
+        if _strong(_decode(arg["v"])):
+            pieces += [args[done:arg.start("v")], _marker("cli-key")]
+            done, changed = arg.end("v"), True
+    if not changed:
+        return None
+    return m.string[m.start():m.start("args")] + b"".join([*pieces, args[done:]])
+
+
+_CLI_KEY = _Rule(
+    "cli-key",
+    (*(re.compile(f"-{case}s?(?![\\w-]){_KEY_FLAG_VALUE}".encode()) for case in ("key", "Key", "KEY")),),
+    _replace_key_flag,
+)
+_KEY_SUBCOMMANDS_RULES = tuple(
+    _Rule("cli-key", (re.compile(
+        rf"{case}s?[: ](?:{'|'.join(_KEY_SUBCOMMANDS)})(?![\w-])(?P<args>[^\n;&|]{{1,400}}+)".encode()),),
+        _replace_subcommand_args)
+    for word in ("key", "secret", "token") for case in (word, word.capitalize()))
+
+# A constructor's argument list with a quoted argument in it, after the end of a client's name (a literal each,
+# so the gate runs the rule only on text that has one); the whole callee is checked by walking back.
+# No closing parenthesis is needed: a call cut off mid-way (a truncated line) still names its client.
+_CLIENT_ARGS = r"""\((?P<args>[^()\n"']{0,200}+(?:(?:"[^"\n]{0,400}+"|'[^'\n]{0,400}+')[^()\n"']{0,200}+)++)"""
+_CLIENT_CALLS = tuple(re.compile(f"{end}{_CLIENT_ARGS}".encode()) for end in (
+    "lient", "LIENT", "Api", "API", "api", "SDK", "Sdk", "ervice", "Bot", "Auth", "onnection"))
+_NEW_CLIENT_CALL = re.compile(f"new [A-Z][A-Za-z0-9_.]{{0,60}}+{_CLIENT_ARGS}".encode())
+_QUOTED = re.compile(rb"""(["'])(?P<v>[A-Za-z0-9+/_=.-]{20,400})\1""")
+_CLIENT_SUFFIXES = ("api", "sdk", "service", "bot", "auth", "connection")
+
+
+def _is_client_constructor(data: bytes, pos: int) -> bool:
+    """Whether the call opening at ``pos`` makes a service's client: ``…Client(``, ``…Api(``/``…SDK(``, or
+    ``new Name(``."""
+    start = pos
+    while start > 0 and (chr(data[start - 1]).isalnum() or data[start - 1 : start] in (b"_", b".")):
+        start -= 1
+    callee = data[start:pos].decode("latin-1").rsplit(".", 1)[-1]
+    if not callee:
+        return False
+    if "client" in callee.lower() or callee.lower().endswith(_CLIENT_SUFFIXES):
+        return True
+    return callee[0].isupper() and data[max(0, start - 4):start] == b"new "
+
+
+def _replace_client_arguments(m: re.Match[bytes]) -> bytes | None:
+    if not _is_client_constructor(m.string, m.start("args") - 1):
+        return None
+    args, pieces, done = m["args"], [], 0
+    for quoted in _QUOTED.finditer(args):
+        if _strong(_decode(quoted["v"])):
+            pieces += [args[done:quoted.start("v")], _marker("client-argument")]
+            done = quoted.end("v")
+    if not pieces:
+        return None
+    return m.string[m.start():m.start("args")] + b"".join([*pieces, args[done:]])
+
+
+_CLIENT_ARGUMENTS = tuple(_Rule("client-argument", (pattern,), _replace_client_arguments)
+                          for pattern in (*_CLIENT_CALLS, _NEW_CLIENT_CALL))
+
+
 # ---- the rule table ---------------------------------------------------------------------------
 
 _PEM_BEGIN = "-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
@@ -702,6 +865,10 @@ _RULES: tuple[_Rule | _DiscordBotTokenRule | _HeadRule | _PrefixIndex, ...] = (
         check=_looks_random,
     ),
     _ASSIGNMENTS,
+    _CLI_KEY,
+    *_KEY_SUBCOMMANDS_RULES,
+    *_NAMED_KEYS,
+    *_CLIENT_ARGUMENTS,
 )
 
 # The assignment rule picks one of these per match, by the key.
@@ -839,7 +1006,7 @@ def _redact_marked_lines(data: bytes) -> bytes:
     return b"".join([*pieces, data[done:]])
 
 
-def redact(text: str) -> str:
+def scrub(text: str) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<kind>]`` (see ``REDACTION_KINDS``).
 
     Keys, URL users and hosts stay readable; only the secret value is replaced. Idempotent, and

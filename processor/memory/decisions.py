@@ -1,0 +1,92 @@
+"""Decisions in the user's own words, found without an LLM.
+
+A user decides in passing: "Decision for the billing service: we use PostgreSQL 16, never MySQL", "let's go with
+`httpx`", "use `pnpm` instead of `npm`", "we're not doing these complex path selections, just picking the latest
+one", "we switched to `uv`". A later session that works on what the decision names should hear it, in those
+words: a change to that function, the billing service's database. Each such sentence becomes a ``decision``
+memory (importance high: the SessionStart digest lists it with the project's rules), with what it names as its
+entities: its backticked spans, paths, identifiers and the proper names of tools and services, so it is told at
+a later prompt about them (``processor.memory.unasked``) and before a tool call that touches a file or a name it
+names (``processor/recall/lesson_index.py``).
+
+Only the user's prose counts (``preferences.user_sentences``: no code, quotes or pasted output, no questions).
+Not a decision: a hypothetical ("if we use X", "should we use X"), a sentence naming nothing specific ("let's go
+with that"), a sentence already kept as a standing instruction ("always"/"never"…), and venting. English cues
+only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from processor.memory.preferences import _CONVENTION, _PREFERENCE, _VENTING, user_sentences
+from processor.redaction import redact
+from processor.store.episodes import StoredMessage
+
+_DECIDED = re.compile(
+    r"^decision\b[^:]{0,60}:|\b(?:we|i)(?:'ve| have)? (?:decided|agreed|chosen|chose)\b|\bthe decision is\b"
+    r"|\bwe(?:'ll| will| are going to| 're going to)? (?:use|keep using|stick with|standardi[sz]e on|go with|"
+    r"stay with|switch(?:ed)? to|moved to|migrate(?:d)? to)\b"
+    r"|\blet'?s (?:go with|use|stick with|switch to|keep using|stay with|adopt|standardi[sz]e on)\b"
+    r"|\b(?:use|prefer|pick|choose) \S+(?: \S+){0,3} (?:instead of|rather than|over)\b|\binstead of \S+(?: \S+){0,3},? "
+    r"(?:use|we use|let's use)\b"
+    r"|\bwe(?:'re| are) not (?:doing|going to do|using|supporting|adding|building)\b.*\b(?:just|only|instead)\b"
+    r"|\b(?:no more|stop using|drop(?:ping)?|get rid of)\b .*\b(?:use|instead|switch)\b",
+    re.IGNORECASE)
+_HYPOTHETICAL = re.compile(r"^\W*(?:if|whether|maybe|perhaps|what if|should|could|would|can)\b|\b(?:if we|unless we|"
+                           r"in case we|we could|we might|we may|we should consider|maybe we)\b", re.IGNORECASE)
+# What a decision names: a backticked span, a path or file, an identifier, a proper name (PostgreSQL, Stripe)
+# or a version.
+_NAMED = re.compile(r"`([^`\n]{2,60})`|\b((?:\.{0,2}/)?[\w.-]+/[\w./-]*\w)|\b([\w-]+\.[a-z][a-z0-9]{0,4})\b"
+                    r"|\b([a-z][a-z0-9]*_[a-z0-9_]+|[a-z]+[A-Z]\w+)\b|(?<![.!?]\s)(?<!^)\b([A-Z][A-Za-z0-9]{2,}(?:\s\d+)?)\b")
+# The objects of a choice name what was chosen even in lower case: "use pnpm instead of npm", "we use redis for …".
+_CHOSEN = re.compile(r"\b(?:use|prefer|pick|choose|go with|stick with|switch(?:ed)? to|standardi[sz]e on|moved to|"
+                     r"migrate(?:d)? to) (?:the |a |an )?([\w.@/+-]{2,40})"
+                     r"|\b(?:instead of|rather than|over) (?:the |a |an )?([\w.@/+-]{2,40})", re.IGNORECASE)
+_STOP = frozenset("it this that these those them one ones something anything everything here there now the a an "
+                  "same other another more less".split())
+_NOT_NAMES = frozenset({"I", "The", "This", "That", "We", "Let", "Decision", "Use", "No", "Just", "Only", "OK",
+                        "Yes", "Please", "Thanks", "Also", "And", "But", "For", "From", "Never", "Always"})
+MIN_NAMED = 1
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    text: str  # the sentence as the user wrote it
+    names: list[str]  # what it is about
+    source_uuids: list[str]
+    created_at: int | None
+
+
+def names_in(sentence: str) -> list[str]:
+    """What a sentence names: its backticked spans, paths, identifiers and proper names, in order, once each."""
+    found: list[str] = []
+    for match in (*_NAMED.finditer(sentence), *_CHOSEN.finditer(sentence)):
+        name = next(g for g in match.groups() if g).strip(".,;:")
+        if name in _NOT_NAMES or name.lower() in _STOP or name.lower() in ("i", "we") or len(name) < 2:
+            continue
+        if name not in found:
+            found.append(name)
+    return found
+
+
+def decisions_in(message: StoredMessage, project: str | None) -> list[Decision]:
+    """The decisions one user message states, in order; [] for anything else."""
+    if message.role != "user":
+        return []
+    found: list[Decision] = []
+    for index, (sentence, words) in enumerate(user_sentences(message.text)):
+        if not _DECIDED.search(words) or _HYPOTHETICAL.search(words) or _VENTING.search(words):
+            continue
+        if _PREFERENCE.search(words) or _CONVENTION.search(words):
+            continue  # kept as a standing instruction already
+        names = names_in(sentence)
+        if len(names) < MIN_NAMED:
+            continue
+        digest = hashlib.sha1(f"decision:{message.uuid}:{index}".encode()).hexdigest()[:16]
+        found.append(Decision(f"ep_{digest}", redact(sentence), [redact(n) for n in names[:8]], [message.uuid],
+                              message.ts_ms))
+    return found

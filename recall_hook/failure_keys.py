@@ -1,0 +1,180 @@
+"""A failed tool call's signature: what it was (its call key) and how it failed (its error, normalised).
+
+The same failure seen twice rarely prints the same bytes: another branch name, another path, another line
+number, a new timestamp. Its signature keeps what stays (the program and subcommand, the words of the error
+lines) and masks what changes (paths, numbers, ids and hashes, file names). The processor files what fixed a
+failure under its call key with its signature (``processor/memory/lessons.py``, ``processor/recall/
+lesson_index.py``); the PostToolUseFailure hook computes the signature of a failure as it happens and looks
+for one an earlier session fixed (``recall_hook/tool_failure.py``), with these functions on both sides.
+
+- ``call_key``: ``cmd:<program subcommand>`` of the command that failed (of a chain, the one the error names,
+  else the last), or ``tool:<name>`` for any other tool (a Read past its size limit, an MCP tool's error);
+  ``failure_key``: the index key its failures are filed under, by program (``fail:git``, ``fail:tool:Read``);
+- ``signature``: up to three error lines (those that say what went wrong, never ``exit code 1`` alone), each
+  lower-cased, punctuation and leaders trimmed, paths, numbers, ids and file names masked;
+- ``same_failure``: two signatures share a line, or lines of five words or more that differ in one word (the
+  name of a branch: ``the current branch <b> has no upstream branch``).
+
+A call the user declined, an interrupted call and the editor's own mechanics (an edit whose text was not
+found, a file not read first) are not failures of anything: ``not_a_failure``.
+
+Stdlib only and no ``re``: the hook's start-up is its cost.
+"""
+
+if __package__:
+    from .tool_keys import RUNNERS, command_keys
+else:  # the hook's folder is on sys.path
+    from tool_keys import RUNNERS, command_keys
+
+MAX_LINES = 3
+MAX_WORDS = 14
+SCANNED_LINES = 40
+# Words an error line says (English): a line holding one says what went wrong.
+CUES = ("error", "fatal", "failed", "failure", "not found", "no such", "cannot", "can't", "denied", "refused",
+        "invalid", "unknown", "unexpected", "exceeds", "rejected", "modified by", "missing", "unable", "ignored",
+        "not allowed", "no module", "not recognized", "unrecognized", "blocked", "does not exist", "doesn't exist",
+        "no upstream", "conflict", "abort", "timed out", "exception", "usage:", "not a ", "permission",
+        "did not match", "not set", "undefined")
+# Lines that say only that something failed, not what: never a signature.
+_BARE = ("exit code", "traceback", "error", "failed", "failure", "fatal", "exception", "warning")
+# Tools whose failures are the editor's own mechanics or the agent's planning, not what the project taught.
+MECHANICS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit", "TodoWrite", "TodoRead", "ExitPlanMode",
+                       "exit_plan_mode", "AskUserQuestion", "Task", "BatchTool", "Agent"})
+# What a declined or interrupted call's "error" says: the command never ran.
+_NOT_RUN = ("doesn't want to proceed", "user doesn't want", "request interrupted", "interrupted by user",
+            "haven't granted", "user denied", "permission to use", "requires approval", "was rejected by the user")
+_TRIM = "'\"`()[]{}<>,;:.!?*|│─╰╭╮╯├┤"
+
+
+def not_a_failure(tool_name: object, error: str) -> bool:
+    """A declined or interrupted call, or the editor's mechanics: nothing about the project failed."""
+    if not isinstance(tool_name, str) or tool_name in MECHANICS:
+        return True
+    head = error[:400].lower()
+    return any(marker in head for marker in _NOT_RUN)
+
+
+def _word(raw: str) -> str | None:
+    """One word of an error line, masked: None for punctuation alone."""
+    word = raw.strip(_TRIM)
+    if not word or not any(c.isalnum() for c in word):
+        return None
+    if "/" in word or "\\" in word or word[0] == "~":
+        return "<path>"
+    if any(c.isdigit() for c in word):
+        return "<n>" if all(c.isdigit() or c in ".,:-" for c in word) else "<id>"
+    dot = word.rfind(".")
+    if 0 < dot < len(word) - 1 and len(word) - dot <= 6 and word[dot + 1:].isalnum():
+        return "<file>"
+    return word
+
+
+def normalise(line: str) -> str:
+    """An error line as its signature holds it."""
+    text = line.lower()
+    while "..." in text:
+        text = text.replace("...", " ")
+    words: list[str] = []
+    for raw in text.split():
+        word = _word(raw)
+        if word is None or (words and word == words[-1] and word[0] == "<"):
+            continue
+        words.append(word)
+    return " ".join(words[:MAX_WORDS])
+
+
+def _message(error: str) -> str:
+    """The error without Claude Code's ``Error:`` wrapper (the tool's own output follows it)."""
+    text = error.strip()
+    return text[6:].lstrip() if text[:6].lower() == "error:" else text
+
+
+def _says_what(line: str) -> bool:
+    words = line.split()
+    plain = [w for w in words if w[0] != "<"]
+    return len(words) >= 3 and len(plain) >= 2 and line not in _BARE and not line.startswith(("exit code",
+                                                                                                "traceback"))
+
+
+def signature(error: str) -> list[str]:
+    """The error's signature lines (at most three); [] when nothing in it says what went wrong."""
+    found: list[str] = []
+    lines = [line for line in _message(error[:8000]).splitlines()[:SCANNED_LINES] if line.strip()]
+    for line in lines:
+        lowered = line.lower()
+        if not any(cue in lowered for cue in CUES):
+            continue
+        normal = normalise(line)
+        if _says_what(normal) and normal not in found:
+            found.append(normal)
+            if len(found) == MAX_LINES:
+                break
+    if not found and lines:  # no English cue (another language, a terse tool): the first line, if it says much
+        first = normalise(lines[0])
+        if _says_what(first) and len(first.split()) >= 4:
+            found.append(first)
+    return found
+
+
+def _lines_match(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    left, right = a.split(), b.split()
+    if len(left) != len(right) or len(left) < 5:
+        return False
+    return sum(x != y for x, y in zip(left, right, strict=True)) <= 1
+
+
+def same_failure(a: list[str], b: list[str]) -> bool:
+    """Whether two signatures are the same failure: a line in common (up to one word, in a long line)."""
+    return any(_lines_match(x, y) for x in a for y in b)
+
+
+def program_of(key: str) -> str:
+    """The program a ``cmd:`` key runs, past its runner (``uv run pytest``, ``python -m pytest`` → ``pytest``)."""
+    words = _command_words(key)
+    return words[0] if words else key[4:]
+
+
+def _command_words(key: str) -> list[str]:
+    """The program and its subcommand words of a ``cmd:`` key, past its runner."""
+    words = key[4:].split()
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1:]
+    return [w for w in words if w not in RUNNERS and w not in ("run", "exec")]
+
+
+def another_go(key: str, other: str) -> bool:
+    """Whether `other` runs what `key` ran: the same program and, when both name one, the same subcommand
+    (``git add`` is not another go at ``git commit``; ``pytest`` is one at ``pytest specs``)."""
+    if not key.startswith("cmd:") or not other.startswith("cmd:"):
+        return key == other
+    mine, theirs = _command_words(key), _command_words(other)
+    if not mine or not theirs or mine[0] != theirs[0]:
+        return False
+    return len(mine) < 2 or len(theirs) < 2 or mine[1] == theirs[1]
+
+
+def failure_key(key: str) -> str:
+    """Where the failures of a call are filed: by its program (``fail:git``), not its arguments: the signature
+    tells ``git push``'s missing upstream from ``git commit``'s hook, and a test run whose key caught a word of
+    its arguments (``pytest specs``) still meets its program's failures."""
+    return "fail:" + (program_of(key) if key.startswith("cmd:") else key)
+
+
+def call_key(tool_name: object, command: str | None, error: str = "") -> str | None:
+    """``cmd:…`` of the command a failed shell call ran (the one its error names, else the last of a chain),
+    ``tool:<name>`` for any other tool; None when there is nothing to key it by."""
+    if not isinstance(tool_name, str) or not tool_name:
+        return None
+    if tool_name != "Bash":
+        return "tool:" + tool_name
+    keys = [k for k in command_keys(command or "") if k.startswith("cmd:")]
+    if not keys:
+        return None
+    lowered = error[:4000].lower()
+    for key in keys:
+        program = program_of(key)
+        if len(program) >= 2 and program in lowered:
+            return key
+    return keys[-1]

@@ -1,0 +1,217 @@
+"""The same error never twice: a failure an earlier session got past is met with what fixed it.
+
+Real transcripts (Claude Code's line format), the real processor pass (capture, episodes), the real embedding
+model, and the real hooks as subprocesses: PostToolUseFailure right after the failure, PreToolUse before the call
+once the failure has recurred in two sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from processor.config import load_settings
+from processor.memory.episodes import EpisodeStore
+from processor.recall.recollections import RecollectionWriter
+from processor.service.run_loop import Processor
+from processor.store import failures as failures_sql
+from processor.store import open_store
+from tests.conftest import REPO
+from tests.transcripts import Conversation
+
+CWD = "/work/shop"  # not on this machine: the project is the cwd itself
+S1, S2, S3 = (f"22222222-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))
+
+
+def no_upstream(branch: str) -> str:
+    return (f"fatal: The current branch {branch} has no upstream branch.\nTo push the current branch and set the "
+            f"remote as upstream, use\n\n    git push --set-upstream origin {branch}\n")
+
+
+def push_session(session_id: str, branch: str, start: str) -> Conversation:
+    c = Conversation(session_id, cwd=CWD, start=start)
+    c.user(f"Push the {branch} work")
+    c.bash(f"git checkout -b {branch}", f"Switched to a new branch '{branch}'")
+    c.bash("git push", no_upstream(branch), error=True)
+    c.bash(f"git push --set-upstream origin {branch}", f"branch '{branch}' set up to track 'origin/{branch}'.")
+    c.say("Pushed.", end_turn=True)
+    return c
+
+
+def write(projects: Path, *conversations: Conversation) -> None:
+    folder = projects / "-work-shop"
+    folder.mkdir(parents=True, exist_ok=True)
+    for c in conversations:
+        with open(folder / f"{c.session_id}.jsonl", "a", encoding="utf-8") as f:
+            f.write(c.text())
+
+
+def process() -> EpisodeStore:
+    settings = load_settings()
+    Processor(settings).run_once(None)
+    store = EpisodeStore(settings, open_store(settings.db_path))
+    RecollectionWriter(settings).lessons.refresh(store.conn, CWD, CWD)  # as the next user message would
+    return store
+
+
+def run_hook(script: str, home: Path, event: dict) -> str:
+    done = subprocess.run([sys.executable, "-I", "-S", str(REPO / "recall_hook" / script)],
+                          input=json.dumps(event).encode(), capture_output=True, timeout=30,
+                          env={"ENGRAM_HOME": str(home), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    return done.stdout.decode()
+
+
+def failed(home: Path, session_id: str, command: str, error: str, tool: str = "Bash") -> str:
+    key = "command" if tool == "Bash" else "file_path"
+    return run_hook("tool_failure.py", home, {
+        "session_id": session_id, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": tool,
+        "tool_input": {key: command}, "tool_use_id": "toolu_x", "error": error, "is_interrupt": False})
+
+
+def before(home: Path, session_id: str, command: str) -> str:
+    return run_hook("pretooluse.py", home, {"session_id": session_id, "hook_event_name": "PreToolUse", "cwd": CWD,
+                                            "tool_name": "Bash", "tool_input": {"command": command}})
+
+
+def told(out: str) -> str:
+    return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
+
+
+def fixes(store: EpisodeStore) -> list[tuple]:
+    return store.conn.execute("SELECT e.id, e.kind, e.summary, e.full_content FROM episodes e JOIN memory_origins o "
+                              "ON o.episode_id = e.id WHERE o.miner = 'error_fix' AND e.status = 'active'").fetchall()
+
+
+def test_the_same_failure_gets_its_fix_right_after(engram_home: Path, projects_dir: Path) -> None:
+    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
+    store = process()
+    [(fix_id, kind, summary, content)] = fixes(store)
+    # No diagnosis was said: the error and the call that worked are the lesson.
+    assert kind == "gotcha" and "git push --set-upstream origin feat-login" in summary
+    assert "has no upstream branch" in content
+    out = failed(engram_home, S2, "git push", no_upstream("feat-billing"))
+    assert fix_id in told(out) and "what fixed it: `git push --set-upstream origin feat-login`" in told(out)
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "PostToolUseFailure"
+    assert "permissionDecision" not in out
+    # Once a session: the agent has it in its context now.
+    assert failed(engram_home, S2, "git push", no_upstream("feat-billing")) == ""
+    # Met in one session only: not yet told before the call.
+    assert before(engram_home, S3, "git push") == ""
+    # The session that learned it has it already.
+    assert failed(engram_home, S1, "git push", no_upstream("feat-x")) == ""
+
+
+def test_a_failure_that_recurs_is_told_before_the_call(engram_home: Path, projects_dir: Path) -> None:
+    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"),
+          push_session(S2, "feat-cart", "2026-11-03T10:00:00"))
+    store = process()
+    assert len(fixes(store)) == 1  # one memory per way of failing, however many sessions met it
+    [row] = [r for r in failures_sql.with_memories(store.conn, CWD)]
+    assert set(row.sessions) == {S1, S2} and row.fail_key == "fail:git"
+    out = before(engram_home, S3, "git push")
+    assert "git push --set-upstream origin" in told(out)
+    assert before(engram_home, S3, "git push") == ""  # once a session, whichever hook told it
+    assert failed(engram_home, S3, "git push", no_upstream("feat-y")) == ""
+
+
+def test_a_flaky_rerun_and_an_unfixed_failure_teach_nothing(engram_home: Path, projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD)
+    c.user("Run the tests and deploy")
+    c.bash("npm test", "Error: connect ECONNREFUSED 127.0.0.1:5432 (the database is starting)", error=True)
+    c.bash("npm test", "42 passing")  # the same command again, nothing changed: flaky
+    c.bash("make deploy", "make: *** No rule to make target 'deploy'.  Stop.", error=True)
+    c.say("There is no deploy target; I'll ask the user.", end_turn=True)  # never fixed
+    c.user("Stop there")
+    c.bash("git commit -am wip", "The user doesn't want to proceed with this tool use.", error=True)  # declined
+    c.bash("git commit -am wip2", "[main 1234567] wip2")
+    write(projects_dir, c)
+    store = process()
+    assert fixes(store) == []
+    assert failed(engram_home, S2, "npm test", "Error: connect ECONNREFUSED 127.0.0.1:5433") == ""
+    assert failed(engram_home, S2, "make deploy", "make: *** No rule to make target 'deploy'.  Stop.") == ""
+    # Counted all the same: an unfixed failure recurs, and a later fix finds its count.
+    keys = {row.fail_key for row in failures_sql.project_failures(store.conn, CWD)}
+    assert keys == {"fail:npm", "fail:make"}
+
+
+def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(engram_home: Path,
+                                                                              projects_dir: Path) -> None:
+    hook_says = ("trim trailing whitespace.................................................Failed\n"
+                 "- hook id: trailing-whitespace\n- exit code: 1\n- files were modified by this hook\n\n"
+                 "Fixing README.md\n")
+    who = "Author identity unknown\n\n*** Please tell me who you are.\n\nfatal: unable to auto-detect email address"
+    c = Conversation(S1, cwd=CWD)
+    c.user("Commit the docs")
+    c.bash('git commit -m "Docs"', hook_says, error=True)
+    c.bash("git add README.md")
+    c.bash('git commit -m "Docs"', "[main 1a2b3c4] Docs")
+    c.user("Commit the config on the new machine")
+    c.bash('git commit -m "Config"', who, error=True)
+    c.bash('git config user.email "dev@example.com"')
+    c.bash('git commit -m "Config"', "[main 5d6e7f8] Config")
+    c.say("Committed.", end_turn=True)
+    write(projects_dir, c)
+    store = process()
+    assert len(fixes(store)) == 2
+    hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
+    assert "`git add README.md`, then `git commit" in hook and "git config" not in hook, hook
+    identity = told(failed(engram_home, S2, 'git commit -m "X"', who))
+    assert "git config user.email" in identity and "git add" not in identity
+
+
+def test_thousands_of_failures_of_one_command_are_one_signature_and_one_memory(engram_home: Path,
+                                                                              projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD, step_seconds=1)
+    c.user("Run the specs until they pass")
+    for n in range(1500):
+        c.bash(f"pytest specs/test_{n}.py", f"(eval):{n}: command not found: pytest", error=True)
+    c.bash("source .venv/bin/activate && pytest specs/", "3 passed")
+    c.say("Green.", end_turn=True)
+    write(projects_dir, c)
+    store = process()
+    rows = failures_sql.project_failures(store.conn, CWD)
+    assert len(rows) == 1 and rows[0].memory_id is not None
+    [(_, _, summary, _)] = fixes(store)
+    assert "source .venv/bin/activate" in summary
+
+
+def test_a_secret_in_an_error_is_redacted_before_it_is_stored_or_told(engram_home: Path, projects_dir: Path) -> None:
+    token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    c = Conversation(S1, cwd=CWD)
+    c.user("Publish the package")
+    c.bash("npm publish", f"npm ERR! code E401\nnpm ERR! Unable to authenticate, token {token} is expired", error=True)
+    c.bash("npm login --registry https://registry.npmjs.org && npm publish", "+ shop@1.0.0")
+    write(projects_dir, c)
+    store = process()
+    assert fixes(store)
+    out = failed(engram_home, S2, "npm publish", f"npm ERR! code E401\nnpm ERR! Unable to authenticate, token {token} "
+                                                 "is expired")
+    assert "npm login" in told(out) and token not in out
+    index = next((engram_home / "recollections" / "lessons").iterdir()).read_text()
+    assert token not in index
+    assert not [p for p in engram_home.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
+
+
+def test_a_failure_in_another_language_is_matched_by_its_words(engram_home: Path, projects_dir: Path) -> None:
+    error = "Fehler: Die Datei /srv/app/config.yml konnte nicht gelesen werden, Zugriff verweigert"
+    c = Conversation(S1, cwd=CWD)
+    c.user("Starte die App")
+    c.bash("./start.sh", error, error=True)
+    c.bash("sudo ./start.sh", "gestartet")
+    write(projects_dir, c)
+    process()
+    other = error.replace("/srv/app/config.yml", "/srv/app/secrets.yml")
+    assert "`sudo ./start.sh`" in told(failed(engram_home, S2, "./start.sh", other))
+
+
+def test_an_interrupted_or_declined_call_is_not_a_failure(engram_home: Path, projects_dir: Path) -> None:
+    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
+    process()
+    out = run_hook("tool_failure.py", engram_home, {
+        "session_id": S2, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": "Bash",
+        "tool_input": {"command": "git push"}, "tool_use_id": "t", "error": no_upstream("x"), "is_interrupt": True})
+    assert out == ""
+    assert failed(engram_home, S2, "git push", "The user doesn't want to proceed with this tool use.") == ""

@@ -205,12 +205,13 @@ class AgentWorld(EngramClaude):
                                              (agent,))]
 
     def lesson(self, text: str, timeout: float = 60) -> str:
-        """The id of the lesson whose summary holds `text`, once stored."""
+        """The id of the lesson (a gotcha or a convention: what is told unasked) that holds `text`, once stored."""
         def stored() -> str | None:
             with contextlib.suppress(apsw.SQLError, apsw.SchemaChangeError):
-                for episode_id, summary in self.query("SELECT id, summary FROM episodes WHERE status = 'active' "
-                                                      "AND kind IN ('gotcha', 'convention')"):
-                    if text in summary:
+                for episode_id, summary, content in self.query(
+                        "SELECT id, summary, full_content FROM episodes WHERE status = 'active' "
+                        "AND kind IN ('gotcha', 'convention')"):
+                    if text in summary or text in content:
                         return episode_id
             return None
         deadline = time.monotonic() + timeout

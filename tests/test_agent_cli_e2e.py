@@ -34,17 +34,21 @@ BUNDLE_FACT = ("shop-api bundles are built with esbuild into dist/app.js by npm 
                "release commit")
 IGNORED_DIAGNOSIS = ("The `dist/` folder is git-ignored, so the generated `dist/app.js` must be force-added with "
                      "`git add -f`.")
-JSON_DIAGNOSIS = ("`python -m json.tool` rejects trailing commas, so `config.json` must be written without them "
-                  "before it is validated.")
+RELEASE_DIAGNOSIS = ("`tools/release.py` requires the `--version` flag: run it as "
+                     "`python3 tools/release.py --version 1.2.0`.")
+RELEASE_SCRIPT = ("import argparse\nparser = argparse.ArgumentParser()\n"
+                  "parser.add_argument('--version', required=True)\nprint('released', parser.parse_args().version)\n")
 LINE_P90_SECONDS = 1.0
 
 
 def repository(world: AgentWorld) -> None:
-    """A repository with an ignored build output and a config with a trailing comma: two real failures."""
+    """A repository with an ignored build output and a release script that needs a flag: two real failures, each
+    got past by running things another way (what a lesson is about: a file it names, its command)."""
     (world.repo / ".gitignore").write_text("dist/\n")
     (world.repo / "dist").mkdir()
     (world.repo / "dist" / "app.js").write_text("console.log('shop-api')\n")
-    (world.repo / "config.json").write_text('{"port": 8080,}\n')
+    (world.repo / "tools").mkdir()
+    (world.repo / "tools" / "release.py").write_text(RELEASE_SCRIPT)
 
 
 def seed_memories(world: AgentWorld) -> dict[str, str]:
@@ -164,31 +168,31 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         lesson_1 = world.lesson("git-ignored")  # task_complete ended the turn: its lesson is mined at once
 
         # ---- Claude Code session B, same repository: told the Codex lesson; learns one of its own
-        prompt_b = "Stage the bundle and validate the config"
+        prompt_b = "Stage the bundle and release it"
         world.ask(prompt_b, [
             world.after_recollection(prompt_b, Reply.tool("Bash", {"command": "git add dist/app.js",
                                                                    "description": "stage"})),
-            Reply.tool("Bash", {"command": "python3 -m json.tool config.json", "description": "validate"}),
-            Reply.tool("Write", {"file_path": str(world.repo / "config.json"), "content": '{"port": 8080}\n'},
-                       text=JSON_DIAGNOSIS),
-            Reply.tool("Bash", {"command": "python3 -m json.tool config.json", "description": "validate"}),
-            Reply.text("The config is valid now."),
+            Reply.tool("Bash", {"command": "python3 tools/release.py", "description": "release"}),
+            Reply.tool("Bash", {"command": "python3 tools/release.py --version 1.2.0", "description": "release"},
+                       text=RELEASE_DIAGNOSIS),
+            Reply.text("Released 1.2.0."),
         ])
         claude_requests = world.server.conversation
         told = claude_requests[1].all_text()
         assert "Before this call on git add dist/app.js" in told and f"(id: {lesson_1})" in told, told[-3000:]
-        lesson_2 = world.lesson("trailing commas")
+        assert "the following arguments are required: --version" in claude_requests[2].all_text()  # real failure
+        lesson_2 = world.lesson("--version")
 
         # ---- Codex session C: told the lesson Claude Code learned, at the same command
         before_c = len(world.responses.requests)
-        prompt_c = "Check that config.json is valid JSON"
+        prompt_c = "Release the current build"
         world.codex_run(prompt_c, [
             codex_after_recollection(world, prompt_c, CodexTurn.call("exec_command",
-                                                                     {"cmd": "python3 -m json.tool config.json"})),
-            CodexTurn.text("config.json is valid."),
+                                                                     {"cmd": "python3 tools/release.py"})),
+            CodexTurn.text("It needs a version."),
         ])
         told = call_context(developer_texts(world.responses.requests[before_c + 1]))
-        assert told.startswith("Before this call on python3 -m json.tool config.json"), told
+        assert told.startswith("Before this call on python3 tools/release.py"), told
         assert f"(id: {lesson_2})" in told
         assert f"(id: {lesson_1})" not in told  # a lesson about another command is not told at this call
 
@@ -250,15 +254,13 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         ids = seed_memories(world)
 
         # ---- Claude Code session A learns a lesson first (the reverse direction comes second)
-        world.ask("Validate the config", [
-            Reply.tool("Bash", {"command": "python3 -m json.tool config.json", "description": "validate"}),
-            Reply.tool("Write", {"file_path": str(world.repo / "config.json"), "content": '{"port": 8080}\n'},
-                       text=JSON_DIAGNOSIS),
-            Reply.tool("Bash", {"command": "python3 -m json.tool config.json", "description": "validate"}),
-            Reply.text("The config is valid now."),
+        world.ask("Release the build", [
+            Reply.tool("Bash", {"command": "python3 tools/release.py", "description": "release"}),
+            Reply.tool("Bash", {"command": "python3 tools/release.py --version 1.2.0", "description": "release"},
+                       text=RELEASE_DIAGNOSIS),
+            Reply.text("Released 1.2.0."),
         ])
-        lesson_claude = world.lesson("trailing commas")
-        (world.repo / "config.json").write_text('{"port": 8080,}\n')  # broken again for Gemini's session
+        lesson_claude = world.lesson("--version")
 
         # ---- Gemini session B: the digest, the bites, the Claude Code lesson, MCP tools, a lesson of its own
         prompt_b = "How do I stage the esbuild bundle dist/app.js for the release commit?"
@@ -266,7 +268,7 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         with CaptureClock(world.engram_home / "engram.db", chats, gemini_uuid) as clock:
             world.gemini_run(prompt_b, [
                 gemini_after_recollection(world, prompt_b, GeminiTurn.call(
-                    "run_shell_command", {"command": "python3 -m json.tool config.json"})),
+                    "run_shell_command", {"command": "python3 tools/release.py"})),
                 GeminiTurn.call("run_shell_command", {"command": "git add dist/app.js"}),
                 GeminiTurn.call("run_shell_command", {"command": "git add -f dist/app.js"}, text=IGNORED_DIAGNOSIS),
                 GeminiTurn.call("mcp_engram_memory_recall", {"query": "esbuild bundle dist"}),
@@ -280,8 +282,8 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         # At the first tool call (AfterTool, with its result): the prompt's bites and the Claude Code lesson.
         result = requests[1].responses()["run_shell_command"]
         assert BITES_HEADER in result and f"(id: {ids['fact']})" in result, result
-        assert "About this call on python3 -m json.tool config.json" in result and f"(id: {lesson_claude})" in result
-        assert "Exit Code: 1" in result  # the failure was real
+        assert "About this call on python3 tools/release.py" in result and f"(id: {lesson_claude})" in result
+        assert "Exit Code: 2" in result  # the failure was real
         assert {"mcp_engram_memory_recall", "mcp_engram_memory_expand"} <= set(requests[-1].tool_names)
         assert ids["fact"] in hit_ids(requests[-1].responses()["mcp_engram_memory_recall"])
 

@@ -164,6 +164,7 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         for _, text in rows:
             assert FENCE_OPEN not in text and "environment_context" not in text and DIGEST_HEADER not in text
         latencies = clock.latencies()
+        print(f"Codex line → database: p90 {p90(latencies):.3f} s over {len(latencies)} lines")
         assert len(latencies) >= 5 and p90(latencies) <= LINE_P90_SECONDS, latencies
         lesson_1 = world.lesson("git-ignored")  # task_complete ended the turn: its lesson is mined at once
 
@@ -297,6 +298,7 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
                             (session_b,))
         assert ("Bash", "git add dist/app.js", 1) in calls and ("Bash", "git add -f dist/app.js", 0) in calls
         latencies = clock.latencies()
+        print(f"Gemini line → database: p90 {p90(latencies):.3f} s over {len(latencies)} lines")
         assert len(latencies) >= 4 and p90(latencies) <= LINE_P90_SECONDS, latencies
 
         # Gemini marks no end of turn: the round becomes an episode at the idle sweep (ENGRAM_IDLE_MINUTES here).

@@ -445,7 +445,7 @@ def build_server(settings: Settings | None = None, cwd: str | None = None, *, st
     server: MCPServer = MCPServer(
         SERVER_NAME,
         instructions=(
-            "Engram remembers what earlier Claude Code sessions learned. Call memory_recall with a few key words "
+            "Engram remembers what earlier coding-agent sessions learned. Call memory_recall with a few key words "
             "before re-deriving a decision, convention or past fix; memory_expand(id) gives one memory in full; "
             "memory_remember stores something worth keeping for future sessions."
         ),

@@ -226,19 +226,24 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from processor.claude_code.settings import InstallError, default_registration, install, uninstall
+    from processor import install
+    from processor.claude_code.settings import InstallError, default_registration
 
     try:
         if args.command == "uninstall":
-            report = uninstall(dry_run=args.print)
+            outcomes = install.uninstall(install.chosen(args.agent, uninstall=True), dry_run=args.print)
         else:
             registration = dataclasses.replace(default_registration(), prompt_submit=args.prompt_submit)
-            report = install(registration=registration, dry_run=args.print)
+            outcomes = install.install(install.chosen(args.agent), registration, dry_run=args.print,
+                                       trust=args.trust)
     except InstallError as exc:
         print(f"engram {args.command}: {exc}", file=sys.stderr)
         return 1
-    print(report.describe(), end="")
-    return 0
+    for outcome in outcomes:
+        if outcome.error is not None:
+            print(f"engram {args.command}: {install.AGENT_NAMES[outcome.agent]}: {outcome.error}", file=sys.stderr)
+        print(outcome.describe(), end="")
+    return 1 if any(o.error is not None for o in outcomes) else 0
 
 
 def cmd_plugin(args: argparse.Namespace) -> int:
@@ -430,14 +435,20 @@ def build_parser() -> argparse.ArgumentParser:
     remember.add_argument("--scope", choices=SCOPES)
     remember.add_argument("--project", help="project root (default: the git root of the current directory)")
 
-    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code"),
+    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code, the Codex CLI "
+                                        "and the Gemini CLI (those found here)"),
                             ("uninstall", "remove exactly what `engram install` added")):
         p = add(name, cmd_install, help_text)
         p.add_argument("--print", action="store_true", help="show the change without writing anything")
+        p.add_argument("--agent", choices=["claude", "codex", "gemini", "all"],
+                       help="only this agent (install's default: every agent found on this machine; "
+                            "uninstall's: every agent)")
         if name == "install":
             p.add_argument("--prompt-submit", action=argparse.BooleanOptionalAction, default=None,
-                           help="register (--no-prompt-submit: remove) the optional UserPromptSubmit hook; "
-                                "it stays inert until prompt_submit_enabled is true")
+                           help="register (--no-prompt-submit: remove) the optional prompt hook (UserPromptSubmit, "
+                                "the Gemini CLI's BeforeAgent); it stays inert until prompt_submit_enabled is true")
+            p.add_argument("--no-trust", dest="trust", action="store_false",
+                           help="Codex: do not record the trust of Engram's hooks (trust them in Codex: /hooks)")
     plugin = add("plugin", cmd_plugin, "write a Claude Code plugin folder (for `claude --plugin-dir`)")
     plugin.add_argument("--out", required=True, help="folder to write the plugin into")
     service = add("service", cmd_service, "run the processor as a launchd (macOS) or systemd (Linux) user service")

@@ -11,7 +11,9 @@ Two locations are special because everything else hangs off them:
   Support/engram`` on macOS; but an existing ``~/.engram`` written by an earlier Engram keeps being
   used there (see ``engram_home``). ``recall_hook/hook_io.py`` resolves it the same way.
 - the transcripts root: ``projects_dir`` if set, else
-  ``${CLAUDE_CONFIG_DIR:-~/.claude}/projects``.
+  ``${CLAUDE_CONFIG_DIR:-~/.claude}/projects``; the other agents' folders likewise: ``codex_home`` (else
+  ``$CODEX_HOME``, else ``~/.codex``) and ``gemini_home`` (else ``${GEMINI_CLI_HOME:-~}/.gemini``), where
+  those CLIs keep their sessions (``processor/capture/agents.py``).
 """
 
 from __future__ import annotations
@@ -66,8 +68,16 @@ class Settings:
     home: Path
     transcripts_root: Path
     values: Mapping[str, Any] = field(default_factory=dict)
+    # The Codex CLI's and the Gemini CLI's own folders (None: not captured, e.g. settings built by hand).
+    codex_dir: Path | None = None
+    gemini_dir: Path | None = None
 
     projects_dir = Option("", "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
+    codex_home = Option("", "the Codex CLI's folder (its sessions/ are captured); empty = $CODEX_HOME, else ~/.codex")
+    gemini_home = Option("", "the Gemini CLI's folder (its tmp/*/chats/ are captured); empty = "
+                             "${GEMINI_CLI_HOME:-~}/.gemini")
+    capture_agents = Option("claude,codex,gemini", "the agents whose sessions are captured, comma-separated",
+                            key="agents")
     recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
     rescan_seconds = Option(60.0, "safety-net rescan of the transcripts root, in case a watch event was missed")
     max_line_bytes = Option(16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line")
@@ -234,6 +244,28 @@ def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
 
 
+# The agents whose sessions Engram captures and serves, and the names they are shown by.
+AGENTS = ("claude", "codex", "gemini")
+AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
+
+
+def agent_names(value: object) -> list[str]:
+    """The agents a comma-separated `agents` setting names, lower-cased."""
+    return [a.strip().lower() for a in str(value).split(",") if a.strip()]
+
+
+def codex_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The Codex CLI's home, as Codex finds it: $CODEX_HOME, else ~/.codex."""
+    env = os.environ if env is None else env
+    return Path(env.get("CODEX_HOME") or _user_home(env) / ".codex").expanduser()
+
+
+def gemini_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The Gemini CLI's folder, as Gemini finds it: $GEMINI_CLI_HOME/.gemini, else ~/.gemini."""
+    env = os.environ if env is None else env
+    return (Path(env.get("GEMINI_CLI_HOME") or _user_home(env)) / ".gemini").expanduser()
+
+
 # Engram's `PRAGMA application_id` ("Engr"), also read from the file header without SQLite (below, and by
 # the stdlib hooks: recall_hook/hook_io.py, pinned equal by tests/test_home.py).
 APPLICATION_ID = 0x456E6772
@@ -368,9 +400,16 @@ def load_settings(
     for name, value in (overrides or {}).items():
         if value is not None:
             values[name] = _coerce(name, value, "--" + name.replace("_", "-"))
+    unknown = [a for a in agent_names(values["agents"]) if a not in AGENTS]
+    if unknown:
+        raise ConfigError(f"agents = {values['agents']!r}: unknown agent(s) {', '.join(unknown)}; known: "
+                          f"{', '.join(AGENTS)} (config.toml or ENGRAM_AGENTS)")
     configured = str(values.get("projects_dir") or "")
     root = Path(configured).expanduser() if configured else claude_config_dir(env) / "projects"
-    return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values)
+    codex = Path(str(values["codex_home"])).expanduser() if values.get("codex_home") else codex_config_dir(env)
+    gemini = Path(str(values["gemini_home"])).expanduser() if values.get("gemini_home") else gemini_config_dir(env)
+    return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values,
+                    codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)))
 
 
 def ensure_home(settings: Settings) -> Path:

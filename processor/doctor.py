@@ -504,6 +504,100 @@ def check_claude_mcp(probe: _Probe) -> Check:
     return _ok(name, f"{cs.MCP_SERVER_NAME!r} registered in {shown}")
 
 
+def _agent_here(folder: Path, command: str, env: Mapping[str, str]) -> bool:
+    return folder.exists() or shutil.which(command, path=env.get("PATH")) is not None
+
+
+def _gone_in(commands: list[str], probe: _Probe) -> list[str]:
+    gone: list[str] = []
+    for command in commands:
+        try:
+            gone += _missing_programs(shlex.split(command))
+        except ValueError:
+            gone.append(command)
+    return [probe.show(Path(g)) for g in gone]
+
+
+def _engram_commands(hooks_file: Mapping[str, Any], event: str) -> list[str]:
+    from processor.claude_code import settings as cs
+
+    hooks = hooks_file.get("hooks") if isinstance(hooks_file.get("hooks"), dict) else {}
+    return [h["command"] for group in hooks.get(event) or [] if isinstance(group, dict)
+            and isinstance(group.get("hooks"), list) for h in group["hooks"] if cs.is_engram_hook(h)]
+
+
+def check_codex(probe: _Probe) -> Check:
+    """Engram's hooks in the Codex CLI's hooks.json, trusted in its config.toml, and its MCP server there."""
+    from processor.claude_code.settings import InstallError
+    from processor.codex import settings as codex
+    from processor.codex.trust import engram_hooks, untrusted
+
+    name = "Codex CLI"
+    folder = probe.settings.codex_dir or Path(probe.env.get("HOME", "~")) / ".codex"
+    if not _agent_here(folder, "codex", probe.env):
+        return _ok(name, f"not installed here ({probe.show(folder)} does not exist); nothing to check")
+    try:
+        hooks_file, config = codex.registered(folder)
+    except InstallError as exc:
+        return _error(name, f"{exc}; Codex cannot read it either", "fix the file (or move it aside), then "
+                      "engram install --agent codex")
+    events = ("SessionStart", "PreToolUse")
+    missing = [event for event in events if not _engram_commands(hooks_file, event)]
+    if missing:
+        return _error(name, f"{', '.join(missing)} not registered in {probe.show(folder / codex.HOOKS_FILE)}",
+                      "engram install --agent codex")
+    gone = _gone_in([c for event in events for c in _engram_commands(hooks_file, event)], probe)
+    if gone:
+        return _error(name, f"Engram's hooks need {gone[0]}, which is gone", "engram install --agent codex")
+    skipped = untrusted(config, engram_hooks(hooks_file, folder / codex.HOOKS_FILE))
+    if skipped:
+        return _error(name, f"Codex skips Engram's {', '.join(h.event for h in skipped)} hook(s) without a word: "
+                      f"not trusted (or trusted before they changed) in {probe.show(folder / codex.CONFIG_FILE)}",
+                      "engram install --agent codex (records their trust), or trust them in Codex: /hooks")
+    server = codex.engram_server(config)
+    if server is None:
+        return _error(name, f"no engram MCP server in {probe.show(folder / codex.CONFIG_FILE)}",
+                      "engram install --agent codex")
+    gone = _gone_in([shlex.join([str(server.get("command", ""))])], probe) if isinstance(server, dict) else []
+    if gone:
+        return _error(name, f"the engram MCP server needs {gone[0]}, which is gone", "engram install --agent codex")
+    return _ok(name, f"{', '.join(events)} registered and trusted, MCP server engram, in {probe.show(folder)}")
+
+
+def check_gemini(probe: _Probe) -> Check:
+    """Engram's hooks and MCP server in the Gemini CLI's settings.json."""
+    from processor.claude_code import settings as cs
+    from processor.gemini import settings as gemini
+
+    name = "Gemini CLI"
+    path = (probe.settings.gemini_dir / gemini.SETTINGS_FILE if probe.settings.gemini_dir
+            else gemini.settings_path(probe.env))
+    if not _agent_here(path.parent, "gemini", probe.env):
+        return _ok(name, f"not installed here ({probe.show(path.parent)} does not exist); nothing to check")
+    shown = probe.show(path)
+    try:
+        data = _read_json_object(path)
+    except FileNotFoundError:
+        return _error(name, f"{shown} does not exist: Engram's hooks are not registered",
+                      "engram install --agent gemini")
+    except ValueError as exc:
+        return _error(name, f"{exc}; Gemini reads JSON with comments, Engram's installer does not",
+                      f"fix {shown} (or remove its comments), then engram install --agent gemini")
+    events = ("SessionStart", "AfterTool")
+    missing = [event for event in events if not _engram_commands(data, event)]
+    if missing:
+        return _error(name, f"{', '.join(missing)} not registered in {shown}", "engram install --agent gemini")
+    gone = _gone_in([c for event in events for c in _engram_commands(data, event)], probe)
+    servers = data.get("mcpServers") if isinstance(data.get("mcpServers"), dict) else {}
+    server = servers.get(cs.MCP_SERVER_NAME)
+    if not cs.is_engram_mcp_server(server):
+        return _error(name, f"no engram MCP server in {shown}", "engram install --agent gemini")
+    gone += _gone_in([shlex.join([str(server.get("command", ""))])], probe)
+    if gone:
+        return _error(name, f"Engram's entries need {gone[0]}, which is gone", "engram install --agent gemini")
+    return _ok(name, f"{', '.join(events)} and MCP server engram registered in {shown}")
+
+
 # --------------------------------------------------------------------------- service and processor
 
 
@@ -674,13 +768,14 @@ def check_transcripts(probe: _Probe) -> Check:
 
 
 def _capture_problems(probe: _Probe) -> list[dict[str, Any]]:
-    from processor.capture.discover import TranscriptFilter, survey
+    from processor.capture.agents import transcript_formats
+    from processor.capture.discover import survey
     from processor.capture.problems import PROBLEMS_FILE
     from processor.service.pidfile import is_running
 
     settings = probe.settings
     saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
-    return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
+    return survey(transcript_formats(settings), saved)
 
 
 # --------------------------------------------------------------------------- running and reporting
@@ -696,6 +791,8 @@ CHECKS: tuple[tuple[str, Callable[[_Probe], Check | None]], ...] = (
     ("stored vectors", check_vectors),
     ("Claude Code hooks", check_claude_hooks),
     ("Claude Code MCP server", check_claude_mcp),
+    ("Codex CLI", check_codex),
+    ("Gemini CLI", check_gemini),
     ("service", check_service),
     ("processor", check_processor),
     ("disk space", check_disk),

@@ -10,7 +10,7 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
-from processor.config import Settings
+from processor.config import AGENT_NAMES, Settings
 from processor.jobs.status_text import format_jobs_status
 
 ACTIVE_WINDOW_MS = 24 * 3600 * 1000
@@ -34,6 +34,7 @@ def current_status(settings: Settings) -> dict[str, Any]:
 
 def collect_status(settings: Settings) -> dict[str, Any]:
     """Counts first (the integers scripts read), then per-session capture lag and capture problems."""
+    from processor.capture.formats import unknown_records
     from processor.clock import now_ms as clock_now_ms
     from processor.jobs.status import jobs_status
     from processor.share.commands import status_of as share_status
@@ -48,6 +49,8 @@ def collect_status(settings: Settings) -> dict[str, Any]:
     try:
         migrate(conn)
         status: dict[str, Any] = dict(sessions.counts(conn))
+        # Which agents wrote them (Claude Code, the Codex CLI, the Gemini CLI).
+        status["sessions_by_agent"] = sessions.counts_by_agent(conn)
         by_status = episodes_sql.counts_by_status(conn)
         status["episodes"] = sum(by_status.values())
         status["episodes_by_status"] = by_status
@@ -72,6 +75,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
                 size, mtime_ms = None, None
             active.append({
                 "session_id": s.session_id,
+                "agent": s.agent,
                 "project": s.project,
                 "messages": s.messages,
                 "last_activity": _iso(s.last_activity),
@@ -82,6 +86,8 @@ def collect_status(settings: Settings) -> dict[str, Any]:
             })
         status["active_sessions"] = active
         status["capture_problems"] = capture_problems(settings)
+        # Record types a newer agent CLI wrote that this Engram skipped (counted by the process that read them).
+        status["unknown_records"] = unknown_records()
         return status
     finally:
         conn.close()
@@ -89,16 +95,19 @@ def collect_status(settings: Settings) -> dict[str, Any]:
 
 def capture_problems(settings: Settings) -> list[dict[str, Any]]:
     """What keeps transcripts from being captured now (a stale list from a dead processor is ignored)."""
-    from processor.capture.discover import TranscriptFilter, survey
+    from processor.capture.agents import transcript_formats
+    from processor.capture.discover import survey
     from processor.capture.problems import PROBLEMS_FILE
     from processor.service.pidfile import is_running
 
     saved = settings.run_dir / PROBLEMS_FILE if is_running(settings.run_dir) else None
-    return survey(TranscriptFilter(settings.transcripts_root, settings.agent_workdir), saved)
+    return survey(transcript_formats(settings), saved)
 
 
 def format_status(status: dict[str, Any]) -> str:
-    lines = [f"sessions: {status['sessions']}", f"messages: {status['messages']}",
+    by_agent = status.get("sessions_by_agent") or {}
+    agents = f" ({', '.join(f'{AGENT_NAMES.get(a, a)} {n}' for a, n in by_agent.items())})" if by_agent else ""
+    lines = [f"sessions: {status['sessions']}{agents}", f"messages: {status['messages']}",
              f"episodes: {status['episodes']}", f"database: {status['db']}"]
     if not status.get("db_exists"):
         lines.append("nothing captured yet: run `engram run` (or `engram backfill`)")
@@ -120,8 +129,13 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"active in the last 24 h: {len(active)}")
         for s in active:
             lag = "file gone" if s["capture_lag_bytes"] is None else f"lag {s['capture_lag_bytes']} B"
-            lines.append(f"  {s['session_id']}  {s['messages']:>5} msgs  {s['last_activity'] or '-'}  {lag}"
-                         f"  {s['project'] or ''}")
+            agent = AGENT_NAMES.get(s.get("agent") or "claude", s.get("agent"))
+            lines.append(f"  {s['session_id']}  {agent:<11}  {s['messages']:>5} msgs  {s['last_activity'] or '-'}"
+                         f"  {lag}  {s['project'] or ''}")
+    unknown = status.get("unknown_records") or {}
+    for agent, kinds in unknown.items():
+        lines.append(f"{AGENT_NAMES.get(agent, agent)} record types not known to this Engram (skipped): "
+                     + ", ".join(f"{kind} ×{n}" for kind, n in sorted(kinds.items())))
     problems = status.get("capture_problems") or []
     if problems:
         lines.append(f"capture problems: {len(problems)}")

@@ -425,26 +425,44 @@ def bite_line(bite: object) -> str | None:
 # the model finds a tool by the name it was told, so the bare "memory_expand" is not enough.
 EXPAND_TOOL = "mcp__engram__memory_expand"
 RECALL_TOOL = "mcp__engram__memory_recall"
+# The agents a hook is registered for (processor/capture/formats.py AGENTS): the registered command names its
+# agent after the script (`… pretooluse.py codex`); none named is Claude Code.
+AGENTS = ("claude", "codex", "gemini")
 
 
-def format_context(lines: list[str]) -> str:
+def agent() -> str:
+    """The agent this hook process was registered for: the argument after the script, else Claude Code."""
+    named = sys.argv[2] if len(sys.argv) > 2 else ""
+    return named if named in AGENTS else "claude"
+
+
+def tool_name(tool: str, for_agent: str = "claude") -> str:
+    """An Engram MCP tool's name as the agent shows it to its model: Claude Code and the Codex CLI
+    ``mcp__engram__memory_expand``, the Gemini CLI ``mcp_engram_memory_expand``."""
+    return f"mcp_engram_{tool}" if for_agent == "gemini" else f"mcp__engram__{tool}"
+
+
+def format_context(lines: list[str], for_agent: str = "claude") -> str:
+    expand = tool_name("memory_expand", for_agent)
     body = "\n".join(
         [
             "You have memories related to this conversation:",
             *lines,
-            f"If any of these are relevant, call {EXPAND_TOOL}(id) (the engram MCP server's memory_expand)"
+            f"If any of these are relevant, call {expand}(id) (the engram MCP server's memory_expand)"
             " with its id for the full context. Otherwise, continue your work.",
         ]
     )
     return fence(body)
 
 
-def format_call_context(target: str, lines: list[str]) -> str:
-    """What earlier sessions left about the file or command a tool call is about to work on."""
+def format_call_context(target: str, lines: list[str], for_agent: str = "claude", *, after: bool = False) -> str:
+    """What earlier sessions left about the file or command a tool call is about to work on (or, where the
+    agent reads a hook's context only after the call, just worked on)."""
     body = "\n".join([
-        f"Before this call on {target}: an earlier session left these about it:",
+        f"{'About' if after else 'Before'} this call on {target}: an earlier session left these about it:",
         *lines,
-        f"Call {EXPAND_TOOL}(id) for the full context if one applies. Otherwise, continue your work.",
+        f"Call {tool_name('memory_expand', for_agent)}(id) for the full context if one applies. Otherwise, continue "
+        "your work.",
     ])
     return fence(body)
 

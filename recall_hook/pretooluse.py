@@ -1,4 +1,9 @@
-"""Engram's PreToolUse hook: inject this session's precomputed memory bites, once per user message.
+"""Engram's tool-call hook: inject this session's precomputed memory bites, once per user message.
+
+Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same) and as the Gemini
+CLI's ``AfterTool``: Gemini drops a ``BeforeTool`` hook's context, and delivers an ``AfterTool`` one with the
+call's result, before the model's next step — the nearest moment it has. The registered command names its
+agent after the script (``… pretooluse.py gemini``), so the bites name the tools as that agent shows them.
 
 Claude Code runs this before every tool call, so its whole-process time is its cost. It is
 registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/pretooluse.py`` (it also
@@ -49,7 +54,9 @@ else:  # run through LAUNCHER, or as a script: this file's folder is on sys.path
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;pretooluse.main()'
 MAX_CALL_BITES = 2  # memories told about one tool call, at most
-_CREATING = ("Write", "NotebookEdit")
+_CREATING = ("Write", "NotebookEdit", "write_file")
+AFTER_TOOL = "AfterTool"  # the Gemini CLI's event (its context arrives with the call's result)
+_CREATED = "Successfully created"  # how Gemini's write_file says the file is new
 
 
 def run(stdin: bytes) -> str | None:
@@ -92,10 +99,13 @@ def run(stdin: bytes) -> str | None:
     about = [(i, line) for i, line in about if i in fresh]
     if not lines and not about:
         return None
-    parts = [_io.format_context(lines)] if lines else []
+    agent = _io.agent()
+    after = event.get("hook_event_name") == AFTER_TOOL
+    parts = [_io.format_context(lines, agent)] if lines else []
     if about:
-        parts.append(_io.format_call_context(_target(event), [line for _, line in about]))
-    return _io.hook_json("PreToolUse", "\n".join(parts), ids + [i for i, _ in about], directory.rpartition("/")[0])
+        parts.append(_io.format_call_context(_target(event), [line for _, line in about], agent, after=after))
+    return _io.hook_json(AFTER_TOOL if after else "PreToolUse", "\n".join(parts), ids + [i for i, _ in about],
+                         directory.rpartition("/")[0])
 
 
 def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple[list[str], list[str], str]:
@@ -135,7 +145,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     if not filed:
         return []
     shown, created = _io.load_shown(directory, session_id)
-    if tool_name in _CREATING and keys[0].startswith("file:") and not _exists(tool_input):
+    if tool_name in _CREATING and keys[0].startswith("file:") and _creating(event, tool_input):
         _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
         return []
     found: list[tuple[str, str]] = []
@@ -163,10 +173,20 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
 
 def _applied_words(tool_input: object) -> set[str]:
     """A command's words as a fix's added words are compared with (a path by its last part)."""
-    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    command = tool_input.get("command", tool_input.get("cmd")) if isinstance(tool_input, dict) else None
     if not isinstance(command, str):
         return set()
     return {w.rstrip("/").rpartition("/")[2] for w in command[:2000].split()}
+
+
+def _creating(event: dict, tool_input: object) -> bool:
+    """The call makes a new file: before it runs, the file is not there; after it (Gemini's AfterTool), the
+    tool's answer says it created it."""
+    if event.get("hook_event_name") == AFTER_TOOL:
+        response = event.get("tool_response")
+        content = response.get("llmContent") if isinstance(response, dict) else None
+        return isinstance(content, str) and content.startswith(_CREATED)
+    return not _exists(tool_input)
 
 
 def _exists(tool_input: object) -> bool:

@@ -1,4 +1,7 @@
-"""Engram's optional UserPromptSubmit hook: memory bites for the prompt before the model sees it.
+"""Engram's optional prompt hook: memory bites for the prompt before the model sees it.
+
+Registered as Claude Code's and the Codex CLI's ``UserPromptSubmit`` and as the Gemini CLI's ``BeforeAgent``
+(whose context Gemini appends to the prompt); it answers in the event it was called for.
 
 Off by default. It acts only when the ``prompt_submit_enabled`` setting is true: the environment
 variable ``ENGRAM_PROMPT_SUBMIT_ENABLED`` (1/true/yes/on or 0/false/no/off) decides if set, else
@@ -237,8 +240,13 @@ def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
     _io.write_private(directory, f"{session_id}{MARKER_SUFFIX}", data)
 
 
+# The prompt's event in each agent: Claude Code's and the Codex CLI's UserPromptSubmit, the Gemini CLI's BeforeAgent.
+_EVENTS = ("UserPromptSubmit", "BeforeAgent")
+_event_name = ["UserPromptSubmit"]  # the event being answered (set by run)
+
+
 def _output(directory: str, lines: list[str], ids: list[str]) -> str:
-    return _io.hook_json("UserPromptSubmit", _io.format_context(lines), ids, directory.rpartition("/")[0])
+    return _io.hook_json(_event_name[0], _io.format_context(lines, _io.agent()), ids, directory.rpartition("/")[0])
 
 
 def _recollection(directory: str, session_id: str) -> dict | None:
@@ -335,6 +343,8 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     event = _io.loads(stdin.decode("utf-8"))
     if not isinstance(event, dict):
         return None
+    name = event.get("hook_event_name")
+    _event_name[0] = name if name in _EVENTS else "UserPromptSubmit"
     directory = _io.recollections_dir()
     if directory is None:
         return None

@@ -1,7 +1,9 @@
 """Engram's SessionStart hook: print the digest of what Engram remembers for this session's project.
 
 Claude Code runs it on every start, resume, clear and compact, so its whole-process time is a
-delay before the session starts. Registered like the other hooks as ``<real python> -I -S -c
+delay before the session starts. The Codex CLI and the Gemini CLI run it as their own SessionStart hook (the
+same input and output shape); the registered command names the agent after the script (``… gemini``), so the
+digest names Engram's tools as that agent shows them. Registered like the other hooks as ``<real python> -I -S -c
 LAUNCHER /abs/path/recall_hook/session_start.py``: no site-packages, no apsw, no processor.config;
 the digest (``processor.recall.digest``) reads the database with stdlib ``sqlite3``, read-only, and
 the settings it needs (``$ENGRAM_HOME``, config.toml) through ``hook_io``. The launcher puts the
@@ -26,7 +28,7 @@ if not __package__:  # run through LAUNCHER: the package root goes on sys.path (
     if _root not in sys.path:
         sys.path.insert(0, _root)
 
-from recall_hook.hook_io import STDIN_LIMIT, loads  # noqa: E402 - after the path set-up above
+from recall_hook.hook_io import STDIN_LIMIT, agent, loads  # noqa: E402 - after the path set-up above
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import session_start;session_start.main()'
 
@@ -40,7 +42,7 @@ def main() -> int:
         from processor.store.digest import ERRORS
 
         try:
-            output = hook_output(loads(raw.decode("utf-8")))
+            output = hook_output(loads(raw.decode("utf-8")), agent=agent())
         except (ValueError, StopIteration, *ERRORS):
             return 0  # bad stdin, locked/slow/old/missing database: start the session without a digest
         if output:

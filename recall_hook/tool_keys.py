@@ -1,4 +1,4 @@
-"""What a tool call works on, as the keys an earlier session's lessons are filed under.
+"""What a tool call works on, as the keys an earlier session's lessons are filed under, for every agent.
 
 The PreToolUse hook derives them from the call about to run, the processor from the calls a lesson came
 from (``processor/recall/lesson_index.py``), with this one function, so both sides always agree:
@@ -8,6 +8,11 @@ from (``processor/recall/lesson_index.py``), with this one function, so both sid
 - ``cmd:<program subcommand…>``: a shell command's program with its subcommand words, one key per command
   of a pipeline or ``&&`` chain: ``uv run pytest``, ``git commit``, ``npm run build``, ``python -m pytest``.
   Commands that only look around (``ls``, ``cat``, ``grep``, ``cd``…) get none: a lesson is never about them.
+
+The Codex CLI's hooks already name a shell call ``Bash`` with ``{"command"}``; the Gemini CLI's tools get
+Claude Code's names here (``run_shell_command`` is ``Bash``, ``read_file`` ``Read``, ``write_file`` ``Write``,
+``replace`` ``Edit``…), as capture stores them (``processor/capture/gemini.py``). A patch run through the shell
+(``apply_patch <<'EOF' … *** Update File: src/x.py``) works on the files it names.
 
 Stdlib only and no ``re`` (the hook's start-up is its cost): plain string operations.
 """
@@ -29,7 +34,12 @@ WRAPPERS = frozenset("sudo time exec nohup nice command builtin".split())
 MAX_COMMAND_WORDS = 3
 MAX_KEYS = 8
 _FILE_TOOLS = ("Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead")
-_PATH_KEYS = ("file_path", "notebook_path", "path")
+_PATH_KEYS = ("file_path", "notebook_path", "path", "absolute_path", "dir_path")
+# The Gemini CLI's tools under Claude Code's names (processor/capture/gemini.py TOOL_NAMES).
+AGENT_TOOLS = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files": "Read", "write_file": "Write",
+               "replace": "Edit", "edit": "Edit", "glob": "Glob", "grep_search": "Grep", "search_file_content": "Grep",
+               "exec_command": "Bash", "shell_command": "Bash"}
+_PATCH_MARKS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ")
 
 
 def _word_like(word: str) -> bool:
@@ -140,11 +150,25 @@ def command_key(segment: str) -> str | None:
     return "cmd:" + " ".join(runner + key)
 
 
+def patch_keys(patch: str, root: str | None = None) -> list[str]:
+    """The files an apply_patch names (``*** Update File: src/x.py``), as ``file:`` keys."""
+    keys: list[str] = []
+    for line in patch.splitlines():
+        for mark in _PATCH_MARKS:
+            if line.startswith(mark) and line[len(mark):].strip():
+                key = "file:" + relative(line[len(mark):], root)
+                if key not in keys:
+                    keys.append(key)
+    return keys[:MAX_KEYS]
+
+
 def command_keys(command: str, root: str | None = None) -> list[str]:
     """The keys of a shell command line: each command's ``cmd:`` key and the files its words name. Where a chain
     goes (``cd``, ``pushd``) and what it sets up (``source .venv/bin/activate``, ``export``) name no file it
     works on: nearly every command of a project starts that way, and a key they all shared would tie every
     lesson to every command."""
+    if command.lstrip().startswith("apply_patch") and "*** Begin Patch" in command:
+        return patch_keys(command, root)
     keys: list[str] = []
     for segment in _split_commands(command[:2000]):
         key = command_key(segment)
@@ -232,8 +256,12 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
     with their folders and names; a search for a plain identifier is a look for that name."""
     if not isinstance(tool_name, str) or not isinstance(tool_input, dict):
         return []
+    tool_name = AGENT_TOOLS.get(tool_name, tool_name)
+    if tool_name == "apply_patch":
+        patch = tool_input.get("input", tool_input.get("command"))
+        return _around(patch_keys(patch, root)) if isinstance(patch, str) else []
     if tool_name == "Bash":
-        command = tool_input.get("command")
+        command = tool_input.get("command", tool_input.get("cmd"))
         if not isinstance(command, str):
             return []
         broad = [k for k in map(stages_everything, _split_commands(command[:2000])) if k]

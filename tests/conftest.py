@@ -26,6 +26,14 @@ def shared_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return models
 
 
+@pytest.fixture(autouse=True)
+def other_agents_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Codex CLI's and the Gemini CLI's folders point into the test's own (empty) folder: a processor a test
+    starts never captures the sessions of the machine's real agents."""
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "no-codex-home"))
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path / "no-gemini-home"))
+
+
 @pytest.fixture
 def engram_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "engram-home"

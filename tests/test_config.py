@@ -82,3 +82,14 @@ def test_every_option_is_typed_by_its_default(tmp_path: Path) -> None:
         assert isinstance(settings.values[option.name], type(option.default)), option.name
     assert settings.recent_days == 3.0 and isinstance(settings.recent_days, float)
     assert settings.recollection_bites == 2 and settings.prompt_submit_enabled is True
+
+
+def test_the_agents_setting_names_known_agents_only(tmp_path: Path) -> None:
+    from processor.capture.agents import captured_agents
+
+    env = {"HOME": str(tmp_path), "ENGRAM_HOME": str(tmp_path / "h"), "ENGRAM_AGENTS": "Codex, claude"}
+    assert captured_agents(load_settings(env=env)) == ("claude", "codex")
+    with pytest.raises(ConfigError, match="unknown agent.*cursor.*known: claude, codex, gemini"):
+        load_settings(env={**env, "ENGRAM_AGENTS": "claude,cursor"})
+    settings = load_settings(env={**env, "CODEX_HOME": str(tmp_path / "cx"), "GEMINI_CLI_HOME": str(tmp_path / "g")})
+    assert settings.codex_dir == tmp_path / "cx" and settings.gemini_dir == tmp_path / "g" / ".gemini"

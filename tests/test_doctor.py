@@ -390,3 +390,41 @@ def test_a_processor_that_cannot_serve_the_mcp_tools_is_a_warning(healthy: Home)
     check = by_name(run_checks(healthy.env))["processor"]
     assert not check.ok and check.severity == "warning" and "ImportError" in check.detail
     assert "server of its own" in check.detail
+
+
+# --------------------------------------------------------------------------- the other agents
+
+
+def test_codex_and_gemini_checks(healthy: Home) -> None:
+    from processor.codex import settings as codex
+    from processor.gemini import settings as gemini
+
+    found = by_name(run_checks(healthy.env))
+    assert found["Codex CLI"].ok and "not installed here" in found["Codex CLI"].detail
+    assert found["Gemini CLI"].ok and "not installed here" in found["Gemini CLI"].detail
+    user = Path(healthy.env["HOME"])
+    registration = claude_settings.default_registration()
+
+    codex_dir = user / ".codex"
+    codex_dir.mkdir()
+    found = by_name(run_checks(healthy.env))
+    assert not found["Codex CLI"].ok and found["Codex CLI"].fix == "engram install --agent codex"
+    codex.install(codex_dir, registration, check=False, trust=False)
+    check = by_name(run_checks(healthy.env))["Codex CLI"]
+    assert not check.ok and "skips Engram's" in check.detail and "not trusted" in check.detail, check
+    assert "/hooks" in check.fix and check.failed
+    codex.install(codex_dir, registration, check=False)
+    check = by_name(run_checks(healthy.env))["Codex CLI"]
+    assert check.ok and "registered and trusted" in check.detail, check
+    (codex_dir / "config.toml").write_text((codex_dir / "config.toml").read_text() + "\n[broken\n")
+    check = by_name(run_checks(healthy.env))["Codex CLI"]
+    assert not check.ok and "invalid TOML" in check.detail
+
+    gemini_dir = user / ".gemini"
+    gemini_dir.mkdir()
+    (gemini_dir / "settings.json").write_text('{"ui": {"theme": "GitHub"}}\n')
+    check = by_name(run_checks(healthy.env))["Gemini CLI"]
+    assert not check.ok and "SessionStart, AfterTool not registered" in check.detail
+    gemini.install(gemini_dir / "settings.json", registration, check=False)
+    check = by_name(run_checks(healthy.env))["Gemini CLI"]
+    assert check.ok and "SessionStart, AfterTool and MCP server engram registered" in check.detail, check

@@ -23,7 +23,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.share",),                                       # shared memory: the sync layer over PostgreSQL
     # the running processor, what it reports, and the web viewer it serves
     ("processor.service", "processor.status", "processor.lookup", "processor.viewer"),
-    ("processor.claude_code", "processor.doctor", "recall_hook", "mcp_tools"),
+    # registration with each agent, across them (`engram install`), and the checks of all of it
+    ("processor.claude_code", "processor.codex", "processor.gemini", "processor.install", "processor.doctor",
+     "recall_hook", "mcp_tools"),
     ("processor.cli",),
 )
 

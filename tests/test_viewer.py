@@ -193,6 +193,7 @@ def test_home_and_project_pages_list_what_was_captured(server: ViewerServer, coo
     _, _, body = server.request("GET", f"/ui/project?p={world.script_project}", cookie=cookie)
     project = html(body)
     assert f"/ui/session/{SCRIPT_SID}" in project
+    assert "<th scope=\"col\">Agent</th>" in project and "<td>Claude Code</td>" in project  # each session's agent
     assert "shop-api checkout tests are flaky unless time is frozen" in project
     injections = project[project.index("Newest injections"):project.index("History: newest memories")]
     assert "answering: <q>&lt;script&gt;" in injections and f"(id: {world.memory_id})" in injections
@@ -226,6 +227,7 @@ def test_timeline_shows_messages_memories_and_recorded_injections(server: Viewer
     assert status == 200
     page = html(body)
     assert "How do we run the shop-api checkout tests without flakiness?" in page
+    assert '<p class="meta">Claude Code · Project:' in page
     assert "memory built (verbatim" in page
     # The bites the real hook injected, as the agent read them, with the message they answered.
     injection = page[page.index("injected bites"):]

@@ -1,13 +1,14 @@
-"""One pass over the transcripts on disk: what `engram backfill` and `engram run --once` do."""
+"""One pass over every agent's transcripts on disk: what `engram backfill` and `engram run --once` do."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from processor.capture.discover import TranscriptFilter, discover
+from processor.capture.discover import discover_all
+from processor.capture.formats import TranscriptFormat
 from processor.capture.tailer import Tailer
 from processor.store import retry_when_busy
 
@@ -26,11 +27,12 @@ class BackfillReport:
 
 def backfill(
     tailer: Tailer,
-    transcript_filter: TranscriptFilter,
+    formats: TranscriptFormat | Sequence[TranscriptFormat],
     since_days: float | None,
     progress: Progress | None = None,
 ) -> BackfillReport:
-    paths = discover(transcript_filter.root, transcript_filter, since_days, tailer.problems)
+    formats = [formats] if not isinstance(formats, Sequence) else list(formats)
+    paths = discover_all(formats, since_days, tailer.problems)
     report = BackfillReport(files=len(paths))
     for index, path in enumerate(paths, 1):
         result = retry_when_busy(lambda p=path: tailer.tail(p), what=f"capturing {path}")

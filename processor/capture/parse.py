@@ -47,6 +47,9 @@ class CapturedLine:
     tool_results: tuple[ToolResult, ...] = ()
     tool_calls: tuple[ToolCall, ...] = ()  # every tool use of an assistant line: what it worked on
     failures: tuple[ToolFailure, ...] = ()  # the failed tool results a user line carries
+    # A later copy of a message the agent writes again under the same id (the Gemini CLI, once the message's
+    # tool calls and results are known): its text replaces the stored one, the last copy wins.
+    replaces: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,12 +118,16 @@ _SPAN_PATTERNS = (
 _SPAN_OPENERS = ("<system-reminder>", "<private>", FENCE_OPEN)
 
 
-def _strip_spans(text: str) -> str:
+def strip_injected_spans(text: str) -> str:
+    """The text without system reminders, ``<private>`` spans and anything Engram injected (its fence)."""
     # Cheap substring test first: most messages contain none of the markers.
     if any(opener in text for opener in _SPAN_OPENERS):
         for pattern in _SPAN_PATTERNS:
             text = pattern.sub("", text)
     return text
+
+
+_strip_spans = strip_injected_spans
 
 
 def _tool_note(block: dict) -> str:
@@ -163,7 +170,8 @@ def _is_command_plumbing(text: str) -> bool:
     return any(head.startswith(marker) or marker in head for marker in _COMMAND_MARKERS)
 
 
-def _timestamp_ms(value: str | None) -> int | None:
+def timestamp_ms(value: str | None) -> int | None:
+    """An ISO-8601 time (``Z`` or an offset) as epoch milliseconds; None when absent or unreadable."""
     if not value:
         return None
     try:
@@ -207,7 +215,8 @@ _REDACT_MARGIN = 2_000  # read past each cut before redacting, so a secret that 
 _TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query")
 
 
-def _target(tool_input: object) -> Redacted | None:
+def tool_target(tool_input: object) -> Redacted | None:
+    """What a tool call works on (a file path, a command, a search), redacted and cut to TARGET_CHARS."""
     if not isinstance(tool_input, dict):
         return None
     for key in _TARGET_KEYS:
@@ -223,7 +232,7 @@ def _tool_calls(content: object) -> tuple[ToolCall, ...]:
     if not isinstance(content, list):
         return ()
     return tuple(ToolCall(block["id"], block["name"] if isinstance(block.get("name"), str) else "tool",
-                          _target(block.get("input")))
+                          tool_target(block.get("input")))
                  for block in content
                  if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str))
 
@@ -333,7 +342,7 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
     if not content:
         if results or failures:
             timestamp = _opt_str(entry, "timestamp")
-            return ToolResultsOnly(uuid, _opt_str(entry, "sessionId"), _timestamp_ms(timestamp), results, failures)
+            return ToolResultsOnly(uuid, _opt_str(entry, "sessionId"), timestamp_ms(timestamp), results, failures)
         return Skipped("no capturable text (tool results, thinking, images or injected context only)")
 
     role = message.get("role")
@@ -347,7 +356,7 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
         parent_uuid=_opt_str(entry, "parentUuid"),
         role=role,
         timestamp=timestamp,
-        ts_ms=_timestamp_ms(timestamp),
+        ts_ms=timestamp_ms(timestamp),
         cwd=_opt_redacted(entry, "cwd"),
         git_branch=_opt_redacted(entry, "gitBranch"),
         text=redact(content),

@@ -1,10 +1,14 @@
-"""Tailing one transcript into the store, crash-safely.
+"""Tailing one transcript into the store, crash-safely, whichever agent wrote it.
 
 Each batch of complete lines is written in one transaction together with the
 new byte offset, so a crash at any moment resumes exactly where the last commit
 left off: nothing lost, nothing doubled. A file that shrank, changed inode, or
 whose bytes before the saved offset changed, is re-read from the start; the
 message uuids (UNIQUE) keep that from duplicating anything.
+
+The file's agent (``processor/capture/agents.py``) names its session and reads its lines; what the lines
+say is applied here in file order, in the batch's transaction: new messages, a message written again under
+its id (its text replaced), a rewind (the rewound messages removed), a turn marked finished.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import BinaryIO
 import apsw
 
 from processor.capture import signals
+from processor.capture.discover import TranscriptFilter
+from processor.capture.formats import LineReader, Rewind, SessionInfo, TranscriptFormat, TurnEnd
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.optout import RECORD, marker_level, stronger
 from processor.capture.parse import (
@@ -30,7 +36,6 @@ from processor.capture.parse import (
     ToolFailure,
     ToolResult,
     ToolResultsOnly,
-    parse_line,
 )
 from processor.capture.problems import (
     CANNOT_OPEN,
@@ -67,9 +72,15 @@ class TailResult:
     opt_out: str | None = None  # the session's opt-out after this tail ('memory', 'record' or None)
     opted_out_now: bool = False  # it was set or raised by what this tail read
     dropped_episodes: list[str] = field(default_factory=list)  # episodes erased by going off the record
+    agent: str = "claude"
+    # The agent marked its turn finished after the last line captured here (Codex's task_complete).
+    turn_ended: bool = False
+    rewound: int = 0  # messages removed because the agent rewound its conversation
+    skipped: str | None = None  # why the whole file is not captured (a subagent's, Engram's own session)
 
 
-CapturedListener = Callable[[str, list[CapturedLine]], None]
+# Called with (session id, new message rows and merged parts, finished=whether the turn ended after them).
+CapturedListener = Callable[..., None]
 OptOutListener = Callable[["TailResult"], None]
 # The opt-out a session asked for outside its transcript (ENGRAM_OFF=record, left by the SessionStart hook).
 OptOutRequest = Callable[[str], "str | None"]
@@ -78,6 +89,11 @@ OptOutRequest = Callable[[str], "str | None"]
 def session_id_for(path: Path) -> str:
     """Claude Code names each transcript after its session id."""
     return path.stem
+
+
+# A path under no agent's root (a test's file, a benchmark's copy) is read as a Claude Code transcript.
+_ANYWHERE = TranscriptFilter(Path("/"))
+_INFO_CACHE = 4096  # files whose session info is kept (it is read from their first line)
 
 
 def _window_hash(fd: int, end: int) -> tuple[str, int]:
@@ -100,8 +116,14 @@ class Tailer:
         problems: CaptureProblems | None = None,
         opt_out_listeners: list[OptOutListener] | None = None,
         opt_out_request: OptOutRequest | None = None,
+        formats: list[TranscriptFormat] | None = None,
     ) -> None:
         self.conn = conn
+        self.formats = formats if formats is not None else []
+        self._infos: dict[tuple[str, int], SessionInfo] = {}
+        # path → (inode, offset reached by committed batches, the reader that reached it)
+        self._readers: dict[str, tuple[int, int, LineReader]] = {}
+        self._skipped: set[str] = set()
         self.opt_out_listeners = opt_out_listeners if opt_out_listeners is not None else []
         self.opt_out_request = opt_out_request
         self.batch_bytes = batch_bytes
@@ -147,31 +169,61 @@ class Tailer:
         self.problems.resolve(path, _OPEN_KINDS)
         return os.fdopen(fd, "rb")
 
+    def format_for(self, path: Path) -> TranscriptFormat:
+        """The agent whose session file `path` is (Claude Code's for a path under no agent's root)."""
+        return next((fmt for fmt in self.formats if fmt.accepts(path)), _ANYWHERE)
+
+    def _session_info(self, fmt: TranscriptFormat, path: Path, f: BinaryIO, st: os.stat_result) -> SessionInfo | None:
+        key = (str(path), st.st_ino)
+        info = self._infos.get(key)
+        if info is None:
+            info = fmt.session_info(path, f)
+            if info is not None:
+                if len(self._infos) >= _INFO_CACHE:
+                    self._infos.clear()
+                self._infos[key] = info
+        return info
+
     def tail(self, path: Path) -> TailResult:
         """Capture everything new in `path`; returns what was captured."""
-        session_id = session_id_for(path)
-        result = TailResult(session_id)
+        fmt = self.format_for(path)
+        result = TailResult(session_id_for(path), agent=fmt.agent)
         f = self._open(path)
         if f is None:
             return result
         with f:
             try:
                 st = os.fstat(f.fileno())
-                self._tail_open_file(path, f, st, result)
+                info = self._session_info(fmt, path, f, st)
+                if info is None:
+                    return result  # its first line (the session's header) is still being written
+                result.session_id = info.session_id
+                if info.skip:
+                    result.skipped = info.skip
+                    if str(path) not in self._skipped:
+                        self._skipped.add(str(path))
+                        log.info("%s: not captured: %s", path, info.skip)
+                    return result
+                self._tail_open_file(path, f, st, result, fmt, info)
             except OSError as exc:
                 self.problems.report(path, CANNOT_READ, f"cannot read transcript ({exc.strerror or exc})")
             else:
                 self.problems.resolve(path, (CANNOT_READ,))
+        session_id = result.session_id
         if result.opted_out_now:
             for opt_listener in self.opt_out_listeners:
                 try:
                     opt_listener(result)
                 except Exception:
                     log.exception("opt-out listener failed for session %s", session_id)
-        if result.captured:
+        if len({c.uuid for c in result.captured}) < len(result.captured):
+            # A message written again (its last copy stored) is passed on once, as its last copy.
+            last = {c.uuid: c for c in result.captured}
+            result.captured[:] = [c for c in result.captured if last[c.uuid] is c]
+        if result.captured or result.turn_ended:
             for listener in self.listeners:
                 try:
-                    listener(session_id, result.captured)
+                    listener(session_id, result.captured, finished=result.turn_ended)
                 except Exception:
                     log.exception("listener failed after capturing %s", path)
         return result
@@ -194,26 +246,46 @@ class Tailer:
             return 0
         return state.byte_offset
 
-    def _tail_open_file(self, path: Path, f, st: os.stat_result, result: TailResult) -> None:
+    def _reader(self, path: Path, st: os.stat_result, offset: int, fmt: TranscriptFormat,
+                info: SessionInfo) -> LineReader:
+        """The file's reader where the last tail left it (a Codex response's message and calls, one a line, may
+        straddle two tails), or a fresh one when the file is read from anywhere else."""
+        cached = self._readers.get(str(path))
+        if cached is not None and cached[0] == st.st_ino and cached[1] == offset:
+            return cached[2]
+        if len(self._readers) >= _INFO_CACHE:
+            self._readers.clear()
+        return fmt.reader(info)
+
+    def _tail_open_file(self, path: Path, f, st: os.stat_result, result: TailResult, fmt: TranscriptFormat,
+                        info: SessionInfo) -> None:
         state = session_sql.session_state(self.conn, result.session_id)
         offset = self._start_offset(path, f, st, state)
         result.restarted = state is not None and offset == 0 and state.byte_offset > 0
         if offset == st.st_size and not result.restarted:
             return  # nothing new
-        lines = read_complete_lines(f, offset, chunk_size=min(self.batch_bytes, 1 << 20),
-                                    max_line_bytes=self.max_line_bytes)
-        batch: list[Line] = []
-        batch_size = 0
-        for line in lines:
-            batch.append(line)
-            batch_size += line.end - line.offset
-            if batch_size >= self.batch_bytes:
-                self._commit_batch(path, f, st, batch, batch[-1].end, result)
-                batch, batch_size = [], 0
-        if batch:
-            self._commit_batch(path, f, st, batch, batch[-1].end, result)
-        elif result.restarted and result.lines == 0:
-            self._commit_batch(path, f, st, [], 0, result)  # forget the stale offset and inode
+        reader = self._reader(path, st, offset, fmt, info)
+        self._readers.pop(str(path), None)  # kept again only with the offset of a committed batch
+        try:
+            lines = read_complete_lines(f, offset, chunk_size=min(self.batch_bytes, 1 << 20),
+                                        max_line_bytes=self.max_line_bytes)
+            batch: list[Line] = []
+            batch_size = 0
+            for line in lines:
+                batch.append(line)
+                batch_size += line.end - line.offset
+                if batch_size >= self.batch_bytes:
+                    self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
+                    self._readers[str(path)] = (st.st_ino, batch[-1].end, reader)
+                    batch, batch_size = [], 0
+            if batch:
+                self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
+                self._readers[str(path)] = (st.st_ino, batch[-1].end, reader)
+            elif result.restarted and result.lines == 0:
+                self._commit_batch(path, f, st, [], 0, result, reader, info)  # forget the stale offset and inode
+        except BaseException:
+            self._readers.pop(str(path), None)  # it read past what was committed
+            raise
 
     def _pair_tool_events(self, session_id: str,
                           events: list[tuple[str, int | None, tuple, tuple[ToolResult, ...]]]) -> None:
@@ -228,15 +300,22 @@ class Tailer:
                 signal_sql.resolve(self.conn, tool_result.tool_use_id, uuid, redact(text) if text else None)
 
     def _commit_batch(
-        self, path: Path, f, st: os.stat_result, batch: list[Line], end: int, result: TailResult
+        self, path: Path, f, st: os.stat_result, batch: list[Line], end: int, result: TailResult,
+        reader: LineReader, info: SessionInfo,
     ) -> None:
         parsed: list[tuple[Line, CapturedLine]] = []
+        # What to store, in file order: runs of captured lines, and the rewinds between them.
+        steps: list[list[tuple[CapturedLine, int]] | Rewind] = [[]]
         # High-signal tool uses and their results, in line order: (uuid, ts_ms, uses, results).
         tool_events: list[tuple[str, int | None, tuple, tuple[ToolResult, ...]]] = []
         awaited = signal_sql.pending_ids(self.conn, result.session_id)
         # Every tool call and failed result, in line order: (uuid, ts_ms, calls, failures).
         worked_on: list[tuple[str, int | None, tuple[ToolCall, ...], tuple[ToolFailure, ...]]] = []
-        for line in batch:
+        # Lines a later line of the same batch replaces whole (a Gemini message written again): not read at all.
+        superseded = reader.superseded([line.data for line in batch]) if hasattr(reader, "superseded") else ()
+        for index, line in enumerate(batch):
+            if index in superseded:
+                continue
             if line.data is None:
                 result.problems += 1
                 # Keyed by file, the detail naming the line: the same line read again is not news.
@@ -245,7 +324,13 @@ class Tailer:
                                      f"max_line_bytes={self.max_line_bytes}; skipped (raise max_line_bytes "
                                      "in config.toml to capture such lines)")
                 continue
-            outcome = parse_line(line.data, awaited)
+            outcome = reader.parse(line.data, awaited)
+            if isinstance(outcome, TurnEnd):
+                result.turn_ended = True
+                continue
+            if isinstance(outcome, Rewind):
+                steps += [outcome, []]
+                continue
             if isinstance(outcome, Skipped):
                 if outcome.problem:
                     result.problems += 1
@@ -261,8 +346,10 @@ class Tailer:
             if isinstance(outcome, ToolResultsOnly):
                 continue
             parsed.append((line, outcome))
+            steps[-1].append((outcome, line.offset))
+            result.turn_ended = False
         digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
-        first_cwd = next((c.cwd for _, c in parsed if c.cwd), None)
+        first_cwd = next((c.cwd for _, c in parsed if c.cwd), info.cwd)
         now_ms = clock_now_ms()
         asked = None
         for _, captured in parsed:
@@ -282,6 +369,7 @@ class Tailer:
                 last_line_len=window,
                 last_activity=max((c.ts_ms or now_ms for _, c in parsed), default=None),
                 now_ms=now_ms,
+                agent=result.agent,
             )
             recorded = session_sql.session_opt_out(self.conn, result.session_id)
             level = stronger(recorded, asked)
@@ -295,9 +383,12 @@ class Tailer:
                              result.session_id)
             result.opt_out = level
             # Off the record: the offset moves on, nothing of the session is stored, now or after a restart.
-            stored = [(captured, line.offset) for line, captured in parsed] if level != RECORD else []
-            new = session_sql.store_lines(self.conn, result.session_id, stored)
-            result.captured.extend(captured for (captured, _), is_new in zip(stored, new, strict=True) if is_new)
+            for step in steps if level != RECORD else []:
+                if isinstance(step, Rewind):
+                    self._rewind(path, result, step)
+                    continue
+                new = session_sql.store_lines(self.conn, result.session_id, step)
+                result.captured.extend(captured for (captured, _), is_new in zip(step, new, strict=True) if is_new)
             # In the transaction that advances the offset: a crash between a tool_use and its
             # result re-reads neither line, and loses neither.
             self._pair_tool_events(result.session_id, tool_events)
@@ -305,12 +396,23 @@ class Tailer:
                 self._record_tool_calls(result.session_id, worked_on)
         result.lines += len(batch)
 
+    def _rewind(self, path: Path, result: TailResult, rewind: Rewind) -> None:
+        """Remove the rewound messages (in the batch's transaction); a rewind to a message never captured
+        removes nothing and says so once."""
+        removed = session_sql.rewind(self.conn, result.session_id, rewind.uuid)
+        if removed is None:
+            result.problems += 1
+            log.warning("%s: the session rewinds to message %s, which was never captured (its line is missing or "
+                        "was not conversation); nothing is removed", path, rewind.uuid.rpartition(":")[2])
+            return
+        result.rewound += removed
+        gone = {c.uuid for c in result.captured} - set(session_sql.stored_uuids(
+            self.conn, [c.uuid for c in result.captured]))
+        result.captured[:] = [c for c in result.captured if c.uuid not in gone]
+        log.info("session %s rewound: %d message(s) removed", result.session_id, removed)
+
     def _record_tool_calls(self, session_id: str, worked_on: list[tuple[str, int | None, tuple[ToolCall, ...],
                                                                        tuple[ToolFailure, ...]]]) -> None:
-        for uuid, ts_ms, calls, failures in worked_on:
-            if calls:
-                tool_call_sql.add_calls(self.conn, session_id, uuid, ts_ms,
-                                        [(c.tool_use_id, c.name, c.target) for c in calls])
-            if failures:
-                tool_call_sql.add_failures(self.conn, session_id, uuid, ts_ms,
-                                           [(f.tool_use_id, f.text) for f in failures])
+        tool_call_sql.add_lines(self.conn, session_id, [
+            (uuid, ts_ms, [(c.tool_use_id, c.name, c.target) for c in calls],
+             [(f.tool_use_id, f.text) for f in failures]) for uuid, ts_ms, calls, failures in worked_on])

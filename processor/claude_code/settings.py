@@ -167,12 +167,16 @@ def default_mcp_config_path(env: Mapping[str, str] | None = None) -> Path:
 class HookSpec:
     event: str
     command: str
-    timeout: int
+    timeout: int  # in the agent's unit: seconds for Claude Code and the Codex CLI, milliseconds for the Gemini CLI
     markers: tuple[str, ...]  # any hook command containing one of these is this hook (older versions' too)
     matcher: str | None = None  # None: the group has no matcher, so it fires for every source
+    name: str | None = None  # a label the agent shows (the Gemini CLI's hook `name`)
 
     def entry(self) -> JsonObject:
-        return {"type": "command", "command": self.command, "timeout": self.timeout}
+        entry: JsonObject = {"type": "command", "command": self.command, "timeout": self.timeout}
+        if self.name:
+            entry["name"] = self.name
+        return entry
 
     def group(self) -> JsonObject:
         group: JsonObject = {} if self.matcher is None else {"matcher": self.matcher}
@@ -259,6 +263,13 @@ class Registration:
     @property
     def mcp_server(self) -> McpServerSpec:
         return McpServerSpec(MCP_SERVER_NAME, self.engram_python, ("-I", "-m", MCP_SERVER_MODULE))
+
+    def hook_command(self, script: str, launcher: str, agent: str | None = None) -> str:
+        """The registered command of the hook script `script` (a file of recall_hook/), for `agent` (the hooks
+        read it after the script's path; none is Claude Code)."""
+        q = shlex.quote
+        command = f"{q(self.hook_python)} -I -S -c {q(launcher)} {q(str(self.hook_script.with_name(script)))}"
+        return f"{command} {agent}" if agent else command
 
     def hooks_table(self) -> dict[str, list[JsonObject]]:
         """The ``hooks`` object as a fresh settings.json (or a plugin's hooks.json) holds it."""
@@ -370,15 +381,24 @@ def add_hooks(settings: JsonObject, registration: Registration, path: Path) -> J
     An Engram hook already present is updated where it stands (so a matcher the user narrowed is
     kept); duplicates are dropped; a missing one is appended as a group of its own.
     """
-    result = copy.deepcopy(settings)
-    if registration.prompt_submit is False:
-        result = _remove_marked(result, path, (PROMPT_SUBMIT_MARKER,))
-    hooks = _object_at(result, "hooks", path)
-    if hooks is None:
-        hooks = result["hooks"] = {}
     specs = [(spec, True) for spec in registration.hooks]
     if registration.prompt_submit is None:
         specs.append((registration.prompt_submit_hook, False))  # refreshed only where present
+    drop = (PROMPT_SUBMIT_MARKER,) if registration.prompt_submit is False else ()
+    return add_hook_specs(settings, specs, path, drop=drop)
+
+
+def add_hook_specs(settings: JsonObject, specs: list[tuple[HookSpec, bool]], path: Path,
+                   drop: tuple[str, ...] = ()) -> JsonObject:
+    """A copy of `settings` (any agent's hooks file in Claude Code's shape) with each (spec, required) hook
+    registered once: updated where it stands, or (required) appended as a group of its own; hooks marked by
+    `drop` are removed first."""
+    result = copy.deepcopy(settings)
+    if drop:
+        result = remove_marked(result, path, drop)
+    hooks = _object_at(result, "hooks", path)
+    if hooks is None:
+        hooks = result["hooks"] = {}
     for spec, required in specs:
         if not required and not isinstance(hooks.get(spec.event), list):
             continue
@@ -409,10 +429,12 @@ def add_hooks(settings: JsonObject, registration: Registration, path: Path) -> J
 
 def remove_hooks(settings: JsonObject, path: Path) -> JsonObject:
     """A copy of `settings` without Engram's hooks, and without groups/events only they filled."""
-    return _remove_marked(settings, path, HOOK_MARKERS)
+    return remove_marked(settings, path, HOOK_MARKERS)
 
 
-def _remove_marked(settings: JsonObject, path: Path, markers: tuple[str, ...]) -> JsonObject:
+def remove_marked(settings: JsonObject, path: Path, markers: tuple[str, ...]) -> JsonObject:
+    """A copy of `settings` without the hooks whose commands hold one of `markers` (and containers only they
+    filled)."""
     result = copy.deepcopy(settings)
     hooks = _object_at(result, "hooks", path)
     if not hooks:
@@ -442,7 +464,10 @@ def _remove_marked(settings: JsonObject, path: Path, markers: tuple[str, ...]) -
     return result
 
 
-def add_mcp_server(config: JsonObject, server: McpServerSpec, path: Path) -> JsonObject:
+def add_mcp_server(config: JsonObject, server: McpServerSpec, path: Path, entry: JsonObject | None = None,
+                   remove_hint: str | None = None) -> JsonObject:
+    """A copy of `config` with Engram's server in its ``mcpServers`` (`entry`: the agent's shape of it, else
+    Claude Code's); a server of that name that is not Engram's is an error naming the fix."""
     result = copy.deepcopy(config)
     servers = _object_at(result, "mcpServers", path)
     if servers is None:
@@ -452,10 +477,11 @@ def add_mcp_server(config: JsonObject, server: McpServerSpec, path: Path) -> Jso
         raise InstallError(
             f"{path}: an MCP server named {server.name!r} is already registered and is not Engram's "
             f"({json.dumps(existing)[:200]}); remove it "
-            f"(claude mcp remove --scope user {server.name}) and retry"
+            f"({remove_hint or f'claude mcp remove --scope user {server.name}'}) and retry"
         )
-    if existing != server.config():
-        servers[server.name] = server.config()
+    wanted = entry if entry is not None else server.config()
+    if existing != wanted:
+        servers[server.name] = wanted
     return result
 
 
@@ -509,6 +535,8 @@ class ChangeReport:
     action: str  # "install" or "uninstall"
     dry_run: bool
     changes: tuple[FileChange, ...]
+    agent: str = "Claude Code"
+    notes: tuple[str, ...] = ()  # what else the user must know (e.g. the Codex CLI's hook trust)
 
     @property
     def changed(self) -> bool:
@@ -530,14 +558,17 @@ class ChangeReport:
             if change.backup is not None:
                 out.append(f"  backup: {change.backup}")
             out.append(change.diff().rstrip("\n"))
+        out.extend(self.notes)
         if self.dry_run:
             out.append("(--print: nothing was written)")
         elif self.changed:
-            out.append("Restart running Claude Code sessions to pick up the change.")
+            out.append(f"Restart running {self.agent} sessions to pick up the change.")
         return "\n".join(out) + "\n"
 
 
-def _read_object(path: Path) -> tuple[JsonObject, str | None]:
+def read_object(path: Path, hint: str | None = None) -> tuple[JsonObject, str | None]:
+    """A JSON settings file's object and text ({} and None when it does not exist); InstallError naming the
+    file, the place and the fix when it cannot be used (`hint`: what else to say about it)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -551,7 +582,7 @@ def _read_object(path: Path) -> tuple[JsonObject, str | None]:
     except json.JSONDecodeError as exc:
         raise InstallError(
             f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
-            "fix or move the file aside, nothing was changed"
+            f"{hint + '; ' if hint else ''}fix or move the file aside, nothing was changed"
         ) from None
     if not isinstance(data, dict):
         kind = type(data).__name__
@@ -559,7 +590,7 @@ def _read_object(path: Path) -> tuple[JsonObject, str | None]:
     return data, text
 
 
-def _render(data: JsonObject, original: str | None) -> str:
+def render_json(data: JsonObject, original: str | None) -> str:
     """JSON in the file's own indentation (default 2, as Claude Code writes) and final newline."""
     indent: str | int = 2
     if original and "\n" in original.strip():
@@ -572,7 +603,7 @@ def _render(data: JsonObject, original: str | None) -> str:
     return text if keep_bare else text + "\n"
 
 
-def _plan(
+def plan_change(
     path: Path, before: JsonObject, before_text: str | None, after: JsonObject, *keys: str
 ) -> FileChange:
     def shown(data: JsonObject) -> str:
@@ -586,7 +617,7 @@ def _plan(
         return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
     unchanged = before_text is not None and before == after
-    after_text = before_text if unchanged else _render(after, before_text)
+    after_text = before_text if unchanged else render_json(after, before_text)
     return FileChange(path, before, before_text, after, after_text or "", shown(before), shown(after))
 
 
@@ -600,7 +631,7 @@ def _backup_path(target: Path) -> Path:
     return candidate
 
 
-def _apply(change: FileChange) -> FileChange:
+def apply_change(change: FileChange) -> FileChange:
     if not change.changed:
         return change
     backup = None
@@ -639,16 +670,16 @@ def install(
     if check:
         check_registration(registration)
 
-    settings, settings_text = _read_object(settings_path)
-    config, config_text = _read_object(mcp_config_path)
+    settings, settings_text = read_object(settings_path)
+    config, config_text = read_object(mcp_config_path)
     new_settings = add_hooks(settings, registration, settings_path)
     new_config = add_mcp_server(config, registration.mcp_server, mcp_config_path)
     changes = (
-        _plan(settings_path, settings, settings_text, new_settings, "hooks"),
-        _plan(mcp_config_path, config, config_text, new_config, "mcpServers", MCP_SERVER_NAME),
+        plan_change(settings_path, settings, settings_text, new_settings, "hooks"),
+        plan_change(mcp_config_path, config, config_text, new_config, "mcpServers", MCP_SERVER_NAME),
     )
     if not dry_run:
-        changes = tuple(_apply(c) for c in changes)
+        changes = tuple(apply_change(c) for c in changes)
         if check:
             # Cache the hook's bytecode (recall_hook/__pycache__) now rather than on the first call.
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -665,16 +696,16 @@ def uninstall(
     """Remove exactly Engram's hooks and MCP server; everything else in both files stays as it was."""
     settings_path = settings_path or default_settings_path()
     mcp_config_path = mcp_config_path or default_mcp_config_path()
-    settings, settings_text = _read_object(settings_path)
-    config, config_text = _read_object(mcp_config_path)
+    settings, settings_text = read_object(settings_path)
+    config, config_text = read_object(mcp_config_path)
     changes = []
     # A missing file holds nothing of Engram's: it is not created.
     if settings_text is not None:
         new_settings = remove_hooks(settings, settings_path)
-        changes.append(_plan(settings_path, settings, settings_text, new_settings, "hooks"))
+        changes.append(plan_change(settings_path, settings, settings_text, new_settings, "hooks"))
     if config_text is not None:
         new_config = remove_mcp_server(config, mcp_config_path)
-        changes.append(_plan(mcp_config_path, config, config_text, new_config, "mcpServers", MCP_SERVER_NAME))
+        changes.append(plan_change(mcp_config_path, config, config_text, new_config, "mcpServers", MCP_SERVER_NAME))
     if not dry_run:
-        changes = [_apply(c) for c in changes]
+        changes = [apply_change(c) for c in changes]
     return ChangeReport("uninstall", dry_run, tuple(changes))

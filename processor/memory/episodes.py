@@ -102,6 +102,7 @@ class Hit:
     relevance: float = 0.0
     note: str | None = None  # e.g. "stale: src/x.py was deleted in abc123": read it before relying on it
     source_uuids: list[str] = field(default_factory=list)  # the transcript lines it was built from
+    agent: str | None = None  # the agent whose session it was learned in (claude, codex, gemini); None: no session
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class Expansion:
     auto_memory: list[dict[str, Any]] = field(default_factory=list)
     # Made on another machine (shared memory, processor/share/): which one, and whose.
     origin: str | None = None
+    agent: str | None = None  # the agent of the session it was learned in (claude, codex, gemini)
 
 
 @dataclass(frozen=True)
@@ -628,9 +630,11 @@ class EpisodeStore:
         scored = self.search(query, limit=limit, project=project, also_statuses=RECALL_ALSO)
         checks = cold_sql.checks_for(self.conn, [s.episode.id for s in scored if s.episode.status != "active"])
         bites = bites_for(query, [s.episode for s in scored])
+        agents = sessions.agents_of(self.conn, [s.episode.session_id for s in scored if s.episode.session_id])
         hits = [Hit(s.episode.id, bite, utc_date(s.episode.created_at), s.episode.importance,
                     s.episode.kind, round(s.score, 4), "episode", s.episode.project, round(s.relevance, 4),
-                    _status_note(s.episode, checks.get(s.episode.id)), list(s.episode.source_uuids))
+                    _status_note(s.episode, checks.get(s.episode.id)), list(s.episode.source_uuids),
+                    agents.get(s.episode.session_id or ""))
                 for s, bite in zip(scored, bites, strict=True)]
         if session_id:
             hits = self._merge_same_session(hits, query, session_id, limit)
@@ -646,6 +650,7 @@ class EpisodeStore:
         # The same bite rule as for memories, behind a label that says where it comes from.
         bites = bites_for(query, [Passage(fit(" ".join(m.text.split()), BITE_CHARS - 30), m.text) for m in recent])
         extra = []
+        agent = sessions.session_agent(self.conn, session_id)
         for message, sim, bite in zip(recent, sims, bites, strict=True):
             # Ranked as memories are: this session's messages are the newest there are (recency 1), and
             # recency counts in proportion to relevance.
@@ -654,7 +659,7 @@ class EpisodeStore:
             extra.append(Hit(f"msg_{message.uuid}", label + fit(bite, BITE_CHARS - len(label)),
                              utc_date(message.ts_ms), "normal", "other",
                              round(score, 4), "message", relevance=round(max(float(sim), 0.0), 4),
-                             source_uuids=[message.uuid]))
+                             source_uuids=[message.uuid], agent=agent))
         merged = sorted(hits + [h for h in extra if (h.relevance or 0.0) > SAME_SESSION_MIN_SIMILARITY],
                         key=lambda h: h.score, reverse=True)
         return merged[:limit]
@@ -693,7 +698,8 @@ class EpisodeStore:
         origin = share_sql.origins_of(self.conn, [ep.id]).get(ep.id)
         return Expansion(ep.id, ep.summary, ep.full_content, utc_date(ep.created_at), ep.project, ep.session_id,
                          ep.importance, ep.kind, ep.scope, ep.source_type, ep.status, ep.entities, sources,
-                         ep.superseded_by, auto_memory, origin.describe() if origin else None)
+                         ep.superseded_by, auto_memory, origin.describe() if origin else None,
+                         sessions.session_agent(self.conn, ep.session_id) if ep.session_id else None)
 
     def _expand_message(self, item_id: str) -> Expansion:
         found = sessions.message_sources(self.conn, [item_id[4:]])
@@ -702,7 +708,8 @@ class EpisodeStore:
         m = found[0]
         return Expansion(item_id, m.text[:160], m.text, utc_date(m.ts_ms), None, m.session_id, "normal", "other",
                          "project", "message", "active", [], [{"uuid": m.uuid, "role": m.role,
-                                                               "timestamp": m.timestamp, "session_id": m.session_id}])
+                                                               "timestamp": m.timestamp, "session_id": m.session_id}],
+                         agent=sessions.session_agent(self.conn, m.session_id))
 
     def status(self) -> dict[str, Any]:
         by_status = sql.counts_by_status(self.conn)

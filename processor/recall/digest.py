@@ -116,8 +116,14 @@ def memory_line(m: Memory) -> str:
     return f"- [{day}, {m.importance}] {_one_line(m.summary, MAX_LINE_CHARS)} (id: {m.id})"
 
 
-HEADER = ("Engram memory digest: what earlier sessions taught. For a memory's full context call "
-          f"{hook_io.EXPAND_TOOL}(id); to search, {hook_io.RECALL_TOOL}(query).")
+def header(agent: str = "claude") -> str:
+    """The digest's first line, naming the tools as the agent shows them to its model."""
+    return ("Engram memory digest: what earlier sessions taught. For a memory's full context call "
+            f"{hook_io.tool_name('memory_expand', agent)}(id); to search, {hook_io.tool_name('memory_recall', agent)}"
+            "(query).")
+
+
+HEADER = header()
 
 
 def pending_line(p: Pending, queue_dir: object) -> str | None:
@@ -132,10 +138,12 @@ def pending_line(p: Pending, queue_dir: object) -> str | None:
     return f"Pending reviews: {p.total} — " + "; ".join(parts) + "."
 
 
-def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] | None = None) -> str | None:
+def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] | None = None,
+           agent: str = "claude") -> str | None:
     """The fenced digest within `budget` estimated tokens, or None when there is nothing to say."""
     pending = pending_line(digest.pending, queue_dir)
-    fixed = [HEADER] + ([pending] if pending else [])
+    top = header(agent)
+    fixed = [top] + ([pending] if pending else [])
 
     def cost(lines: list[str]) -> int:
         return estimate_tokens(fence("\n".join(lines)))
@@ -158,7 +166,7 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
                 continue
             line = memory_line(m)
             candidate = section + [line] if section else [title, line]
-            if cost(candidate) > section_cap or cost([HEADER, *body, *candidate, *fixed[1:]]) > budget:
+            if cost(candidate) > section_cap or cost([top, *body, *candidate, *fixed[1:]]) > budget:
                 continue  # a shorter line further down may still fit
             section = candidate
             shown.add(m.id)
@@ -167,7 +175,7 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
         body.extend(section)
     if not body and not pending:
         return None
-    return fence("\n".join([HEADER, *body, *fixed[1:]]))
+    return fence("\n".join([top, *body, *fixed[1:]]))
 
 
 def budget(home: str) -> int:
@@ -179,7 +187,8 @@ def budget(home: str) -> int:
         return hook_io.SESSION_START_BUDGET_DEFAULT
 
 
-def hook_output(event: object, home: str | None = None, now_ms: int | None = None) -> str | None:
+def hook_output(event: object, home: str | None = None, now_ms: int | None = None,
+                agent: str = "claude") -> str | None:
     """The hook's stdout for this event (None: print nothing). Raises on failures; main() silences them.
 
     Reads the settings it needs itself (``hook_io``: $ENGRAM_HOME, config.toml) rather than through
@@ -220,7 +229,7 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
     finally:
         conn.close()
     ids: list[str] = []
-    context = render(digest, budget(home), home + "/queue", ids)
+    context = render(digest, budget(home), home + "/queue", ids, agent)
     if context is None:
         return None
     session_id = event.get("session_id")

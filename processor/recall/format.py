@@ -8,11 +8,18 @@ if TYPE_CHECKING:
 
 
 def format_hits(hits: list[Hit]) -> str:
-    """Seed 001's recall format: `[1] (2026-02-20, high) summary — ID: ep_abc`."""
+    """Seed 001's recall format, with the agent the memory was learned in: `[1] (2026-02-20, high, Codex) summary
+    — ID: ep_abc` (no agent for a memory from no session: one stored on purpose, a teammate's)."""
     if not hits:
         return "No memories found."
-    return "\n".join(f"[{i}] ({h.date}, {h.importance}) {h.bite} — ID: {h.id}" + (f" [{h.note}]" if h.note else "")
-                     for i, h in enumerate(hits, 1))
+    from processor.config import AGENT_NAMES
+
+    def where(h: Hit) -> str:
+        agent = getattr(h, "agent", None)
+        return f", {AGENT_NAMES.get(agent, agent)}" if agent else ""
+
+    return "\n".join(f"[{i}] ({h.date}, {h.importance}{where(h)}) {h.bite} — ID: {h.id}"
+                     + (f" [{h.note}]" if h.note else "") for i, h in enumerate(hits, 1))
 
 
 def format_expansion(e: Expansion) -> str:
@@ -22,8 +29,12 @@ def format_expansion(e: Expansion) -> str:
     if e.entities:
         lines += ["", "**Entities:** " + ", ".join(e.entities)]
     if e.source_messages:
+        from processor.config import AGENT_NAMES
+
         first, last = e.source_messages[0], e.source_messages[-1]
-        lines += ["", f"**From session** {first['session_id']} ({first['timestamp']} – {last['timestamp']}), "
+        agent = getattr(e, "agent", None)
+        by = f", {AGENT_NAMES.get(agent, agent)}" if agent else ""
+        lines += ["", f"**From session** {first['session_id']}{by} ({first['timestamp']} – {last['timestamp']}), "
                   f"{len(e.source_messages)} message(s)"]
     for source in e.auto_memory:
         first, last = source["lines"]

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import apsw
 
+from processor.capture.agents import transcript_formats
 from processor.capture.automem import MEMORY_FOLDER, memory_folders
 from processor.capture.backfill import BackfillReport, Progress, backfill
-from processor.capture.discover import TranscriptFilter, discover
+from processor.capture.discover import TranscriptFilter, discover_all
 from processor.capture.parse import CapturedLine
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
 from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
 from processor.clock import utc_date
-from processor.config import Settings, SettingsHolder
+from processor.config import AGENT_NAMES, Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
 from processor.memory.episodes import EpisodeStore, Expansion
@@ -53,7 +54,10 @@ class Processor:
     def __init__(self, settings: Settings, *, mock: bool = False) -> None:
         self.holder = SettingsHolder(settings)
         self.stop_event = threading.Event()
-        self.filter = TranscriptFilter(settings.transcripts_root, settings.agent_workdir)
+        # Every captured agent's transcripts; Claude Code's filter also finds its auto-memory folders.
+        self.formats = transcript_formats(settings)
+        self.filter = next((f for f in self.formats if isinstance(f, TranscriptFilter)),
+                           TranscriptFilter(settings.transcripts_root, settings.agent_workdir))
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.started_at = time.time()
         self.recollections = RecollectionWriter(self.holder)
@@ -85,6 +89,7 @@ class Processor:
             problems=self.problems,
             opt_out_listeners=[self._on_opt_out],
             opt_out_request=lambda session_id: requested_opt_out(self.settings.recollections_dir, session_id),
+            formats=self.formats,
         )
 
     def _on_opt_out(self, result: TailResult) -> None:
@@ -95,14 +100,14 @@ class Processor:
         drop_bites(self.settings.recollections_dir, set(result.dropped_episodes))
         log.info("session %s opted out of memory (%s)", result.session_id, result.opt_out)
 
-    def _on_captured(self, session_id: str, lines: list[CapturedLine]) -> None:
+    def _on_captured(self, session_id: str, lines: list[CapturedLine], finished: bool = False) -> None:
         # A new user message asks for fresh recollections before anything else.
         for line in lines:
             if line.role == "user":
                 self.memory.submit(Recollect(session_id, line))
-        # A finished turn (Claude Code's end_turn on the last line) makes its round an episode at once,
-        # so a decision of a one-shot `claude -p` session is recallable from the next session.
-        self.memory.submit(BuildEpisodes(session_id, final=bool(lines) and lines[-1].end_turn))
+        # A finished turn (Claude Code's end_turn on the last line, the Codex CLI's task_complete after it)
+        # makes its round an episode at once, so a decision of a one-shot session is recallable from the next.
+        self.memory.submit(BuildEpisodes(session_id, final=finished or (bool(lines) and lines[-1].end_turn)))
         self.jobs.on_messages_captured(session_id)
 
     def read_auto_memory(self, folder: Path) -> None:
@@ -189,7 +194,7 @@ class Processor:
         """
         tailer = self._open_tailer()
         try:
-            report = backfill(tailer, self.filter, since_days, progress)
+            report = backfill(tailer, self.formats, since_days, progress)
         finally:
             tailer.conn.close()
         # Remember requests are stored, but no LLM job runs in a one-shot pass.
@@ -213,27 +218,28 @@ class Processor:
         tailer = self._open_tailer()
         self.problems.save_to = self.settings.run_dir / PROBLEMS_FILE
         remove_stale_conversions(self.settings.models_dir)
-        watcher = TranscriptWatcher(self.filter, self.paths, on_memory=self.read_auto_memory)
+        # One watcher per agent's root; Claude Code's also reports its projects' auto-memory folders.
+        roots = [RootWatch(TranscriptWatcher(fmt, self.paths, on_memory=self.read_auto_memory
+                                             if fmt is self.filter else None),
+                           AppearanceWatcher(fmt.root, lambda root=fmt.root: self.paths.put(root)))
+                 for fmt in self.formats]
+        root_markers = {watch.root for watch in roots}
         queue_marker = self.settings.queue_dir
         queue_watcher = FolderWatcher(queue_marker, lambda: self.paths.put(queue_marker))
         injection_watcher = FolderWatcher(self.settings.recollections_dir, self.ingest_injections)
-        # Put on the paths queue when something changes where the missing transcripts root will appear.
-        root_marker = self.filter.root
-        appearance = AppearanceWatcher(self.filter.root, lambda: self.paths.put(root_marker))
+
+        def rediscover() -> set[Path]:
+            return set(discover_all(self.formats, self.settings.recent_days, self.problems))
+
         self.memory.start()
         self.jobs.start()
         self.share.start()
         try:
             queue_watcher.start()
             injection_watcher.start()
-            watching = watcher.start()
-            if not watching and appearance.follow():
-                log.info("capturing %s (root missing: watching %s until it appears)", self.filter.root,
-                         appearance.watched)
-            else:
-                log.info("capturing %s (%s)", self.filter.root, "watching" if watching else "root missing, waiting")
-            pending: set[Path] = set(discover(self.filter.root, self.filter, self.settings.recent_days,
-                                              self.problems))
+            for watch in roots:
+                watch.start()
+            pending: set[Path] = rediscover()
             self._read_all_auto_memory()
             next_rescan = time.monotonic() + self.settings.rescan_seconds
             while not self.stop_event.is_set():
@@ -244,20 +250,20 @@ class Processor:
                 if queue_marker in pending:
                     pending.discard(queue_marker)
                     self.jobs.wake()
-                if root_marker in pending:  # a change where the root will appear
-                    pending.discard(root_marker)
-                    if _watch_root(watcher, appearance):
-                        pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days,
-                                                self.problems))
+                if pending & root_markers:  # a change where a missing root will appear
+                    appeared = [watch for watch in roots if watch.root in pending and watch.follow()]
+                    pending -= root_markers
+                    if appeared:
+                        pending |= rediscover()
                 locked = {path for path in sorted(pending) if not self.stop_event.is_set()
                           and not self._tail(tailer, path)}
                 # Paths that met a locked database are retried after a pause; nothing is dropped.
                 pending = self._drain(timeout=_IDLE_WAIT_SECONDS) | locked
                 if time.monotonic() >= next_rescan:
                     next_rescan = time.monotonic() + self.settings.rescan_seconds
-                    _watch_root(watcher, appearance)
-                    pending |= set(discover(self.filter.root, self.filter, self.settings.recent_days,
-                                            self.problems))
+                    for watch in roots:
+                        watch.follow()
+                    pending |= rediscover()
                     self._read_all_auto_memory()  # unchanged files cost a stat each
                     self.rescans += 1
                     self.jobs.wake()
@@ -265,8 +271,8 @@ class Processor:
         finally:
             queue_watcher.stop()
             injection_watcher.stop()
-            appearance.stop()
-            watcher.stop()
+            for watch in roots:
+                watch.stop()
             self.jobs.stop()
             self.share.stop()
             self.memory.stop()
@@ -304,18 +310,42 @@ class Processor:
         except apsw.BusyError:
             log.warning("database locked by another process for over 5 s while capturing %s; will retry", path)
             return False
-        if path.parent not in self._automem_dirs:
-            # Its project now has a captured session, which is what ties the auto-memory folder to a project.
+        if path.parent not in self._automem_dirs and self.filter.accepts(path):
+            # Its project now has a captured session, which is what ties the auto-memory folder to a project
+            # (Claude Code's own auto memory: its projects' folders only).
             self._automem_dirs.add(path.parent)
             if os.path.isdir(path.parent / MEMORY_FOLDER):
                 self.read_auto_memory(path.parent / MEMORY_FOLDER)
         return True
 
 
-def _watch_root(watcher: TranscriptWatcher, appearance: AppearanceWatcher) -> bool:
-    """Start watching the transcripts root if it exists now (True when this call started it); while it
-    is missing, keep the appearance watch on its nearest existing ancestor."""
-    if watcher.alive or appearance.follow() or not watcher.start():
-        return False
-    log.info("watching %s", watcher.filter.root)
-    return True
+class RootWatch:
+    """One agent's transcripts root: watched while it exists, its nearest existing ancestor while it does not
+    (an agent installed after the processor started: its folder appears later, and is captured at once)."""
+
+    def __init__(self, watcher: TranscriptWatcher, appearance: AppearanceWatcher) -> None:
+        self.watcher = watcher
+        self.appearance = appearance
+        self.root = watcher.filter.root
+        self.agent = AGENT_NAMES.get(watcher.filter.agent, watcher.filter.agent)
+
+    def start(self) -> None:
+        if self.watcher.start():
+            log.info("capturing %s's sessions in %s (watching)", self.agent, self.root)
+        elif self.appearance.follow():
+            log.info("capturing %s's sessions in %s (missing: watching %s until it appears)", self.agent,
+                     self.root, self.appearance.watched)
+        else:
+            log.info("capturing %s's sessions in %s (missing: looked for at each rescan)", self.agent, self.root)
+
+    def follow(self) -> bool:
+        """Start watching the root if it exists now (True when this call started it); while it is missing,
+        keep the appearance watch on its nearest existing ancestor."""
+        if self.watcher.alive or self.appearance.follow() or not self.watcher.start():
+            return False
+        log.info("watching %s (%s's sessions)", self.root, self.agent)
+        return True
+
+    def stop(self) -> None:
+        self.appearance.stop()
+        self.watcher.stop()

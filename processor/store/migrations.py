@@ -559,6 +559,18 @@ def m019_failures_and_origins(conn: apsw.Connection) -> None:
     )
 
 
+def m020_session_agent(conn: apsw.Connection) -> None:
+    # Issue 25: sessions of the Codex CLI and the Gemini CLI are captured beside Claude Code's. Each session
+    # knows the agent that wrote it (every earlier session was Claude Code's); its memories know it through
+    # their session.
+    conn.execute(
+        """
+        ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'claude';
+        CREATE INDEX idx_sessions_agent ON sessions(agent, last_activity);
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -579,6 +591,7 @@ MIGRATIONS: list[Migration] = [
     m017_memories_index,
     m018_shared_memory,
     m019_failures_and_origins,
+    m020_session_agent,
 ]
 
 

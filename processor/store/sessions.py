@@ -27,6 +27,9 @@ class MessageLine(Protocol):
     git_branch: Redacted | None
     text: Redacted
     api_message_id: str | None
+    # A later copy of a message written again under the same id (the Gemini CLI: its tool calls and results
+    # known): it replaces the stored text, the last copy wins.
+    replaces: bool
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,13 @@ def upsert_session(
     last_line_len: int,
     last_activity: int | None,
     now_ms: int,
+    agent: str = "claude",
 ) -> None:
     conn.execute(
         """
         INSERT INTO sessions (session_id, transcript_path, project, project_root, inode, byte_offset,
-                              last_line_hash, last_line_len, last_activity, created_at, updated_at)
-        VALUES (:sid, :path, :root, :root, :inode, :offset, :hash, :hlen, :activity, :now, :now)
+                              last_line_hash, last_line_len, last_activity, created_at, updated_at, agent)
+        VALUES (:sid, :path, :root, :root, :inode, :offset, :hash, :hlen, :activity, :now, :now, :agent)
         ON CONFLICT(session_id) DO UPDATE SET
             transcript_path = excluded.transcript_path,
             project = COALESCE(sessions.project, excluded.project),
@@ -84,6 +88,7 @@ def upsert_session(
             "hlen": last_line_len,
             "activity": last_activity,
             "now": now_ms,
+            "agent": agent,
         },
     )
 
@@ -103,6 +108,8 @@ def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_o
 
 def _store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int,
                 unindexed: list[int]) -> bool:
+    if getattr(line, "replaces", False):
+        return _store_copy(conn, session_id, line, line_offset, unindexed)
     target = _message_row(conn, session_id, line.api_message_id)
     if target is None:
         return _insert_message(conn, session_id, line, line_offset, line.text, unindexed)
@@ -117,6 +124,73 @@ def _store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_
     [stored] = conn.execute("SELECT text FROM messages WHERE uuid = ?", (target,)).fetchone()
     conn.execute("UPDATE messages SET text = ? WHERE uuid = ?", (redacted(f"{stored}\n{line.text}"), target))
     return True
+
+
+def _store_copy(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int,
+                unindexed: list[int]) -> bool:
+    """A message written again under its id: inserted when new, else its text replaced where it changed (the
+    last copy wins; re-reading the file replays the copies in order and ends on the same text). Returns
+    whether anything was written."""
+    if _insert_message(conn, session_id, line, line_offset, line.text, unindexed):
+        return True
+    row = conn.execute("SELECT session_id, text FROM messages WHERE uuid = ?", (line.uuid,)).fetchone()
+    if row is None or row[0] != session_id or row[1] == line.text:
+        return False  # another session's id (never overwritten), or the same copy read again
+    # The update trigger replaces the row's full-text entry, so the row must have one first.
+    index_new_messages(conn, unindexed)
+    conn.execute("UPDATE messages SET text = ?, ts_ms = COALESCE(ts_ms, ?), timestamp = COALESCE(timestamp, ?) "
+                 "WHERE uuid = ?", (redacted(line.text), line.ts_ms, line.timestamp, line.uuid))
+    return True
+
+
+def rewind(conn: apsw.Connection, session_id: str, uuid: str) -> int | None:
+    """Remove the session's messages from `uuid` on, as the agent did (the Gemini CLI's ``$rewindTo``); returns
+    how many were removed, or None when `uuid` is not a stored message of this session (nothing is removed).
+
+    The session's progress markers move back before the rewound messages: a message stored later may reuse
+    their row ids, and must not be taken as already turned into episodes or extracted. Episodes already made
+    from the rewound messages stay: what they describe did happen.
+    """
+    row = conn.execute("SELECT id FROM messages WHERE uuid = ? AND session_id = ?", (uuid, session_id)).fetchone()
+    if row is None:
+        return None
+    first = row[0]
+    gone = [r[0] for r in conn.execute("SELECT uuid FROM messages WHERE session_id = ? AND id >= ?",
+                                      (session_id, first))]
+    marked = json.dumps(gone)
+    conn.execute("DELETE FROM message_lines WHERE message_uuid IN (SELECT value FROM json_each(?))", (marked,))
+    conn.execute("DELETE FROM tool_calls WHERE session_id = ? AND (use_uuid IN (SELECT value FROM json_each(?)) "
+                 "OR result_uuid IN (SELECT value FROM json_each(?)))", (session_id, marked, marked))
+    conn.execute("DELETE FROM tool_signals WHERE session_id = ? AND state = 'pending' "
+                 "AND use_uuid IN (SELECT value FROM json_each(?))", (session_id, marked))
+    conn.execute("DELETE FROM messages WHERE session_id = ? AND id >= ?", (session_id, first))
+    conn.execute("UPDATE sessions SET episodized_through = MIN(episodized_through, ?) WHERE session_id = ?",
+                 (first - 1, session_id))
+    conn.execute("UPDATE extraction_state SET extracted_through = MIN(extracted_through, ?) WHERE session_id = ?",
+                 (first - 1, session_id))
+    return len(gone)
+
+
+def stored_uuids(conn: apsw.Connection, uuids: list[str]) -> list[str]:
+    """Those of `uuids` that are stored messages."""
+    if not uuids:
+        return []
+    return [r[0] for r in conn.execute("SELECT uuid FROM messages WHERE uuid IN (SELECT value FROM json_each(?))",
+                                       (json.dumps(uuids),))]
+
+
+def session_agent(conn: apsw.Connection, session_id: str) -> str | None:
+    row = conn.execute("SELECT agent FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return row[0] if row else None
+
+
+def agents_of(conn: apsw.Connection, session_ids: list[str]) -> dict[str, str]:
+    """session id → the agent that wrote it, for the ids stored (one statement)."""
+    if not session_ids:
+        return {}
+    rows = conn.execute("SELECT session_id, agent FROM sessions WHERE session_id IN (SELECT value FROM json_each(?))",
+                        (json.dumps(sorted(set(session_ids))),))
+    return {sid: agent for sid, agent in rows}
 
 
 def _message_row(conn: apsw.Connection, session_id: str, api_message_id: str | None) -> str | None:
@@ -160,7 +234,8 @@ def index_new_messages(conn: apsw.Connection, unindexed: list[int]) -> None:
 
 
 def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[MessageLine, int]]) -> list[bool]:
-    """store_line for a batch of (line, its byte offset), in order; returns, per line, whether it was new.
+    """store_line for a batch of (line, its byte offset), in order; returns, per line, whether it was new (for
+    a message written several times in the batch, its last copy says whether the message was written).
 
     The parts of one assistant message (Claude Code writes a line per content block, all with the
     message's id) that arrive in one batch are written at once: the row is inserted with their texts
@@ -168,9 +243,10 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
     full-text entry, so a message of k parts was tokenised k times. The stored text is the same.
     The batch's new rows are indexed for full-text search together, at the end.
     """
+    given, lines = lines, _last_copies(lines)
     parts: dict[str, list[int]] = {}  # api message id → indexes of its parts in this batch
     for index, (line, _) in enumerate(lines):
-        if line.api_message_id:
+        if line.api_message_id and not getattr(line, "replaces", False):
             parts.setdefault(line.api_message_id, []).append(index)
     new = [False] * len(lines)
     merged: set[int] = set()
@@ -187,7 +263,33 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
             continue
         new[index] = _store_line(conn, session_id, line, offset, unindexed)
     index_new_messages(conn, unindexed)
+    if lines is not given:
+        # Per line given: a copy stands for its message when it is the last one (the one stored).
+        stored = {line.uuid: is_new for (line, _), is_new in zip(lines, new, strict=True)}
+        final = {line.uuid: index for index, (line, _) in enumerate(given)}
+        return [stored.get(line.uuid, False) and final[line.uuid] == index for index, (line, _) in enumerate(given)]
     return new
+
+
+def _last_copies(lines: list[tuple[MessageLine, int]]) -> list[tuple[MessageLine, int]]:
+    """A message written again within the batch (``replaces``) is stored once: its last copy, where its first
+    copy stood, so the row is written with its final text (no update, no second full-text entry)."""
+    last: dict[str, int] = {}
+    for index, (line, _) in enumerate(lines):
+        if getattr(line, "replaces", False):
+            last[line.uuid] = index
+    if len(last) == sum(1 for line, _ in lines if getattr(line, "replaces", False)):
+        return lines  # no copy repeats in this batch
+    placed: set[str] = set()
+    kept = []
+    for line, offset in lines:
+        if getattr(line, "replaces", False):
+            if line.uuid in placed:
+                continue
+            placed.add(line.uuid)
+            line = lines[last[line.uuid]][0]
+        kept.append((line, offset))
+    return kept
 
 
 def _store_as_one(conn: apsw.Connection, session_id: str, parts: list[tuple[MessageLine, int]],
@@ -220,13 +322,19 @@ class SessionSummary:
     byte_offset: int
     last_activity: int | None
     messages: int
+    agent: str = "claude"
+
+
+def counts_by_agent(conn: apsw.Connection) -> dict[str, int]:
+    """Sessions per agent, for the agents with any."""
+    return {agent: n for agent, n in conn.execute("SELECT agent, count(*) FROM sessions GROUP BY agent ORDER BY agent")}
 
 
 def recent_sessions(conn: apsw.Connection, since_ms: int) -> list[SessionSummary]:
     rows = conn.execute(
         """
         SELECT s.session_id, s.transcript_path, s.project, s.byte_offset, s.last_activity,
-               (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id)
+               (SELECT count(*) FROM messages m WHERE m.session_id = s.session_id), s.agent
         FROM sessions s
         WHERE s.last_activity >= ?
         ORDER BY s.last_activity DESC

@@ -34,27 +34,46 @@ def _call(row: tuple) -> StoredToolCall:
     return StoredToolCall(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), row[7], row[8], row[9])
 
 
+_ADD_CALL = ("INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, target) "
+             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(tool_use_id) DO UPDATE SET use_uuid = excluded.use_uuid, "
+             "tool = excluded.tool, "
+             "target = excluded.target, ts_ms = COALESCE(tool_calls.ts_ms, excluded.ts_ms) "
+             "WHERE tool_calls.tool = ''")
+_ADD_FAILURE = ("INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, failed, error, result_uuid, "
+                "result_ts_ms) VALUES (?, ?, '', ?, '', 1, ?, ?, ?) "
+                "ON CONFLICT(tool_use_id) DO UPDATE SET failed = 1, error = excluded.error, "
+                "result_uuid = excluded.result_uuid, result_ts_ms = excluded.result_ts_ms")
+
+
 def add_calls(conn: apsw.Connection, session_id: str, use_uuid: str, ts_ms: int | None,
               calls: list[tuple[str, str, Redacted | None]]) -> None:
     """(tool_use_id, tool, target) of one assistant line; a call seen again (a re-read line) is kept as is.
     The target (a command, a path, a search) is captured text: it goes through the door."""
-    conn.executemany(
-        "INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, target) VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT(tool_use_id) DO UPDATE SET use_uuid = excluded.use_uuid, tool = excluded.tool, "
-        "target = excluded.target, ts_ms = COALESCE(tool_calls.ts_ms, excluded.ts_ms) WHERE tool_calls.tool = ''",
-        [(tool_use_id, session_id, use_uuid, ts_ms, tool, redacted(target)) for tool_use_id, tool, target in calls])
+    add_lines(conn, session_id, [(use_uuid, ts_ms, calls, [])])
 
 
 def add_failures(conn: apsw.Connection, session_id: str, result_uuid: str, ts_ms: int | None,
                  failures: list[tuple[str, Redacted]]) -> None:
     """(tool_use_id, error text) of one result line. A failure whose call was never captured (it came before
     Engram started reading) is kept with an empty tool: the error alone still tells what went wrong."""
-    conn.executemany(
-        "INSERT INTO tool_calls (tool_use_id, session_id, use_uuid, ts_ms, tool, failed, error, result_uuid, "
-        "result_ts_ms) VALUES (?, ?, '', ?, '', 1, ?, ?, ?) "
-        "ON CONFLICT(tool_use_id) DO UPDATE SET failed = 1, error = excluded.error, "
-        "result_uuid = excluded.result_uuid, result_ts_ms = excluded.result_ts_ms",
-        [(tool_use_id, session_id, ts_ms, redacted(text), result_uuid, ts_ms) for tool_use_id, text in failures])
+    add_lines(conn, session_id, [(result_uuid, ts_ms, [], failures)])
+
+
+def add_lines(conn: apsw.Connection, session_id: str,
+              lines: list[tuple[str, int | None, list[tuple[str, str, Redacted | None]], list[tuple[str, Redacted]]]]
+              ) -> None:
+    """The calls and failed results of a batch's lines — (line uuid, ts_ms, [(tool_use_id, tool, target)],
+    [(tool_use_id, error)]) in line order —, one statement each for all calls and all failures: a call's row
+    comes before its failure is marked on it, as its line came before its result's. Targets and errors are
+    captured text: they go through the door."""
+    calls = [(tool_use_id, session_id, uuid, ts_ms, tool, redacted(target))
+             for uuid, ts_ms, line_calls, _ in lines for tool_use_id, tool, target in line_calls]
+    failures = [(tool_use_id, session_id, ts_ms, redacted(text), uuid, ts_ms)
+                for uuid, ts_ms, _, line_failures in lines for tool_use_id, text in line_failures]
+    if calls:
+        conn.executemany(_ADD_CALL, calls)
+    if failures:
+        conn.executemany(_ADD_FAILURE, failures)
 
 
 def session_calls(conn: apsw.Connection, session_id: str, since_ms: int | None = None,

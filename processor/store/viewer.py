@@ -164,11 +164,11 @@ class TimelineMessage:
     text: str
 
 
-def session_info(conn: apsw.Connection, session_id: str) -> tuple[str, str | None, int | None] | None:
-    """(transcript path, project, last activity) of one session."""
-    row = conn.execute("SELECT transcript_path, project, last_activity FROM sessions WHERE session_id = ?",
+def session_info(conn: apsw.Connection, session_id: str) -> tuple[str, str | None, int | None, str] | None:
+    """(transcript path, project, last activity, agent) of one session."""
+    row = conn.execute("SELECT transcript_path, project, last_activity, agent FROM sessions WHERE session_id = ?",
                        (session_id,)).fetchone()
-    return (row[0], row[1], row[2]) if row else None
+    return (row[0], row[1], row[2], row[3]) if row else None
 
 
 def session_messages(conn: apsw.Connection, session_id: str, after_id: int = 0, before_id: int = 1 << 62,
@@ -228,6 +228,7 @@ class SessionRow:
     messages: int
     memories: int
     injections: int
+    agent: str = "claude"
 
 
 def project_sessions(conn: apsw.Connection, project: str | None, limit: int = 200) -> list[SessionRow]:
@@ -235,7 +236,7 @@ def project_sessions(conn: apsw.Connection, project: str | None, limit: int = 20
         "SELECT s.session_id, s.project, s.last_activity, "
         "(SELECT count(*) FROM messages m WHERE m.session_id = s.session_id), "
         "(SELECT count(*) FROM episodes e WHERE e.session_id = s.session_id), "
-        "(SELECT count(*) FROM injections i WHERE i.session_id = s.session_id) "
+        "(SELECT count(*) FROM injections i WHERE i.session_id = s.session_id), s.agent "
         "FROM sessions s WHERE s.project IS ? ORDER BY s.last_activity DESC LIMIT ?", (project, limit))
     return [SessionRow(*row) for row in rows]
 

@@ -34,7 +34,7 @@ import apsw
 import jinja2
 
 from processor.clock import now_ms, utc_clock, utc_date
-from processor.config import Settings, SettingsSource
+from processor.config import AGENT_NAMES, Settings, SettingsSource
 from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
@@ -47,6 +47,7 @@ from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
+from processor.store import sessions as session_sql
 from processor.store import share as share_sql
 from processor.store import viewer as sql
 from processor.viewer.auth import Sessions, same_origin
@@ -318,7 +319,7 @@ class Viewer:
             conn.close()
         self._page(request, 200, "project.html", title=project or "(no project)", nav="home", project=project,
                    sessions=sessions, memories=memories, injections=injections, told=told,
-                   notice=request.query.get("done", ""))
+                   notice=request.query.get("done", ""), agents=AGENT_NAMES)
 
     @staticmethod
     def _told(conn: apsw.Connection, project: str | None) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -379,8 +380,8 @@ class Viewer:
         finally:
             conn.close()
         return self.render("timeline.html", title=f"Session {session_id}", nav="home", session_id=session_id,
-                           transcript=info[0], project=info[1], items=items, cursor=cursor, earlier=earlier,
-                           before=before)
+                           transcript=info[0], project=info[1], agent=AGENT_NAMES.get(info[3], info[3]),
+                           items=items, cursor=cursor, earlier=earlier, before=before)
 
     def _timeline(self, request: Request, session_id: str) -> None:
         before_text = request.query.get("before", "")
@@ -418,11 +419,13 @@ class Viewer:
             older = sql.predecessors(conn, ep.id)
             newer = sql.successors(conn, ep.id)
             origin = share_sql.origins_of(conn, [ep.id]).get(ep.id)
+            agent = session_sql.session_agent(conn, ep.session_id) if ep.session_id else None
         finally:
             conn.close()
         self._page(request, 200, "memory.html", title=f"Memory {ep.id}", nav="", ep=ep, sources=sources,
                    older=older, newer=newer, notice=request.query.get("done", ""),
-                   origin=origin.describe() if origin else None)
+                   origin=origin.describe() if origin else None,
+                   agent=AGENT_NAMES.get(agent, agent) if agent else None)
 
     def _spend(self, request: Request) -> None:
         conn = self._conn()

@@ -1,0 +1,1 @@
+"""Registration with the Codex CLI: hooks, their trust, and the MCP server (``settings``)."""

@@ -541,7 +541,7 @@ def check_codex(probe: _Probe) -> Check:
     except InstallError as exc:
         return _error(name, f"{exc}; Codex cannot read it either", "fix the file (or move it aside), then "
                       "engram install --agent codex")
-    events = ("SessionStart", "PreToolUse")
+    events = ("SessionStart", "PreToolUse", "PostToolUse")
     missing = [event for event in events if not _engram_commands(hooks_file, event)]
     if missing:
         return _error(name, f"{', '.join(missing)} not registered in {probe.show(folder / codex.HOOKS_FILE)}",

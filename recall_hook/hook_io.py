@@ -243,6 +243,31 @@ def read_limited(path: str, limit: int) -> bytes | None:
         _os.close(fd)
 
 
+def read_tail(path: str, limit: int) -> bytes:
+    """The last `limit` bytes of a regular file (b"" for anything else, or a file that cannot be read)."""
+    try:
+        fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0))
+    except OSError:
+        return b""
+    try:
+        st = _os.fstat(fd)
+        if not is_regular(st.st_mode):
+            return b""
+        start = max(0, st.st_size - limit)
+        chunks, total = [], 0
+        while total < limit:
+            chunk = _os.pread(fd, limit - total, start + total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return b""
+    finally:
+        _os.close(fd)
+
+
 def load_json_file(path: str, limit: int) -> object:
     data = read_limited(path, limit)
     return None if data is None else loads(data.decode("utf-8"))

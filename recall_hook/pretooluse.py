@@ -33,6 +33,9 @@ or created. All of it goes out as
 setting, which costs a config.toml read only when the environment does not decide) and never
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
+After a Gemini shell command that exited non-zero, the same answer also carries what fixed the same failure
+in an earlier session (``tool_failure.py``): Gemini has no event for a failed call alone.
+
 A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
 by the processor after an ``[engram off]`` prompt) gets nothing.
 
@@ -84,8 +87,10 @@ def run(stdin: bytes) -> str | None:
         return None
     lines, ids, message_uuid = _message_bites(directory, session_id, recollection or {})
     about = _call_bites(directory, session_id, recollection, event, ids)
+    after = event.get("hook_event_name") == AFTER_TOOL
+    fixes = _failure_fixes(event, directory, session_id) if after else None
     if not lines and not about:
-        return None
+        return None if fixes is None else _io.hook_json(AFTER_TOOL, fixes[1], fixes[0], directory.rpartition("/")[0])
     # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
     # when about to inject; a recollection written just before the opt-out must not slip through).
     if _io.opted_out(directory, session_id):
@@ -97,15 +102,32 @@ def run(stdin: bytes) -> str | None:
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     ids = [i for i in ids if i in fresh]
     about = [(i, line) for i, line in about if i in fresh]
-    if not lines and not about:
+    if not lines and not about and fixes is None:
         return None
     agent = _io.agent()
-    after = event.get("hook_event_name") == AFTER_TOOL
     parts = [_io.format_context(lines, agent)] if lines else []
     if about:
         parts.append(_io.format_call_context(_target(event), [line for _, line in about], agent, after=after))
-    return _io.hook_json(AFTER_TOOL if after else "PreToolUse", "\n".join(parts), ids + [i for i, _ in about],
+    told = ids + [i for i, _ in about]
+    if fixes is not None:
+        parts.append(fixes[1])
+        told += fixes[0]
+    return _io.hook_json(AFTER_TOOL if after else "PreToolUse", "\n".join(parts), told,
                          directory.rpartition("/")[0])
+
+
+def _failure_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str], str] | None:
+    """Gemini's AfterTool of a shell command that exited non-zero: what fixed the same failure before
+    (``tool_failure.py``, imported only then)."""
+    response = event.get("tool_response")
+    content = response.get("llmContent") if isinstance(response, dict) else None
+    if not isinstance(content, str) or "\nExit Code: " not in content or "\nExit Code: 0\n" in content:
+        return None
+    if __package__:
+        from . import tool_failure
+    else:
+        import tool_failure
+    return tool_failure.told_fixes(event, directory, session_id)
 
 
 def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple[list[str], list[str], str]:

@@ -13,7 +13,9 @@ any hook injected captured back. And uninstall gives each agent's files back byt
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,14 @@ def repository(world: AgentWorld) -> None:
     (world.repo / "dist" / "app.js").write_text("console.log('shop-api')\n")
     (world.repo / "tools").mkdir()
     (world.repo / "tools" / "release.py").write_text(RELEASE_SCRIPT)
+    # A branch with a remote but no upstream: a bare `git push` fails until it is set.
+    remote = world.repo.parent / "remote.git"
+    identity = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    for argv in (["git", "init", "-q", "--bare", str(remote)], ["git", "checkout", "-q", "-b", "release"],
+                 ["git", "add", ".gitignore", "tools"], ["git", "commit", "-q", "-m", "release tooling"],
+                 ["git", "remote", "add", "origin", str(remote)]):
+        subprocess.run(argv, cwd=world.repo, env=identity, check=True, capture_output=True)
 
 
 def seed_memories(world: AgentWorld) -> dict[str, str]:
@@ -69,6 +79,13 @@ def call_context(text: str) -> str:
     found = re.search(r"<engram-recollection>\n((?:Before|About) this call on .*?)\n</engram-recollection>", text,
                       re.DOTALL)
     return found.group(1) if found else ""
+
+
+def failure_context(text: str) -> str:
+    """The last block Engram told right after a failed call (its fence's body), "" when there is none."""
+    found = re.findall(r"<engram-recollection>\n(This failed the same way .*?)\n</engram-recollection>", text,
+                       re.DOTALL)
+    return found[-1] if found else ""
 
 
 def hit_ids(text: str) -> list[str]:
@@ -118,7 +135,7 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         codex_files = (world.codex_home / "config.toml", world.codex_home / "hooks.json")
         before_install = snapshot(*codex_files)
         installed = world.install("codex")
-        assert "trust of Engram's 2 hooks is recorded" in installed
+        assert "trust of Engram's 3 hooks is recorded" in installed
         world.install("claude")
         # The processor starts before Codex ever ran here: its sessions folder appears later, and is captured.
         assert not (world.codex_home / "sessions").exists()
@@ -176,6 +193,8 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
             Reply.tool("Bash", {"command": "python3 tools/release.py", "description": "release"}),
             Reply.tool("Bash", {"command": "python3 tools/release.py --version 1.2.0", "description": "release"},
                        text=RELEASE_DIAGNOSIS),
+            Reply.tool("Bash", {"command": "git push", "description": "push"}),
+            Reply.tool("Bash", {"command": "git push --set-upstream origin release", "description": "push"}),
             Reply.text("Released 1.2.0."),
         ])
         claude_requests = world.server.conversation
@@ -183,6 +202,8 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         assert "Before this call on git add dist/app.js" in told and f"(id: {lesson_1})" in told, told[-3000:]
         assert "the following arguments are required: --version" in claude_requests[2].all_text()  # real failure
         lesson_2 = world.lesson("--version")
+        assert "has no upstream branch" in claude_requests[4].all_text()  # a real failure, then the fix
+        push_fix = world.lesson("git push --set-upstream origin release")
 
         # ---- Codex session C: told the lesson Claude Code learned, at the same command
         before_c = len(world.responses.requests)
@@ -190,12 +211,21 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         world.codex_run(prompt_c, [
             codex_after_recollection(world, prompt_c, CodexTurn.call("exec_command",
                                                                      {"cmd": "python3 tools/release.py"})),
+            CodexTurn.call("exec_command", {"cmd": "git checkout -q -b hotfix"}),
+            CodexTurn.call("exec_command", {"cmd": "git push"}),
             CodexTurn.text("It needs a version."),
         ])
-        told = call_context(developer_texts(world.responses.requests[before_c + 1]))
-        assert told.startswith("Before this call on python3 tools/release.py"), told
-        assert f"(id: {lesson_2})" in told
-        assert f"(id: {lesson_1})" not in told  # a lesson about another command is not told at this call
+        # Met once, in session B: told right after the same failure (Codex's PostToolUse; the rollout says the call
+        # failed), not before the call (that waits until the failure recurs in a second session).
+        after_release = world.responses.requests[before_c + 1]
+        assert "arguments are required: --version" in "\n".join(after_release.outputs().values())
+        fixed = failure_context(developer_texts(after_release))
+        assert f"(id: {lesson_2})" in fixed, developer_texts(after_release)[-2000:]
+        assert f"(id: {lesson_1})" not in fixed  # a lesson about another command is not told at this call
+        after_push = world.responses.requests[before_c + 3]
+        assert "has no upstream branch" in "\n".join(after_push.outputs().values())
+        fixed = failure_context(developer_texts(after_push))
+        assert f"(id: {push_fix})" in fixed and "git push --set-upstream origin release" in fixed, fixed
 
         # memory_recall, `engram status` and the agent of each session and memory
         status = json.loads(world.engram("status", "--json").stdout)
@@ -283,8 +313,9 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         # At the first tool call (AfterTool, with its result): the prompt's bites and the Claude Code lesson.
         result = requests[1].responses()["run_shell_command"]
         assert BITES_HEADER in result and f"(id: {ids['fact']})" in result, result
-        assert "About this call on python3 tools/release.py" in result and f"(id: {lesson_claude})" in result
-        assert "Exit Code: 2" in result  # the failure was real
+        assert "Exit Code: 2" in result  # the failure was real: what fixed it in session A comes with it
+        output = json.loads(result)["output"].replace("&lt;", "<").replace("&gt;", ">")  # Gemini escapes its tags
+        assert f"(id: {lesson_claude})" in failure_context(output), result
         assert {"mcp_engram_memory_recall", "mcp_engram_memory_expand"} <= set(requests[-1].tool_names)
         assert ids["fact"] in hit_ids(requests[-1].responses()["mcp_engram_memory_recall"])
 

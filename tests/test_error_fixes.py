@@ -240,3 +240,45 @@ def test_a_recipe_assembled_through_failures_is_told_before_the_next_run(engram_
     assert summary.startswith("To run `pytest` here:") and "editable mode" in summary and "activated" in summary
     out = before(engram_home, S2, "pytest tests/test_cart.py")
     assert recipe_id in told(out) and "ran clean" in told(out)
+
+
+def codex_rollout(path: Path, call_id: str, output: str, *, status: str) -> None:
+    """The lines a Codex rollout holds for a finished shell call when its PostToolUse hook runs."""
+    code = 128 if status == "failed" else 0
+    lines = [{"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
+                                                   "arguments": '{"cmd": "git push"}', "call_id": call_id}},
+             {"type": "event_msg", "payload": {"type": "item_completed", "item": {
+                 "type": "CommandExecution", "id": call_id, "status": status, "aggregated_output": output}}},
+             {"type": "response_item", "payload": {"type": "function_call_output", "call_id": call_id,
+                                                   "output": f"Process exited with code {code}\nOutput:\n{output}"}}]
+    path.write_text("x" * 300_000 + "\n" + "".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_codex_and_gemini_get_the_fix_right_after_the_same_failure(engram_home: Path, projects_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    """Neither has an event for a failed call alone: Codex's PostToolUse reads the call's exit status from its
+    rollout (its tool_response is the output only); Gemini's AfterTool (pretooluse.py) reads ``Exit Code: N``."""
+    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
+    process()
+    rollout = tmp_path / "rollout.jsonl"
+    codex_event = {"session_id": S2, "hook_event_name": "PostToolUse", "cwd": CWD, "tool_name": "Bash",
+                   "tool_input": {"command": "git push"}, "tool_use_id": "call_7", "transcript_path": str(rollout),
+                   "tool_response": no_upstream("feat-cart")}
+    codex_rollout(rollout, "call_7", no_upstream("feat-cart"), status="completed")
+    assert run_hook("tool_failure.py", engram_home, codex_event) == ""  # exited 0: not a failure
+    codex_rollout(rollout, "call_7", no_upstream("feat-cart"), status="failed")
+    assert run_hook("tool_failure.py", engram_home, {**codex_event, "tool_use_id": "call_8"}) == ""  # not its call
+    out = run_hook("tool_failure.py", engram_home, codex_event)
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "PostToolUse"
+    assert "what fixed it: `git push --set-upstream origin feat-login`" in told(out)
+
+    content = "<untrusted_context>\nOutput: {}\nExit Code: {}\nProcess Group PGID: 4242\n</untrusted_context>"
+    gemini_event = {"session_id": S3, "hook_event_name": "AfterTool", "cwd": CWD, "tool_name": "run_shell_command",
+                    "tool_input": {"command": "git push"},
+                    "tool_response": {"llmContent": content.format(no_upstream("feat-cart"), 0)}}
+    assert run_hook("pretooluse.py", engram_home, gemini_event) == ""
+    gemini_event["tool_response"] = {"llmContent": content.format(no_upstream("feat-cart"), 128)}
+    out = run_hook("pretooluse.py", engram_home, gemini_event)
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "AfterTool"
+    assert "This failed the same way" in told(out) and "git push --set-upstream origin feat-login" in told(out)
+    assert run_hook("pretooluse.py", engram_home, gemini_event) == ""  # once a session

@@ -95,6 +95,8 @@ def test_codex_install_adds_hooks_trust_and_server_and_keeps_everything_else(cod
     assert start["command"].endswith("recall_hook/session_start.py codex") and start["timeout"] == 30
     assert pre["command"].endswith("recall_hook/pretooluse.py codex")
     assert hooks["hooks"]["PreToolUse"][1]["matcher"] == "*"
+    [failure] = hooks["hooks"]["PostToolUse"]  # a failed shell command: the fix of the same failure
+    assert failure["matcher"] == "Bash" and failure["hooks"][0]["command"].endswith("recall_hook/tool_failure.py codex")
     text = (codex_dir / "config.toml").read_text()
     assert text.startswith(USER_CONFIG_TOML)  # the user's file, untouched, then Engram's block
     config = tomllib.loads(text)
@@ -102,7 +104,7 @@ def test_codex_install_adds_hooks_trust_and_server_and_keeps_everything_else(cod
     assert config["mcp_servers"]["engram"] == {"command": PYTHON, "args": ["-I", "-m", "mcp_tools.bridge"],
                                                "env_vars": ["ENGRAM_HOME", "XDG_DATA_HOME"]}
     mine = engram_hooks(hooks, codex_dir / "hooks.json")
-    assert [h.event for h in mine] == ["PreToolUse", "SessionStart"]
+    assert [h.event for h in mine] == ["PreToolUse", "SessionStart", "PostToolUse"]
     assert mine[0].key == f"{codex_dir}/hooks.json:pre_tool_use:1:0"  # the user's group keeps index 0
     for hook in mine:
         assert config["hooks"]["state"][hook.key]["trusted_hash"] == hook.hash
@@ -176,7 +178,7 @@ def test_codex_no_trust_leaves_trust_to_the_user(codex_dir: Path, registration: 
     report = codex.install(codex_dir, registration, check=False, trust=False)
     config = tomllib.loads((codex_dir / "config.toml").read_text())
     hooks = engram_hooks(json.loads((codex_dir / "hooks.json").read_text()), codex_dir / "hooks.json")
-    assert len(untrusted(config, hooks)) == 2
+    assert len(untrusted(config, hooks)) == 3
     assert any("/hooks" in note for note in report.notes)
 
 

@@ -106,6 +106,25 @@ def test_no_lesson_from_an_unfixed_failure_a_declined_call_or_narration(engram_h
     assert memories(process(projects_dir), "gotcha") == [] and memories(process(projects_dir), "bugfix") == []
 
 
+def test_a_flag_given_a_value_is_a_fix_and_a_bare_one_a_question(engram_home: Path, projects_dir: Path) -> None:
+    """``--version 1.2.0`` passes a version: it is what fixed the failure. ``--version`` alone only asks the
+    program its version, as ``--help`` reads about it: never a fix."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("Release it")
+    c.bash("python3 tools/release.py", "release.py: error: the following arguments are required: --version",
+           error=True)
+    c.bash("python3 tools/release.py --version", "release.py: error: argument --version: expected one argument",
+           error=True)
+    c.bash("python3 tools/release.py --help", "usage: release.py [-h] --version VERSION")
+    c.bash("python3 tools/release.py --version 1.2.0", "released 1.2.0")
+    c.say("Released 1.2.0.", end_turn=True)
+    write(projects_dir, c)
+    found = memories(process(projects_dir), "gotcha")
+    first = [content for _, _, _, content, _, _ in found if "arguments are required" in content]
+    assert first and "What fixed it: `python3 tools/release.py --version 1.2.0`" in first[0], found
+    assert not any("--help" in content for _, _, _, content, _, _ in found)
+
+
 def test_a_megabyte_error_is_kept_as_its_head_and_tail(engram_home: Path, projects_dir: Path) -> None:
     c = Conversation(S1, cwd=CWD)
     c.user("Run the tests")

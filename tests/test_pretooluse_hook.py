@@ -506,7 +506,8 @@ def test_state_cannot_be_recorded_means_no_injection(home: Path, env: dict[str, 
 
 
 def test_hook_imports_only_the_standard_library() -> None:
-    for source in (HOOK, HOOK.with_name("hook_io.py"), HOOK.with_name("tool_keys.py")):
+    for source in (HOOK, HOOK.with_name("hook_io.py"), HOOK.with_name("tool_keys.py"),
+                   HOOK.with_name("tool_failure.py"), HOOK.with_name("failure_keys.py")):
         tree = ast.parse(source.read_text())
         imported = set()
         for node in ast.walk(tree):
@@ -515,8 +516,9 @@ def test_hook_imports_only_the_standard_library() -> None:
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0])
         # hashlib: only before a session's first recollection, to find its project's lesson index from the cwd
+        # tool_failure: only after a Gemini shell command that exited non-zero (its AfterTool is this hook)
         allowed = {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "time", "tomllib", "", "hook_io",
-                   "tool_keys", "hashlib"}
+                   "tool_keys", "hashlib", "tool_failure", "failure_keys"}
         assert imported <= allowed, source
 
 

@@ -9,6 +9,8 @@ script, so the bites and the digest name the tools as Codex shows them):
 - ``PreToolUse`` (matcher ``*``): ``recall_hook/pretooluse.py codex`` — the bites of the user's message at
   its first tool call, and what earlier sessions left about the file or command (Codex's hooks name a shell
   call ``Bash`` with ``{"command"}``, as Claude Code does);
+- ``PostToolUse`` (matcher ``Bash``): ``recall_hook/tool_failure.py codex`` — right after a shell command
+  failed, what fixed the same failure in an earlier session (the exit status read from the rollout);
 - optionally ``UserPromptSubmit`` (``engram install --prompt-submit``): ``recall_hook/prompt_submit.py codex``;
 - MCP server ``engram``: ``<engram's python> -I -m mcp_tools.bridge``, with ``env_vars`` naming the variables
   that locate Engram's data (Codex passes a server only the variables it is told to);
@@ -52,6 +54,7 @@ from processor.config import codex_config_dir
 from recall_hook.pretooluse import LAUNCHER
 from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
+from recall_hook.tool_failure import LAUNCHER as TOOL_FAILURE_LAUNCHER
 
 AGENT = "codex"
 HOOKS_FILE = "hooks.json"
@@ -67,6 +70,10 @@ def hook_specs(registration: Registration) -> list[tuple[HookSpec, bool]]:
                   registration.session_start_timeout, registration.hook("SessionStart").markers), True),
         (HookSpec("PreToolUse", registration.hook_command("pretooluse.py", LAUNCHER, AGENT),
                   registration.pretooluse_timeout, registration.hook("PreToolUse").markers, matcher="*"), True),
+        # Codex has no event for a failed call alone: the hook reads the failure from the rollout.
+        (HookSpec("PostToolUse", registration.hook_command("tool_failure.py", TOOL_FAILURE_LAUNCHER, AGENT),
+                  registration.tool_failure_timeout, registration.hook("PostToolUseFailure").markers,
+                  matcher="Bash"), True),
     ]
     prompt = HookSpec("UserPromptSubmit", registration.hook_command("prompt_submit.py", PROMPT_SUBMIT_LAUNCHER, AGENT),
                       registration.prompt_submit_timeout, (PROMPT_SUBMIT_MARKER,))

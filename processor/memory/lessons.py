@@ -260,9 +260,17 @@ def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
 
 
 def _inspects(call: StoredToolCall) -> bool:
-    """``--help``, ``--version``, ``help``: a call that reads about the program, never one that fixes it."""
+    """``--help``, ``--version``, ``help``: a call that reads about the program, never one that fixes it. A
+    ``--version`` that is given a value (``release.py --version 1.2.0``) is an argument, not a question."""
     words = (call.target or "").split()
-    return any(w in ("--help", "-h", "--version", "-V", "help") for w in words)
+    for index, word in enumerate(words):
+        if word in ("--help", "-h", "help"):
+            return True
+        if word in ("--version", "-V"):
+            following = words[index + 1] if index + 1 < len(words) else ""
+            if not following or following.startswith("-") or following in ("&&", "||", ";", "|"):
+                return True
+    return False
 
 
 def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMessage]) -> Fix | None:

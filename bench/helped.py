@@ -27,7 +27,8 @@ corrections, as the readers counted them).
 
 Baseline, same run: the same replay on the code of ``--baseline-ref`` (main before issue 28), in a subprocess of
 its own tree. ``--json`` prints one JSON object last; ``--dump FILE`` writes every replayed prompt with what was
-told (the format of ``bench/precision.py --dump``), for sessions the sets were not built on.
+told (the format of ``bench/precision.py --dump``; each bite with the moments of its session it carries), for
+sessions the sets were not built on.
 """
 
 from __future__ import annotations
@@ -248,9 +249,7 @@ def score(records: list[dict], automatic: list[dict], labelled: list[dict]) -> d
     label_rows = [(moment, _helped(_moment_of(moment), by_prompt, tells)) for moment in labelled]
     both = [(m, h) for m, h in label_rows if len(m["readers"]) == 2]
     # Precision and silence over later sessions (the store held something then).
-    moments_of: dict[str, list[dict]] = {}
-    for moment in [*auto, *(_moment_of(m) for m in labelled)]:
-        moments_of.setdefault(moment["session"], []).append(moment)
+    moments_of = moments_by_session(automatic, labelled)
     moment_prompts = {m["prompt_uuid"] for m in automatic} | {m["moment"]["prompt_uuid"] for m, _ in label_rows}
     later = [r for r in records if not r["first_session"]]
     shown = [b for r in later for b in r["bites"]]
@@ -277,6 +276,24 @@ def score(records: list[dict], automatic: list[dict], labelled: list[dict]) -> d
         "silent_when_nothing_needed": _share(sum(not r["bites"] for r in quiet), len(quiet)),
         "prompts_later_sessions": len(later),
     }
+
+
+def moments_by_session(automatic: list[dict], labelled: list[dict]) -> dict[str, list[dict]]:
+    moments_of: dict[str, list[dict]] = {}
+    for moment in [*(_auto_moment(m) for m in automatic), *(_moment_of(m) for m in labelled)]:
+        moments_of.setdefault(moment["session"], []).append(moment)
+    return moments_of
+
+
+def annotate(records: list[dict], automatic: list[dict], labelled: list[dict]) -> list[dict]:
+    """The records with each later session's bite marked with the moments of its session it carries (for a
+    reader of ``--dump``: which bites counted as useful, and for what)."""
+    moments_of = moments_by_session(automatic, labelled)
+    for record in records:
+        for bite in record["bites"]:
+            bite["carries"] = [f"{m['kind']}@{m['prompt_uuid'][:8]}" for m in moments_of.get(record["session"], [])
+                               if holds(bite, m)]
+    return records
 
 
 def _by_kind(rows: list[tuple[dict, bool]]) -> dict[str, str]:
@@ -329,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                    args.models_dir)]
         seconds = time.perf_counter() - started
         if args.dump:
-            args.dump.write_text(json.dumps(records, indent=1, ensure_ascii=False), encoding="utf-8")
+            args.dump.write_text(json.dumps(annotate(records, automatic, labelled), indent=1, ensure_ascii=False,
+                                            default=sorted), encoding="utf-8")
         baseline = None
         if not args.no_baseline:
             baseline = [r for i, d in enumerate(dirs)

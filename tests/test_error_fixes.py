@@ -240,6 +240,29 @@ def test_a_recipe_assembled_through_failures_is_told_before_the_next_run(engram_
     assert summary.startswith("To run `pytest` here:") and "editable mode" in summary and "activated" in summary
     out = before(engram_home, S2, "pytest tests/test_cart.py")
     assert recipe_id in told(out) and "ran clean" in told(out)
+    # Reading a test file is not running the tests: the recipe is filed under the command only.
+    read = run_hook("pretooluse.py", engram_home, {"session_id": S3, "hook_event_name": "PreToolUse", "cwd": CWD,
+                                                   "tool_name": "Read",
+                                                   "tool_input": {"file_path": f"{CWD}/tests/test_cart.py"}})
+    assert recipe_id not in read
+
+
+def test_reruns_after_fixing_the_code_are_the_work_not_a_recipe(engram_home: Path, projects_dir: Path) -> None:
+    """A type checker failing one way, then another, then clean, with only the code edited in between: each go
+    was the same command. Nothing about how to run it here was learned."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("Fix the type errors")
+    c.bash("uv run pyright", f"{CWD}/shop/cart.py:18:4 - error: Type \"None\" is not assignable to \"int\"",
+           error=True)
+    c.edit(f"{CWD}/shop/cart.py")
+    c.bash("uv run pyright", f"{CWD}/shop/cart.py:40:9 - error: Cannot access attribute \"total\" for class "
+           "\"Order\"", error=True)
+    c.edit(f"{CWD}/shop/cart.py")
+    c.bash("uv run pyright", "0 errors, 0 warnings, 0 informations")
+    c.say("Pyright is clean.", end_turn=True)
+    write(projects_dir, c)
+    store = process()
+    assert store.conn.execute("SELECT count(*) FROM memory_origins WHERE miner = 'recipe'").fetchone()[0] == 0
 
 
 def codex_rollout(path: Path, call_id: str, output: str, *, status: str) -> None:

@@ -386,13 +386,11 @@ def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: 
         steps = []
         for index, f in enumerate(distinct):
             until = distinct[index + 1].call if index + 1 < len(distinct) else clean
-            said = [m for m in replies if (f.call.result_ts_ms or f.call.ts_ms or 0) < (m.ts_ms or 0)
-                    <= (until.ts_ms or 0)]
-            diagnosis = _diagnosis(said)
-            if diagnosis is not None:
-                steps.append(diagnosis[1].rstrip("."))
-            else:
-                steps.append(f"after “{fit(f.error_line, 90)}”, `{_command_shown(until.target, 90)}`")
+            step = _recipe_step(f, until, in_round, replies)
+            if step is not None:
+                steps.append(step)
+        if len(steps) < MIN_RECIPE_STEPS:
+            continue  # the code changed between the goes, not the way of running it: that is the work itself
         command = _command_shown(clean.target, 120)
         program = (failure.key[4:] if failure.key.startswith("cmd:") else failure.key).split()
         text = fit(f"To run `{' '.join(program[:3])}` here: " + "; ".join(steps) + f"; then `{command}` ran clean.",
@@ -404,6 +402,37 @@ def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: 
                                                                                     d.call.result_uuid) if u)),
                       created_at=clean.ts_ms, miner="recipe")
     return None
+
+
+def _recipe_step(failure: Failure, until: StoredToolCall, in_round: list[StoredToolCall],
+                 replies: list[StoredMessage]) -> str | None:
+    """What got past one failure of a recipe's chain, when it was a way of working: a step run first, the
+    command run another way, or a tool's constraint the session said. None when only the code changed in
+    between (a type error fixed, a test made to pass: the work, not how to run it here), or when the session
+    put it down to the code's own cause."""
+    between = in_round[in_round.index(failure.call) + 1:in_round.index(until)]
+    setup = [c for c in between if c.tool == "Bash" and not c.failed and c.target and not _inspects(c)
+             and any(k.startswith("cmd:") for k in command_keys(c.target))]
+    changed = _shape(until.target) != _shape(failure.call.target)
+    said = [m for m in replies if (failure.call.result_ts_ms or failure.call.ts_ms or 0) < (m.ts_ms or 0)
+            <= (until.ts_ms or 0)]
+    diagnosis = _diagnosis(said)
+    if diagnosis is not None and diagnosis[0] != "gotcha":
+        return None  # the session put it down to the code's own cause: fixing that was the work
+    if not (setup or changed or diagnosis is not None):
+        return None
+    if diagnosis is not None:
+        return diagnosis[1].rstrip(".")
+    return f"after “{fit(failure.error_line, 90)}”, `{_command_shown(until.target, 90)}`"
+
+
+_QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
+
+
+def _shape(command: str | None) -> str:
+    """A command without what its quotes hold: another commit message or search text is not another way of
+    running it."""
+    return " ".join(_QUOTED.sub('""', command or "").split())
 
 
 def mine_round(round_messages: list[StoredMessage], calls: list[StoredToolCall],

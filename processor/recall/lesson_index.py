@@ -48,7 +48,7 @@ from processor.store import failures as failures_sql
 from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
-from recall_hook.tool_keys import GENERIC, command_keys, dir_key, fact_keys, stages_everything
+from recall_hook.tool_keys import GENERIC, command_keys, fact_keys, stages_everything
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +117,9 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
         if stated is not None:  # "`dist/` is git-ignored, so …": also a fact about that path, told on touch
             return list(dict.fromkeys([*keys, *fact_keys(stated[1], root)]))
         return list(dict.fromkeys(k for k in keys if origin == "lesson" or k.startswith("cmd:")))
-    if origin == "recipe":  # the call it is a recipe for, and the folders of the files it ran on (the pattern)
+    if origin == "recipe":  # the call it is a recipe for (not its files: a read of one is not running it)
         keys = [k for e in ep.entities if e.startswith("$ ") for k in command_keys(e[2:], root)]
-        folders = [dir_key(k[5:]) for k in keys if k.startswith("file:")]
-        return list(dict.fromkeys([k for k in keys if k.startswith("cmd:")] + [f for f in folders if f]))
+        return list(dict.fromkeys(k for k in keys if k.startswith("cmd:")))
     if origin == "decision":
         keys: list[str] = []
         for name in ep.entities:

@@ -167,6 +167,11 @@ class EpisodeStore:
             self._embedder = load_embedder(self.settings.embedding_model, self.settings.models_dir)
         return self._embedder
 
+    @property
+    def loaded_embedder(self) -> Embedder | None:
+        """The embedder if it is loaded already (None rather than loading it)."""
+        return self._embedder
+
     def check_model(self) -> None:
         """Refuse to mix vectors from different models: stored vectors must match the configured one."""
         stored = sql.get_meta(self.conn, "embedding_model")

@@ -43,6 +43,9 @@ MAX_WAITING_SESSIONS = 1000
 # for one up to READER_WAIT_SECONDS, then opens one of its own, closed when it is handed back.
 READERS = 4
 READER_WAIT_SECONDS = 5.0
+# A session that captured lines this recently is live: bulk embedding (episodes) then leaves it half the
+# model's contexts, so its capture, hooks and searches find a core; with none live it uses them all.
+LIVE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ class MemoryThread:
         self._idle_readers: list[EpisodeStore] = []  # stores lent to request threads, back in the pool
         self._idle_readers_lock = threading.Lock()
         self._reader_slots = threading.BoundedSemaphore(READERS)
+        self._last_capture = float("-inf")  # when a session last captured lines (monotonic)
 
     # --- used inline (backfill) or by the thread ----------------------------------------------
 
@@ -246,10 +250,22 @@ class MemoryThread:
         return self._episode_errors(lambda: store.episodize(final=final) if sessions is None
                                     else sum(store.episodize(sid, final=final) for sid in sorted(sessions))) or 0
 
+    def note_capture(self) -> None:
+        """A session captured lines: it is live for LIVE_SECONDS (capture's thread calls this)."""
+        self._last_capture = time.monotonic()
+
+    def share_cores(self) -> None:
+        """All the model's contexts for episodes when no session is live, half of them while one is."""
+        embedder = self.store.loaded_embedder if self.store is not None else None
+        if embedder is not None:
+            live = time.monotonic() - self._last_capture < LIVE_SECONDS
+            embedder.bulk_contexts = max(1, embedder.max_contexts // 2) if live else embedder.max_contexts
+
     def build_slice(self, session_id: str, final: bool = False) -> bool:
         """One slice of a session's episodes; True when more complete rounds wait (and nothing failed)."""
         store = self.store
         assert store is not None
+        self.share_cores()
         outcome = self._episode_errors(lambda: store.episodize_slice(session_id, final,
                                                                      between=self._serve_recollections))
         return bool(outcome and outcome[1])

@@ -95,6 +95,7 @@ class Processor:
         log.info("session %s opted out of memory (%s)", result.session_id, result.opt_out)
 
     def _on_captured(self, session_id: str, lines: list[CapturedLine]) -> None:
+        self.memory.note_capture()  # a live session: episodes leave it cores
         # A new user message asks for fresh recollections before anything else.
         for line in lines:
             if line.role == "user":

@@ -164,6 +164,7 @@ def rates(done: dict, seconds: float, finished: bool) -> dict:
 def run_backfill(code: Path, projects: Path, models: Path, workdir: Path, limit: float | None) -> dict:
     """The real `engram backfill` of `code`'s tree over `projects`; stopped after `limit` seconds if given."""
     home = workdir / "home"
+    workdir.mkdir(parents=True, exist_ok=True)
     env = environment(home, projects, models)
     with open(workdir / "backfill.log", "w") as log:
         started = time.monotonic()
@@ -188,6 +189,7 @@ def run_drain(code: Path, projects: Path, models: Path, workdir: Path, limit: fl
     """The real processor (`engram run`) started on the backlog: seconds until every complete round is an episode
     and the memory thread is idle (or `limit`)."""
     home = workdir / "home"
+    workdir.mkdir(parents=True, exist_ok=True)
     env = environment(home, projects, models, ENGRAM_RECENT_DAYS="1")
     with open(workdir / "processor.log", "w") as log:
         started = time.monotonic()

@@ -190,7 +190,7 @@ class Processor:
         JobRunner(self.settings, self.stop_event).run_until_idle(only={"remember"})
         self.memory.open()
         try:
-            built = self.memory.build_episodes(final=True)
+            built = self.memory.build_all(final=True)
             if self.settings.automem:
                 assert self.memory.store is not None
                 for folder in memory_folders(self.filter):

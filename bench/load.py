@@ -406,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the fixtures' real lines (default) or random user/assistant lines")
     parser.add_argument("--runs", type=int, default=1, help="repeat the load (and its baseline) this many times")
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="the git commit whose processor is the baseline")
+    parser.add_argument("--baseline-runs", type=int, help="runs of the baseline (default: --runs)")
     parser.add_argument("--no-baseline", action="store_true", help="measure this tree only")
     parser.add_argument("--first-start", action="store_true",
                         help="every run's processor starts with an empty models folder, as after an install: it "
@@ -425,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict]] = {name: [] for name in trees}
         for n in range(args.runs):
             for name, code in trees.items():  # interleaved: a busy spell of the machine hits both
+                if name == "baseline" and args.baseline_runs is not None and n >= args.baseline_runs:
+                    continue
                 folder = workdir / f"{name}-{n + 1}"
                 models = folder / "models" if args.first_start else args.models_dir
                 result = measure(args.sessions, args.rate, args.seconds, args.readers, models, folder,

@@ -233,8 +233,9 @@ def test_a_query_never_waits_for_a_bulk_decode_and_gets_the_same_vector(embedder
     assert embedder._separate
     long_query = "why does the checkout integration test fail on CI " * 40  # several packs' worth of tokens
     done: list[np.ndarray] = []
-    with holding_every_context(embedder._bulk) as bulk:  # bulk decodes hold every bulk context meanwhile
-        assert bulk and all(llama._model is embedder._llama._model for llama in bulk)
+    # Bulk decodes hold the bulk context and every spare meanwhile.
+    with holding_every_context(embedder._bulk) as bulk, holding_every_context(embedder._spare) as spare:
+        assert bulk and all(llama._model is embedder._llama._model for llama in bulk + spare)
         worker = threading.Thread(target=lambda: done.append(embedder.embed_query(long_query)))
         worker.start()
         worker.join(timeout=30)
@@ -250,20 +251,23 @@ def test_bulk_packs_are_spread_over_the_contexts_and_keep_their_order(embedder: 
              f"and split the batch" for i in range(40)]
     alone = [embedder.embed_documents([t])[0] for t in texts[:6]]
     used: set[int] = set()
-    real_take = embedder._bulk.take
 
-    def take(wait: bool = True):
-        llama = real_take(wait)
-        if llama is not None:
-            used.add(id(llama))
-        return llama
+    def counting(pool):
+        real_take = pool.take
 
-    embedder._bulk.take = take
+        def take(wait: bool = True):
+            llama = real_take(wait)
+            if llama is not None:
+                used.add(id(llama))
+            return llama
+        return take
+
+    embedder._bulk.take, embedder._spare.take = counting(embedder._bulk), counting(embedder._spare)
     saved = embedder.bulk_contexts
     try:
         embedder.bulk_contexts = 2
         together = embedder.embed_documents(texts)
-        if embedder._bulk.limit >= 2:
+        if embedder._spare.limit >= 1:
             assert len(used) == 2, "the packs were not spread over two contexts"
         used.clear()
         embedder.bulk_contexts = 1
@@ -271,7 +275,7 @@ def test_bulk_packs_are_spread_over_the_contexts_and_keep_their_order(embedder: 
         assert len(used) == 1
     finally:
         embedder.bulk_contexts = saved
-        del embedder._bulk.take
+        del embedder._bulk.take, embedder._spare.take
     assert together.shape == (40, embedder.dim)
     assert all(cos(together[i], alone[i]) > 0.9999 for i in range(6))
     assert all(cos(together[i], one[i]) > 0.9999 for i in range(40))
@@ -299,7 +303,8 @@ def test_queries_that_arrive_together_share_decodes_and_get_their_own_vectors(em
 
     embedder._decode_queries = counting
     try:
-        with holding_every_context(embedder._queries):  # every query context is busy while the burst arrives
+        # Every context a query may use is busy while the burst arrives.
+        with holding_every_context(embedder._queries), holding_every_context(embedder._spare):
             threads = [threading.Thread(target=search, args=(q,)) for q in queries]
             for thread in threads:
                 thread.start()

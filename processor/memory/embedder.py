@@ -132,9 +132,14 @@ class Embedder:
         # them in one decode, so a burst of searches shares the model's calls (and, with several contexts,
         # the cores).
         self._waiting_queries: list[_WaitingQuery] = []
-        self._queries = _Pool(self._llama, QUERY_SEQUENCES, self.max_contexts if first else 1,
-                              first.llama if first else None, first)
-        self._bulk = _Pool(self._llama, None, self.max_contexts if first else 1, self._llama, None)
+        # Three pools: the bulk context and the first query context are always there for their own kind; the
+        # spares (one per core left over) serve whichever needs more cores: a backfill's packs, a burst of
+        # searches. Each context's buffers cost 20-35 MB once used, so contexts beyond the cores would only
+        # cost memory: two kinds never decode on more contexts together than there are cores, plus one.
+        self._queries = _Pool(self._llama, QUERY_SEQUENCES, 1 if first else 0, first.llama if first else None, first)
+        self._bulk = _Pool(self._llama, None, 1, self._llama, None)
+        self._spare = _Pool(self._llama, None, self.max_contexts - 1 if first else 0, None, None,
+                            ready=self._queries.ready)
         self._helpers: ThreadPoolExecutor | None = None  # decode threads for bulk packs beyond the caller's
         self._helpers_lock = threading.Lock()
 
@@ -162,6 +167,7 @@ class Embedder:
                 self._helpers = None
         with self._lock:
             self._queries.close()  # the contexts before the weights they use
+            self._spare.close()
             self._bulk.close()
             self._llama.close()
 
@@ -195,8 +201,10 @@ class Embedder:
         pending = iter(packs)
         pending_lock = threading.Lock()
 
-        def work() -> None:
-            llama = self._bulk.take()
+        def work(pool: _Pool, wait: bool) -> None:
+            llama = pool.take(wait)
+            if llama is None:  # no spare free (a burst of searches has it): the others do the packs
+                return
             try:
                 while True:
                     with pending_lock:
@@ -207,12 +215,12 @@ class Embedder:
                     vectors = llama.embed([fitted[i][0] for i in rows], normalize=False, truncate=True)
                     out[rows] = np.asarray(vectors, dtype=np.float32)
             finally:
-                self._bulk.give(llama)
+                pool.give(llama)
 
-        helpers = min(max(1, self.bulk_contexts), self._bulk.limit, len(packs)) - 1
-        futures = [self._helper_pool().submit(work) for _ in range(helpers)]
+        helpers = min(max(1, self.bulk_contexts), 1 + self._spare.limit, len(packs)) - 1
+        futures = [self._helper_pool().submit(work, self._spare, False) for _ in range(helpers)]
         try:
-            work()
+            work(self._bulk, True)
         finally:
             for future in futures:
                 future.result()  # its error, if it had one, after every helper stopped
@@ -234,7 +242,11 @@ class Embedder:
         with ready:
             self._waiting_queries.append(mine)
             while not mine.done:
-                llama = None if mine.taken else self._queries.take(wait=False)
+                pool = self._queries
+                llama = None if mine.taken else pool.take(wait=False)
+                if llama is None and not mine.taken:
+                    pool = self._spare
+                    llama = pool.take(wait=False)
                 if llama is None:  # every context busy, or someone is embedding ours: wait for a change
                     ready.wait()
                     continue
@@ -249,7 +261,7 @@ class Embedder:
                     ready.acquire()
                     for waiting in batch:
                         waiting.done = True
-                    self._queries.give(llama)  # notifies every waiter: a context is free, vectors are ready
+                    pool.give(llama)  # notifies every waiter: a context is free, vectors are ready
         if mine.error is not None:
             raise mine.error
         assert mine.vector is not None
@@ -365,28 +377,29 @@ class _Pool:
     """
 
     def __init__(self, main: Any, n_seq_max: int | None, limit: int, first: Any | None,
-                 first_context: _SharedContext | None) -> None:
+                 first_context: _SharedContext | None, ready: threading.Condition | None = None) -> None:
         self._main = main
         self._n_seq_max = n_seq_max
         self.limit = limit
-        self.ready = threading.Condition()
+        self.ready = ready or threading.Condition()
         self._free: list[Any] = [first] if first is not None else []
         self._made = 1 if first is not None else 0
         self._owned: list[_SharedContext] = [first_context] if first_context is not None else []
 
     def take(self, wait: bool = True) -> Any | None:
-        """A free context (made if under the limit); None when `wait` is False and none is free."""
+        """A free context (made if under the limit); None when `wait` is False and none is free, or when the
+        pool has none at all."""
         with self.ready:
             while not self._free:
                 if self._made < self.limit:
                     made = _SharedContext.open(self._main, self._n_seq_max)
                     if made is None:  # this llama-cpp-python cannot make more: stay with the ones there are
-                        self.limit = max(1, self._made)
+                        self.limit = self._made
                         continue
                     self._made += 1
                     self._owned.append(made)
                     return made.llama
-                if not wait:
+                if not wait or self.limit == 0:
                     return None
                 self.ready.wait()
             return self._free.pop()

@@ -244,11 +244,17 @@ def test_a_query_never_waits_for_a_bulk_decode_and_gets_the_same_vector(embedder
     assert cos(done[0], np.asarray(shared, dtype=np.float32)) > 0.9999
 
 
-def test_bulk_packs_are_spread_over_the_contexts_and_keep_their_order(embedder: Embedder) -> None:
-    """A batch of documents is decoded on up to bulk_contexts contexts at once (one thread each); every
-    text gets its own vector, the one it gets alone, whichever context decoded it."""
+@pytest.mark.parametrize("spares", [1, 0], ids=["a spare context", "the query context borrowed"])
+def test_bulk_packs_are_spread_over_the_contexts_and_keep_their_order(embedder: Embedder, spares: int) -> None:
+    """A batch of documents is decoded on up to bulk_contexts contexts at once (one thread each): a spare, or
+    (the running processor keeps none) the query context while no query needs it; every text gets its own
+    vector, the one it gets alone, whichever context decoded it."""
+    saved_spares = embedder._spare.limit
+    embedder._spare.limit = min(spares, embedder.max_contexts - 1)
+    if embedder.max_contexts < 2:
+        pytest.skip("one core: bulk embedding has one context")
     texts = [f"step {i}: the migration of table {i} timed out, so we raised the lock timeout to {i} s "
-             f"and split the batch" for i in range(40)]
+             f"and split the batch" + " into smaller transactions of a thousand rows each" * (i % 4) for i in range(40)]
     alone = [embedder.embed_documents([t])[0] for t in texts[:6]]
     used: set[int] = set()
 
@@ -262,20 +268,23 @@ def test_bulk_packs_are_spread_over_the_contexts_and_keep_their_order(embedder: 
             return llama
         return take
 
-    embedder._bulk.take, embedder._spare.take = counting(embedder._bulk), counting(embedder._spare)
+    pools = (embedder._bulk, embedder._spare, embedder._queries)  # a helper borrows a spare, else the query one
+    for pool in pools:
+        pool.take = counting(pool)
     saved = embedder.bulk_contexts
     try:
         embedder.bulk_contexts = 2
         together = embedder.embed_documents(texts)
-        if embedder._spare.limit >= 1:
-            assert len(used) == 2, "the packs were not spread over two contexts"
+        assert len(used) == 2, "the packs were not spread over two contexts"
         used.clear()
         embedder.bulk_contexts = 1
         one = embedder.embed_documents(texts)
         assert len(used) == 1
     finally:
         embedder.bulk_contexts = saved
-        del embedder._bulk.take, embedder._spare.take
+        embedder._spare.limit = saved_spares
+        for pool in pools:
+            del pool.take
     assert together.shape == (40, embedder.dim)
     assert all(cos(together[i], alone[i]) > 0.9999 for i in range(6))
     assert all(cos(together[i], one[i]) > 0.9999 for i in range(40))
@@ -304,7 +313,8 @@ def test_queries_that_arrive_together_share_decodes_and_get_their_own_vectors(em
     embedder._decode_queries = counting
     try:
         # Every context a query may use is busy while the burst arrives.
-        with holding_every_context(embedder._queries), holding_every_context(embedder._spare):
+        with holding_every_context(embedder._queries), holding_every_context(embedder._spare), \
+                holding_every_context(embedder._bulk):
             threads = [threading.Thread(target=search, args=(q,)) for q in queries]
             for thread in threads:
                 thread.start()

@@ -12,6 +12,7 @@ names the model that made them, so a store can refuse to mix vectors from differ
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -137,7 +138,7 @@ class Embedder:
         # searches. Each context's buffers cost 20-35 MB once used, so contexts beyond the cores would only
         # cost memory: two kinds never decode on more contexts together than there are cores, plus one.
         self._queries = _Pool(self._llama, QUERY_SEQUENCES, 1 if first else 0, first.llama if first else None, first)
-        self._bulk = _Pool(self._llama, None, 1, self._llama, None)
+        self._bulk = _Pool(self._llama, None, 1, self._llama, None, ready=self._queries.ready)
         self._spare = _Pool(self._llama, None, self.max_contexts - 1 if first else 0, None, None,
                             ready=self._queries.ready)
         self._helpers: ThreadPoolExecutor | None = None  # decode threads for bulk packs beyond the caller's
@@ -191,40 +192,55 @@ class Embedder:
         return _unit_rows(out)
 
     def _embed_bulk(self, texts: list[str]) -> np.ndarray:
-        """Vectors for texts, their packs decoded on up to `bulk_contexts` contexts at once."""
+        """Vectors for texts, their packs decoded on up to `bulk_contexts` contexts at once: the bulk context,
+        the spares, and the query context while no query needs it (only packs of up to QUERY_SEQUENCES texts,
+        the size it was made for; a query waits for one pack at most)."""
         fitted = [self._fit(self._normalise(t)) for t in texts]
         # Packed shortest first: short texts fill packs together rather than each riding alone beside a long
         # neighbour (a round's pieces alternate long and short), so there are fewer decodes of fuller packs.
         order = sorted(range(len(texts)), key=lambda i: fitted[i][1])
-        packs = _packs([fitted[i][1] for i in order])
+        pending = collections.deque(_packs([fitted[i][1] for i in order]))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        pending = iter(packs)
         pending_lock = threading.Lock()
 
-        def work(pool: _Pool, wait: bool) -> None:
+        def next_pack(longest: bool) -> tuple[int, int] | None:
+            """The shortest texts' pack for the bulk context; the longest texts' (the fewest texts) for a helper."""
+            with pending_lock:
+                if not pending:
+                    return None
+                if not longest:
+                    return pending.popleft()
+                pack = pending[-1]
+                if pack[1] - pack[0] > QUERY_SEQUENCES and not self._spare.limit:
+                    return None  # too many texts for the query context: the bulk context takes it
+                return pending.pop()
+
+        def work(pool: _Pool, wait: bool, longest: bool) -> None:
             llama = pool.take(wait)
-            if llama is None:  # no spare free (a burst of searches has it): the others do the packs
+            if llama is None:  # no context free (a burst of searches has them): the bulk context does the packs
                 return
             try:
-                while True:
-                    with pending_lock:
-                        pack = next(pending, None)
-                    if pack is None:
-                        return
+                while (pack := next_pack(longest)) is not None:
                     rows = order[pack[0]:pack[1]]
                     vectors = llama.embed([fitted[i][0] for i in rows], normalize=False, truncate=True)
                     out[rows] = np.asarray(vectors, dtype=np.float32)
             finally:
                 pool.give(llama)
 
-        helpers = min(max(1, self.bulk_contexts), 1 + self._spare.limit, len(packs)) - 1
-        futures = [self._helper_pool().submit(work, self._spare, False) for _ in range(helpers)]
+        borrowed = [self._spare] * self._spare.limit or [self._queries] * (self._queries.limit > 0)
+        helpers = min(max(1, self.bulk_contexts) - 1, len(borrowed), len(pending) - 1)
+        futures = [self._helper_pool().submit(work, pool, False, True) for pool in borrowed[:max(0, helpers)]]
         try:
-            work(self._bulk, True)
+            work(self._bulk, True, False)
         finally:
             for future in futures:
                 future.result()  # its error, if it had one, after every helper stopped
         return _unit_rows(out)
+
+    def keep_spares(self, count: int) -> None:
+        """Make at most `count` spare contexts (the running processor keeps none: each costs 20-35 MB once used,
+        and its episodes and searches borrow each other's context instead)."""
+        self._spare.limit = min(self._spare.limit, max(0, count))
 
     def _helper_pool(self) -> ThreadPoolExecutor:
         with self._helpers_lock:
@@ -242,11 +258,11 @@ class Embedder:
         with ready:
             self._waiting_queries.append(mine)
             while not mine.done:
-                pool = self._queries
-                llama = None if mine.taken else pool.take(wait=False)
-                if llama is None and not mine.taken:
-                    pool = self._spare
-                    llama = pool.take(wait=False)
+                pool, llama = self._queries, None
+                if not mine.taken:  # the query context, a spare, or the bulk context while no batch holds it
+                    for pool in (self._queries, self._spare, self._bulk):
+                        if (llama := pool.take(wait=False)) is not None:
+                            break
                 if llama is None:  # every context busy, or someone is embedding ours: wait for a change
                     ready.wait()
                     continue

@@ -395,6 +395,9 @@ class MemoryThread:
         try:
             try:
                 store.check_model()
+                # A running processor makes no spare contexts (each costs memory for good once used): its episodes
+                # and searches borrow each other's idle context instead. `engram backfill` keeps them.
+                store.embedder.keep_spares(0)
                 # Load the model and the vectors now, not on the first user message (nor mid-session, on the
                 # first search that reads them: a 100k store takes seconds).
                 store.index.refresh(store.conn)

@@ -269,7 +269,7 @@ def ratio(rate: float | None, bound: float) -> float | None:
 
 def measure(args: argparse.Namespace, workdir: Path) -> dict:
     history, backlog = workdir / "history", workdir / "backlog"
-    made = write_history(history, args.megabytes, args.short_sessions, args.seed)
+    made = None if args.drain_only else write_history(history, args.megabytes, args.short_sessions, args.seed)
     lines = write_backlog(backlog, args.drain_lines)
     trees = {"this": REPO}
     if not args.no_baseline:
@@ -277,18 +277,17 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict:
     result: dict = {"history": made, "backlog_lines": lines}
     for name, code in trees.items():
         limit = args.baseline_seconds if name == "baseline" else None
-        result[name] = {
-            "backfill": run_backfill(code, history, args.models_dir, workdir / f"{name}-backfill", limit),
-            "drain": run_drain(code, backlog, args.models_dir, workdir / f"{name}-drain",
-                               args.baseline_seconds if name == "baseline" else args.drain_timeout),
-        }
-        print(f"[{name}] backfill {result[name]['backfill']}; drain {result[name]['drain']}", file=sys.stderr)
-    texts = stored_texts(workdir / "this-backfill" / "home" / "engram.db")
+        result[name] = {} if args.drain_only else {
+            "backfill": run_backfill(code, history, args.models_dir, workdir / f"{name}-backfill", limit)}
+        result[name]["drain"] = run_drain(code, backlog, args.models_dir, workdir / f"{name}-drain",
+                                          args.baseline_seconds if name == "baseline" else args.drain_timeout)
+        print(f"[{name}] {result[name]}", file=sys.stderr)
+    texts = stored_texts(workdir / ("this-drain" if args.drain_only else "this-backfill") / "home" / "engram.db")
     sample = random.Random(args.seed).sample(texts, min(args.bound_sample, len(texts)))
     bound = model_bound(sample, args.models_dir)
     result["bound"] = bound
     for name in trees:
-        for part in ("backfill", "drain"):
+        for part in result[name]:
             run = result[name][part]
             per_memory = run["messages_in_episodes"] / run["memories"] if run["memories"] else 0
             run["vs_bound"] = ratio(run["memories_per_second"], bound["memories_per_second"])
@@ -308,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-seconds", type=float, default=300.0,
                         help="the baseline's backfill and drain are stopped after this long (rates from progress)")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--drain-only", action="store_true", help="measure the drain only (no generated history)")
     parser.add_argument("--bound-sample", type=int, default=1500, help="stored texts the model's bound is timed on")
     parser.add_argument("--models-dir", type=Path,
                         default=Path(os.environ["ENGRAM_MODELS_DIR"]) if os.environ.get("ENGRAM_MODELS_DIR")
@@ -321,10 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         result = measure(args, workdir)
     mine = result["this"]
-    goals = {"backfill_ge_0.7x_bound": (mine["backfill"]["vs_bound"] or 0) >= GOAL_RATIO,
-             "drain_ge_0.7x_bound": (mine["drain"]["vs_bound"] or 0) >= GOAL_RATIO,
-             "backfill_finished": mine["backfill"]["finished"], "drain_finished": mine["drain"]["finished"],
-             "nothing_doubled": not mine["backfill"].get("doubled") and not mine["drain"].get("doubled")}
+    goals = {f"{part}_ge_0.7x_bound": (mine[part]["vs_bound"] or 0) >= GOAL_RATIO for part in mine}
+    goals.update({f"{part}_finished": mine[part]["finished"] for part in mine})
+    goals["nothing_doubled"] = not any(mine[part].get("doubled") for part in mine)
     report = {"benchmark": "backfill", **result, "baseline_ref": None if args.no_baseline else args.baseline_ref,
               "goals": goals, "goal_met": all(goals.values()), "python": sys.version.split()[0],
               "cpus": os.cpu_count()}
@@ -334,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("this", "baseline"):
         if name not in result:
             continue
-        for part in ("backfill", "drain"):
+        for part in result[name]:
             r = result[name][part]
             print(f"{name} {part}: {r['messages_per_second']} messages/s, {r['memories_per_second']} memories/s "
                   f"({r['vs_bound']}x the bound) in {r['seconds']} s{'' if r['finished'] else ' (stopped)'}; "

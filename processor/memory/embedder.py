@@ -141,6 +141,7 @@ class Embedder:
         self._bulk = _Pool(self._llama, None, 1, self._llama, None, ready=self._queries.ready)
         self._spare = _Pool(self._llama, None, self.max_contexts - 1 if first else 0, None, None,
                             ready=self._queries.ready)
+        self._lend_query_context = True  # bulk may borrow the query context while no query needs it
         self._helpers: ThreadPoolExecutor | None = None  # decode threads for bulk packs beyond the caller's
         self._helpers_lock = threading.Lock()
 
@@ -227,7 +228,8 @@ class Embedder:
             finally:
                 pool.give(llama)
 
-        borrowed = [self._spare] * self._spare.limit or [self._queries] * (self._queries.limit > 0)
+        borrowed = [self._spare] * self._spare.limit or [self._queries] * (self._queries.limit > 0
+                                                                           and self._lend_query_context)
         helpers = min(max(1, self.bulk_contexts) - 1, len(borrowed), len(pending) - 1)
         futures = [self._helper_pool().submit(work, pool, False, True) for pool in borrowed[:max(0, helpers)]]
         try:
@@ -237,10 +239,16 @@ class Embedder:
                 future.result()  # its error, if it had one, after every helper stopped
         return _unit_rows(out)
 
-    def keep_spares(self, count: int) -> None:
-        """Make at most `count` spare contexts (the running processor keeps none: each costs 20-35 MB once used,
-        and its episodes and searches borrow each other's context instead)."""
+    def keep_spares(self, count: int, *, lend_query_context: bool = True) -> None:
+        """Make at most `count` spare contexts (each costs 20-35 MB once used); without spares, bulk embedding
+        borrows the query context while no query needs it, unless told not to."""
         self._spare.limit = min(self._spare.limit, max(0, count))
+        self._lend_query_context = lend_query_context
+
+    @property
+    def bulk_capacity(self) -> int:
+        """How many contexts bulk embedding can use at once: its own, the spares, the query context if lent."""
+        return 1 + self._spare.limit + int(not self._spare.limit and self._lend_query_context and self._separate)
 
     def _helper_pool(self) -> ThreadPoolExecutor:
         with self._helpers_lock:

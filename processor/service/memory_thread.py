@@ -318,12 +318,15 @@ class MemoryThread:
         self._last_capture = time.monotonic()
 
     def share_cores(self) -> bool:
-        """All the model's contexts for episodes when no session is live, half of them while one is; returns
-        whether one is."""
+        """Half the model's contexts for episodes while a session is live, all of them with none live, at most
+        those the embedder has for them (the running processor has one: it lends none of its query context,
+        whose buffers long packs would make resident for good: bench/load.py's peak went over 300 MB);
+        returns whether a session is live."""
         live = time.monotonic() - self._last_capture < LIVE_SECONDS
         embedder = self.store.loaded_embedder if self.store is not None else None
         if embedder is not None:
-            embedder.bulk_contexts = max(1, embedder.max_contexts // 2) if live else embedder.max_contexts
+            wanted = max(1, embedder.max_contexts // 2) if live else embedder.max_contexts
+            embedder.bulk_contexts = min(wanted, embedder.bulk_capacity)
         return live
 
     def build_slice(self, session_id: str, final: bool = False) -> bool:
@@ -395,9 +398,10 @@ class MemoryThread:
         try:
             try:
                 store.check_model()
-                # A running processor makes no spare contexts (each costs memory for good once used): its episodes
-                # and searches borrow each other's idle context instead. `engram backfill` keeps them.
-                store.embedder.keep_spares(0)
+                # A running processor makes no spare contexts and lends episodes none of its query context (each
+                # context's buffers stay resident once a long pack used them): RSS stays under 300 MB under
+                # bench/load.py. Searches still borrow the idle bulk context. `engram backfill` keeps its spares.
+                store.embedder.keep_spares(0, lend_query_context=False)
                 # Load the model and the vectors now, not on the first user message (nor mid-session, on the
                 # first search that reads them: a 100k store takes seconds).
                 store.index.refresh(store.conn)

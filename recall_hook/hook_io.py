@@ -583,37 +583,12 @@ def remove(path: str) -> None:
         return
 
 
-def claim(directory: str, session_id: str, message_uuid: str) -> bool:
-    """Record `message_uuid` as injected; False if another hook process already did.
-
-    Claude Code runs the hooks of parallel tool calls concurrently, so the read-compare-write is
-    done under an exclusive lock; without it both calls of a parallel batch would inject. The lock
-    is a POSIX record lock (posix.lockf) on one dedicated file, opened once: fcntl.flock would
-    cost an extension-module load, and a record lock is only dropped early if the process closes
-    another descriptor of the same file, which never happens to this one.
-    """
-    lock_fd = -1
-    if hasattr(_os, "lockf"):  # elsewhere: accept the rare double injection
-        lock_fd = _os.open(
-            f"{directory}/{LOCK_NAME}", _os.O_RDWR | _os.O_CREAT | getattr(_os, "O_CLOEXEC", 0), 0o600
-        )
-    try:
-        if lock_fd >= 0:
-            _os.lockf(lock_fd, _os.F_LOCK, 0)
-        if last_injected(f"{directory}/{session_id}.state") == message_uuid:
-            return False
-        write_state(directory, session_id, message_uuid)
-        return True
-    finally:
-        if lock_fd >= 0:
-            _os.close(lock_fd)  # releases the lock
-
-
 # --- what the PreToolUse hook told this session about the files and commands in hand ---------------
 
 LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.index
 LESSONS_SUFFIX = ".index"  # processor/recall/lesson_index.py SUFFIX
 LESSONS_LIMIT = 64 * 1024  # processor/recall/lesson_index.py INDEX_LIMIT
+KEYS_MARK = "#keys\t"  # processor/recall/lesson_index.py KEYS_MARK
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
 SHOWN_LIMIT = 16 * 1024
 SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
@@ -647,9 +622,15 @@ def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[
     if raw is None:
         return []
     text = raw.decode("utf-8")
+    # The second line lists the keys the file holds: look there first, and in the whole text only for those.
+    listed = text.find("\n" + KEYS_MARK)
+    head = text[listed:text.find("\n", listed + 1)] if listed >= 0 else None
     filed: list[tuple[str, list]] = []
     for key in keys:
-        start = text.find("\n" + quote(key) + "\t")
+        quoted = quote(key)
+        if head is not None and "\t" + quoted + "\t" not in head:
+            continue
+        start = text.find("\n" + quoted + "\t")
         if start >= 0:
             start = text.index("\t", start + 1) + 1
             end = text.find("\n", start)
@@ -680,10 +661,17 @@ def load_shown(directory: str, session_id: str) -> tuple[list[str], list[str]]:
 
 
 def claim_shown(directory: str, session_id: str, ids: list[str], created: str | None = None,
-                asked: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Record `ids` as told about a tool call (and `asked`: the bites of a user message, and `created`: a file
-    the agent made) under the hook's lock; returns those of `ids` and `asked` no parallel hook process claimed
-    first: each memory is told once per session, by whichever hook tells it first."""
+                asked: list[str] | tuple[str, ...] = (), message: str | None = None) -> list[str]:
+    """Record `ids` as told about a tool call (and `asked`: the bites of the user message `message`, and
+    `created`: a file the agent made) under the hook's lock; returns those of `ids` and `asked` no parallel hook
+    process claimed first: each memory is told once per session, by whichever hook tells it first, and a
+    message's bites once (``<session>.state``), in the same lock.
+
+    Claude Code runs the hooks of parallel tool calls concurrently, so the read-compare-write is done under an
+    exclusive lock; without it both calls of a parallel batch would tell. The lock is a POSIX record lock
+    (posix.lockf) on one dedicated file, opened once: fcntl.flock would cost an extension-module load, and a
+    record lock is only dropped early if the process closes another descriptor of the same file, which never
+    happens to this one."""
     lock_fd = -1
     if hasattr(_os, "lockf"):
         lock_fd = _os.open(
@@ -692,6 +680,11 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
     try:
         if lock_fd >= 0:
             _os.lockf(lock_fd, _os.F_LOCK, 0)
+        if message is not None:
+            if last_injected(f"{directory}/{session_id}.state") == message:
+                asked = ()  # a parallel tool call's hook injected this message's bites
+            else:
+                write_state(directory, session_id, message)
         shown, told_asked, made = _shown_data(directory, session_id)
         known = shown + told_asked
         fresh = [i for i in ids if i not in known]

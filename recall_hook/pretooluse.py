@@ -95,10 +95,10 @@ def run(stdin: bytes) -> str | None:
     # when about to inject; a recollection written just before the opt-out must not slip through).
     if _io.opted_out(directory, session_id):
         return None
-    if lines and not _io.claim(directory, session_id, message_uuid):
-        lines, ids = [], []  # a parallel tool call's hook injected this message's bites
-    # Told once a session, by whichever hook first: a message's bites and what is told about the call alike.
-    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about], asked=ids) if about or ids else []
+    # Told once a session, by whichever hook first: a message's bites and what is told about the call alike
+    # (and a message's bites once: a parallel tool call's hook may have injected them).
+    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about], asked=ids,
+                            message=message_uuid if lines else None) if about or ids else []
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     ids = [i for i in ids if i in fresh]
     about = [(i, line) for i, line in about if i in fresh]

@@ -324,7 +324,12 @@ def _inject_recollection(directory: str, session_id: str, recollection: dict) ->
     if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list):
         return None
     kept = [(line, _io.bite_id(b)) for b in bites[: _io.MAX_BITES] if (line := _io.bite_line(b)) is not None]
-    if not kept or not _io.claim(directory, session_id, message_uuid):
+    if not kept:
+        return None
+    # Claimed like the PreToolUse hook's: once a message, and each memory once a session, by any hook.
+    fresh = _io.claim_shown(directory, session_id, [], asked=[i for _, i in kept], message=message_uuid)
+    kept = [(line, bite_id) for line, bite_id in kept if bite_id in fresh]
+    if not kept:
         return None
     return _output(directory, [line for line, _ in kept], [bite_id for _, bite_id in kept])
 

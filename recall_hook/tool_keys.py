@@ -169,8 +169,12 @@ def command_keys(command: str, root: str | None = None) -> list[str]:
     lesson to every command."""
     if command.lstrip().startswith("apply_patch") and "*** Begin Patch" in command:
         return patch_keys(command, root)
+    return _segment_keys(_split_commands(command[:2000]), root)
+
+
+def _segment_keys(segments: list[str], root: str | None) -> list[str]:
     keys: list[str] = []
-    for segment in _split_commands(command[:2000]):
+    for segment in segments:
         key = command_key(segment)
         if key and key not in keys:
             keys.append(key)
@@ -264,8 +268,11 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
         command = tool_input.get("command", tool_input.get("cmd"))
         if not isinstance(command, str):
             return []
-        broad = [k for k in map(stages_everything, _split_commands(command[:2000])) if k]
-        return _around(command_keys(command, root)) + list(dict.fromkeys(broad))
+        if command.lstrip().startswith("apply_patch") and "*** Begin Patch" in command:
+            return _around(patch_keys(command, root))
+        segments = _split_commands(command[:2000])  # once: the hook runs before every call
+        broad = [k for k in map(stages_everything, segments) if k]
+        return _around(_segment_keys(segments, root)) + list(dict.fromkeys(broad))
     keys: list[str] = []
     if tool_name in _FILE_TOOLS or tool_name in ("Grep", "Glob"):
         for name in _PATH_KEYS:

@@ -67,8 +67,8 @@ def test_the_stdlib_hooks_copies_of_defaults_equal_the_options() -> None:
     from recall_hook import hook_io
 
     assert Settings.show_injected.default is hook_io.SHOW_INJECTED_DEFAULT
-    assert (lesson_index.FOLDER, lesson_index.SUFFIX, lesson_index.INDEX_LIMIT) == (
-        hook_io.LESSONS_FOLDER, hook_io.LESSONS_SUFFIX, hook_io.LESSONS_LIMIT)
+    assert (lesson_index.FOLDER, lesson_index.SUFFIX, lesson_index.INDEX_LIMIT, lesson_index.KEYS_MARK) == (
+        hook_io.LESSONS_FOLDER, hook_io.LESSONS_SUFFIX, hook_io.LESSONS_LIMIT, hook_io.KEYS_MARK)
     assert recollections.SHOWN_SUFFIX == hook_io.SHOWN_SUFFIX
     assert Settings.session_start_token_budget.default == hook_io.SESSION_START_BUDGET_DEFAULT
 

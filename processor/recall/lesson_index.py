@@ -13,7 +13,9 @@ is; then one line per key, the key as a JSON string, a tab, and the JSON list of
     "file:dist/app.js"\t[{"id": "ep_…", …}]
 
 Lines, ASCII only, because most tool calls touch nothing filed: the hook looks for ``\n"key"\t`` in the
-text and parses the one line it finds, never the whole file (its start-up is its cost).
+text and parses the one line it finds, never the whole file (its start-up is its cost). The second line lists
+the keys the file holds (``#keys\t"cmd:git add"\t"file:dist/app.js"\t``): a call's keys are looked for in
+that short line first, so the hook scans the whole text only for a key that is there.
 
 What is filed: memories that may be shown unasked (``processor.memory.unasked.pushable``) with something to
 file them under: a lesson's failed command (entity ``$ …``) and changed files, a rule's backticked command
@@ -131,6 +133,22 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
     return keys_of(ep, root)
 
 
+KEYS_MARK = "#keys\t"  # recall_hook/hook_io.py KEYS_MARK: the line listing every key the file holds
+
+
+def _index_text(header: str, lines: list[tuple[str, str]]) -> str:
+    """The index file: its header, the line of its keys, then a line per key (each key a JSON string, its
+    entries a JSON list), the last ones left out while it is over ``INDEX_LIMIT`` bytes (the keys of the
+    oldest memories were filed last)."""
+    lines = list(lines)
+    while True:
+        keys = KEYS_MARK + "".join(f"{key}\t" for key, _ in lines)
+        text = "\n".join([header, keys, *(f"{key}\t{listed}" for key, listed in lines)]) + "\n"
+        if len(text) <= INDEX_LIMIT or not lines:
+            return text
+        lines.pop()
+
+
 class LessonIndex:
     """Writes and refreshes the per-project index files in the recollections folder."""
 
@@ -194,13 +212,11 @@ class LessonIndex:
                     placed = True
             told += placed
         header = json.dumps({"project": project, "root": root, "at": now_ms()})
-        lines = [header] + [f"{json.dumps(key)}\t{json.dumps(entries)}" for key, entries in filed.items()]
-        while sum(len(line) + 1 for line in lines) > INDEX_LIMIT and len(lines) > 1:
-            lines.pop()  # the keys of the oldest memories were filed last
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)
         path = self.path(project)
-        write_atomic(path, "\n".join(lines) + "\n")
+        write_atomic(path, _index_text(header, [(json.dumps(key), json.dumps(entries))
+                                                for key, entries in filed.items()]))
         return path
 
     def drop(self, ids: set[str] | frozenset[str]) -> int:
@@ -215,17 +231,22 @@ class LessonIndex:
                 lines = Path(entry.path).read_text(encoding="utf-8").splitlines()
             except OSError:
                 continue
-            kept = lines[:1]
+            kept: list[tuple[str, str]] = []
+            changed = False
             for line in lines[1:]:
+                if line.startswith(KEYS_MARK):
+                    continue
                 key, _, listed = line.partition("\t")
                 try:
-                    filed = [e for e in json.loads(listed) if e.get("id") not in ids]
+                    found = json.loads(listed)
+                    filed = [e for e in found if e.get("id") not in ids]
                 except (ValueError, AttributeError):
                     continue
+                changed = changed or len(filed) != len(found)
                 if filed:
-                    kept.append(f"{key}\t{json.dumps(filed)}")
-            if kept != lines:
-                write_atomic(Path(entry.path), "\n".join(kept) + "\n")
+                    kept.append((key, json.dumps(filed)))
+            if changed and lines:
+                write_atomic(Path(entry.path), _index_text(lines[0], kept))
                 rewritten += 1
         for project in list(self._signatures):
             self._signatures.pop(project)  # the next refresh rewrites from the store

@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in told:
             context = t.answer.get("hookSpecificOutput", {}).get("additionalContext", "").splitlines()
             print(f"{t.session.session_id}  {t.call.tool_use_id}  {t.event:<18}  {_call_text(t.call)[:60]}")
-            print(f"    {context[2][:110] if len(context) > 2 else ''}")
+            said = next((line for line in context if line.startswith("- ")), context[1] if len(context) > 1 else "")
+            print(f"    {said[:110]}")
         return 0
     if not any(s.session_id == args.session for s in project_sessions(project_dir)):
         raise SystemExit(f"{project_dir}: no session {args.session} (pass --session with one of its ids)")

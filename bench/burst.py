@@ -1,6 +1,7 @@
 """A burst of real clients against the real processor's control plane: all answered, none refused.
 
-    python bench/burst.py [--clients 200] [--slow 40] [--rounds 3] [--models-dir DIR] [--json]
+    python bench/burst.py [--clients 200] [--slow 40] [--rounds 3] [--baseline-ref 84d1884 | --no-baseline]
+                          [--models-dir DIR] [--json]
 
 A fresh ENGRAM_HOME with a few memories and the real processor (`python -m processor.cli run`). Then, for
 `/status` and for `/recall` in turn, `--clients` authenticated requests (the token, a loopback Host), each on
@@ -10,7 +11,8 @@ a byte at a time), as a flood of hostile local clients would.
 Each /recall asks a query of its own. Per endpoint: answered (200), refused (503, with whether Retry-After
 was sent), failed otherwise, and the latency of the answered ones p50/p95/max from the burst's start.
 Baseline, same run: the same request alone, one at a time (p50/p95), so the ratio says what arriving
-together costs.
+together costs; and the same bursts against the processor of `--baseline-ref` (main before issue 26), its tree
+taken from git into a temporary folder.
 Goal (issue 21): every request of a 200-client burst answered, p95 <= 1 s.
 `--json` prints one JSON object as the last line.
 """
@@ -33,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from bench.load import DEFAULT_MODELS, stats  # noqa: E402
+from bench.load import BASELINE_REF, DEFAULT_MODELS, code_of, stats  # noqa: E402
 from processor.capture.remember_inbox import RememberRequest, write_remember_file  # noqa: E402
 from processor.service.control_client import ping, request  # noqa: E402
 from processor.service.control_files import read_port, read_token  # noqa: E402
@@ -111,7 +113,7 @@ def hold_connections(port: int, stop: threading.Event, count: int) -> list[threa
     return threads
 
 
-def measure(clients: int, slow: int, rounds: int, models: Path, workdir: Path) -> dict:
+def measure(clients: int, slow: int, rounds: int, models: Path, workdir: Path, code: Path = REPO) -> dict:
     home, projects = workdir / "home", workdir / "projects"
     projects.mkdir(parents=True)
     home.mkdir(mode=0o700)
@@ -121,7 +123,7 @@ def measure(clients: int, slow: int, rounds: int, models: Path, workdir: Path) -
     env.update(ENGRAM_HOME=str(home), ENGRAM_PROJECTS_DIR=str(projects), ENGRAM_MODELS_DIR=str(models),
                ENGRAM_HTTP_PORT="0")
     with open(workdir / "processor.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env, stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=code, env=env, stdout=log,
                                 stderr=subprocess.STDOUT)
         try:
             return _measure(proc, home / "run", clients, slow, rounds)
@@ -189,19 +191,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path,
                         default=Path(os.environ["ENGRAM_MODELS_DIR"]) if os.environ.get("ENGRAM_MODELS_DIR")
                         else DEFAULT_MODELS, help=f"converted models (default $ENGRAM_MODELS_DIR or {DEFAULT_MODELS})")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF, help="the git commit whose processor is the baseline")
+    parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
+    baseline = None
     with tempfile.TemporaryDirectory(prefix="engram-burst-") as tmp:
-        result = measure(args.clients, args.slow, args.rounds, args.models_dir, Path(tmp))
+        result = measure(args.clients, args.slow, args.rounds, args.models_dir, Path(tmp) / "this")
+        if not args.no_baseline:
+            baseline = measure(args.clients, args.slow, args.rounds, args.models_dir, Path(tmp) / "baseline",
+                               code_of(args.baseline_ref, Path(tmp)))
     goals = {f"{name}_all_answered": r["answered"] == r["requests"] for name, r in result.items()}
     goals.update({f"{name}_p95_le_1s": (r["latency_ms"]["p95"] or 0) <= GOAL_P95_MS for name, r in result.items()})
     report = {"benchmark": "burst", "clients": args.clients, "slow_clients": args.slow, "rounds": args.rounds,
-              **result, "goals": goals, "goal_met": all(goals.values()), "python": sys.version.split()[0],
+              **result, "baseline_ref": None if args.no_baseline else args.baseline_ref, "baseline": baseline,
+              "goals": goals, "goal_met": all(goals.values()), "python": sys.version.split()[0],
               "cpus": os.cpu_count()}
-    for name, r in result.items():
-        print(f"/{name}: {r['answered']}/{r['requests']} answered, {r['refused_503']} refused (503), "
-              f"{r['failed_otherwise']} failed; p50 {r['latency_ms']['p50']} ms, p95 {r['latency_ms']['p95']} ms "
-              f"({r['p95_vs_alone']}x alone: p95 {r['alone_ms']['p95']} ms)", file=sys.stderr)
+    for label, measured in (("this", result), ("baseline", baseline)):
+        for name, r in (measured or {}).items():
+            print(f"{label} /{name}: {r['answered']}/{r['requests']} answered, {r['refused_503']} refused (503), "
+                  f"{r['failed_otherwise']} failed; p50 {r['latency_ms']['p50']} ms, p95 {r['latency_ms']['p95']} ms "
+                  f"({r['p95_vs_alone']}x alone: p95 {r['alone_ms']['p95']} ms)", file=sys.stderr)
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))
     return 0
 

@@ -1,11 +1,16 @@
 """Load: N live sessions writing lines at a fixed rate while readers call /recall, against the real processor.
 
-    python bench/load.py [--sessions 8] [--rate 50] [--seconds 120] [--readers 2] [--cli-readers 1]
-                         [--cli-pause 2] [--new-session-seconds 0] [--models-dir DIR] [--keep DIR] [--json]
+    python bench/load.py [--mix real|synthetic] [--sessions 8] [--rate 50] [--seconds 120] [--readers 2]
+                         [--cli-readers 1] [--cli-pause 2] [--new-session-seconds 0] [--runs 1]
+                         [--baseline-ref 84d1884 | --no-baseline] [--models-dir DIR] [--keep DIR] [--json]
 
 A fresh ENGRAM_HOME, the real processor (`python -m processor.cli run`), and:
-- N writer threads, each appending alternating user and assistant lines (unique uuids, realistic
-  lengths) to its own transcript at `rate` lines per second for `seconds`;
+- N writer threads, each appending lines to its own transcript at `rate` lines per second for `seconds`.
+  `--mix real` (the default, issue 26): the real transcript lines of the fixtures (`bench/real_lines.py`:
+  prompts, replies, thinking, tool uses and their results, images, the lines that carry no conversation),
+  under new ids and the time of writing, with a large tool output every 2,000 lines of a session (a 1 MB
+  build log, 1 MB of base64, a failed 256 KB test run, made of the fixtures' real outputs).
+  `--mix synthetic` (issues 13 and 21): alternating user and assistant lines of random words;
 - a watcher that reads new message rows every 20 ms and notes when each line's uuid arrived: capture
   lag (append → row committed) p50/p95/max, and whether every line was stored once;
 - R reader threads calling `POST /recall` over the authenticated control plane back to back:
@@ -24,15 +29,24 @@ say how long a drain must take when the writers outrun the embedding model.
 A warm-up /recall runs first, so the model and the vectors are loaded before anything is timed.
 Baseline, same run: the same /recall on the same processor once the writers have stopped and the
 backlog drained (an idle processor), so the ratio shows what load costs a query.
-Goals (issues 13 and 21) at 8 x 50 lines/s: backlog max <= 2 per session, recall p95 <= 250 ms, RSS max
-<= 250 MB and growing under 10% in the second half of the load, drained within 10 s, nothing lost or doubled.
+The RSS peak is the kernel's high-water mark (VmHWM) read just before the processor stops, so a spike
+between two samples counts too.
+Baseline, same run: the same load against the processor of `--baseline-ref` (main before issue 26), its
+tree taken from git into a temporary folder; `--runs N` repeats both, and every run's peak is reported.
+`--first-start`: every processor starts with an empty models folder, as after an install, and converts the
+embedding model while the load begins (the peak of issue 26: every thread that wanted the model converted it).
+Goals (issues 13, 21 and 26) at 8 x 50 lines/s: backlog max <= 2 per session, recall p95 <= 250 ms, RSS peak
+<= 300 MB with the real mix (<= 250 MB with the synthetic one) in every run and growing under 10% in the
+second half of the load, drained within 10 s, nothing lost or doubled.
 `--json` prints one JSON object as the last line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import random
 import signal
@@ -49,9 +63,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
+from bench.real_lines import Replay, large_outputs, prompts, read_sessions  # noqa: E402
+from processor.capture.parse import CapturedLine, parse_line  # noqa: E402
 from processor.service.control_client import ControlError, ping, request  # noqa: E402
 from processor.service.resources import rss_bytes  # noqa: E402
 from tests.transcripts import assistant_line, user_line  # noqa: E402
+
+BASELINE_REF = "84d1884"  # main before issue 26
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 WORDS = ("cache deploy migration index schema websocket retry budget token parser fixture release branch "
@@ -70,14 +88,41 @@ def sentence(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words)).capitalize() + "."
 
 
+def peak_rss_bytes(pid: int) -> int | None:
+    """The process's RSS high-water mark (Linux's VmHWM), or None where /proc has none."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def code_of(ref: str, workdir: Path) -> Path:
+    """The tree of git commit `ref` of this repository, in a new folder (its processor, run from there)."""
+    tree = workdir / f"tree-{ref}"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
 class Run:
-    def __init__(self, home: Path, projects: Path, models: Path) -> None:
-        env = {**os.environ, "ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects),
+    def __init__(self, home: Path, projects: Path, models: Path, code: Path = REPO,
+                 heap_profile: Path | None = None) -> None:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")},
+               "ENGRAM_HOME": str(home), "ENGRAM_PROJECTS_DIR": str(projects),
                "ENGRAM_MODELS_DIR": str(models), "ENGRAM_HTTP_PORT": "0", "ENGRAM_RECENT_DAYS": "1"}
         self.home = home
         self.env = env
+        self.code = code  # the tree whose processor runs (`python -m` imports it from the working folder)
         self.log = open(home.parent / "processor.log", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env,
+        command = [sys.executable, "-m", "processor.cli", "run"]
+        if heap_profile is not None:  # memray's capture of every allocation, to read its high-water mark after
+            heap_profile.parent.mkdir(parents=True, exist_ok=True)
+            command[1:1] = ["-m", "memray", "run", "--quiet", "--aggregate", "-o", str(heap_profile)]
+        self.proc = subprocess.Popen(command, cwd=code, env=env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
         while ping(home / "run", timeout=0.5) is None:
@@ -96,12 +141,18 @@ class Run:
 
 def measure(sessions: int, rate: float, seconds: float, readers: int, models: Path, workdir: Path,
             seed: int, cli_readers: int = 0, cli_pause: float = 2.0, new_session_seconds: float = 0.0,
-            drain_timeout: float = 120.0) -> dict:
+            drain_timeout: float = 120.0, mix: str = "real", code: Path = REPO,
+            heap_profile: Path | None = None) -> dict:
     home, projects = workdir / "home", workdir / "projects"
     projects.mkdir(parents=True)
-    run = Run(home, projects, models)
+    real = read_sessions() if mix == "real" else []
+    large = large_outputs(real) if real else []
+    queries = prompts(real) if real else []
+    run = Run(home, projects, models, code, heap_profile)
     cli_env = {**os.environ, **run.env}
-    written: dict[str, float] = {}
+    written: dict[str, float] = {}  # the uuid of each line that becomes a message row → when it was written
+    lines_total = [0]  # every line written, conversation or not
+    parts: set[str] = set()  # lines merged into the row of their message's first part (the real mix)
     arrived: dict[str, float] = {}
     recall_ms: list[float] = []
     recall_errors: list[str] = []
@@ -130,6 +181,9 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         path = projects / f"-bench-p{n % 3}" / f"{sid}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         ends = time.monotonic() + new_session_seconds if new_session_seconds > 0 else float("inf")
+        if real:
+            replay(n, sid, path, interval, next_at, ends)
+            return
         i = 0
         with open(path, "a", encoding="utf-8") as f:
             while writing.is_set() and time.monotonic() < ends:
@@ -145,9 +199,35 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
                 written[uid] = time.monotonic()
                 f.write(line)
                 f.flush()
+                lines_total[0] += 1
                 i += 1
                 next_at += interval
                 time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def replay(n: int, sid: str, path: Path, interval: float, next_at: float, ends: float) -> None:
+        """The fixtures' real lines, as session `sid` writes them (every line counts toward the rate)."""
+        lines = Replay(real, large, n, sessions).lines(sid)
+        message_ids: set[str] = set()
+        with open(path, "ab") as f:
+            while writing.is_set() and time.monotonic() < ends:
+                line = next(lines)
+                outcome = parse_line(line.rstrip(b"\n"))
+                if isinstance(outcome, CapturedLine):
+                    # A later part of an assistant message is merged into the row of its first part.
+                    if outcome.api_message_id and outcome.api_message_id in message_ids:
+                        parts.add(outcome.uuid)
+                    else:
+                        written[outcome.uuid] = time.monotonic()
+                    if outcome.api_message_id:
+                        message_ids.add(outcome.api_message_id)
+                f.write(line)
+                f.flush()
+                lines_total[0] += 1
+                next_at += interval
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def query(rng: random.Random) -> str:
+        return rng.choice(queries) if queries else sentence(rng, 6)
 
     def watcher() -> None:
         db = home / "engram.db"
@@ -172,7 +252,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         while not stop_all.is_set():
             t0 = time.perf_counter()
             try:
-                request(home / "run", "POST", "/recall", {"query": sentence(rng, 6), "limit": 3}, timeout=30)
+                request(home / "run", "POST", "/recall", {"query": query(rng), "limit": 3}, timeout=30)
                 if writing.is_set():
                     recall_ms.append((time.perf_counter() - t0) * 1000)
             except ControlError as exc:
@@ -184,8 +264,8 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         rng = random.Random(seed + 2000 + n)
         while writing.is_set():
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "processor.cli", "recall", sentence(rng, 6), "--limit", "3"],
-                                  cwd=REPO, env=cli_env, capture_output=True, text=True, timeout=120)
+            done = subprocess.run([sys.executable, "-m", "processor.cli", "recall", query(rng), "--limit", "3"],
+                                  cwd=code, env=cli_env, capture_output=True, text=True, timeout=120)
             if done.returncode == 0:
                 cli_ms.append((time.perf_counter() - t0) * 1000)
             else:
@@ -243,11 +323,14 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         rng = random.Random(seed + 5)
         for _ in range(60):
             t0 = time.perf_counter()
-            request(home / "run", "POST", "/recall", {"query": sentence(rng, 6), "limit": 3}, timeout=30)
+            request(home / "run", "POST", "/recall", {"query": query(rng), "limit": 3}, timeout=30)
             baseline.append((time.perf_counter() - t0) * 1000)
         conn = sqlite3.connect(f"file:{home / 'engram.db'}?mode=ro", uri=True)
         stored, distinct = conn.execute("SELECT count(*), count(DISTINCT uuid) FROM messages").fetchone()
+        kept = {row[0] for row in conn.execute("SELECT uuid FROM messages")}
+        kept |= {row[0] for row in conn.execute("SELECT line_uuid FROM message_lines")}
         conn.close()
+        peak = peak_rss_bytes(run.proc.pid)
     finally:
         stop_all.set()
         run.stop()
@@ -256,8 +339,9 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
     half, end = rss_near(rss, seconds / 2), rss_near(rss, seconds)
     return {
         "sessions": sessions, "rate_per_session": rate, "seconds": seconds, "readers": readers,
-        "lines_written": len(written), "rows_stored": stored, "distinct_rows": distinct,
-        "lost": len(written) - len(set(written) & set(arrived)),
+        "mix": mix, "lines_total": lines_total[0], "lines_written": len(written), "rows_stored": stored,
+        "distinct_rows": distinct,
+        "lost": len((set(written) | parts) - kept), "merged_parts": len(parts),
         "capture_lag_ms": stats(lags),
         "recall_ms": recall, "recall_errors": len(recall_errors), "recall_idle_baseline_ms": base,
         "recall_p95_vs_idle": round(recall["p95"] / base["p95"], 2) if recall["p95"] and base["p95"] else None,
@@ -266,6 +350,7 @@ def measure(sessions: int, rate: float, seconds: float, readers: int, models: Pa
         "cli_recall_error_sample": cli_errors[:1],
         "distinct_sessions": len(session_ids),
         "rss_max_mb": round(max((b for _, b in rss), default=0) / 2**20, 1),
+        "rss_peak_mb": mb(peak),
         "rss_half_mb": mb(half), "rss_end_mb": mb(end),
         "rss_second_half_growth_pct": round((end / half - 1) * 100, 1) if half and end else None,
         "rss_drained_mb": mb(drained_rss),
@@ -317,37 +402,73 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=120.0,
                         help="seconds to wait for the backlog to drain after the writers stop (then: not drained)")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--mix", choices=("real", "synthetic"), default="real",
+                        help="the fixtures' real lines (default) or random user/assistant lines")
+    parser.add_argument("--runs", type=int, default=1, help="repeat the load (and its baseline) this many times")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF, help="the git commit whose processor is the baseline")
+    parser.add_argument("--baseline-runs", type=int, help="runs of the baseline (default: --runs)")
+    parser.add_argument("--no-baseline", action="store_true", help="measure this tree only")
+    parser.add_argument("--first-start", action="store_true",
+                        help="every run's processor starts with an empty models folder, as after an install: it "
+                             "converts the model while the load begins")
+    parser.add_argument("--heap-profile", type=Path,
+                        help="run this tree's processor under memray, its capture in this folder (memray installed)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--keep", type=Path, help="run in this (new) folder and keep it, to look into afterwards")
     args = parser.parse_args(argv)
-    if args.keep:
-        args.keep.mkdir(parents=True)
-        result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, args.keep, args.seed,
-                         args.cli_readers, args.cli_pause, args.new_session_seconds, args.drain_timeout)
-    else:
-        with tempfile.TemporaryDirectory(prefix="engram-load-") as tmp:
-            result = measure(args.sessions, args.rate, args.seconds, args.readers, args.models_dir, Path(tmp),
-                             args.seed, args.cli_readers, args.cli_pause, args.new_session_seconds,
-                             args.drain_timeout)
-    goals = {"backlog_per_session_le_2": result["backlog_max_per_session"] <= 2,
-             "recall_p95_le_250ms": (result["recall_ms"]["p95"] or 0) <= 250,
-             "rss_le_250mb": result["rss_max_mb"] <= 250,
-             "rss_second_half_growth_lt_10pct": (result["rss_second_half_growth_pct"] or 0) < 10,
-             "drained_within_10s": result["drain_seconds"] is not None and result["drain_seconds"] <= 10,
-             "cli_recall_all_answered": result["cli_recall_errors"] == 0,
-             "nothing_lost_or_doubled": result["lost"] == 0 and result["rows_stored"] == result["distinct_rows"]}
-    report = {"benchmark": "load", **result, "goals": goals, "goal_met": all(goals.values()),
+    logging.getLogger("processor").setLevel(logging.ERROR)  # the bench parses lines too: its warnings are noise
+    with contextlib.ExitStack() as stack:
+        workdir = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="engram-load-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        trees = {"this": REPO}
+        if not args.no_baseline:
+            trees["baseline"] = code_of(args.baseline_ref, workdir)
+        runs: dict[str, list[dict]] = {name: [] for name in trees}
+        for n in range(args.runs):
+            for name, code in trees.items():  # interleaved: a busy spell of the machine hits both
+                if name == "baseline" and args.baseline_runs is not None and n >= args.baseline_runs:
+                    continue
+                folder = workdir / f"{name}-{n + 1}"
+                models = folder / "models" if args.first_start else args.models_dir
+                result = measure(args.sessions, args.rate, args.seconds, args.readers, models, folder,
+                                 args.seed + n, args.cli_readers, args.cli_pause, args.new_session_seconds,
+                                 args.drain_timeout, args.mix, code,
+                                 args.heap_profile / f"{name}-{n + 1}.bin" if args.heap_profile and name == "this"
+                                 else None)
+                runs[name].append(result)
+                print(f"[{name} run {n + 1}] {summary(result)}", file=sys.stderr)
+    rss_goal = 300 if args.mix == "real" else 250
+    mine = runs["this"]
+    goals = {"backlog_per_session_le_2": all(r["backlog_max_per_session"] <= 2 for r in mine),
+             "recall_p95_le_250ms": all((r["recall_ms"]["p95"] or 0) <= 250 for r in mine),
+             f"rss_peak_le_{rss_goal}mb_every_run": all((r["rss_peak_mb"] or r["rss_max_mb"]) <= rss_goal
+                                                        for r in mine),
+             "rss_second_half_growth_lt_10pct": all((r["rss_second_half_growth_pct"] or 0) < 10 for r in mine),
+             "drained_within_10s": all(r["drain_seconds"] is not None and r["drain_seconds"] <= 10 for r in mine),
+             "cli_recall_all_answered": all(r["cli_recall_errors"] == 0 for r in mine),
+             "nothing_lost_or_doubled": all(r["lost"] == 0 and r["rows_stored"] == r["distinct_rows"] for r in mine)}
+    report = {"benchmark": "load", "mix": args.mix, "runs": args.runs, "first_start": args.first_start,
+              "rss_peaks_mb": {name: [r["rss_peak_mb"] for r in results] for name, results in runs.items()},
+              **mine[-1], "each_run": runs["this"], "baseline_ref": None if args.no_baseline else args.baseline_ref,
+              "baseline": runs.get("baseline"), "goals": goals, "goal_met": all(goals.values()),
               "python": sys.version.split()[0], "cpus": os.cpu_count()}
-    lag, recall = result["capture_lag_ms"], result["recall_ms"]
-    print(f"{result['sessions']} sessions x {result['rate_per_session']:g} lines/s for {result['seconds']:g} s: "
-          f"{result['lines_written']} lines, {result['lost']} lost; capture lag p50 {lag['p50']} ms, "
-          f"p95 {lag['p95']} ms; "
-          f"/recall p95 {recall['p95']} ms ({result['recall_p95_vs_idle']}x idle); memory backlog max "
-          f"{result['backlog_max']}; RSS {result['rss_half_mb']} MB halfway, {result['rss_end_mb']} MB at the end, "
-          f"max {result['rss_max_mb']} MB; drained in {result['drain_seconds']} s; `engram recall` p50 "
-          f"{result['cli_recall_ms']['p50']} ms", file=sys.stderr)
+    for name, results in runs.items():
+        print(f"{name}: RSS peaks {[r['rss_peak_mb'] for r in results]} MB; /recall p95 "
+              f"{[r['recall_ms']['p95'] for r in results]} ms; drained in {[r['drain_seconds'] for r in results]} s; "
+              f"episodes/s after the stop {[r['episodes_per_second_after_stop'] for r in results]}", file=sys.stderr)
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))
     return 0
+
+
+def summary(result: dict) -> str:
+    lag, recall = result["capture_lag_ms"], result["recall_ms"]
+    return (f"{result['sessions']} sessions x {result['rate_per_session']:g} lines/s for {result['seconds']:g} s "
+            f"({result['mix']}): {result['lines_total']} lines, {result['lost']} lost; capture lag p50 {lag['p50']} "
+            f"ms, "
+            f"p95 {lag['p95']} ms; /recall p95 {recall['p95']} ms ({result['recall_p95_vs_idle']}x idle); memory "
+            f"backlog max {result['backlog_max']}; RSS {result['rss_half_mb']} MB halfway, {result['rss_end_mb']} MB "
+            f"at the end, peak {result['rss_peak_mb']} MB; drained in {result['drain_seconds']} s; `engram recall` "
+            f"p50 {result['cli_recall_ms']['p50']} ms")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import pytest
 
 from processor.capture.parse import CapturedLine
 from processor.config import Settings
+from processor.memory import gguf_convert
 from processor.service.control_client import request
 from processor.service.control_server import ControlServer
 from processor.service.lifecycle import _recall_route
@@ -205,3 +206,53 @@ def test_answered_queries_leave_nothing_behind(processor: Processor, tmp_path: P
     assert len(opened) < 40, f"{len(opened)} stores opened for 200 requests"
     retained, top = retained_by_engram(before, after)
     assert retained < 40 * 200, f"{retained} bytes kept after 200 answered queries: {top}"
+
+
+def test_a_first_start_converts_the_model_once_and_its_peak_stays_bounded(
+        engram_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug (issue 26): on a first start the model is converted from its package, and every thread that wanted it
+    before it was there (the memory thread, each control-plane /recall, the MCP tools) converted it at once, each
+    holding the 90 MB checkpoint and its tensors: RSS peaked at 845 MB under load, between two samples. Now the
+    threads wait for one conversion, which streams the checkpoint a tensor at a time."""
+    settings = make_settings(models_dir=tmp_path / "fresh-models")
+    conversions: list[Path] = []
+    convert = gguf_convert.convert_minilm
+
+    def counted(model_zip: Path, dest: Path) -> Path:  # the real conversion, counted
+        conversions.append(dest)
+        return convert(model_zip, dest)
+
+    monkeypatch.setattr(gguf_convert, "convert_minilm", counted)
+    processor = Processor(settings)
+    answered: list[int] = []
+    start = threading.Barrier(7)
+
+    def recall() -> None:  # as the control plane's request threads ask while the processor starts
+        start.wait(timeout=30)
+        answered.append(len(processor.recall_for_http("which retry budget for the cache", limit=3, project=None)))
+
+    tracemalloc.start()
+    try:
+        readers = [threading.Thread(target=recall) for _ in range(6)]
+        for thread in readers:
+            thread.start()
+        processor.memory.start()
+        deadline = time.monotonic() + 60
+        while processor.memory.store is None:
+            assert time.monotonic() < deadline, "the memory thread did not start"
+            time.sleep(0.001)
+        start.wait(timeout=30)
+        for thread in readers:
+            thread.join(timeout=120)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        processor.memory.stop()
+        embedder = processor.memory.store.loaded_embedder if processor.memory.store else None
+        if embedder is not None:
+            embedder.close()
+    assert len(answered) == 6
+    assert len(conversions) == 1, f"the model was converted {len(conversions)} times"
+    # One conversion holds one tensor (47 MB of word embeddings) at a time; before, one held the checkpoint
+    # twice over (about 190 MB traced), and each racing thread held its own.
+    assert peak < 90 * 2**20, f"{peak / 2**20:.0f} MB traced while the model was converted and loaded"

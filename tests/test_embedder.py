@@ -7,6 +7,7 @@ forward pass over the original safetensors weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import threading
 import time
 import unicodedata
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -211,39 +213,95 @@ def test_over_long_input_is_truncated_to_the_context(embedder: Embedder) -> None
     assert np.all(np.isfinite(embedder.embed_documents([unbroken, "é" * 5000, "北" * 3000])))
 
 
+@contextlib.contextmanager
+def holding_every_context(pool) -> Iterator[list]:
+    """Every context of a pool taken (made up to its limit), as busy decodes would hold them."""
+    held = []
+    while (llama := pool.take(wait=False)) is not None:
+        held.append(llama)
+    try:
+        yield held
+    finally:
+        for llama in held:
+            pool.give(llama)
+
+
 def test_a_query_never_waits_for_a_bulk_decode_and_gets_the_same_vector(embedder: Embedder) -> None:
-    """Queries have a llama.cpp context of their own on the same weights: a /recall or a recollection
-    does not wait behind a pack of episodes being embedded, and its vector is the one the shared
+    """Queries have llama.cpp contexts of their own on the same weights: a /recall or a recollection
+    does not wait behind a pack of episodes being embedded, and its vector is the one the bulk
     context gives (the document side of the same model)."""
-    assert embedder._queries is not None
-    assert embedder._queries.llama._model is embedder._llama._model  # the weights are loaded once
+    assert embedder._separate
     long_query = "why does the checkout integration test fail on CI " * 40  # several packs' worth of tokens
     done: list[np.ndarray] = []
-    with embedder._lock:  # a bulk decode holds the shared context for as long as this block
+    # Bulk decodes hold the bulk context and every spare meanwhile.
+    with holding_every_context(embedder._bulk) as bulk, holding_every_context(embedder._spare) as spare:
+        assert bulk and all(llama._model is embedder._llama._model for llama in bulk + spare)
         worker = threading.Thread(target=lambda: done.append(embedder.embed_query(long_query)))
         worker.start()
         worker.join(timeout=30)
-        assert done, "the query waited for the bulk context"
+        assert done, "the query waited for a bulk context"
     shared = embedder._llama.embed([embedder._fit(embedder.query_prefix + long_query)[0]], normalize=False)[0]
     assert cos(done[0], np.asarray(shared, dtype=np.float32)) > 0.9999
 
 
+@pytest.mark.parametrize("spares", [1, 0], ids=["a spare context", "the query context borrowed"])
+def test_bulk_packs_are_spread_over_the_contexts_and_keep_their_order(embedder: Embedder, spares: int) -> None:
+    """A batch of documents is decoded on up to bulk_contexts contexts at once (one thread each): a spare, or
+    (the running processor keeps none) the query context while no query needs it; every text gets its own
+    vector, the one it gets alone, whichever context decoded it."""
+    saved_spares = embedder._spare.limit
+    embedder._spare.limit = min(spares, embedder.max_contexts - 1)
+    if embedder.max_contexts < 2:
+        pytest.skip("one core: bulk embedding has one context")
+    texts = [f"step {i}: the migration of table {i} timed out, so we raised the lock timeout to {i} s "
+             f"and split the batch" + " into smaller transactions of a thousand rows each" * (i % 4) for i in range(40)]
+    alone = [embedder.embed_documents([t])[0] for t in texts[:6]]
+    used: set[int] = set()
+
+    def counting(pool):
+        real_take = pool.take
+
+        def take(wait: bool = True):
+            llama = real_take(wait)
+            if llama is not None:
+                used.add(id(llama))
+            return llama
+        return take
+
+    pools = (embedder._bulk, embedder._spare, embedder._queries)  # a helper borrows a spare, else the query one
+    for pool in pools:
+        pool.take = counting(pool)
+    saved = embedder.bulk_contexts
+    try:
+        embedder.bulk_contexts = 2
+        together = embedder.embed_documents(texts)
+        assert len(used) == 2, "the packs were not spread over two contexts"
+        used.clear()
+        embedder.bulk_contexts = 1
+        one = embedder.embed_documents(texts)
+        assert len(used) == 1
+    finally:
+        embedder.bulk_contexts = saved
+        embedder._spare.limit = saved_spares
+        for pool in pools:
+            del pool.take
+    assert together.shape == (40, embedder.dim)
+    assert all(cos(together[i], alone[i]) > 0.9999 for i in range(6))
+    assert all(cos(together[i], one[i]) > 0.9999 for i in range(40))
+
+
 def test_queries_that_arrive_together_share_decodes_and_get_their_own_vectors(embedder: Embedder) -> None:
-    """A burst of searches: whoever holds the query context embeds every query waiting meanwhile, up to
+    """A burst of searches: whoever takes a query context embeds every query waiting meanwhile, up to
     QUERY_SEQUENCES in one decode; each caller gets the vector of its own text."""
-    assert embedder._queries is not None
+    assert embedder._separate
     queries = [f"which port does service {i} of the staging cluster listen on" for i in range(24)]
     alone = {q: embedder.embed_query(q) for q in queries}
-    contexts = {"query": embedder._queries.llama}
-    decodes: list[tuple[str, int]] = []
+    decodes: list[int] = []
+    real_decode = embedder._decode_queries
 
-    def counting(name: str, llama):  # a context's model call, counted
-        real_embed = llama.embed
-
-        def embed(texts, **kwargs):
-            decodes.append((name, len(texts)))
-            return real_embed(texts, **kwargs)
-        return embed
+    def counting(llama, batch):  # a query decode, counted
+        decodes.append(len(batch))
+        return real_decode(llama, batch)
 
     got: dict[str, np.ndarray] = {}
     start = threading.Barrier(len(queries))
@@ -252,10 +310,11 @@ def test_queries_that_arrive_together_share_decodes_and_get_their_own_vectors(em
         start.wait(timeout=30)
         got[q] = embedder.embed_query(q)
 
-    for name, llama in contexts.items():
-        llama.embed = counting(name, llama)
+    embedder._decode_queries = counting
     try:
-        with embedder._query_lock:  # the query context is busy while the burst arrives
+        # Every context a query may use is busy while the burst arrives.
+        with holding_every_context(embedder._queries), holding_every_context(embedder._spare), \
+                holding_every_context(embedder._bulk):
             threads = [threading.Thread(target=search, args=(q,)) for q in queries]
             for thread in threads:
                 thread.start()
@@ -265,11 +324,10 @@ def test_queries_that_arrive_together_share_decodes_and_get_their_own_vectors(em
         for thread in threads:
             thread.join(timeout=60)
     finally:
-        for llama in contexts.values():
-            del llama.embed
+        del embedder._decode_queries
     assert sorted(got) == sorted(queries)
     assert all(cos(got[q], alone[q]) > 0.9999 for q in queries)
-    assert sum(n for _, n in decodes) == len(queries) and max(n for _, n in decodes) <= QUERY_SEQUENCES
+    assert sum(decodes) == len(queries) and max(decodes) <= QUERY_SEQUENCES
     assert len(decodes) < len(queries) / 2  # shared: the burst took a fraction of the calls
 
 

@@ -56,6 +56,7 @@ from processor.capture.parse import (
     ToolResult,
     ToolResultsOnly,
     failure_text,
+    redact_repeated,
     strip_injected_spans,
     timestamp_ms,
     tool_target,
@@ -273,7 +274,8 @@ class CodexReader:
         return CapturedLine(
             uuid=uuid, session_id=self.session_id, parent_uuid=None,
             role="assistant", timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None,
-            text=redact(notes), api_message_id=self._part_of(uuid), tool_uses=tuple(uses), tool_calls=tool_calls)
+            text=redact_repeated(notes), api_message_id=self._part_of(uuid), tool_uses=tuple(uses),
+            tool_calls=tool_calls)
 
     def _output(self, payload: dict, raw: bytes, timestamp: str | None, awaited: Collection[str]) -> LineOutcome:
         self._response = None

@@ -20,6 +20,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import lru_cache
 
 from processor.capture import signals
 from processor.redaction import Redacted, redact
@@ -187,7 +188,14 @@ def _opt_str(entry: dict, key: str) -> str | None:
 
 def _opt_redacted(entry: dict, key: str) -> Redacted | None:
     value = _opt_str(entry, key)
-    return None if value is None else redact(value)
+    return None if value is None else redact_repeated(value)
+
+
+@lru_cache(maxsize=256)
+def redact_repeated(value: str) -> Redacted:
+    """Short text that lines repeat (a cwd, a git branch, a tool call's note), redacted: each is scanned once
+    (redaction is a pure function of the text while the process runs)."""
+    return redact(value)
 
 
 _TOOL_USE_ID = re.compile(rb'"tool_use_id":"([^"\\]+)"')
@@ -222,6 +230,8 @@ def tool_target(tool_input: object) -> Redacted | None:
     for key in _TARGET_KEYS:
         value = tool_input.get(key)
         if isinstance(value, str) and value.strip():
+            if len(value) <= TARGET_CHARS:
+                return redact(value)
             # Redacted past the cut, cut, then redacted again: a cut can leave a token that its context had kept
             # from matching (characters glued before it) standing alone at the edge.
             return redact(redact(value[:TARGET_CHARS + _REDACT_MARGIN])[:TARGET_CHARS])

@@ -81,6 +81,7 @@ class Mined:
     episodes: list[NewEpisode] = field(default_factory=list)
     origins: dict[str, str] = field(default_factory=dict)
     failures: list[tuple[Failure, Lesson | None]] = field(default_factory=list)
+    lessons: dict[str, Lesson] = field(default_factory=dict)  # the memories made from a failure, by id
 
     def add(self, episode: NewEpisode, miner: str) -> None:
         self.episodes.append(episode)
@@ -136,6 +137,26 @@ class ForgetPlan:
     truncated: bool = False  # more matched than the plan's limit: forget in several runs
 
 
+@dataclass(frozen=True)
+class _SlicePlan:
+    """A slice of a session's episodes before its texts are embedded (``EpisodeStore._plan_slice``)."""
+
+    session_id: str
+    project: str | None
+    pieces: list[RoundPiece]
+    mined: Mined  # the memories the rounds state (preferences, decisions, facts, lessons) and their failures
+    through: int  # the last message the slice covers: the progress marker it commits
+    more: bool  # complete rounds remain after it
+
+    @property
+    def standing(self) -> list[NewEpisode]:
+        return self.mined.episodes
+
+    @property
+    def texts(self) -> list[str]:
+        return [p.full_content for p in self.pieces] + [e.full_content for e in self.standing]
+
+
 def weights_from(settings: Settings) -> SearchWeights:
     return SearchWeights(
         relevance=settings.weight_relevance,
@@ -187,6 +208,11 @@ class EpisodeStore:
             self._embedder = load_embedder(self.settings.embedding_model, self.settings.models_dir)
         return self._embedder
 
+    @property
+    def loaded_embedder(self) -> Embedder | None:
+        """The embedder if it is loaded already (None rather than loading it)."""
+        return self._embedder
+
     def check_model(self) -> None:
         """Refuse to mix vectors from different models: stored vectors must match the configured one."""
         stored = sql.get_meta(self.conn, "embedding_model")
@@ -219,20 +245,22 @@ class EpisodeStore:
 
     # --- writing -----------------------------------------------------------------------------
 
-    def episodize(self, session_id: str | None = None, final: bool = False) -> int:
+    def episodize(self, session_id: str | None = None, final: bool = False,
+                  max_pieces: int = EPISODE_SLICE_PIECES) -> int:
         """Turn complete rounds of captured messages into verbatim episodes; returns how many were added."""
-        if session_id:
-            targets = [session_id]
-        else:
-            targets = [row[0] for row in sql.sessions_with_new_messages(self.conn)]
-            targets += [sid for sid in signal_sql.sessions_with_ready(self.conn) if sid not in targets]
+        targets = [session_id] if session_id else self.sessions_to_episodize()
         added = 0
         for sid in targets:
             more = True
             while more:
-                count, more = self.episodize_slice(sid, final)
+                count, more = self.episodize_slice(sid, final, max_pieces)
                 added += count
         return added
+
+    def sessions_to_episodize(self) -> list[str]:
+        """Sessions with captured messages outside episodes, or commits and answers waiting to become some."""
+        targets = [row[0] for row in sql.sessions_with_new_messages(self.conn)]
+        return targets + [sid for sid in signal_sql.sessions_with_ready(self.conn) if sid not in targets]
 
     def _signal_episodes(self, session_id: str) -> int:
         """Commit messages, tracker reasons and the user's answers become episodes of their own.
@@ -333,10 +361,8 @@ class EpisodeStore:
             for failure in failures:
                 mined.failures.append((failure, told.get(tuple(failure.signature))))
             for lesson in lessons:
-                if lesson.kind == "gotcha" and lesson.signature:
-                    known = failures_sql.find(self.conn, project, lesson.key or "", list(lesson.signature))
-                    if known is not None and known.memory_id and known.memory_id != lesson.id:
-                        continue  # this way of failing already has its memory (or had one, forgotten)
+                if self._told_by_another(lesson, project):
+                    continue  # this way of failing already has its memory (or had one, forgotten)
                 digest = content_hash(lesson.full_content)
                 if sql.get_episode(self.conn, lesson.id) is not None or sql.active_with_hash(
                         self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in found) \
@@ -349,6 +375,14 @@ class EpisodeStore:
                     source_uuids=lesson.source_uuids, content_hash=digest,
                     created_at=lesson.created_at or now_ms()),
                     lesson.miner or ("error_fix" if lesson.session_fixed else "lesson"))
+                mined.lessons[lesson.id] = lesson
+
+    def _told_by_another(self, lesson: Lesson, project: str | None) -> bool:
+        """A way of failing that already has its memory (or had one, forgotten), other than this lesson."""
+        if lesson.kind != "gotcha" or not lesson.signature:
+            return False
+        known = failures_sql.find(self.conn, project, lesson.key or "", list(lesson.signature))
+        return known is not None and bool(known.memory_id) and known.memory_id != lesson.id
 
     def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
         """Count each failure of these rounds under its signature, and link the memory that tells its fix (in the
@@ -380,6 +414,8 @@ class EpisodeStore:
         [blob] = self._embed([found.text])
         stamp_ms = now_ms()
         with write_transaction(self.conn):
+            if sql.get_episode(self.conn, found.id) is not None:
+                return 0  # stored meanwhile by another builder of this backfill
             self.record_model()
             sql.insert_episode(self.conn, NewEpisode(
                 id=found.id, session_id=None, project=project, scope="project", summary=found.text,
@@ -418,13 +454,42 @@ class EpisodeStore:
         at a time, so a backlog of any length (a catch-up after downtime) is worked through in steps.
         """
         signal_added = self._signal_episodes(session_id)  # commits, tracker reasons, answers
+        plan = self._plan_slice(session_id, final, max_pieces)
+        if plan is None:
+            return signal_added, False
+        blobs: list[bytes] = []
+        for start in range(0, len(plan.pieces), max_pieces):
+            if start and between is not None:
+                between()
+            blobs += self._embed([p.full_content for p in plan.pieces[start:start + max_pieces]])
+        blobs += self._embed([e.full_content for e in plan.standing]) if plan.standing else []
+        return self._commit_slice(plan, blobs, final) + signal_added, plan.more
+
+    def episodize_sessions(self, session_ids: list[str], final: bool,
+                           max_pieces: int = EPISODE_SLICE_PIECES) -> tuple[int, list[str]]:
+        """One slice of each of these sessions, their texts embedded in one call (a backfill's many short sessions
+        take one decode for several of them, not one each); each slice commits on its own with its progress
+        marker. Returns (episodes added, the sessions with complete rounds left)."""
+        added = sum(self._signal_episodes(session_id) for session_id in session_ids)
+        plans = [plan for session_id in session_ids if (plan := self._plan_slice(session_id, final, max_pieces))]
+        texts = [t for plan in plans for t in plan.texts]
+        blobs = self._embed(texts) if texts else []
+        used = 0
+        for plan in plans:
+            added += self._commit_slice(plan, blobs[used:used + len(plan.texts)], final)
+            used += len(plan.texts)
+        return added, [plan.session_id for plan in plans if plan.more]
+
+    def _plan_slice(self, session_id: str, final: bool, max_pieces: int) -> _SlicePlan | None:
+        """What the session's next slice will store: its rounds' pieces and the memories they state."""
         progress = sql.session_progress(self.conn, session_id)
         if progress is None:
-            return signal_added, False
+            return None
         project, through = progress
-        rounds, full_page = self._next_rounds(session_id, through, final)
+        rounds, full_page = self._next_rounds(session_id, through, final,
+                                              SLICE_PAGE_MESSAGES * max(1, max_pieces // EPISODE_SLICE_PIECES))
         if not rounds:
-            return signal_added, False
+            return None
         self.check_model()
         max_chars = self.settings.verbatim_max_chars
         pieces: list[RoundPiece] = []
@@ -435,27 +500,27 @@ class EpisodeStore:
                 break
             pieces += round_pieces_
             taken += 1
-        blobs: list[bytes] = []
-        for start in range(0, len(pieces), max_pieces):
-            if start and between is not None:
-                between()
-            blobs += self._embed([p.full_content for p in pieces[start:start + max_pieces]])
         mined = Mined()
         for episode in self._preferences(rounds[:taken], project, session_id):
             mined.add(episode, "standing")
         self._decisions(rounds[:taken], project, session_id, mined)
         self._lessons(session_id, project, rounds, taken, mined.episodes, mined)
-        standing = mined.episodes
-        standing_blobs = self._embed([e.full_content for e in standing]) if standing else []
+        return _SlicePlan(session_id, project, pieces, mined, rounds[taken - 1][-1].id,
+                          taken < len(rounds) or full_page)
+
+    def _commit_slice(self, plan: _SlicePlan, blobs: list[bytes], final: bool) -> int:
+        """Store a planned slice with its vectors (pieces', then standing memories'), the failures it met, and
+        its progress marker."""
+        session_id, project = plan.session_id, plan.project
         stamp = now_ms()
         added = 0
         rowids: list[int] = []
         with write_transaction(self.conn):
             if sessions.session_opt_out(self.conn, session_id) == "record":
                 # Went off the record while these rounds were embedded: its messages are gone; so are these.
-                return signal_added, False
+                return 0
             self.record_model()
-            for piece, blob in zip(pieces, blobs, strict=True):
+            for piece, blob in zip(plan.pieces, blobs[:len(plan.pieces)], strict=True):
                 if sql.get_episode(self.conn, piece.id) is not None:
                     continue  # written before a crash that lost the progress marker
                 rowids.append(sql.insert_episode(self.conn, NewEpisode(
@@ -465,23 +530,28 @@ class EpisodeStore:
                     content_hash=content_hash(piece.full_content), created_at=piece.created_at or stamp,
                 ), blob))
                 added += 1
-            for episode, blob in zip(standing, standing_blobs, strict=True):
-                if sql.get_episode(self.conn, episode.id) is None:
+            for episode, blob in zip(plan.standing, blobs[len(plan.pieces):], strict=True):
+                # Read again in the transaction: another builder of a backfill (or another session's slice planned
+                # beside this one) may have stored the same words, or a memory of the same way of failing.
+                lesson = plan.mined.lessons.get(episode.id)
+                if sql.get_episode(self.conn, episode.id) is None and not sql.active_with_hash(
+                        self.conn, episode.content_hash, memories_only=True) and not (
+                        lesson is not None and self._told_by_another(lesson, project)):
                     rowids.append(sql.insert_episode(self.conn, episode, blob))
-                    failures_sql.set_origin(self.conn, episode.id, mined.origins[episode.id])
+                    failures_sql.set_origin(self.conn, episode.id, plan.mined.origins[episode.id])
                     added += 1
-            self._record_failures(session_id, project, mined)
-            sql.set_episodized_through(self.conn, session_id, rounds[taken - 1][-1].id)
+            self._record_failures(session_id, project, plan.mined)
+            sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
-        more = taken < len(rounds) or full_page
-        if final and not more and project:
+        if final and not plan.more and project:
             added += self.refresh_routine(project)
-        return added + signal_added, more
+        return added
 
-    def _next_rounds(self, session_id: str, through: int, final: bool) -> tuple[list[list[StoredMessage]], bool]:
-        """The session's complete rounds after message `through`, from a short page or, when no round
-        ends within it, a full one; and whether the page read was full (more messages follow)."""
-        for limit in (SLICE_PAGE_MESSAGES, PAGE_MESSAGES):
+    def _next_rounds(self, session_id: str, through: int, final: bool,
+                     first_page: int = SLICE_PAGE_MESSAGES) -> tuple[list[list[StoredMessage]], bool]:
+        """The session's complete rounds after message `through`, from a short page (`first_page` messages)
+        or, when no round ends within it, a full one; and whether the page read was full (more follow)."""
+        for limit in (min(first_page, PAGE_MESSAGES), PAGE_MESSAGES):
             messages = sql.messages_after(self.conn, session_id, through, limit=limit)
             full_page = len(messages) == limit
             # Within a full page the last round may go on in the next page: only `final` on the last page.

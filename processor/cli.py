@@ -388,7 +388,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engram", description="Engram: memory for Claude Code.")
+    parser = argparse.ArgumentParser(
+        prog="engram", description="Engram: memory for coding agents (Claude Code, the Codex CLI, the Gemini CLI).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:

@@ -266,6 +266,10 @@ def gemini_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return (Path(env.get("GEMINI_CLI_HOME") or _user_home(env)) / ".gemini").expanduser()
 
 
+# The name Engram is installed under (pip, importlib.metadata): "engram" on the package index is an unrelated
+# project. The command (`engram`), the packages and the data paths keep Engram's own name.
+DISTRIBUTION = "engram-recall"
+
 # Engram's `PRAGMA application_id` ("Engr"), also read from the file header without SQLite (below, and by
 # the stdlib hooks: recall_hook/hook_io.py, pinned equal by tests/test_home.py).
 APPLICATION_ID = 0x456E6772

@@ -721,7 +721,7 @@ def check_shared_memory(probe: _Probe) -> Check:
     settings = probe.settings
     name = "shared memory"
     if not share_connection.configured(settings):
-        return _ok(name, "off (shared_database_url is not set; README, \"Shared memory\")")
+        return _ok(name, "off (shared_database_url is not set; docs/shared-memory.md)")
     load_env_file(settings.home / "env")  # PGPASSWORD, as the processor reads it
     local = share_commands.status_of(probe.db, settings) if probe.db is not None else {}
     try:

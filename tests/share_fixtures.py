@@ -3,7 +3,7 @@
 A test gets a `SharedSetup`: a database owned by a non-superuser role (who runs `engram share init`), and
 people (database roles) made with exactly the grants `engram share init` prints. Each machine is an
 Engram home of its own whose config.toml names the database; passwords live in a pgpass file (never in the
-URL), as the README tells users.
+URL), as docs/shared-memory.md tells users.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def test_restart_with_10_mb_unread_catches_up_every_line_and_round(tmp_path: Pat
     assert offsets == sizes
     print(f"\n10 MB backlog ({rounds} rounds): all lines in {captured:.1f} s, "
           f"all complete rounds remembered in {total:.1f} s after start")
-    assert total < 240  # the bound the README states; measured well under it on 2 busy cores
+    assert total < 240  # the bound docs/memory.md states; measured well under it on 2 busy cores
 
 
 def test_rounds_captured_before_a_crash_get_episodes_at_start_without_new_writes(tmp_path: Path) -> None:

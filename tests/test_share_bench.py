@@ -1,4 +1,4 @@
-"""bench/shared.py runs end to end on tiny inputs and prints its JSON figures last (the real figures: README)."""
+"""bench/shared.py runs end to end on tiny inputs and prints its JSON figures last (figures: docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def test_a_team_project_reaches_teammates_but_never_conversation_or_private_memo
                          "('ep_intruder', 'm_x', 'm_x', 0, 'backend', 'global', 'fact', 'normal', 'manual', "
                          "'active', 'x', 'x', 0, 0)")
     # The database owner's own Engram pulls no other person's memory (the owner's SQL could: it owns the tables,
-    # and its search function must read past row-level security to use the full-text index; README).
+    # and its search function must read past row-level security to use the full-text index; docs/shared-memory.md).
     owners_machine = shared.machine("owner-laptop", shared.owner)
     sync(owners_machine)
     assert not set(ids_on(owners_machine)) & {gotcha, preference, elsewhere, *verbatim, *commit}

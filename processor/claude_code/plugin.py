@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from processor.claude_code.settings import Registration, default_registration
+from processor.config import DISTRIBUTION
 from processor.files import write_atomic
 
 PLUGIN_NAME = "engram"
@@ -42,7 +43,7 @@ MCP = Path(".mcp.json")
 
 def _version() -> str | None:
     try:
-        return metadata.version("engram")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return None  # running from an uninstalled checkout: version is optional in plugin.json
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import escape as xml_escape
 
-from processor.config import Settings
+from processor.config import DISTRIBUTION, Settings
 from processor.files import ensure_private_dir, write_atomic
 from processor.service.pidfile import EXIT_ALREADY_RUNNING
 from processor.service.resources import EXIT_MEMORY_LIMIT
@@ -166,8 +166,8 @@ def template_text(platform: Platform, template_dir: Path | None = None) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ServiceError(f"service template {path} is missing ({exc}); reinstall Engram "
-                           "(`pip install --force-reinstall engram`)") from None
+        raise ServiceError(f"service template {path} is missing ({exc}); reinstall Engram (`pip install "
+                           f"--force-reinstall {DISTRIBUTION}`, or `pip install -e .` in its clone)") from None
 
 
 # --- rendering ---------------------------------------------------------------------------------

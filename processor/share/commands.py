@@ -268,7 +268,7 @@ def status(settings: Settings, *, network: bool = True) -> Outcome:
 
 def format_status(data: dict[str, Any]) -> list[str]:
     if not data.get("configured"):
-        return ["shared memory: off (set shared_database_url in config.toml; README, \"Shared memory\")"]
+        return ["shared memory: off (set shared_database_url in config.toml; docs/shared-memory.md)"]
     lines = [f"shared memory: {data.get('url')}, this machine {data.get('machine_id') or '(not registered yet)'}"]
     if "role" in data:
         lines.append(f"  role {data['role']}, teams: {', '.join(data.get('teams') or []) or 'none'}, "

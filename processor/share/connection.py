@@ -46,7 +46,7 @@ def database_url(settings: Settings) -> str:
     if not url:
         raise ShareError("shared memory is not configured.",
                          "set shared_database_url = \"postgresql://USER@HOST:5432/DATABASE?sslmode=verify-full\" in "
-                         "$ENGRAM_HOME/config.toml (README, \"Shared memory\")")
+                         "$ENGRAM_HOME/config.toml (docs/shared-memory.md)")
     try:
         in_file = str(read_config_file(settings.config_path).get("shared_database_url") or "")
     except Exception:  # a broken config.toml is reported where settings are loaded

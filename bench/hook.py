@@ -16,10 +16,12 @@ Runs, interleaved so that machine noise hits all four alike:
             takes the lock, records it as told and prints the fix.
 
 The hook runs as exactly the command ``engram install`` registers, with the same interpreter as
-the baseline: the real binary, not a shim. ``--json`` prints one JSON object with every figure
-(the baseline's included) as the last line.
+the baseline: the real binary, not a shim. The PreToolUse hook of ``--baseline-ref`` (main before issue 28,
+from git) runs the inject, skip and tell cases too, interleaved with the rest (``*_before``): the bare
+interpreter's start moves with the machine, the hooks' difference does not. ``--json`` prints one JSON object
+with every figure (the baseline's included) as the last line.
 
-    python bench/hook.py [--runs 200] [--python /path/to/python3] [--json]
+    python bench/hook.py [--runs 200] [--python /path/to/python3] [--baseline-ref 84d1884] [--json]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -42,11 +45,24 @@ from processor.claude_code.settings import Registration, hook_python  # noqa: E4
 from processor.recall.lesson_index import LessonIndex  # noqa: E402
 from processor.store.episodes import Episode  # noqa: E402
 from processor.store.failures import FailureSignature  # noqa: E402
+from recall_hook.pretooluse import LAUNCHER  # noqa: E402
 
 HOOK = REPO / "recall_hook" / "pretooluse.py"
 FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
 SESSION_ID = "5f1c9a52-7a43-4d0e-9f8e-3c1d2b7e6a10"
 GOAL = 1.25
+BASELINE_REF = "84d1884"  # main before issue 28 (the failure hook, the index by folder, name and program)
+HOOK_CASES = ("inject", "skip", "tell")
+
+
+def hook_of(ref: str, folder: Path) -> Path:
+    """The PreToolUse hook script of commit `ref`, with its sibling modules, extracted under `folder`."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "recall_hook"], capture_output=True,
+                             check=True).stdout
+    target = folder / ref
+    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+    return target / "recall_hook" / "pretooluse.py"
 
 # Three bites, the processor's usual top-3, with summary-sized text.
 BITES = [
@@ -159,7 +175,7 @@ def figures(values: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(values) * 1000, "p95_ms": p95(values) * 1000}
 
 
-def bench(python: str, runs: int, warmup: int = 10) -> dict:
+def bench(python: str, runs: int, warmup: int = 10, baseline_ref: str | None = BASELINE_REF) -> dict:
     with tempfile.TemporaryDirectory(prefix="engram-bench-hook-") as home:
         directory = Path(home) / "recollections"
         directory.mkdir(mode=0o700)
@@ -176,33 +192,39 @@ def bench(python: str, runs: int, warmup: int = 10) -> dict:
         failure_tell = failure_bytes(home, "git push", NO_UPSTREAM.format(b="feat-billing"))
         failure_skip = failure_bytes(home, "git push", "fatal: unable to access 'https://example.com/x.git/': "
                                                        "Could not resolve host: example.com")
-        samples: dict[str, list[float]] = {c: [] for c in ("baseline", "inject", "skip", "tell", "failure_skip",
-                                                            "failure_tell")}
+        cases = ["baseline", "inject", "skip", "tell", "failure_skip", "failure_tell"]
+        argv_of = {case: hook_argv for case in HOOK_CASES}
+        if baseline_ref:
+            old_hook = hook_of(baseline_ref, Path(home) / "before")
+            for case in HOOK_CASES:
+                argv_of[f"{case}_before"] = [python, "-I", "-S", "-c", LAUNCHER, str(old_hook)]
+                cases.append(f"{case}_before")
+        samples: dict[str, list[float]] = {c: [] for c in cases}
         counter = 0
 
         def run_case(case: str) -> float:
             nonlocal counter
             if case == "baseline":
                 return timed(baseline_argv, stdin, env)[0]
-            if case == "inject":
+            kind = case.removesuffix("_before")
+            if kind == "inject":
                 counter += 1
                 write_recollection(directory, f"msg-{counter:06d}")  # outside the timed region
-            if case in ("tell", "failure_tell"):
+            if kind in ("inject", "tell", "failure_tell"):
                 (directory / f"{SESSION_ID}.shown").unlink(missing_ok=True)  # a new session, as far as told goes
             if case.startswith("failure"):
                 elapsed, out = timed(failure_argv, failure_tell if case == "failure_tell" else failure_skip, env)
                 if (b"git push --set-upstream origin feat" in out) != (case == "failure_tell"):
                     raise SystemExit(f"failure hook misbehaved on the {case} path: {out[:200]!r}")
                 return elapsed
-            elapsed, out = timed(hook_argv, told_stdin if case == "tell" else stdin, env)
+            elapsed, out = timed(argv_of[case], told_stdin if kind == "tell" else stdin, env)
             injected = b'"additionalContext"' in out
-            if injected != (case in ("inject", "tell")) or b"permissionDecision" in out:
+            if injected != (kind in ("inject", "tell")) or b"permissionDecision" in out:
                 raise SystemExit(f"hook misbehaved on the {case} path: {out[:200]!r}")
-            if case == "tell" and b"ep_lesson_dist" not in out:
+            if kind == "tell" and b"ep_lesson_dist" not in out:
                 raise SystemExit(f"hook did not tell the lesson: {out[:200]!r}")
             return elapsed
 
-        cases = ["baseline", "inject", "skip", "tell", "failure_skip", "failure_tell"]
         for _ in range(warmup):
             for case in cases:
                 run_case(case)
@@ -231,6 +253,10 @@ def bench(python: str, runs: int, warmup: int = 10) -> dict:
         "goal_ratio": GOAL,
         "meets_goal": max(result[c]["median_ms"] for c in ("inject", "skip", "tell", "failure_skip",
                                                             "failure_tell")) / base <= GOAL,
+        **({"baseline_ref": baseline_ref, **{f"{c}_before": result[f"{c}_before"] for c in HOOK_CASES},
+            **{f"ratio_{c}_before": result[f"{c}_before"]["median_ms"] / base for c in HOOK_CASES},
+            **{f"{c}_vs_before": result[c]["median_ms"] / result[f"{c}_before"]["median_ms"] for c in HOOK_CASES}}
+           if baseline_ref else {}),
     }
 
 
@@ -238,9 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="timed runs of each case (default 200)")
     parser.add_argument("--python", default=None, help="interpreter (default: the one install registers)")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF,
+                        help=f"the commit whose PreToolUse hook runs beside this one (default {BASELINE_REF}; "
+                             "'' for none)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
-    result = bench(args.python or hook_python(), args.runs)
+    result = bench(args.python or hook_python(), args.runs, baseline_ref=args.baseline_ref or None)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -252,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
           f"tell {result['ratio_tell']:.3f}x, failure skip {result['ratio_failure_skip']:.3f}x, "
           f"failure tell {result['ratio_failure_tell']:.3f}x "
           f"(goal <= {GOAL}x: {'met' if result['meets_goal'] else 'NOT met'})")
+    if "baseline_ref" in result:
+        print(f"  {result['baseline_ref']}'s hook: " + ", ".join(
+            f"{c} {result[c + '_before']['median_ms']:.2f} ms ({result['ratio_' + c + '_before']:.3f}x; this "
+            f"{result[c + '_vs_before']:.3f}x of it)" for c in HOOK_CASES))
     return 0
 
 

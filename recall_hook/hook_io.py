@@ -698,7 +698,9 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
         data = ('{"shown":[' + ",".join(quote(i) for i in shown) + '],"asked":['
                 + ",".join(quote(i) for i in told_asked) + '],"created":['
                 + ",".join(quote(p) for p in made[-CREATED_PATHS:]) + "]}\n").encode()
-        write_private(directory, session_id + SHOWN_SUFFIX, data)
+        # Unlinked first, as the state file is (write_state): a rename over a file with data costs a flush on ext4.
+        # The unlocked pre-check (load_shown) may find no file in that instant; this lock's holder decides.
+        write_private(directory, session_id + SHOWN_SUFFIX, data, unlink_first=True)
         return fresh + fresh_asked
     finally:
         if lock_fd >= 0:

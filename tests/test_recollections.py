@@ -111,6 +111,10 @@ def test_ids_shown_by_the_prompt_hook_are_not_repeated(store: EpisodeStore, writ
     assert ids["db"] not in bite_ids(writer.write(store, SID, "u1", "staging database connection", project=None))
     (folder / f"{OTHER_SID}.prompt").write_text("{corrupt")  # a broken marker excludes nothing
     assert ids["db"] in bite_ids(writer.write(store, OTHER_SID, "v1", "staging database connection", project=None))
+    # A message's bites the PreToolUse hook told ("asked" in <session>.shown) are not offered again either.
+    third = "c0ffee00-0000-4000-8000-000000000003"
+    (folder / f"{third}.shown").write_text(json.dumps({"shown": [], "asked": [ids["db"]], "created": []}))
+    assert ids["db"] not in bite_ids(writer.write(store, third, "w1", "staging database connection", project=None))
 
 
 def test_bites_below_the_relevance_floor_are_left_out(store: EpisodeStore, writer: RecollectionWriter,

@@ -154,7 +154,7 @@ def test_log_in_search_open_forget_and_see_a_live_injection(served: tuple[World,
     page.evaluate("window.loadedOnce = true")  # gone if the page reloaded
     transcript = next(Path(world.settings.transcripts_root).rglob(f"{SCRIPT_SID}.jsonl"))
     uid = "b0000000-0000-4000-8000-00000000live"
-    text = "Remind me how to keep the shop-api checkout tests from being flaky"
+    text = "why does checkout fail with a Stripe connection refused?"
     with transcript.open("a") as fh:
         fh.write(user_line(text, session_id=SCRIPT_SID, uid=uid, cwd=world.script_project,
                            timestamp=iso(int(time.time() * 1000))))
@@ -167,7 +167,7 @@ def test_log_in_search_open_forget_and_see_a_live_injection(served: tuple[World,
     assert page.evaluate("window.loadedOnce") is True
     newest = page.evaluate("Array.from(document.querySelectorAll('#timeline .injection')).pop().innerText")
     assert f"answering: {text}" in newest.replace("“", "").replace("”", "").replace('"', "")
-    assert f"(id: {world.memory_id})" in newest
+    assert f"(id: {world.later_memory})" in newest
     assert text in page.evaluate("document.getElementById('timeline').innerText")  # the message, live too
     assert not any(e["method"] == "Page.javascriptDialogOpening" and e["params"]["type"] == "alert"
                    for e in page.events)

@@ -51,6 +51,7 @@ class World:
     new_version: str
     review_id: int  # an open inquisitor review of review_memory
     review_memory: str
+    later_memory: str  # learned after the first injection: not yet told in the script session
 
 
 def iso(ms: int) -> str:
@@ -141,8 +142,11 @@ def build_world(home: Path, projects: Path, tmp: Path) -> World:
                      "Engram digest: <b>checkout</b> tests need freezegun")
     assert ingest(conn, settings.recollections_dir) == 2
     assert sessions_sql.session_activity(conn, SCRIPT_SID) is not None
+    # Learned after that injection (each memory is told once a session): what a later message may bring.
+    later_id, _ = store.remember("The shop-api checkout tests call the Stripe stub: start it with `make stripe-mock`",
+                                 kind="gotcha", scope="project", project=project)
     conn.close()
-    return World(settings, project, prompt_uuid, memory_id, old_id, new_id, review_id, review_memory)
+    return World(settings, project, prompt_uuid, memory_id, old_id, new_id, review_id, review_memory, later_id)
 
 
 class ViewerServer:

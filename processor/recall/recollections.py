@@ -81,13 +81,17 @@ def prompt_shown_ids(recollections_dir: Path, session_id: str) -> frozenset[str]
 
 
 def _marker_ids(recollections_dir: Path, session_id: str, suffix: str, limit: int) -> frozenset[str]:
+    """The ids a hook's marker lists: ``shown`` (and, in ``<session>.shown``, ``asked``: a message's bites, told
+    once a session like the rest; offering them again would only have the hook drop them)."""
     try:
         with open(recollections_dir / f"{session_id}{suffix}", "rb") as f:
             marker = json.loads(f.read(limit + 1)[:limit])
     except (OSError, ValueError):
         return frozenset()
-    shown = marker.get("shown") if isinstance(marker, dict) else None
-    return frozenset(i for i in shown if isinstance(i, str)) if isinstance(shown, list) else frozenset()
+    if not isinstance(marker, dict):
+        return frozenset()
+    lists = [marker.get(name) for name in ("shown", "asked")]
+    return frozenset(i for ids in lists if isinstance(ids, list) for i in ids if isinstance(i, str))
 
 
 def record_opt_out(recollections_dir: Path, session_id: str, level: str) -> None:

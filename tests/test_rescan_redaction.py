@@ -84,3 +84,22 @@ def test_secrets_stored_by_an_older_version_are_redacted_again(tmp_path: Path) -
     assert rescan.rescan(conn) == 0  # done until the rules change
     conn.close()
     assert found_in(_everything(db), SECRETS) == []  # nor in the file: freed space is zeroed, the WAL emptied
+
+
+def test_the_memory_thread_serves_user_messages_between_batches(tmp_path: Path) -> None:
+    """A rescan with a whole second of budget still stops after each batch's commit for `between` (the memory
+    thread serves the user messages that arrived meanwhile), so a message waits for one batch, not the budget."""
+    db = tmp_path / "engram.db"
+    conn = _old_store(db)
+    seen: list[str | None] = []
+
+    def between() -> None:  # another connection sees the batch committed: nothing is held across the call
+        reader = open_store(db)
+        seen.append(episodes_sql.get_meta(reader, rescan.PROGRESS_KEY))
+        reader.close()
+
+    rescan.rescan(conn, budget_seconds=60.0, between=between)
+    assert not rescan.needed(conn)
+    assert len(seen) >= 2 and all(progress is not None for progress in seen)
+    assert len(set(seen)) == len(seen)  # each call after a new batch
+    conn.close()

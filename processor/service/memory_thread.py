@@ -337,7 +337,7 @@ class MemoryThread:
         # Slices of EPISODE_SLICE_PIECES even with no session live: four times as many (a page of 1,024 messages
         # and 64 pieces at once) added 30 MB to the processor's peak under bench/load.py's drain.
         outcome = self._episode_errors(lambda: store.episodize_slice(session_id, final,
-                                                                     between=self._serve_recollections))
+                                                                     between=self.serve_recollections))
         return bool(outcome and outcome[1])
 
     def _episode_errors(self, build: Callable[[], T]) -> T | None:
@@ -442,7 +442,7 @@ class MemoryThread:
         finally:
             self.close()
 
-    def _serve_recollections(self) -> None:
+    def serve_recollections(self) -> None:
         """Between two embedding calls of a long episode build: the user messages that arrived meanwhile."""
         for request in self.pending.take_recollections():
             self._handle(request)
@@ -462,19 +462,19 @@ class MemoryThread:
                 # event or rescan reads the folder again.
                 self._busy("auto memory", lambda: self._episode_errors(lambda: sync_folder(
                     store, request.folder, max_bytes=self.settings.automem_max_bytes, problems=self.problems,
-                    between=self._serve_recollections)))
+                    between=self.serve_recollections)))
         elif isinstance(request, Recollect) and self.recollect is not None:
             recollect = self.recollect
             self._busy("recollection", lambda: recollect(store, request.session_id, request.line))
 
     def _busy(self, what: str, fn: Callable[[], object]) -> None:
-        self.busy_with = what
+        previous, self.busy_with = self.busy_with, what  # a recollection served inside a cleanup: back to it after
         try:
             fn()
         except Exception:
             log.exception("memory thread: %s failed; it is retried on the next event", what)
         finally:
-            self.busy_with = None
+            self.busy_with = previous
 
     def reader(self) -> EpisodeStore:
         """A store of the calling thread's own, sharing the worker's model and vectors: for a long-lived

@@ -125,10 +125,11 @@ class Processor:
         self.memory.submit(IngestInjections())
 
     def redact_stored_text_again(self) -> None:
-        """After an upgrade that widened the redaction rules: a second of re-redaction per sweep (memory thread)."""
+        """After an upgrade that widened the redaction rules: a second of re-redaction per sweep (memory thread),
+        the user messages that arrive meanwhile served between its batches."""
         store = self.memory.store
         if store is not None:
-            rescan.rescan(store.conn, budget_seconds=1.0)
+            rescan.rescan(store.conn, budget_seconds=1.0, between=self.memory.serve_recollections)
 
     # --- control from other threads and signal handlers ------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 STAMP_KEY = "redaction.rules"  # the fingerprint the whole store was last redacted with
 PROGRESS_KEY = "redaction.rescan"  # {"rules", "table", "after"}: where a rescan in progress stands
-BATCH_ROWS = 500
+BATCH_ROWS = 100  # rows a transaction: a user message waits for one batch at most (~10 ms)
 ROWID = ("rowid",)
 # (table, the key it is walked by, text columns, JSON columns): every place captured text is kept. A table a
 # migration has not made yet (an older store) is skipped; a WITHOUT ROWID table is walked by its primary key.
@@ -89,9 +90,11 @@ def _columns_present(conn: apsw.Connection, table: str, wanted: tuple[str, ...])
     return tuple(c for c in wanted if c in present)
 
 
-def rescan(conn: apsw.Connection, budget_seconds: float = 1.0) -> int:
+def rescan(conn: apsw.Connection, budget_seconds: float = 1.0, between: Callable[[], None] | None = None) -> int:
     """Redact stored text again under the current rules, for up to `budget_seconds`; returns rows rewritten.
-    Nothing happens when the store was last redacted with these rules."""
+    Nothing happens when the store was last redacted with these rules. `between` is called after each batch's
+    commit: the memory thread serves the user messages that arrived meanwhile (a message never waits for the
+    whole budget, only for one batch)."""
     current = rules_fingerprint()
     if get_meta(conn, STAMP_KEY) == current:
         return 0
@@ -103,12 +106,13 @@ def rescan(conn: apsw.Connection, budget_seconds: float = 1.0) -> int:
     # Every page this rescan frees is zeroed (a long text's overflow pages too, which FAST leaves as they were).
     conn.execute("PRAGMA secure_delete = ON")
     try:
-        return _rescan(conn, current, progress, deadline)
+        return _rescan(conn, current, progress, deadline, between or (lambda: None))
     finally:
         conn.execute("PRAGMA secure_delete = FAST")
 
 
-def _rescan(conn: apsw.Connection, current: str, progress: dict[str, Any], deadline: float) -> int:
+def _rescan(conn: apsw.Connection, current: str, progress: dict[str, Any], deadline: float,
+            between: Callable[[], None]) -> int:
     rewritten = 0
     batches = 0
     # At least one batch per call, however small the budget: every call moves the rescan on.
@@ -148,4 +152,6 @@ def _rescan(conn: apsw.Connection, current: str, progress: dict[str, Any], deadl
         if progress["table"] >= len(COLUMNS) and progress.get("changed"):
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             log.info("stored text redacted again under the current rules: %d rows changed", progress["changed"])
+        elif progress["table"] < len(COLUMNS):
+            between()
     return rewritten

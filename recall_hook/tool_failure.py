@@ -86,13 +86,15 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     if key is None or not signature:
         return None
     entries = _filed(directory, session_id, event, _fail.failure_key(key, error))
-    found = [e for e in entries if isinstance(e, dict) and isinstance(e.get("sig"), list)
-             and e.get("session") != session_id and _fail.same_failure([str(s) for s in e["sig"]], signature)]
     lines, ids = [], []
     shown, _ = _io.load_shown(directory, session_id)
-    for entry in found:
+    for entry in entries:  # the cheap checks first: most entries under a key are other failures' fixes
+        if (not isinstance(entry, dict) or not isinstance(entry.get("sig"), list) or entry.get("session") == session_id
+                or entry.get("id") in shown or entry.get("id") in ids
+                or not _fail.same_failure([str(s) for s in entry["sig"]], signature)):
+            continue
         line = _told(entry)
-        if line is not None and entry["id"] not in shown and entry["id"] not in ids:
+        if line is not None:
             lines.append(line)
             ids.append(entry["id"])
             if len(ids) == MAX_FIXES:

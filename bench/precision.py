@@ -114,6 +114,7 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
     from processor.capture.project import project_root
     from processor.config import load_settings
     from processor.memory.episodes import EpisodeStore
+    from processor.recall.injections import ingest
     from processor.recall.recollections import RecollectionWriter
     from processor.service.run_loop import Processor
     from processor.store import episodes as episodes_sql
@@ -143,6 +144,10 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
         if not session.prompts:
             continue
         conn = open_store(settings.db_path) if settings.db_path.exists() else None
+        if conn is not None:
+            # What the hooks told the sessions replayed so far, recorded as the running processor's injection
+            # watcher records it: what a memory was told before decides whether it is told again.
+            ingest(conn, settings.recollections_dir)
         store = EpisodeStore(settings, conn, embedder=embedder) if conn is not None else None
         cwd = next((p.cwd for p in session.prompts if p.cwd), None)
         project = project_root(cwd) if cwd else None

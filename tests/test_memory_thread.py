@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from processor.capture.parse import CapturedLine
 from processor.memory.verbatim import MESSAGE_HEAD_PIECES, round_pieces
 from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, PendingWork, Recollect
@@ -105,3 +107,27 @@ def test_a_long_episode_build_serves_new_user_messages_between_slices(engram_hom
         memory.stop()
     assert query(settings, "SELECT count(*) FROM episodes")[0][0] == 119
     assert memory.pending.peak <= 2
+
+
+def test_a_request_before_the_store_is_open_waits_for_it_and_one_after_stop_fails_at_once(engram_home: Path) -> None:
+    """The control plane listens before the memory thread has opened the store: a /recall in that instant waits
+    for it (it was an HTTP 500 on a busy machine); once the thread is stopping, a request fails without waiting."""
+    import threading
+
+    from processor.memory.errors import EmbedderError
+
+    memory = MemoryThread(make_settings())
+    got: list[object] = []
+    waiting = threading.Thread(target=lambda: got.append(memory.main_store()))
+    waiting.start()
+    time.sleep(0.2)
+    assert not got  # still waiting for the store
+    store = memory.open()
+    waiting.join(timeout=10)
+    assert got == [store]
+    memory.close()
+    memory._stop.set()  # what stop() does first
+    started = time.monotonic()
+    with pytest.raises(EmbedderError, match="not running"):
+        memory.main_store()
+    assert time.monotonic() - started < 1

@@ -43,6 +43,7 @@ MAX_WAITING_SESSIONS = 1000
 # for one up to READER_WAIT_SECONDS, then opens one of its own, closed when it is handed back.
 READERS = 4
 READER_WAIT_SECONDS = 5.0
+STARTING_WAIT_SECONDS = 10.0  # a request that comes before the memory thread opened the store waits this long
 # A session that captured lines this recently is live: bulk embedding (episodes) then leaves it half the
 # model's contexts, so its capture, hooks and searches find a core; with none live it uses them all.
 LIVE_SECONDS = 10.0
@@ -220,6 +221,7 @@ class MemoryThread:
         self._building: list[str] = []  # sessions whose episodes are being built, a slice at a time
         self._finished: set[str] = set()  # of those, sessions whose last captured line ended a turn
         self._stop = threading.Event()
+        self._opened = threading.Event()  # set while the store is open: a request in the first instant waits for it
         self._thread: threading.Thread | None = None
         self._readers = threading.local()  # long-lived threads' own stores (the MCP tools' database thread)
         self._idle_readers: list[EpisodeStore] = []  # stores lent to request threads, back in the pool
@@ -235,9 +237,11 @@ class MemoryThread:
 
     def open(self) -> EpisodeStore:
         self.store = EpisodeStore(self._settings, open_store(self.settings.db_path))
+        self._opened.set()
         return self.store
 
     def close(self) -> None:
+        self._opened.clear()
         if self.store is not None:
             self.store.conn.close()
             self.store = None
@@ -520,9 +524,17 @@ class MemoryThread:
         with self._idle_readers_lock:
             return len(self._idle_readers)
 
-    def _open_reader(self) -> EpisodeStore:
+    def main_store(self) -> EpisodeStore:
+        """The memory thread's store, whose model and vectors readers share. The control plane listens before
+        the thread has opened it: a request in that instant waits for it rather than failing."""
         main = self.store
+        if main is None and not self._stop.is_set() and self._opened.wait(STARTING_WAIT_SECONDS):
+            main = self.store
         if main is None:
             raise EmbedderError("the memory thread is not running")
+        return main
+
+    def _open_reader(self) -> EpisodeStore:
+        main = self.main_store()
         return EpisodeStore(self._settings, open_store(self.settings.db_path), embedder=main.embedder,
                             index=main.index)

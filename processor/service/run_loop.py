@@ -29,7 +29,6 @@ from processor.config import AGENT_NAMES, Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
 from processor.memory.episodes import EpisodeStore, Expansion
-from processor.memory.errors import EmbedderError
 from processor.memory.gguf_convert import remove_stale_conversions
 from processor.memory.unasked import offers
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
@@ -166,9 +165,7 @@ class Processor:
 
     def viewer_store(self, conn: apsw.Connection) -> EpisodeStore:
         """A store on the viewer's connection that shares the memory thread's model and vectors."""
-        main = self.memory.store
-        if main is None:
-            raise EmbedderError("the memory thread is not running")
+        main = self.memory.main_store()
         return EpisodeStore(self.holder, conn, embedder=main.embedder, index=main.index)
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 STAMP_KEY = "redaction.rules"  # the fingerprint the whole store was last redacted with
 PROGRESS_KEY = "redaction.rescan"  # {"rules", "table", "after"}: where a rescan in progress stands
-BATCH_ROWS = 100  # rows a transaction: a user message waits for one batch at most (~10 ms)
+BATCH_ROWS = 100  # rows a transaction: a user message that arrives meanwhile waits for one batch at most
 ROWID = ("rowid",)
 # (table, the key it is walked by, text columns, JSON columns): every place captured text is kept. A table a
 # migration has not made yet (an older store) is skipped; a WITHOUT ROWID table is walked by its primary key.

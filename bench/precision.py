@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,15 +111,42 @@ def _call_text(call: ToolCall) -> str:
     return f"{call.name} {json.dumps(shown, ensure_ascii=False)[:200]}"
 
 
+def stores_in_time(sessions: list[Session], root: Path, settings: object) -> Iterator[tuple[int, Session, object]]:
+    """Each of a project's sessions (`number`, `session`, an open store connection or None) with the store as it
+    stood when the session started: the other sessions' lines written by then captured by the real processor
+    (copies under `root`), and what the hooks told the sessions before it recorded as the running processor's
+    injection watcher records it (what a memory was told before decides whether it is told again)."""
+    from processor.recall.injections import ingest
+    from processor.service.run_loop import Processor
+    from processor.store import open_store
+
+    done = {s.session_id: 0 for s in sessions}
+    for number, session in enumerate(sessions):
+        added = False
+        for other in sessions:
+            if other is not session:
+                end = _append_until(other, root / other.path.parent.name / other.path.name,
+                                    done[other.session_id], session.start_ms)
+                added |= end > done[other.session_id]
+                done[other.session_id] = end
+        if added:
+            Processor(settings).run_once(None)
+        conn = open_store(settings.db_path) if session.prompts and settings.db_path.exists() else None
+        if conn is not None:
+            ingest(conn, settings.recollections_dir)
+        try:
+            yield number, session, conn
+        finally:
+            if conn is not None:
+                conn.close()
+
+
 def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder: object) -> list[dict]:
     from processor.capture.project import project_root
     from processor.config import load_settings
     from processor.memory.episodes import EpisodeStore
-    from processor.recall.injections import ingest
     from processor.recall.recollections import RecollectionWriter
-    from processor.service.run_loop import Processor
     from processor.store import episodes as episodes_sql
-    from processor.store import open_store
 
     sessions = project_sessions(project_dir)
     if not sessions:
@@ -129,25 +157,10 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
                ENGRAM_AUTOMEM="0")
     settings = load_settings(env)
     writer = RecollectionWriter(settings)
-    done = {s.session_id: 0 for s in sessions}
     records: list[dict] = []
-    for number, session in enumerate(sessions):
-        added = False
-        for other in sessions:
-            if other is not session:
-                end = _append_until(other, root / project_dir.name / other.path.name, done[other.session_id],
-                                    session.start_ms)
-                added |= end > done[other.session_id]
-                done[other.session_id] = end
-        if added:
-            Processor(settings).run_once(None)
+    for number, session, conn in stores_in_time(sessions, root, settings):
         if not session.prompts:
             continue
-        conn = open_store(settings.db_path) if settings.db_path.exists() else None
-        if conn is not None:
-            # What the hooks told the sessions replayed so far, recorded as the running processor's injection
-            # watcher records it: what a memory was told before decides whether it is told again.
-            ingest(conn, settings.recollections_dir)
         store = EpisodeStore(settings, conn, embedder=embedder) if conn is not None else None
         cwd = next((p.cwd for p in session.prompts if p.cwd), None)
         project = project_root(cwd) if cwd else None
@@ -159,8 +172,6 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
         for prompt in session.prompts:
             records.append(_replay_prompt(home, writer, store, session, prompt, project, first=number == 0,
                                           sources=sources))
-        if conn is not None:
-            conn.close()
     return records
 
 

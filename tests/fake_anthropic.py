@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fake_api import ScriptedApi, json_body
 
 JsonObject = dict[str, Any]
 _ids = itertools.count(1)
@@ -194,41 +194,11 @@ def sse_events(reply: Reply, model: str) -> Iterator[tuple[str, JsonObject]]:
     yield "message_stop", {"type": "message_stop"}
 
 
-class FakeAnthropic:
+class FakeAnthropic(ScriptedApi[Reply]):
     def __init__(self) -> None:
-        self.script: deque[Reply] = deque()
-        self.fallback = Reply.text("OK")
-        self.side_reply = Reply.text("Side answer")
-        self.requests: list[Request] = []
-        self.unscripted: list[Request] = []
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        super().__init__(Reply.text("OK"), side_reply=Reply.text("Side answer"))
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
-    def conversation(self) -> list[Request]:
-        with self._lock:
-            return [r for r in self.requests if r.is_conversation]
-
-    def answer(self, request: Request) -> Reply:
-        with self._lock:
-            self.requests.append(request)
-            if not request.is_conversation:
-                reply = self.side_reply
-            elif self.script:
-                reply = self.script.popleft()
-            else:
-                self.unscripted.append(request)
-                reply = self.fallback
-        # Outside the lock: a dynamic reply may wait (the model "thinking") or push replies onto the script.
-        request.reply = reply = reply.resolve(request)
-        return reply
-
-    def start(self) -> FakeAnthropic:
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -246,25 +216,18 @@ class FakeAnthropic:
                 self.end_headers()
 
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    body = {"_raw": raw.decode(errors="replace")}
+                body = json_body(self)
                 path = self.path.split("?")[0]
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 if path.endswith("/messages/count_tokens"):
-                    with fake._lock:
-                        fake.requests.append(request)
+                    fake.record(request)
                     self._json(200, {"input_tokens": 100})
                     return
                 if not path.endswith("/messages"):
-                    with fake._lock:
-                        fake.requests.append(request)
+                    fake.record(request)
                     self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": path}})
                     return
-                reply = fake.answer(request)
+                request.reply = reply = fake.answer(request)
                 model = str(body.get("model", "claude-fake"))
                 if body.get("stream"):
                     self._sse(reply, model)
@@ -291,19 +254,4 @@ class FakeAnthropic:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return Handler

@@ -18,12 +18,12 @@ get a short canned answer and never consume the script.
 from __future__ import annotations
 
 import json
-import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fake_api import ScriptedApi, json_body
 
 JsonObject = dict[str, Any]
 
@@ -97,40 +97,11 @@ class Request:
         return "\n".join(self.texts())
 
 
-class FakeGemini:
+class FakeGemini(ScriptedApi[Turn]):
     def __init__(self) -> None:
-        self.script: deque[Turn] = deque()
-        self.fallback = Turn.text("OK")
-        self.side_reply = Turn.text('{"reasoning": "done", "next_speaker": "user"}')
-        self.requests: list[Request] = []
-        self.unscripted: list[Request] = []
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        super().__init__(Turn.text("OK"), side_reply=Turn.text('{"reasoning": "done", "next_speaker": "user"}'))
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    @property
-    def conversation(self) -> list[Request]:
-        with self._lock:
-            return [r for r in self.requests if r.is_conversation]
-
-    def answer(self, request: Request) -> Turn:
-        with self._lock:
-            self.requests.append(request)
-            if not request.is_conversation:
-                turn = self.side_reply
-            elif self.script:
-                turn = self.script.popleft()
-            else:
-                self.unscripted.append(request)
-                turn = self.fallback
-        request.turn = turn = turn.resolve(request)
-        return turn
-
-    def start(self) -> FakeGemini:
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -143,17 +114,12 @@ class FakeGemini:
                 self._send(404, "application/json", b'{"error": {"code": 404, "message": "not found"}}')
 
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    body = {"_raw": raw.decode(errors="replace")}
+                body = json_body(self)
                 if ":countTokens" in self.path:
                     self._send(200, "application/json", b'{"totalTokens": 100}')
                     return
                 request = Request(self.path, body)
-                turn = fake.answer(request)
+                request.turn = turn = fake.answer(request)
                 chunk = {"candidates": [{"content": {"role": "model", "parts": turn.parts}, "finishReason": "STOP",
                                          "index": 0}],
                          "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 10,
@@ -175,13 +141,4 @@ class FakeGemini:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        return Handler

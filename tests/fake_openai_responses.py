@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fake_api import ScriptedApi, json_body
 
 JsonObject = dict[str, Any]
 _ids = itertools.count(1)
@@ -137,32 +137,13 @@ def sse_events(turn: Turn, model: str) -> Iterator[tuple[str, JsonObject]]:
     yield "response.completed", {"type": "response.completed", "response": {"id": response_id, "usage": usage}}
 
 
-class FakeResponses:
+class FakeResponses(ScriptedApi[Turn]):
+    url_path = "/v1"
+
     def __init__(self) -> None:
-        self.script: deque[Turn] = deque()
-        self.fallback = Turn.text("OK")
-        self.requests: list[Request] = []
-        self.unscripted: list[Request] = []
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        super().__init__(Turn.text("OK"))
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def answer(self, request: Request) -> Turn:
-        with self._lock:
-            self.requests.append(request)
-            if self.script:
-                turn = self.script.popleft()
-            else:
-                self.unscripted.append(request)
-                turn = self.fallback
-        request.turn = turn = turn.resolve(request)  # outside the lock: a dynamic turn may wait
-        return turn
-
-    def start(self) -> FakeResponses:
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -175,17 +156,12 @@ class FakeResponses:
                 self._send(404, "application/json", b'{"error": {"message": "not found"}}')
 
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    body = {"_raw": raw.decode(errors="replace")}
+                body = json_body(self)
                 if not self.path.split("?")[0].endswith("/responses"):
                     self._send(404, "application/json", b'{"error": {"message": "not found"}}')
                     return
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                turn = fake.answer(request)
+                request.turn = turn = fake.answer(request)
                 data = b"".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
                                 for name, payload in sse_events(turn, str(body.get("model", "fake"))))
                 self._send(200, "text/event-stream", data)
@@ -197,13 +173,4 @@ class FakeResponses:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        return Handler

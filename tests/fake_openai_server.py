@@ -21,8 +21,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.fake_api import LoopbackServer
 
 _FIRST_USER = re.compile(r"^\[user[^\]]*\]\n(.+)$", re.MULTILINE)
 
@@ -46,8 +48,12 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-class FakeOpenAI:
+class FakeOpenAI(LoopbackServer):
+    url_path = "/v1"
+    thread_name = "fake-openai"
+
     def __init__(self, models: set[str] | None = None, usage: tuple[int, int] = (1000, 100)) -> None:
+        super().__init__()
         self.models = set(models or {"gpt-4.1-nano"})
         self.usage = usage
         self.script: deque[dict[str, Any]] = deque()
@@ -60,14 +66,8 @@ class FakeOpenAI:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def start(self) -> FakeOpenAI:
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -154,14 +154,8 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="fake-openai", daemon=True).start()
-        return self
+        return Handler
 
     def stop(self) -> None:
-        self.release.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        self.release.set()  # a call held by the test answers before the server goes
+        super().stop()

@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -108,20 +108,24 @@ def developer_texts(request: CodexRequest) -> str:
     return "\n".join(request.messages("developer"))
 
 
-def codex_after_recollection(world: AgentWorld, prompt: str, turn: CodexTurn) -> CodexTurn:
-    """`turn`, once the processor has written the recollection for `prompt` (a real model takes seconds)."""
-    def wait(request: CodexRequest) -> CodexTurn:
+T = TypeVar("T", CodexTurn, GeminiTurn)
+
+
+def after_recollection(world: AgentWorld, agent: str, prompt: str, turn: T) -> T:
+    """`turn` (a Codex or Gemini turn), once the processor has written the recollection for `prompt` in the
+    agent's session (a real model takes seconds)."""
+    def wait(request: Any) -> T:
         def ready() -> bool:
             rows = world.query("SELECT m.session_id, m.uuid FROM messages m JOIN sessions s USING (session_id) "
-                               "WHERE s.agent = 'codex' AND m.role = 'user' AND m.text = ? ORDER BY m.id DESC",
-                               (prompt,))
+                               "WHERE s.agent = ? AND m.role = 'user' AND m.text = ? ORDER BY m.id DESC",
+                               (agent, prompt))
             return bool(rows) and (world.recollection(rows[0][0]) or {}).get("messageUuid") == rows[0][1]
         try:
             wait_for(ready, 30, f"recollection for {prompt!r}")
         except AssertionError as exc:
             world.failures.append(str(exc))
         return turn
-    return CodexTurn.from_request(wait)
+    return type(turn).from_request(wait)
 
 
 @pytest.mark.skipif(CLAUDE is None, reason=NO_CLAUDE)
@@ -146,7 +150,7 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         rollouts = lambda: sorted((world.codex_home / "sessions").rglob("rollout-*.jsonl"))  # noqa: E731
         with CaptureClock(world.engram_home / "engram.db", rollouts, codex_uuid) as clock:
             run_a = world.codex_run(prompt_a, [
-                codex_after_recollection(world, prompt_a, CodexTurn.call("exec_command",
+                after_recollection(world, "codex", prompt_a, CodexTurn.call("exec_command",
                                                                          {"cmd": "git add dist/app.js"})),
                 CodexTurn.call("exec_command", {"cmd": "git add -f dist/app.js"}, text=IGNORED_DIAGNOSIS),
                 CodexTurn.call("memory_recall", {"query": "esbuild bundle dist"}, namespace="mcp__engram"),
@@ -209,7 +213,7 @@ def test_codex_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         before_c = len(world.responses.requests)
         prompt_c = "Release the current build"
         world.codex_run(prompt_c, [
-            codex_after_recollection(world, prompt_c, CodexTurn.call("exec_command",
+            after_recollection(world, "codex", prompt_c, CodexTurn.call("exec_command",
                                                                      {"cmd": "python3 tools/release.py"})),
             CodexTurn.call("exec_command", {"cmd": "git checkout -q -b hotfix"}),
             CodexTurn.call("exec_command", {"cmd": "git push"}),
@@ -253,21 +257,6 @@ def gemini_uuid(path: Path, record: dict[str, Any]) -> str | None:
     return f"{header['sessionId']}:{record['id']}"
 
 
-def gemini_after_recollection(world: AgentWorld, prompt: str, turn: GeminiTurn) -> GeminiTurn:
-    def wait(request: Any) -> GeminiTurn:
-        def ready() -> bool:
-            rows = world.query("SELECT m.session_id, m.uuid FROM messages m JOIN sessions s USING (session_id) "
-                               "WHERE s.agent = 'gemini' AND m.role = 'user' AND m.text = ? ORDER BY m.id DESC",
-                               (prompt,))
-            return bool(rows) and (world.recollection(rows[0][0]) or {}).get("messageUuid") == rows[0][1]
-        try:
-            wait_for(ready, 30, f"recollection for {prompt!r}")
-        except AssertionError as exc:
-            world.failures.append(str(exc))
-        return turn
-    return GeminiTurn.from_request(wait)
-
-
 @pytest.mark.skipif(CLAUDE is None, reason=NO_CLAUDE)
 def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
     gemini = npm_cli(GEMINI)
@@ -298,7 +287,7 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         chats = lambda: sorted((world.gemini_dir / "tmp").glob("*/chats/session-*.jsonl"))  # noqa: E731
         with CaptureClock(world.engram_home / "engram.db", chats, gemini_uuid) as clock:
             world.gemini_run(prompt_b, [
-                gemini_after_recollection(world, prompt_b, GeminiTurn.call(
+                after_recollection(world, "gemini", prompt_b, GeminiTurn.call(
                     "run_shell_command", {"command": "python3 tools/release.py"})),
                 GeminiTurn.call("run_shell_command", {"command": "git add dist/app.js"}),
                 GeminiTurn.call("run_shell_command", {"command": "git add -f dist/app.js"}, text=IGNORED_DIAGNOSIS),

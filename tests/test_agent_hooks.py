@@ -50,8 +50,8 @@ def test_file_tools_and_patches_have_file_keys() -> None:
     assert tool_keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo")[0] == "file:src/new.ts"
     assert tool_keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"})[0] == \
         "file:src/cart.ts"
-    assert tool_keys("grep_search", {"pattern": "TODO", "dir_path": "src"}) == \
-        tool_keys("Grep", {"pattern": "TODO", "path": "src"})
+    assert tool_keys("grep_search", {"pattern": "TODO", "dir_path": "/repo/src"}, "/repo") == \
+        tool_keys("Grep", {"pattern": "TODO", "path": "/repo/src"}, "/repo") == ["file:src", "name:todo"]
     # A patch, through the shell or as Codex's own tool, works on each file it names.
     patch = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: src/cart.ts\n@@\n-a\n+b\n"
              "*** Add File: /repo/src/new.ts\n+x\n*** End Patch\nEOF")

@@ -19,7 +19,7 @@ from processor.service.run_loop import Processor
 from processor.store import failures as failures_sql
 from processor.store import open_store
 from tests.conftest import REPO
-from tests.transcripts import Conversation
+from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
 S1, S2, S3 = (f"22222222-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))
@@ -38,14 +38,6 @@ def push_session(session_id: str, branch: str, start: str) -> Conversation:
     c.bash(f"git push --set-upstream origin {branch}", f"branch '{branch}' set up to track 'origin/{branch}'.")
     c.say("Pushed.", end_turn=True)
     return c
-
-
-def write(projects: Path, *conversations: Conversation) -> None:
-    folder = projects / "-work-shop"
-    folder.mkdir(parents=True, exist_ok=True)
-    for c in conversations:
-        with open(folder / f"{c.session_id}.jsonl", "a", encoding="utf-8") as f:
-            f.write(c.text())
 
 
 def process() -> EpisodeStore:
@@ -86,7 +78,7 @@ def fixes(store: EpisodeStore) -> list[tuple]:
 
 
 def test_the_same_failure_gets_its_fix_right_after(engram_home: Path, projects_dir: Path) -> None:
-    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
+    write_conversations(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
     store = process()
     [(fix_id, kind, summary, content)] = fixes(store)
     # No diagnosis was said: the error and the call that worked are the lesson.
@@ -105,7 +97,7 @@ def test_the_same_failure_gets_its_fix_right_after(engram_home: Path, projects_d
 
 
 def test_a_failure_that_recurs_is_told_before_the_call(engram_home: Path, projects_dir: Path) -> None:
-    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"),
+    write_conversations(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"),
           push_session(S2, "feat-cart", "2026-11-03T10:00:00"))
     store = process()
     assert len(fixes(store)) == 1  # one memory per way of failing, however many sessions met it
@@ -129,7 +121,7 @@ def test_a_flaky_rerun_and_an_unfixed_failure_teach_nothing(engram_home: Path, p
     c.user("Stop there")
     c.bash("git commit -am wip", "The user doesn't want to proceed with this tool use.", error=True)  # declined
     c.bash("git commit -am wip2", "[main 1234567] wip2")
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     assert fixes(store) == []
     assert failed(engram_home, S2, "npm test", "Error: connect ECONNREFUSED 127.0.0.1:5433") == ""
@@ -155,7 +147,7 @@ def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(en
     c.bash('git config user.email "dev@example.com"')
     c.bash('git commit -m "Config"', "[main 5d6e7f8] Config")
     c.say("Committed.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     assert len(fixes(store)) == 2
     hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
@@ -172,7 +164,7 @@ def test_thousands_of_failures_of_one_command_are_one_signature_and_one_memory(e
         c.bash(f"pytest specs/test_{n}.py", f"(eval):{n}: command not found: pytest", error=True)
     c.bash("source .venv/bin/activate && pytest specs/", "3 passed")
     c.say("Green.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     rows = failures_sql.project_failures(store.conn, CWD)
     assert len(rows) == 1 and rows[0].memory_id is not None
@@ -186,7 +178,7 @@ def test_a_secret_in_an_error_is_redacted_before_it_is_stored_or_told(engram_hom
     c.user("Publish the package")
     c.bash("npm publish", f"npm ERR! code E401\nnpm ERR! Unable to authenticate, token {token} is expired", error=True)
     c.bash("npm login --registry https://registry.npmjs.org && npm publish", "+ shop@1.0.0")
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     assert fixes(store)
     out = failed(engram_home, S2, "npm publish", f"npm ERR! code E401\nnpm ERR! Unable to authenticate, token {token} "
@@ -203,14 +195,14 @@ def test_a_failure_in_another_language_is_matched_by_its_words(engram_home: Path
     c.user("Starte die App")
     c.bash("./start.sh", error, error=True)
     c.bash("sudo ./start.sh", "gestartet")
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     process()
     other = error.replace("/srv/app/config.yml", "/srv/app/secrets.yml")
     assert "`sudo ./start.sh`" in told(failed(engram_home, S2, "./start.sh", other))
 
 
 def test_an_interrupted_or_declined_call_is_not_a_failure(engram_home: Path, projects_dir: Path) -> None:
-    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
+    write_conversations(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
     process()
     out = run_hook("tool_failure.py", engram_home, {
         "session_id": S2, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": "Bash",
@@ -232,7 +224,7 @@ def test_a_recipe_assembled_through_failures_is_told_before_the_next_run(engram_
     c.bash("source .venv/bin/activate && pip install -e .", "Successfully installed shop-0.1")
     c.bash("source .venv/bin/activate && pytest tests/test_api.py", "1 passed in 0.02s")
     c.say("The API test passes.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     [(recipe_id, summary)] = store.conn.execute(
         "SELECT e.id, e.summary FROM episodes e JOIN memory_origins o ON o.episode_id = e.id "
@@ -260,7 +252,7 @@ def test_reruns_after_fixing_the_code_are_the_work_not_a_recipe(engram_home: Pat
     c.edit(f"{CWD}/shop/cart.py")
     c.bash("uv run pyright", "0 errors, 0 warnings, 0 informations")
     c.say("Pyright is clean.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     assert store.conn.execute("SELECT count(*) FROM memory_origins WHERE miner = 'recipe'").fetchone()[0] == 0
 
@@ -281,7 +273,7 @@ def test_codex_and_gemini_get_the_fix_right_after_the_same_failure(engram_home: 
                                                                    tmp_path: Path) -> None:
     """Neither has an event for a failed call alone: Codex's PostToolUse reads the call's exit status from its
     rollout (its tool_response is the output only); Gemini's AfterTool (pretooluse.py) reads ``Exit Code: N``."""
-    write(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
+    write_conversations(projects_dir, push_session(S1, "feat-login", "2026-11-01T10:00:00"))
     process()
     rollout = tmp_path / "rollout.jsonl"
     codex_event = {"session_id": S2, "hook_event_name": "PostToolUse", "cwd": CWD, "tool_name": "Bash",

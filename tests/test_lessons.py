@@ -23,7 +23,7 @@ from processor.service.run_loop import Processor
 from processor.store import open_store
 from processor.store import tool_calls as tool_call_sql
 from tests.conftest import REPO
-from tests.transcripts import Conversation
+from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
 S1 = "11111111-0000-4000-8000-000000000001"
@@ -47,14 +47,6 @@ def gitignore_session(session_id: str = S1, start: str = "2026-11-01T10:00:00") 
     return c
 
 
-def write(projects: Path, *conversations: Conversation) -> None:
-    folder = projects / "-work-shop"
-    folder.mkdir(parents=True, exist_ok=True)
-    for c in conversations:
-        with open(folder / f"{c.session_id}.jsonl", "a", encoding="utf-8") as f:
-            f.write(c.text())
-
-
 def process(projects: Path) -> EpisodeStore:
     settings = load_settings()
     Processor(settings).run_once(None)
@@ -70,7 +62,7 @@ def memories(store: EpisodeStore, kind: str | None = None) -> list:
 
 def test_a_failure_its_diagnosis_and_fix_become_one_lesson(engram_home: Path, projects_dir: Path) -> None:
     session = gitignore_session()
-    write(projects_dir, session)
+    write_conversations(projects_dir, session)
     store = process(projects_dir)
     [lesson] = memories(store, "gotcha")
     _, kind, summary, content, entities, sources = lesson
@@ -102,7 +94,7 @@ def test_no_lesson_from_an_unfixed_failure_a_declined_call_or_narration(engram_h
     c.edit(f"{CWD}/src/app.ts")
     c.bash("npm run lint", "0 problems")
     c.say("Lint is clean.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     assert memories(process(projects_dir), "gotcha") == [] and memories(process(projects_dir), "bugfix") == []
 
 
@@ -118,7 +110,7 @@ def test_a_flag_given_a_value_is_a_fix_and_a_bare_one_a_question(engram_home: Pa
     c.bash("python3 tools/release.py --help", "usage: release.py [-h] --version VERSION")
     c.bash("python3 tools/release.py --version 1.2.0", "released 1.2.0")
     c.say("Released 1.2.0.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     found = memories(process(projects_dir), "gotcha")
     first = [content for _, _, _, content, _, _ in found if "arguments are required" in content]
     assert first and "What fixed it: `python3 tools/release.py --version 1.2.0`" in first[0], found
@@ -129,7 +121,7 @@ def test_a_megabyte_error_is_kept_as_its_head_and_tail(engram_home: Path, projec
     c = Conversation(S1, cwd=CWD)
     c.user("Run the tests")
     c.bash("pytest -q", "E" * 1_000_000 + "\nFAILED tests/test_x.py::test_y - AssertionError", error=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process(projects_dir)
     [call] = [call for call in tool_call_sql.session_calls(store.conn, S1) if call.failed]
     assert len(call.error) < 2_000 and call.error.endswith("test_y - AssertionError")
@@ -179,7 +171,7 @@ def call(session_id: str, name: str, tool_input: dict) -> dict:
 
 def later_session(engram_home: Path, projects_dir: Path, prompt: str) -> tuple[EpisodeStore, str]:
     """The gitignore lesson learned in S1; S2's user message is written to its recollection file."""
-    write(projects_dir, gitignore_session())
+    write_conversations(projects_dir, gitignore_session())
     store = process(projects_dir)
     [(lesson_id, *_)] = memories(store, "gotcha")
     path = RecollectionWriter(load_settings()).write(store, S2, "u-s2-1", prompt, project=CWD)
@@ -241,7 +233,7 @@ def test_a_close_out_routine_repeated_across_sessions_becomes_one_convention(eng
     closing_task(first, "prices")
     closing_task(first, "taxes")
     closing_task(second, "coupons")
-    write(projects_dir, first, second)
+    write_conversations(projects_dir, first, second)
     store = process(projects_dir)
     [(routine_id, _, summary, *_)] = memories(store, "convention")
     assert summary == ("Close-out routine: `uv run pytest -q` → `uv run ruff check .` → `git commit` "
@@ -288,7 +280,7 @@ def test_a_tool_gotcha_is_told_before_the_next_session_runs_that_tool(engram_hom
     c.edit(f"{CWD}/drizzle/0003_email.sql")
     c.bash("npx drizzle-kit migrate", "[✓] migrations applied")
     c.say("users.email is now required.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process(projects_dir)
     [(lesson_id, kind, summary, content, *_)] = memories(store, "gotcha")
     assert summary.startswith("SQLite doesn't support `ALTER TABLE … MODIFY`")
@@ -316,7 +308,7 @@ def test_a_routine_never_teaches_what_the_user_forbade_or_declined(engram_home: 
     task(first, "taxes", "git add -A")
     task(second, "coupons", "git add -A")
     task(second, "returns", "git add CLAUDE.md")
-    write(projects_dir, first, second)
+    write_conversations(projects_dir, first, second)
     store = process(projects_dir)
     [(_, _, summary, *_)] = [m for m in memories(store, "convention") if m[2].startswith("Close-out")]
     assert "git add" not in summary and "`uv run pytest -q` → `git commit`" in summary
@@ -328,7 +320,7 @@ def test_a_routine_told_session_after_session_stops_being_told(engram_home: Path
     closing_task(first, "prices")
     closing_task(first, "taxes")
     closing_task(second, "coupons")
-    write(projects_dir, first, second)
+    write_conversations(projects_dir, first, second)
     store = process(projects_dir)
     [(routine_id, *_)] = memories(store, "convention")
     writer = RecollectionWriter(load_settings())
@@ -350,7 +342,7 @@ def test_staging_everything_that_had_to_be_undone_is_told_before_staging_everyth
     c.bash("git reset notes/", "Unstaged changes after reset:\nM\tnotes/day-004.md")
     c.bash('git commit -m "Fix the cart"', "[main 1a2b3c4] Fix the cart")
     c.say("Committed.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process(projects_dir)
     RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Commit the coupon change", project=CWD)
     told = hook(engram_home, call(S2, "Bash", {"command": "git add src/coupons.py"}))

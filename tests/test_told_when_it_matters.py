@@ -17,18 +17,10 @@ from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
 from tests.conftest import REPO
-from tests.transcripts import Conversation
+from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"
 S1, S2, S3 = (f"33333333-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))
-
-
-def write(projects: Path, *conversations: Conversation) -> None:
-    folder = projects / "-work-shop"
-    folder.mkdir(parents=True, exist_ok=True)
-    for c in conversations:
-        with open(folder / f"{c.session_id}.jsonl", "a", encoding="utf-8") as f:
-            f.write(c.text())
 
 
 def process() -> EpisodeStore:
@@ -74,7 +66,7 @@ def exploring_session() -> Conversation:
 
 def test_a_fact_about_a_path_is_told_when_a_later_session_touches_it_once(engram_home: Path,
                                                                         projects_dir: Path) -> None:
-    write(projects_dir, exploring_session())
+    write_conversations(projects_dir, exploring_session())
     store = process()
     facts = {summary: fact_id for fact_id, kind, summary in memories(store, "fact")}
     assert len(facts) == 2 and all(kind == "fact" for _, kind, _ in memories(store, "fact"))
@@ -92,7 +84,7 @@ def test_a_fact_about_a_path_is_told_when_a_later_session_touches_it_once(engram
 
 
 def test_a_compaction_lets_a_memory_be_told_again(engram_home: Path, projects_dir: Path) -> None:
-    write(projects_dir, exploring_session())
+    write_conversations(projects_dir, exploring_session())
     store = process()
     RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Write a test for the cart controller", project=CWD)
     assert "ConnCase" in before(engram_home, S2, "Grep", {"pattern": "ConnCase"})
@@ -111,7 +103,7 @@ def test_a_users_decision_is_told_at_a_later_prompt_about_what_it_names(engram_h
     c.user("Now fix the typo in the README")
     c.edit(f"{CWD}/README.md")
     c.say("Fixed.", end_turn=True)
-    write(projects_dir, c)
+    write_conversations(projects_dir, c)
     store = process()
     [(decision_id, kind, summary)] = memories(store, "decision")
     assert kind == "decision" and summary == decision
@@ -141,7 +133,7 @@ def test_a_one_off_remark_is_not_a_preference() -> None:
 
 
 def test_no_memory_is_told_twice_in_a_session_by_any_hook(engram_home: Path, projects_dir: Path) -> None:
-    write(projects_dir, exploring_session())
+    write_conversations(projects_dir, exploring_session())
     store = process()
     [fact_id] = [i for i, _, s in memories(store, "fact") if "ConnCase" in s]
     # The prompt's bites tell it first (a prompt about ConnCase)...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid as uuidlib
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 
@@ -100,3 +101,15 @@ class Conversation:
 
     def text(self) -> str:
         return "".join(self.lines)
+
+
+def write_conversations(projects: Path, *conversations: Conversation) -> None:
+    """Append each conversation to its transcript where Claude Code keeps it: the projects folder, the folder
+    named after the session's cwd, ``<session id>.jsonl``."""
+    from processor.capture.discover import encoded_project_dir
+
+    for c in conversations:
+        folder = projects / encoded_project_dir(Path(c.cwd))
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{c.session_id}.jsonl", "a", encoding="utf-8") as f:
+            f.write(c.text())

@@ -42,9 +42,9 @@ from bench.precision import (  # noqa: E402
     DEFAULT_MODELS,
     FAILURE_HOOK,
     HOOK,
-    _append_until,
     _failure_event,
     _hook_event,
+    stores_in_time,
 )
 from bench.replay import Prompt, Session, ToolCall, project_sessions, projects  # noqa: E402
 
@@ -85,8 +85,6 @@ def replay(project_dir: Path, workdir: Path, models_dir: Path, until: str | None
     from processor.memory.episodes import EpisodeStore
     from processor.memory.gguf_convert import ensure_default_gguf
     from processor.recall.recollections import RecollectionWriter
-    from processor.service.run_loop import Processor
-    from processor.store import open_store
 
     sessions = project_sessions(project_dir)
     home, root = workdir / "home", workdir / "projects"
@@ -98,30 +96,16 @@ def replay(project_dir: Path, workdir: Path, models_dir: Path, until: str | None
     ensure_default_gguf(models_dir)
     embedder = load_embedder(settings.embedding_model, models_dir)
     writer = RecollectionWriter(settings)
-    done = {s.session_id: 0 for s in sessions}
     told: list[Told] = []
-    for session in sessions:
-        added = False
-        for other in sessions:
-            if other is not session:
-                end = _append_until(other, root / project_dir.name / other.path.name, done[other.session_id],
-                                    session.start_ms)
-                added |= end > done[other.session_id]
-                done[other.session_id] = end
-        if added:
-            Processor(settings).run_once(None)
-        if session.prompts and settings.db_path.exists():
-            conn = open_store(settings.db_path)
-            try:
-                store = EpisodeStore(settings, conn, embedder=embedder)
-                cwd = next((p.cwd for p in session.prompts if p.cwd), None)
-                project = project_root(cwd) if cwd else None
-                for prompt in session.prompts:
-                    writer.write(store, session.session_id, prompt.uuid, prompt.text, project)
-                    for call in prompt.tool_calls:
-                        told += _answers(home, session, prompt, call)
-            finally:
-                conn.close()
+    for _, session, conn in stores_in_time(sessions, root, settings):
+        if conn is not None:
+            store = EpisodeStore(settings, conn, embedder=embedder)
+            cwd = next((p.cwd for p in session.prompts if p.cwd), None)
+            project = project_root(cwd) if cwd else None
+            for prompt in session.prompts:
+                writer.write(store, session.session_id, prompt.uuid, prompt.text, project)
+                for call in prompt.tool_calls:
+                    told += _answers(home, session, prompt, call)
         if session.session_id == until:
             break
     return told

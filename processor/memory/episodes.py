@@ -315,14 +315,19 @@ class EpisodeStore:
                     created_at=message.ts_ms or now_ms()))
         return found
 
+    def _known(self, episode_id: str, digest: str, pending: list[NewEpisode]) -> bool:
+        """A mined memory already there: stored under its id, or its text active or about to be added."""
+        return (sql.get_episode(self.conn, episode_id) is not None
+                or sql.active_with_hash(self.conn, digest, memories_only=True)
+                or any(e.content_hash == digest for e in pending))
+
     def _decisions(self, rounds: list[list[StoredMessage]], project: str | None, session_id: str,
                    mined: Mined) -> None:
         """The decisions the user stated in these rounds, in the user's words (``processor.memory.decisions``)."""
         for message in (m for round_ in rounds for m in round_ if m.role == "user"):
             for decision in decisions_in(message, project):
                 digest = content_hash(decision.text)
-                if sql.get_episode(self.conn, decision.id) is not None or sql.active_with_hash(
-                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in mined.episodes):
+                if self._known(decision.id, digest, mined.episodes):
                     continue
                 mined.add(NewEpisode(
                     id=decision.id, session_id=session_id, project=project, scope="project" if project else "global",
@@ -336,8 +341,7 @@ class EpisodeStore:
         """What the assistant found about the project's files and names in a round (``processor.memory.facts``)."""
         for fact in facts_of_round(round_messages, calls, project, following):
             digest = content_hash(fact.text)
-            if sql.get_episode(self.conn, fact.id) is not None or sql.active_with_hash(
-                    self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in mined.episodes):
+            if self._known(fact.id, digest, mined.episodes):
                 continue
             mined.add(NewEpisode(
                 id=fact.id, session_id=session_id, project=project, scope="project" if project else "global",
@@ -364,9 +368,7 @@ class EpisodeStore:
                 if self._told_by_another(lesson, project):
                     continue  # this way of failing already has its memory (or had one, forgotten)
                 digest = content_hash(lesson.full_content)
-                if sql.get_episode(self.conn, lesson.id) is not None or sql.active_with_hash(
-                        self.conn, digest, memories_only=True) or any(e.content_hash == digest for e in found) \
-                        or any(e.id == lesson.id for e in mined.episodes):
+                if self._known(lesson.id, digest, found) or any(e.id == lesson.id for e in mined.episodes):
                     continue
                 mined.add(NewEpisode(
                     id=lesson.id, session_id=session_id, project=project, scope="project" if project else "global",

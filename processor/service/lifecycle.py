@@ -28,6 +28,7 @@ from processor.service.resources import (
     release_free_memory,
 )
 from processor.service.run_loop import Processor
+from processor.service.signals import SignalRelay
 from processor.service.units import load_env_file
 from processor.status import collect_status
 from processor.store import open_store
@@ -162,11 +163,11 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
         mcp=mcp.handle if mcp is not None else None,
     )
 
-    def on_stop(signum: int, _frame: object) -> None:
-        log.info("received %s; stopping", signal.Signals(signum).name)
+    def on_stop(sig: signal.Signals) -> None:
+        log.info("received %s; stopping", sig.name)
         processor.stop()
 
-    def on_reload(_signum: int, _frame: object) -> None:
+    def on_reload(_sig: signal.Signals) -> None:
         try:
             new = load_settings(overrides=overrides)
         except ConfigError as exc:
@@ -175,9 +176,8 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
         processor.reload(new)
         log.info("SIGHUP: configuration reloaded")
 
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGHUP, on_reload)
+    signals = SignalRelay({signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGHUP: on_reload})
+    signals.start()
     started = time.monotonic()
     try:
         if mcp is not None:
@@ -194,6 +194,7 @@ def _serve(settings: Settings, overrides: dict[str, Any] | None, mock: bool, too
         if outcome.killed or outcome.survivors:
             log.warning("child processes at shutdown: killed %s, survivors %s", outcome.killed, outcome.survivors)
         log.info("processor exited after %.1f s", time.monotonic() - started)
+        signals.stop()  # last: a second SIGTERM while shutting down still finds the relay, not the default action
     if watchdog.limit_exceeded:
         log.error("memory limit exceeded; exiting with status %d so the service manager restarts Engram",
                   EXIT_MEMORY_LIMIT)

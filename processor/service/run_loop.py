@@ -133,7 +133,7 @@ class Processor:
     # --- control from other threads and signal handlers ------------------------------------------
 
     def stop(self) -> None:
-        """Ask the loop to finish; safe from a signal handler or another thread."""
+        """Ask the loop to finish; safe from any thread (the signal relay's, the memory watchdog's)."""
         self.stop_event.set()
         self.paths.put(None)
 
@@ -145,7 +145,7 @@ class Processor:
         return True
 
     def reload(self, settings: Settings) -> None:
-        """Apply new settings at the loop's next turn (from a SIGHUP handler)."""
+        """Apply new settings at the loop's next turn (on SIGHUP, from the signal relay's thread)."""
         self._pending_settings = settings
         self.paths.put(None)
 

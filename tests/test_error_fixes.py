@@ -150,6 +150,10 @@ def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(en
     write_conversations(projects_dir, c)
     store = process()
     assert len(fixes(store)) == 2
+    # Neither the hook's status column of dots nor the commit's message is kept: they pushed the fix out of the bite.
+    assert any(summary.startswith('`git commit -m "…"` failed: trim trailing whitespace ... Failed What fixed it: '
+                                  '`git add README.md`, then `git commit -m "…"` again')
+               for _, _, summary, _ in fixes(store)), fixes(store)
     hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
     assert "`git add README.md`, then `git commit" in hook and "git config" not in hook, hook
     identity = told(failed(engram_home, S2, 'git commit -m "X"', who))

@@ -83,6 +83,12 @@ _PROGRAM_OUTPUT = re.compile(r"^[\w.-]+: |\*\*\*|\b(?:error|exception|traceback|
                              r"not found|no such|exit code|exited|command not found|usage:|errno|panic)\b|[:=]\s*\d"
                              r"|[{}<>|]",
                              re.IGNORECASE)
+# A run of one punctuation mark drawn to align a status column ("trim trailing whitespace........Failed", pre-commit's
+# and test runners' way): as long as the words it joins, it would push what fixed it out of the bite.
+_LEADER = re.compile(r"\s*([.\-=_*#~])\1{3,}\s*")
+# A message given to a git command: -m "…", -am '…', --message="…" (quoted; the first line of a multi-line one).
+_GIT_MESSAGE = re.compile(r"""((?:^|\s)(?:-[a-zA-Z]*m|--message))(=|\s+)(?:"(?:[^"\\]|\\.)*"?|'[^']*'?)""")
+_EDGE_LEADER = re.compile(r"^\s*([.\-=_*#~])\1{3,}\s*|\s*([.\-=_*#~])\2{3,}\s*$")
 _ERROR_LINE = re.compile(r"\b(?:error|exception|failed|failure|fatal|denied|not found|no such|cannot|can't|"
                          r"refused|invalid|unknown|unexpected|syntax)\b", re.IGNORECASE)
 
@@ -168,10 +174,26 @@ def _error_line(error: str | None) -> str:
     text = (error or "").strip()
     if text[:6].lower() == "error:":
         text = text[6:].lstrip()  # Claude Code's wrapper, not the tool's words
-    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    lines = [line for line in (_without_leaders(" ".join(raw.split())) for raw in text.splitlines()) if line]
     lines = [line for line in lines if not line.lower().startswith(("exit code", "warn"))] or lines
     chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0] if lines else "")
     return chosen[:ERROR_LINE_CHARS] + ("…" if len(chosen) > ERROR_LINE_CHARS else "")
+
+
+def _command_told(target: str | None, limit: int = 120) -> str:
+    """A command as a memory tells it: as ``_command_shown``, with a git message (``-m "…"``) left out — it says
+    what that one commit was, never what the lesson is, and at a hundred characters it pushed the fix out of the
+    bite."""
+    shown = _command_shown(target, 10_000)
+    if shown.startswith("git ") or " git " in shown:
+        shown = _GIT_MESSAGE.sub(r'\1\2"…"', shown)
+    return shown[:limit] + ("…" if len(shown) > limit else "")
+
+
+def _without_leaders(line: str) -> str:
+    """A line without its alignment runs: "=== 1 failed in 0.5s ===" → "1 failed in 0.5s", "x.....Failed" →
+    "x ... Failed"."""
+    return _LEADER.sub(" ... ", _EDGE_LEADER.sub("", line))
 
 
 def _command_shown(target: str | None, limit: int = 120) -> str:
@@ -230,8 +252,8 @@ class Fix:
     @property
     def how(self) -> str:
         """What fixed it, in a line: the setup, then the changed (or same) command."""
-        command = f"`{_command_shown(self.resolved_by.target)}`"
-        steps = [f"`{_command_shown(step, 80)}`" for step in self.setup[:3]]
+        command = f"`{_command_told(self.resolved_by.target)}`"
+        steps = [f"`{_command_told(step, 80)}`" for step in self.setup[:3]]
         if self.edits and not steps and not self.changed_command:
             return "changing " + ", ".join(f"`{e}`" for e in self.edits[:3]) + f", then {command} ran clean"
         if steps:
@@ -348,7 +370,7 @@ def undone_staging(calls: list[StoredToolCall], project: str | None) -> list[Les
                 continue
             shown = ", ".join(f"`{p}`" for p in paths[:3])
             text = (f"`{staged}` here also staged {shown}, which had to be taken out again "
-                    f"(`{_command_shown(later.target, 80)}`): stage the changed files by name.")
+                    f"(`{_command_told(later.target, 80)}`): stage the changed files by name.")
             seed = f"undone:{project}:{staged.split()[1]}:{' '.join(sorted(paths))}"
             found.append(Lesson(id="ep_" + hashlib.sha1(seed.encode()).hexdigest()[:16], kind="gotcha",
                                 text=redact(text), full_content=redact(text),
@@ -391,7 +413,7 @@ def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: 
                 steps.append(step)
         if len(steps) < MIN_RECIPE_STEPS:
             continue  # the code changed between the goes, not the way of running it: that is the work itself
-        command = _command_shown(clean.target, 120)
+        command = _command_told(clean.target, 120)
         program = (failure.key[4:] if failure.key.startswith("cmd:") else failure.key).split()
         text = fit(f"To run `{' '.join(program[:3])}` here: " + "; ".join(steps) + f"; then `{command}` ran clean.",
                    RECIPE_CHARS)
@@ -423,7 +445,7 @@ def _recipe_step(failure: Failure, until: StoredToolCall, in_round: list[StoredT
         return None
     if diagnosis is not None:
         return diagnosis[1].rstrip(".")
-    return f"after “{fit(failure.error_line, 90)}”, `{_command_shown(until.target, 90)}`"
+    return f"after “{fit(failure.error_line, 90)}”, `{_command_told(until.target, 90)}`"
 
 
 _QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
@@ -478,7 +500,7 @@ def _lesson(fix: Fix, project: str | None) -> Lesson | None:
         kind = "gotcha" if diagnosis[0] == "gotcha" and _TOOLS.search(diagnosis[1]) else "bugfix"
     else:
         kind = "gotcha"
-    command = _command_shown(failure.call.target) or failure.call.tool
+    command = _command_told(failure.call.target) or failure.call.tool
     how = fix.how
     if diagnosis is not None:
         summary = diagnosis[1]
@@ -489,7 +511,7 @@ def _lesson(fix: Fix, project: str | None) -> Lesson | None:
         lines.append("Fixed by " + how + ".")
     else:
         lines.append(f"What fixed it: {how}." + ("" if fix.resolved_by.failed else
-                                                  f" Then `{_command_shown(fix.resolved_by.target)}` ran clean."))
+                                                  f" Then `{_command_told(fix.resolved_by.target)}` ran clean."))
         if fix.edits:
             lines.append("Changed meanwhile: " + ", ".join(f"`{path}`" for path in fix.edits[:5]) + ".")
     entities = [f"$ {command}", *fix.edits[:5]]

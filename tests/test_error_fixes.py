@@ -301,3 +301,17 @@ def test_codex_and_gemini_get_the_fix_right_after_the_same_failure(engram_home: 
     assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "AfterTool"
     assert "This failed the same way" in told(out) and "git push --set-upstream origin feat-login" in told(out)
     assert run_hook("pretooluse.py", engram_home, gemini_event) == ""  # once a session
+
+
+def test_a_fix_is_told_without_a_cd_into_the_project_inside_it(engram_home: Path, projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD)
+    c.user("Make the virtual environment")
+    c.bash("uv venv", "(eval):1: command not found: uv", error=True)
+    c.bash(f'export PATH="$HOME/.local/bin:$PATH" && cd {CWD} && uv venv', "Creating virtual environment at: .venv")
+    c.say("Done.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(_, _, summary, _)] = fixes(store)
+    assert 'What fixed it: `export PATH="$HOME/.local/bin:$PATH" && uv venv`.' in summary, summary
+    hook = told(failed(engram_home, S2, "uv venv", "(eval):1: command not found: uv"))
+    assert f"cd {CWD}" not in hook and 'export PATH="$HOME/.local/bin:$PATH" && uv venv' in hook, hook

@@ -180,11 +180,14 @@ def _error_line(error: str | None) -> str:
     return chosen[:ERROR_LINE_CHARS] + ("…" if len(chosen) > ERROR_LINE_CHARS else "")
 
 
-def _command_told(target: str | None, limit: int = 120) -> str:
-    """A command as a memory tells it: as ``_command_shown``, with a git message (``-m "…"``) left out — it says
-    what that one commit was, never what the lesson is, and at a hundred characters it pushed the fix out of the
-    bite."""
+def _command_told(target: str | None, limit: int = 120, root: str | None = None) -> str:
+    """A command as a memory tells it: as ``_command_shown``, without a ``cd <the project> &&`` later in it
+    either (where it ran is the project), and with a git message (``-m "…"``) left out — it says what that one
+    commit was, never what the lesson is, and at a hundred characters it pushed the fix out of the bite."""
     shown = _command_shown(target, 10_000)
+    if root:
+        for folder in (root, f'"{root}"', f"'{root}'"):
+            shown = shown.replace(f"&& cd {folder} && ", "&& ").replace(f"; cd {folder} && ", "; ")
     if shown.startswith("git ") or " git " in shown:
         shown = _GIT_MESSAGE.sub(r'\1\2"…"', shown)
     return shown[:limit] + ("…" if len(shown) > limit else "")
@@ -249,11 +252,10 @@ class Fix:
         new = [w for step in (*self.setup, self.resolved_by.target or "") for w in _words(step) if w not in had]
         return tuple(dict.fromkeys(new))[:6]
 
-    @property
-    def how(self) -> str:
-        """What fixed it, in a line: the setup, then the changed (or same) command."""
-        command = f"`{_command_told(self.resolved_by.target)}`"
-        steps = [f"`{_command_told(step, 80)}`" for step in self.setup[:3]]
+    def how(self, root: str | None) -> str:
+        """What fixed it, in a line: the setup, then the changed (or same) command (`root`: the project's folder)."""
+        command = f"`{_command_told(self.resolved_by.target, root=root)}`"
+        steps = [f"`{_command_told(step, 80, root)}`" for step in self.setup[:3]]
         if self.edits and not steps and not self.changed_command:
             return "changing " + ", ".join(f"`{e}`" for e in self.edits[:3]) + f", then {command} ran clean"
         if steps:
@@ -370,7 +372,7 @@ def undone_staging(calls: list[StoredToolCall], project: str | None) -> list[Les
                 continue
             shown = ", ".join(f"`{p}`" for p in paths[:3])
             text = (f"`{staged}` here also staged {shown}, which had to be taken out again "
-                    f"(`{_command_told(later.target, 80)}`): stage the changed files by name.")
+                    f"(`{_command_told(later.target, 80, project)}`): stage the changed files by name.")
             seed = f"undone:{project}:{staged.split()[1]}:{' '.join(sorted(paths))}"
             found.append(Lesson(id="ep_" + hashlib.sha1(seed.encode()).hexdigest()[:16], kind="gotcha",
                                 text=redact(text), full_content=redact(text),
@@ -408,12 +410,12 @@ def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: 
         steps = []
         for index, f in enumerate(distinct):
             until = distinct[index + 1].call if index + 1 < len(distinct) else clean
-            step = _recipe_step(f, until, in_round, replies)
+            step = _recipe_step(f, until, in_round, replies, project)
             if step is not None:
                 steps.append(step)
         if len(steps) < MIN_RECIPE_STEPS:
             continue  # the code changed between the goes, not the way of running it: that is the work itself
-        command = _command_told(clean.target, 120)
+        command = _command_told(clean.target, 120, project)
         program = (failure.key[4:] if failure.key.startswith("cmd:") else failure.key).split()
         text = fit(f"To run `{' '.join(program[:3])}` here: " + "; ".join(steps) + f"; then `{command}` ran clean.",
                    RECIPE_CHARS)
@@ -427,7 +429,7 @@ def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: 
 
 
 def _recipe_step(failure: Failure, until: StoredToolCall, in_round: list[StoredToolCall],
-                 replies: list[StoredMessage]) -> str | None:
+                 replies: list[StoredMessage], project: str | None) -> str | None:
     """What got past one failure of a recipe's chain, when it was a way of working: a step run first, the
     command run another way, or a tool's constraint the session said. None when only the code changed in
     between (a type error fixed, a test made to pass: the work, not how to run it here), or when the session
@@ -445,7 +447,7 @@ def _recipe_step(failure: Failure, until: StoredToolCall, in_round: list[StoredT
         return None
     if diagnosis is not None:
         return diagnosis[1].rstrip(".")
-    return f"after “{fit(failure.error_line, 90)}”, `{_command_told(until.target, 90)}`"
+    return f"after “{fit(failure.error_line, 90)}”, `{_command_told(until.target, 90, project)}`"
 
 
 _QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
@@ -500,8 +502,8 @@ def _lesson(fix: Fix, project: str | None) -> Lesson | None:
         kind = "gotcha" if diagnosis[0] == "gotcha" and _TOOLS.search(diagnosis[1]) else "bugfix"
     else:
         kind = "gotcha"
-    command = _command_told(failure.call.target) or failure.call.tool
-    how = fix.how
+    command = _command_told(failure.call.target, root=project) or failure.call.tool
+    how = fix.how(project)
     if diagnosis is not None:
         summary = diagnosis[1]
     else:
@@ -510,8 +512,8 @@ def _lesson(fix: Fix, project: str | None) -> Lesson | None:
     if fix.edits and fix.changed_command is False and not fix.setup:
         lines.append("Fixed by " + how + ".")
     else:
-        lines.append(f"What fixed it: {how}." + ("" if fix.resolved_by.failed else
-                                                  f" Then `{_command_told(fix.resolved_by.target)}` ran clean."))
+        then = _command_told(fix.resolved_by.target, root=project)
+        lines.append(f"What fixed it: {how}." + ("" if fix.resolved_by.failed else f" Then `{then}` ran clean."))
         if fix.edits:
             lines.append("Changed meanwhile: " + ", ".join(f"`{path}`" for path in fix.edits[:5]) + ".")
     entities = [f"$ {command}", *fix.edits[:5]]

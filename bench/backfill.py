@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from bench.load import BASELINE_REF, DEFAULT_MODELS, code_of, peak_rss_bytes  # noqa: E402
+from bench.load import BASELINE_REF, DEFAULT_MODELS, code_of, peak_rss_bytes, stop_processor  # noqa: E402
 from bench.real_lines import Replay, large_outputs, read_sessions, retag, session_files  # noqa: E402
 from processor.memory.embedder import Embedder, load_embedder  # noqa: E402
 from processor.memory.verbatim import embedding_text  # noqa: E402
@@ -144,16 +144,6 @@ def progress(db: Path) -> dict:
     return {"messages": messages, "messages_in_episodes": inside, "memories": memories, "doubled": doubled}
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def rates(done: dict, seconds: float, finished: bool) -> dict:
     return {**done, "seconds": round(seconds, 1), "finished": finished,
             "messages_per_second": round(done["messages_in_episodes"] / seconds, 1) if seconds else None,
@@ -178,7 +168,7 @@ def run_backfill(code: Path, projects: Path, models: Path, workdir: Path, limit:
             seconds = time.monotonic() - started
             finished = proc.poll() == 0
         finally:
-            stop(proc)
+            stop_processor(proc)
     if proc.returncode not in (0, -signal.SIGTERM, -signal.SIGKILL) and not finished:
         raise SystemExit(f"engram backfill failed (exit {proc.returncode}); see {workdir / 'backfill.log'}")
     return {**rates(progress(home / "engram.db"), seconds, finished),
@@ -212,7 +202,7 @@ def run_drain(code: Path, projects: Path, models: Path, workdir: Path, limit: fl
                 time.sleep(0.25)
             seconds = (idle_since or time.monotonic()) - started
         finally:
-            stop(proc)
+            stop_processor(proc)
     return {**rates(progress(home / "engram.db"), seconds, finished),
             "rss_peak_mb": round(peak / 2**20, 1) if peak else None}
 

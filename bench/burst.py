@@ -23,7 +23,6 @@ import argparse
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from bench.load import BASELINE_REF, DEFAULT_MODELS, code_of, stats  # noqa: E402
+from bench.load import BASELINE_REF, DEFAULT_MODELS, code_of, stats, stop_processor  # noqa: E402
 from processor.capture.remember_inbox import RememberRequest, write_remember_file  # noqa: E402
 from processor.service.control_client import ping, request  # noqa: E402
 from processor.service.control_files import read_port, read_token  # noqa: E402
@@ -128,11 +127,7 @@ def measure(clients: int, slow: int, rounds: int, models: Path, workdir: Path, c
         try:
             return _measure(proc, home / "run", clients, slow, rounds)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_processor(proc)
 
 
 def _measure(proc: subprocess.Popen, run_dir: Path, clients: int, slow: int, rounds: int) -> dict:

@@ -99,6 +99,18 @@ def peak_rss_bytes(pid: int) -> int | None:
     return None
 
 
+def stop_processor(proc: subprocess.Popen) -> None:
+    """SIGTERM, a minute to exit cleanly, then SIGKILL: a benchmark never leaves a processor behind."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def code_of(ref: str, workdir: Path) -> Path:
     """The tree of git commit `ref` of this repository, in a new folder (its processor, run from there)."""
     tree = workdir / f"tree-{ref}"
@@ -131,11 +143,7 @@ class Run:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_processor(self.proc)
         self.log.close()
 
 

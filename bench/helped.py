@@ -10,7 +10,7 @@ What was told, and where (``at``: ``prompt``, ``before_tool``, ``after_tool``, w
 then checked against two sets of moments where a later session needed what an earlier one knew:
 
 - **automatic**: every failed call of a later session that fails the way a call of an earlier session of the
-  project failed and was got past (``recall_hook/failure_keys.py``: same program, same signature; got past: a
+  project failed and was got past (``processor/hook_kit/failure_keys.py``: same program, same signature; got past: a
   later go at the same program ran clean in the same prompt's work, after something changed — the command, or
   a step before it). Helped: a tell at that call (before it, or right after the failure), or earlier in the
   session, of a memory made from that earlier failure or its fix (its source lines). A failure that recurs
@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.precision import DEFAULT_MODELS, replay, replay_baseline  # noqa: E402
 from bench.replay import ToolCall, project_sessions, projects  # noqa: E402
-from recall_hook.failure_keys import (  # noqa: E402
+from processor.hook_kit.failure_keys import (  # noqa: E402
     another_go,
     call_key,
     failure_key,
@@ -56,7 +56,7 @@ from recall_hook.failure_keys import (  # noqa: E402
     same_failure,
     signature,
 )
-from recall_hook.tool_keys import command_keys  # noqa: E402
+from processor.hook_kit.tool_keys import command_keys  # noqa: E402
 
 FIXTURES = REPO.parent / "shared" / "fixtures"
 DEFAULT_PROJECT_DIRS = [FIXTURES / "claude-projects", FIXTURES / "bookminder"]

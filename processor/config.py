@@ -9,7 +9,7 @@ Two locations are special because everything else hangs off them:
 - ``ENGRAM_HOME``: the data directory, created 0700. Default: the platform's place for user data,
   ``$XDG_DATA_HOME/engram`` (``~/.local/share/engram``) on Linux, ``~/Library/Application
   Support/engram`` on macOS; but an existing ``~/.engram`` written by an earlier Engram keeps being
-  used there (see ``engram_home``). ``recall_hook/hook_io.py`` resolves it the same way.
+  used there (see ``engram_home``). ``processor/hook_kit/hook_io.py`` resolves it the same way.
 - the transcripts root: ``projects_dir`` if set, else
   ``${CLAUDE_CONFIG_DIR:-~/.claude}/projects``; the other agents' folders likewise: ``codex_home`` (else
   ``$CODEX_HOME``, else ``~/.codex``) and ``gemini_home`` (else ``${GEMINI_CLI_HOME:-~}/.gemini``), where
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
 from processor.files import ensure_private_dir
+from processor.hook_kit import hook_io, legacy_home
 
 T = TypeVar("T")
 
@@ -62,7 +63,8 @@ class Settings:
     """Loaded settings: the data home, the transcripts root, and every option's value.
 
     The options below are the single table of tunables: later features add rows here, never
-    defaults elsewhere (the stdlib hooks keep copies, pinned equal by tests/test_config.py).
+    defaults elsewhere (the defaults of those the stdlib hooks read themselves come from their kit,
+    ``processor/hook_kit/hook_io.py``).
     """
 
     home: Path
@@ -110,14 +112,18 @@ class Settings:
     service_memory_max_mb = Option(2048, "systemd MemoryMax: hard cap for the processor plus its children")
     service_restart_seconds = Option(10, "systemd RestartSec / launchd ThrottleInterval")
     service_nice = Option(10, "systemd Nice= for the processor")
-    recollection_bites = Option(3, "memory bites precomputed per user message for the PreToolUse hook")
+    recollection_bites = Option(hook_io.RECOLLECTION_BITES_DEFAULT,
+                                "memory bites precomputed per user message for the PreToolUse hook")
     topic_gate = Option(0.85, "a user message this similar (cosine) to the previous one keeps the old bites")
     recollection_skip_recent = Option(6, "episodes from this many latest rounds of the same session are not bites")
     recollection_idle_hours = Option(1.0, "recollection files of sessions idle this long are removed")
-    session_start_token_budget = Option(1500, "SessionStart digest size in estimated tokens (4 characters each)")
+    session_start_token_budget = Option(hook_io.SESSION_START_BUDGET_DEFAULT,
+                                        "SessionStart digest size in estimated tokens (4 characters each)")
     prompt_submit_enabled = Option(False, "the UserPromptSubmit hook (engram install --prompt-submit) injects bites")
-    show_injected = Option(True, "the hooks show the user one line naming the memories they injected (systemMessage)")
-    prompt_submit_budget_ms = Option(150, "time limit of the UserPromptSubmit hook's request to the processor")
+    show_injected = Option(hook_io.SHOW_INJECTED_DEFAULT,
+                           "the hooks show the user one line naming the memories they injected (systemMessage)")
+    prompt_submit_budget_ms = Option(hook_io.PROMPT_SUBMIT_BUDGET_MS_DEFAULT,
+                                     "time limit of the UserPromptSubmit hook's request to the processor")
     extractor = Option("auto", "LLM extractor backend: auto | openai | claude | llama | verbatim (no LLM)")
     openai_base_url = Option("", "OpenAI-compatible endpoint (Ollama, LM Studio, vLLM, llama.cpp); empty = OpenAI")
     openai_model = Option("gpt-4.1-nano", "model for the openai backend")
@@ -244,9 +250,10 @@ def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
 
 
-# The agents whose sessions Engram captures and serves, and the names they are shown by.
-AGENTS = ("claude", "codex", "gemini")
-AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
+# The agents whose sessions Engram captures and serves, and the names they are shown by: the hooks' kit knows
+# each agent's events (processor/hook_kit/hook_io.py), so the list lives there.
+AGENTS = hook_io.AGENTS
+AGENT_NAMES = hook_io.AGENT_NAMES
 
 
 def agent_names(value: object) -> list[str]:
@@ -271,10 +278,9 @@ def gemini_config_dir(env: Mapping[str, str] | None = None) -> Path:
 DISTRIBUTION = "engram-recall"
 
 # Engram's `PRAGMA application_id` ("Engr"), also read from the file header without SQLite (below, and by
-# the stdlib hooks: recall_hook/hook_io.py, pinned equal by tests/test_home.py).
-APPLICATION_ID = 0x456E6772
-LEGACY_HOME = ".engram"  # the data home of Engram before it moved to the platform's place
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+# the stdlib hooks, whose kit holds both constants).
+APPLICATION_ID = legacy_home.APPLICATION_ID
+LEGACY_HOME = hook_io.LEGACY_HOME
 
 
 def _user_home(env: Mapping[str, str]) -> Path:
@@ -294,34 +300,13 @@ def platform_data_home(env: Mapping[str, str] | None = None, platform: str | Non
 
 def sqlite_application_id(path: Path) -> int | None:
     """The application_id in a SQLite file's header (bytes 68-71); None when it is missing or not SQLite."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(72)
-    except OSError:
-        return None
-    if len(header) < 72 or not header.startswith(_SQLITE_MAGIC):
-        return None
-    return int.from_bytes(header[68:72], "big")
+    return legacy_home.sqlite_application_id(str(path))
 
 
 def is_earlier_engram_home(folder: Path) -> bool:
-    """Whether ``folder`` (``~/.engram``) was written by an earlier Engram, never by another program.
-
-    Its database carries Engram's application_id; or, from before the id existed, has none and sits
-    next to the ``recollections/`` and ``queue/`` folders only Engram makes (the store then checks its
-    migrations table before stamping it). Any other database there is another program's.
-    """
-    if not folder.is_dir():
-        return False
-    db = folder / "engram.db"
-    app_id = sqlite_application_id(db)
-    if app_id == APPLICATION_ID:
-        return True
-    if app_id is not None and app_id != 0:
-        return False  # another program's SQLite file
-    if app_id is None and db.exists() and db.stat().st_size > 0:
-        return False  # not SQLite at all (a 0-byte file is one Engram created and never wrote)
-    return (folder / "recollections").is_dir() and (folder / "queue").is_dir()
+    """Whether ``folder`` (``~/.engram``) was written by an earlier Engram, never by another program (the rule
+    the hooks apply too: ``processor/hook_kit/legacy_home.py``)."""
+    return legacy_home.is_earlier_engram_home(str(folder))
 
 
 def home_origin(env: Mapping[str, str] | None = None, platform: str | None = None) -> tuple[Path, str]:

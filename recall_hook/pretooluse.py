@@ -3,7 +3,8 @@
 Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same) and as the Gemini
 CLI's ``AfterTool``: Gemini drops a ``BeforeTool`` hook's context, and delivers an ``AfterTool`` one with the
 call's result, before the model's next step — the nearest moment it has. The registered command names its
-agent after the script (``… pretooluse.py gemini``), so the bites name the tools as that agent shows them.
+agent after the script (``… pretooluse.py gemini``); what differs per agent is the kit's business
+(``processor/hook_kit/hook_io.py``, each agent's events).
 
 Claude Code runs this before every tool call, so its whole-process time is its cost. It is
 registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/pretooluse.py`` (it also
@@ -11,9 +12,10 @@ runs as a plain script: ``python -I -S /abs/path/recall_hook/pretooluse.py``) an
 
 - is imported rather than run as a script, so Python loads its cached bytecode: compiling this
   file afresh on every tool call costs ~3 ms, a quarter of the interpreter's whole start-up;
-- imports nothing from Engram or site-packages, and avoids even ``os`` and ``json`` (``json``
-  pulls in ``re``/``enum``, which alone doubles interpreter start-up): it uses the built-in
-  ``posix`` module and the ``_json`` C accelerator, with plain ``os``/``json`` as a fallback;
+- imports nothing from site-packages and, of Engram, only the hooks' stdlib kit (``processor/hook_kit/``,
+  imported flat from its folder: no package ``__init__``), which avoids even ``os`` and ``json`` (``json``
+  pulls in ``re``/``enum``, which alone doubles interpreter start-up): it uses the built-in ``posix``
+  module and the ``_json`` C accelerator, with plain ``os``/``json`` as a fallback;
 - does only file reads and, once per user message, one small atomic write.
 
 Input: the PreToolUse event JSON on stdin. The session is ``session_id`` from that JSON, else
@@ -25,7 +27,7 @@ Input: the PreToolUse event JSON on stdin. The session is ``session_id`` from th
 The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state``), and, on every call that
 works on a file or runs a command, what earlier sessions left about that file or command: the project's
 lesson index named by the recollection (``lessons/<project>.index``, ``processor/recall/lesson_index.py``),
-looked up by the call's keys (``tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
+looked up by the call's keys (``hook_kit/tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
 (``<session_id>.shown``), none learned in this same session, and nothing about a file the agent is creating
 or created. All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
@@ -39,46 +41,33 @@ in an earlier session (``tool_failure.py``): Gemini has no event for a failed ca
 A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
 by the processor after an ``[engram off]`` prompt) gets nothing.
 
-Every failure (bad stdin, missing/corrupt/huge file, unreadable directory) ends in exit 0 with
-no output: memory is a nicety, a broken tool call is not.
+Every failure (bad stdin, missing/corrupt/huge file, unreadable directory, no kit beside the hook) ends in
+exit 0 with no output: memory is a nicety, a broken tool call is not.
 """
 
 import sys
 
 if __package__:  # imported as recall_hook.pretooluse (tests, tools)
-    from . import hook_io as _io
-    from . import tool_keys as _keys
-else:  # run through LAUNCHER, or as a script: this file's folder is on sys.path
-    _here = __file__.rpartition("/")[0]
-    if _here not in sys.path:
-        sys.path.insert(0, _here)
-    import hook_io as _io
-    import tool_keys as _keys
+    from processor.hook_kit import hook_io as _io
+    from processor.hook_kit import tool_keys as _keys
+else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
+    sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
+    try:
+        import hook_io as _io
+        import tool_keys as _keys
+    except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
+        _io = None
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;pretooluse.main()'
 MAX_CALL_BITES = 2  # memories told about one tool call, at most
-_CREATING = ("Write", "NotebookEdit", "write_file")
-AFTER_TOOL = "AfterTool"  # the Gemini CLI's event (its context arrives with the call's result)
-_CREATED = "Successfully created"  # how Gemini's write_file says the file is new
 
 
 def run(stdin: bytes) -> str | None:
     """The hook's stdout for this stdin (None: print nothing). Raises on any bad input."""
-    event = _io.loads(stdin.decode("utf-8"))
-    if not isinstance(event, dict):
+    begun = _io.event_of(stdin)
+    if begun is None:
         return None
-    if _io.env_opt_out() is not None:
-        return None  # Claude Code was started with ENGRAM_OFF: no memory in its sessions
-    directory = _io.recollections_dir()
-    if directory is None:
-        return None
-
-    session_id = event.get("session_id")
-    if session_id is None:
-        session_id = _io.getenv("CLAUDE_SESSION_ID") or _io.newest_session(directory)
-    if not _io.valid_session_id(session_id):
-        return None
-
+    event, directory, session_id = begun
     try:
         recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
     except OSError:
@@ -87,10 +76,11 @@ def run(stdin: bytes) -> str | None:
         return None
     lines, ids, message_uuid = _message_bites(directory, session_id, recollection or {})
     about = _call_bites(directory, session_id, recollection, event, ids)
-    after = event.get("hook_event_name") == AFTER_TOOL
+    after = _io.after_call(event)
     fixes = _failure_fixes(event, directory, session_id) if after else None
+    home = directory.rpartition("/")[0]
     if not lines and not about:
-        return None if fixes is None else _io.hook_json(AFTER_TOOL, fixes[1], fixes[0], directory.rpartition("/")[0])
+        return None if fixes is None else _io.answer(event, _io.PRE_TOOL, fixes[1], fixes[0], home)
     # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
     # when about to inject; a recollection written just before the opt-out must not slip through).
     if _io.opted_out(directory, session_id):
@@ -112,20 +102,18 @@ def run(stdin: bytes) -> str | None:
     if fixes is not None:
         parts.append(fixes[1])
         told += fixes[0]
-    return _io.hook_json(AFTER_TOOL if after else "PreToolUse", "\n".join(parts), told,
-                         directory.rpartition("/")[0])
+    return _io.answer(event, _io.PRE_TOOL, "\n".join(parts), told, home)
 
 
 def _failure_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str], str] | None:
-    """Gemini's AfterTool of a shell command that exited non-zero: what fixed the same failure before
-    (``tool_failure.py``, imported only then)."""
-    response = event.get("tool_response")
-    content = response.get("llmContent") if isinstance(response, dict) else None
-    if not isinstance(content, str) or "\nExit Code: " not in content or "\nExit Code: 0\n" in content:
+    """After a call the agent reads the answer only after (Gemini's AfterTool) of a shell command that exited
+    non-zero: what fixed the same failure before (``tool_failure.py``, imported only then)."""
+    if not _io.may_have_failed(event):
         return None
     if __package__:
         from . import tool_failure
-    else:
+    else:  # this hook's folder: on sys.path through LAUNCHER, not when run as a script (-I leaves it off)
+        sys.path.insert(1, __file__.rpartition("/")[0] or ".")
         import tool_failure
     return tool_failure.told_fixes(event, directory, session_id)
 
@@ -137,7 +125,7 @@ def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple
     if not isinstance(message_uuid, str) or not message_uuid or not isinstance(bites, list) or not bites:
         return [], [], ""
     # Cheap check first, without the lock: most tool calls of a message end here.
-    if _io.last_injected(f"{directory}/{session_id}.state") == message_uuid:
+    if _io.last_injected(f"{directory}/{session_id}{_io.STATE_SUFFIX}") == message_uuid:
         return [], [], ""
     lines = []
     ids = []
@@ -155,9 +143,10 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
                 exclude: list[str]) -> list[tuple[str, str]]:
     """What earlier sessions left about the file or command this call works on: (id, line), at most
     MAX_CALL_BITES, each memory once per session, nothing about a file the agent itself created."""
-    tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
-    if not isinstance(tool_input, dict) or not tool_name:
+    call = _io.call_of(event)
+    if call is None:
         return []
+    tool_name, tool_input = call
     name, root = _io.lessons_index(recollection, event)
     keys = _keys.tool_keys(tool_name, tool_input, root)
     if not keys:
@@ -167,7 +156,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     if not filed:
         return []
     shown, created = _io.load_shown(directory, session_id)
-    if tool_name in _CREATING and keys[0].startswith("file:") and _creating(event, tool_input):
+    if keys[0].startswith("file:") and _io.creating(event, tool_name, tool_input):
         _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
         return []
     found: list[tuple[str, str]] = []
@@ -195,31 +184,10 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
 
 def _applied_words(tool_input: object) -> set[str]:
     """A command's words as a fix's added words are compared with (a path by its last part)."""
-    command = tool_input.get("command", tool_input.get("cmd")) if isinstance(tool_input, dict) else None
-    if not isinstance(command, str):
+    command = _io.command_of(tool_input)
+    if command is None:
         return set()
     return {w.rstrip("/").rpartition("/")[2] for w in command[:2000].split()}
-
-
-def _creating(event: dict, tool_input: object) -> bool:
-    """The call makes a new file: before it runs, the file is not there; after it (Gemini's AfterTool), the
-    tool's answer says it created it."""
-    if event.get("hook_event_name") == AFTER_TOOL:
-        response = event.get("tool_response")
-        content = response.get("llmContent") if isinstance(response, dict) else None
-        return isinstance(content, str) and content.startswith(_CREATED)
-    return not _exists(tool_input)
-
-
-def _exists(tool_input: object) -> bool:
-    path = tool_input.get("file_path") or tool_input.get("notebook_path") if isinstance(tool_input, dict) else None
-    if not isinstance(path, str):
-        return True
-    try:
-        _io.os_api.stat(path)
-    except OSError:
-        return False
-    return True
 
 
 def _target(event: dict) -> str:
@@ -232,7 +200,8 @@ def _target(event: dict) -> str:
 
 
 def main() -> None:
-    _io.serve(run)
+    if _io is not None:
+        _io.serve(run)
 
 
 if __name__ == "__main__":

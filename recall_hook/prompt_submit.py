@@ -35,7 +35,7 @@ When enabled, within ``prompt_submit_budget_ms`` (default 150 ms; env
 Output: ``{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": ...}}``
 fenced like every Engram injection. Never a ``decision``: a "block" would erase the user's prompt.
 Like the PreToolUse hook it imports nothing from Engram or site-packages (the hooks' stdlib
-helpers are recall_hook/hook_io.py) and any failure — disabled, no processor, timeout, bad answer,
+helpers are processor/hook_kit/hook_io.py) and any failure — disabled, no processor, timeout, bad answer,
 bad stdin — ends in exit 0 with no output.
 
 Registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/prompt_submit.py``.
@@ -45,35 +45,28 @@ import sys
 import time
 
 if __package__:  # imported as recall_hook.prompt_submit (tests, tools)
-    from . import hook_io as _io
-else:  # run through LAUNCHER, or as a script (-I leaves the script's folder off sys.path)
-    _here = __file__.rpartition("/")[0]
-    if _here not in sys.path:
-        sys.path.insert(0, _here)
-    import hook_io as _io
-
-_os = _io.os_api
+    from processor.hook_kit import control as _control
+    from processor.hook_kit import hook_io as _io
+else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
+    sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
+    try:
+        import control as _control
+        import hook_io as _io
+    except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
+        _io = None
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import prompt_submit;prompt_submit.main()'
 
 ENABLED_ENV = "ENGRAM_PROMPT_SUBMIT_ENABLED"
 BUDGET_ENV = "ENGRAM_PROMPT_SUBMIT_BUDGET_MS"
-DEFAULT_BUDGET_MS = 150
 MAX_BUDGET_MS = 2000
-BITES = 3  # asked of /recall, as the recollection_bites default
-QUERY_CHARS = 4000  # /recall reads at most this much of the query
 TAIL_BYTES = 256 * 1024  # of the transcript, searched for the prompt's own line
 TAIL_LINES = 50
 FRESH_MS = 1000  # without the prompt's line: a recollection this much younger than the hook is for it
-MARKER_SUFFIX = ".prompt"  # <session>.prompt: {"shown": [ids, newest first], "timestamp": ms}
 MARKER_IDS = 50
 MARKER_LIMIT = 16 * 1024
-RESPONSE_LIMIT = 256 * 1024
 
 _OFF_MARKER = "[engram"  # the opt-out markers' common start (processor/capture/optout.py)
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-_TOKEN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
 def _now_ms() -> int:
@@ -83,139 +76,28 @@ def _now_ms() -> int:
 # --- settings: environment first, then config.toml, then the default ----------------------------
 
 
-_config_value = _io.config_value
-
-
-_flag = _io.flag
-
-
 def enabled(home: str) -> bool:
-    from_env = _flag(_io.getenv(ENABLED_ENV))
+    from_env = _io.flag(_io.getenv(ENABLED_ENV))
     if from_env is not None:
         return from_env
-    return _flag(_config_value(home, "prompt_submit_enabled")) is True
+    return _io.flag(_io.config_value(home, "prompt_submit_enabled")) is True
 
 
 def budget_seconds(home: str) -> float:
     raw: object = _io.getenv(BUDGET_ENV)
     if not raw:
-        raw = _config_value(home, "prompt_submit_budget_ms")
+        raw = _io.config_value(home, "prompt_submit_budget_ms")
     try:
-        ms = int(raw) if raw not in (None, "") else DEFAULT_BUDGET_MS  # type: ignore[arg-type]
+        ms = int(raw) if raw not in (None, "") else _io.PROMPT_SUBMIT_BUDGET_MS_DEFAULT  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        ms = DEFAULT_BUDGET_MS
+        ms = _io.PROMPT_SUBMIT_BUDGET_MS_DEFAULT
     return max(1, min(ms, MAX_BUDGET_MS)) / 1000
-
-
-# --- the project: hook_io.project_root (processor.capture.project.project_root without pathlib) ---
-
-project_root = _io.project_root
-
-
-# --- the processor's control endpoint -----------------------------------------------------------
-
-
-def _private_text(path: str) -> str | None:
-    """An owner-only regular file's text (not a symlink, no group/other bits), else None."""
-    flags = _os.O_RDONLY | getattr(_os, "O_NOFOLLOW", 0) | getattr(_os, "O_CLOEXEC", 0)
-    try:
-        fd = _os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        st = _os.fstat(fd)
-        if not _io.is_regular(st.st_mode) or st.st_uid != _os.getuid() or st.st_mode & 0o077:
-            return None
-        return _os.read(fd, 4096).decode("ascii", "replace").strip()
-    finally:
-        _os.close(fd)
-
-
-def processor_running(run_dir: str) -> bool:
-    """Whether some process holds the instance lock (processor.service.pidfile.is_running)."""
-    import fcntl
-
-    try:
-        fd = _os.open(run_dir + "/engram.pid", _os.O_RDONLY | getattr(_os, "O_NOFOLLOW", 0))
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        _os.close(fd)
-    return False
-
-
-def _endpoint(run_dir: str) -> tuple[int, str] | None:
-    port_text = _private_text(run_dir + "/engram.port")
-    if not port_text or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        return None
-    token = _private_text(run_dir + "/token")
-    if not token or not 32 <= len(token) <= 256 or not _TOKEN_CHARS.issuperset(token):
-        return None
-    if not processor_running(run_dir):
-        return None
-    return int(port_text), token
-
-
-def _socket_module():  # the C module: `socket` imports enum & co., ~15 ms
-    try:
-        import _socket
-
-        return _socket
-    except ImportError:
-        import socket
-
-        return socket
-
-
-def post_recall(port: int, token: str, body: bytes, deadline: float) -> object:
-    """POST /recall; the decoded JSON answer, or None on any failure or when the deadline passes."""
-    sock_mod = _socket_module()
-    request = (
-        f"POST /recall HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode("ascii") + body
-
-    def remaining() -> float:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("prompt_submit budget spent")
-        return left
-
-    sock = sock_mod.socket(sock_mod.AF_INET, sock_mod.SOCK_STREAM)
-    try:
-        sock.settimeout(remaining())
-        sock.connect(("127.0.0.1", port))
-        sock.settimeout(remaining())
-        sock.sendall(request)
-        chunks = []
-        total = 0
-        while True:  # HTTP/1.0: the server closes the connection after the answer
-            sock.settimeout(remaining())
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > RESPONSE_LIMIT:
-                return None
-    finally:
-        sock.close()
-    head, sep, payload = b"".join(chunks).partition(b"\r\n\r\n")
-    status = head.split(b"\r\n", 1)[0].split()
-    if not sep or len(status) < 2 or status[1] != b"200":
-        return None
-    return _io.loads(payload.decode("utf-8"))
 
 
 def recall_body(prompt: str, project: str | None) -> bytes:
     # "unasked": the bar of a user message's bites (processor/memory/unasked.py), not memory_recall's ranking.
-    parts = ['{"query":', _io.quote(prompt[:QUERY_CHARS]), ',"limit":', str(BITES), ',"unasked":true']
+    parts = ['{"query":', _io.quote(prompt[:_control.RECALL_QUERY_CHARS]), ',"limit":',
+             str(_io.RECOLLECTION_BITES_DEFAULT), ',"unasked":true']
     if project:
         parts += [',"project":', _io.quote(project)]
     return ("".join(parts) + "}").encode("ascii")
@@ -226,27 +108,35 @@ def recall_body(prompt: str, project: str | None) -> bytes:
 
 def shown_ids(directory: str, session_id: str) -> list[str]:
     try:
-        marker = _io.load_json_file(f"{directory}/{session_id}{MARKER_SUFFIX}", MARKER_LIMIT)
+        marker = _io.load_json_file(f"{directory}/{session_id}{_io.PROMPT_SUFFIX}", MARKER_LIMIT)
     except Exception:
         return []
     ids = marker.get("shown") if isinstance(marker, dict) else None
     return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
+def digest_ids(directory: str, session_id: str) -> list[str]:
+    """The ids the session's SessionStart digest showed (``<session>.digest``; [] when none or unreadable)."""
+    try:
+        data = _io.load_json_file(f"{directory}/{session_id}{_io.DIGEST_SUFFIX}", MARKER_LIMIT * 4)
+    except Exception:
+        return []
+    shown = data.get("shown") if isinstance(data, dict) else None
+    return [i for i in shown if isinstance(i, str)] if isinstance(shown, list) else []
+
+
 def write_marker(directory: str, session_id: str, ids: list[str]) -> None:
     """<session>.prompt, atomically: a complete temp file renamed into place."""
     data = ('{"shown":[' + ",".join(_io.quote(i) for i in ids[:MARKER_IDS]) + '],"timestamp":'
             + str(_now_ms()) + "}\n").encode("ascii")
-    _io.write_private(directory, f"{session_id}{MARKER_SUFFIX}", data)
+    _io.write_private(directory, f"{session_id}{_io.PROMPT_SUFFIX}", data)
 
 
-# The prompt's event in each agent: Claude Code's and the Codex CLI's UserPromptSubmit, the Gemini CLI's BeforeAgent.
-_EVENTS = ("UserPromptSubmit", "BeforeAgent")
-_event_name = ["UserPromptSubmit"]  # the event being answered (set by run)
-
-
-def _output(directory: str, lines: list[str], ids: list[str]) -> str:
-    return _io.hook_json(_event_name[0], _io.format_context(lines, _io.agent()), ids, directory.rpartition("/")[0])
+def _output(event: dict, directory: str, lines: list[str], ids: list[str]) -> str:
+    """The answer in the event the agent called (Claude Code's and the Codex CLI's UserPromptSubmit, the Gemini
+    CLI's BeforeAgent)."""
+    return _io.answer(event, _io.PROMPT_EVENTS[0], _io.format_context(lines, _io.agent()), ids,
+                          directory.rpartition("/")[0])
 
 
 def _recollection(directory: str, session_id: str) -> dict | None:
@@ -269,22 +159,22 @@ def prompt_line_uuid(transcript_path: object, prompt: str) -> str | None:
     """The uuid of the prompt's own transcript line, if Claude Code has written it (it normally has)."""
     if not isinstance(transcript_path, str) or not transcript_path.startswith("/"):
         return None
-    flags = _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0)
+    flags = _io.os_api.O_RDONLY | getattr(_io.os_api, "O_NONBLOCK", 0) | getattr(_io.os_api, "O_CLOEXEC", 0)
     try:
-        fd = _os.open(transcript_path, flags)
+        fd = _io.os_api.open(transcript_path, flags)
     except OSError:
         return None
     try:
-        st = _os.fstat(fd)
+        st = _io.os_api.fstat(fd)
         if not _io.is_regular(st.st_mode):
             return None
         start = max(0, st.st_size - TAIL_BYTES)
-        _os.lseek(fd, start, 0)
-        tail = _os.read(fd, TAIL_BYTES)
+        _io.os_api.lseek(fd, start, 0)
+        tail = _io.os_api.read(fd, TAIL_BYTES)
     except OSError:
         return None
     finally:
-        _os.close(fd)
+        _io.os_api.close(fd)
     wanted = prompt.strip()
     lines = tail.split(b"\n")[1 if start else 0:]  # the first line of a cut tail is partial
     for raw in lines[::-1][:TAIL_LINES]:
@@ -317,7 +207,7 @@ def _is_fresh(recollection: dict | None, prompt_uuid: str | None, state_path: st
             and _io.last_injected(state_path) != message_uuid)
 
 
-def _inject_recollection(directory: str, session_id: str, recollection: dict) -> str | None:
+def _inject_recollection(event: dict, directory: str, session_id: str, recollection: dict) -> str | None:
     """The processor's own answer for this prompt, claimed so the PreToolUse hook does not repeat it."""
     message_uuid = recollection.get("messageUuid")
     bites = recollection.get("bites")
@@ -331,7 +221,7 @@ def _inject_recollection(directory: str, session_id: str, recollection: dict) ->
     kept = [(line, bite_id) for line, bite_id in kept if bite_id in fresh]
     if not kept:
         return None
-    return _output(directory, [line for line, _ in kept], [bite_id for _, bite_id in kept])
+    return _output(event, directory, [line for line, _ in kept], [bite_id for _, bite_id in kept])
 
 
 def _bite_ids(recollection: dict | None) -> list[str]:
@@ -348,8 +238,6 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     event = _io.loads(stdin.decode("utf-8"))
     if not isinstance(event, dict):
         return None
-    name = event.get("hook_event_name")
-    _event_name[0] = name if name in _EVENTS else "UserPromptSubmit"
     directory = _io.recollections_dir()
     if directory is None:
         return None
@@ -373,18 +261,18 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     # gate, same-session exclusions, the bar), even when it says there is nothing to show.
     recollection = _recollection(directory, session_id)
     if _is_fresh(recollection, prompt_uuid, state_path, started_ms):
-        return _inject_recollection(directory, session_id, recollection)  # type: ignore[arg-type]
-    endpoint = _endpoint(home + "/run")
+        return _inject_recollection(event, directory, session_id, recollection)  # type: ignore[arg-type]
+    endpoint = _control.endpoint(home + "/run")
     if endpoint is None:
         return None
-    project = project_root(cwd) if isinstance(cwd, str) and cwd else None
+    project = _project_root(cwd) if isinstance(cwd, str) and cwd else None
     try:
-        answer = post_recall(*endpoint, recall_body(prompt, project), deadline)
+        answer = _control.post_recall(*endpoint, recall_body(prompt, project), deadline)
     except OSError:  # refused, reset, or out of budget (TimeoutError)
         answer = None
     latest = _recollection(directory, session_id)  # it may have been written while /recall ran
     if _is_fresh(latest, prompt_uuid, state_path, started_ms):
-        return _inject_recollection(directory, session_id, latest)  # type: ignore[arg-type]
+        return _inject_recollection(event, directory, session_id, latest)  # type: ignore[arg-type]
     bites = answer.get("bites") if isinstance(answer, dict) else None
     if not isinstance(bites, list):
         return None
@@ -393,7 +281,7 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
     # (the recollection writer leaves those out too; /recall does not know the session's digest), and the
     # current recollection's bites (already injected, or about to be by the PreToolUse hook when the topic
     # gate kept that file).
-    skip = set(shown) | set(_io.digest_ids(directory, session_id)) | set(_bite_ids(latest))
+    skip = set(shown) | set(digest_ids(directory, session_id)) | set(_bite_ids(latest))
     lines: list[str] = []
     new_ids: list[str] = []
     for bite in bites:
@@ -404,15 +292,26 @@ def run(stdin: bytes, started_ms: int | None = None, started: float | None = Non
             lines.append(line)
             new_ids.append(bite["id"])
             skip.add(bite["id"])
-        if len(lines) == BITES:
+        if len(lines) == _io.RECOLLECTION_BITES_DEFAULT:
             break
     if not lines:
         return None
     write_marker(directory, session_id, new_ids + shown)
-    return _output(directory, lines, new_ids)
+    return _output(event, directory, lines, new_ids)
+
+
+def _project_root(cwd: str) -> str:
+    """The git root of the cwd, as the processor computes it (the kit's ``project``, loaded only here)."""
+    if __package__:
+        from processor.hook_kit.project import project_root
+    else:
+        from project import project_root
+    return project_root(cwd)
 
 
 def main() -> None:
+    if _io is None:
+        return
     started_ms, started = _now_ms(), time.monotonic()
     _io.serve(lambda stdin: run(stdin, started_ms, started))
 

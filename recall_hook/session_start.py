@@ -6,8 +6,8 @@ same input and output shape); the registered command names the agent after the s
 digest names Engram's tools as that agent shows them. Registered like the other hooks as ``<real python> -I -S -c
 LAUNCHER /abs/path/recall_hook/session_start.py``: no site-packages, no apsw, no processor.config;
 the digest (``processor.recall.digest``) reads the database with stdlib ``sqlite3``, read-only, and
-the settings it needs (``$ENGRAM_HOME``, config.toml) through ``hook_io``. The launcher puts the
-folder holding ``recall_hook`` and ``processor`` on ``sys.path`` (the repository of an editable
+the settings it needs (``$ENGRAM_HOME``, config.toml) through the hooks' kit (``processor/hook_kit/``).
+The launcher puts the folder holding ``recall_hook`` and ``processor`` on ``sys.path`` (the repository of an editable
 install, site-packages of a wheel). It also runs as ``python -I -m recall_hook.session_start``
 (earlier registrations, tests).
 
@@ -28,7 +28,7 @@ if not __package__:  # run through LAUNCHER: the package root goes on sys.path (
     if _root not in sys.path:
         sys.path.insert(0, _root)
 
-from recall_hook.hook_io import STDIN_LIMIT, agent, loads  # noqa: E402 - after the path set-up above
+from processor.hook_kit.hook_io import STDIN_LIMIT, agent, loads  # noqa: E402 - after the path set-up above
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import session_start;session_start.main()'
 

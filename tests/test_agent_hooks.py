@@ -12,11 +12,10 @@ import pytest
 
 from processor.claude_code.settings import Registration, hook_python
 from processor.codex.settings import hook_specs as codex_hooks
-from processor.config import AGENTS
 from processor.gemini.settings import hook_specs as gemini_hooks
+from processor.hook_kit import hook_io
+from processor.hook_kit.tool_keys import tool_keys
 from processor.recall.digest import header
-from recall_hook import hook_io
-from recall_hook.tool_keys import tool_keys
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION = "65ee1762-6168-4b24-bdb7-7a52ae4fdcd5"
@@ -27,30 +26,31 @@ BITE = {"id": "ep_b17eb17eb17eb17e", "bite": "shop-api bundles are built with es
         "date": "2026-11-24", "importance": "normal"}
 
 
-def test_the_hooks_know_the_same_agents_as_engram() -> None:
-    assert hook_io.AGENTS == AGENTS
-
-
 @pytest.mark.parametrize(("name", "tool_input"), [
     ("Bash", {"command": "git add dist/app.js"}),
     ("run_shell_command", {"command": "git add dist/app.js"}),   # Gemini
     ("exec_command", {"cmd": "git add dist/app.js"}),           # Codex, as its rollout records it
 ])
 def test_a_shell_call_has_the_same_keys_in_every_agent(name: str, tool_input: dict) -> None:
-    keys = tool_keys(name, tool_input, "/repo")
+    keys = tool_keys(*hook_io.call_of({"tool_name": name, "tool_input": tool_input}), "/repo")
     assert keys == tool_keys("Bash", {"command": "git add dist/app.js"}, "/repo")
     assert keys[:2] == ["cmd:git add", "file:dist/app.js"]
 
 
+def _keys(tool: str, tool_input: dict, root: str | None = None) -> list[str]:
+    """A call's keys as the hook finds them: its tool named as Claude Code names it (hook_io.call_of)."""
+    return tool_keys(*hook_io.call_of({"tool_name": tool, "tool_input": tool_input}), root)
+
+
 def test_file_tools_and_patches_have_file_keys() -> None:
     # Gemini's file tools have the keys of Claude Code's.
-    assert tool_keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo") == \
+    assert _keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo") == \
         tool_keys("Read", {"file_path": "/repo/src/cart.ts"}, "/repo")
-    assert tool_keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo")[0] == "file:src/cart.ts"
-    assert tool_keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo")[0] == "file:src/new.ts"
-    assert tool_keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"})[0] == \
+    assert _keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo")[0] == "file:src/cart.ts"
+    assert _keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo")[0] == "file:src/new.ts"
+    assert _keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"})[0] == \
         "file:src/cart.ts"
-    assert tool_keys("grep_search", {"pattern": "TODO", "dir_path": "/repo/src"}, "/repo") == \
+    assert _keys("grep_search", {"pattern": "TODO", "dir_path": "/repo/src"}, "/repo") == \
         tool_keys("Grep", {"pattern": "TODO", "path": "/repo/src"}, "/repo") == ["file:src", "name:todo"]
     # A patch, through the shell or as Codex's own tool, works on each file it names.
     patch = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: src/cart.ts\n@@\n-a\n+b\n"

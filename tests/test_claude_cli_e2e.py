@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from recall_hook.hook_io import injected_line
+from processor.hook_kit.hook_io import injected_line
 from tests.claude_cli import (
     BITES_HEADER,
     DIGEST_HEADER,

@@ -56,23 +56,6 @@ def test_data_dirs_are_private(tmp_path: Path) -> None:
         assert path.stat().st_mode & 0o777 == 0o700, path
 
 
-def test_the_stdlib_hooks_copies_of_defaults_equal_the_options() -> None:
-    """The hooks cannot import processor.config (their start-up is their cost): their copies are pinned here."""
-    from processor.config import Settings
-    from recall_hook import prompt_submit
-
-    assert Settings.prompt_submit_budget_ms.default == prompt_submit.DEFAULT_BUDGET_MS
-    assert Settings.recollection_bites.default == prompt_submit.BITES
-    from processor.recall import lesson_index, recollections
-    from recall_hook import hook_io
-
-    assert Settings.show_injected.default is hook_io.SHOW_INJECTED_DEFAULT
-    assert (lesson_index.FOLDER, lesson_index.SUFFIX, lesson_index.INDEX_LIMIT, lesson_index.KEYS_MARK) == (
-        hook_io.LESSONS_FOLDER, hook_io.LESSONS_SUFFIX, hook_io.LESSONS_LIMIT, hook_io.KEYS_MARK)
-    assert recollections.SHOWN_SUFFIX == hook_io.SHOWN_SUFFIX
-    assert Settings.session_start_token_budget.default == hook_io.SESSION_START_BUDGET_DEFAULT
-
-
 def test_every_option_is_typed_by_its_default(tmp_path: Path) -> None:
     home = tmp_path / "h"
     home.mkdir()

@@ -17,7 +17,6 @@ from processor.doctor import check_database, check_home, run_checks
 from processor.store import open_store
 from processor.store.connection import FIRST_MIGRATION, NotEngramDatabase, connect, database_identity
 from processor.store.migrations import MIGRATIONS, migrate
-from recall_hook import hook_io
 from tests.conftest import REPO, run_engram
 
 
@@ -53,9 +52,9 @@ def earlier_engram_db(path: Path) -> None:
 
 
 def hook_home(env: dict[str, str]) -> str:
-    """recall_hook/hook_io.data_home() as the hooks compute it: -I -S, stdlib only, this environment."""
+    """hook_io.data_home() as the hooks compute it: -I -S, stdlib only, this environment."""
     code = "import sys; sys.path.insert(0, sys.argv[1]); import hook_io; print(hook_io.data_home())"
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(REPO / "recall_hook")],
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(REPO / "processor" / "hook_kit")],
                           env={"PATH": os.environ.get("PATH", ""), **env}, capture_output=True, text=True,
                           timeout=30, check=True)
     return done.stdout.strip()
@@ -131,14 +130,8 @@ def test_an_earlier_engrams_home_is_used_and_another_programs_never(
     assert {p: p.read_bytes() for p in legacy.rglob("*") if p.is_file()} == before
 
 
-def test_hook_copies_of_the_constants_are_pinned() -> None:
-    from processor.capture import optout
-    from processor.config import LEGACY_HOME
-
-    assert hook_io.APPLICATION_ID == APPLICATION_ID
-    assert hook_io.LEGACY_HOME == "/" + LEGACY_HOME
+def test_the_first_migration_is_the_one_a_database_is_known_by() -> None:
     assert MIGRATIONS[0].__name__ == FIRST_MIGRATION
-    assert hook_io.OFF_SUFFIX == optout.OFF_SUFFIX
 
 
 # ------------------------------------------------------------------------------- the application id

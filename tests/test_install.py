@@ -16,7 +16,7 @@ import pytest
 from processor.claude_code import settings as cs
 from processor.claude_code.plugin import plugin_files, write_plugin
 from processor.claude_code.settings import InstallError, Registration, install, uninstall
-from recall_hook import hook_io as fence
+from processor.hook_kit import hook_io as fence
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
 
 REPO = Path(__file__).resolve().parents[1]

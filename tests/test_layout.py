@@ -11,8 +11,9 @@ PACKAGES = ("processor", "recall_hook", "mcp_tools")
 
 # Bottom-up: a module may import from its own layer and the layers before it, never from a later one.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # the hooks' stdlib helpers, nothing of Engram: their files and answers, and what a tool call works on
-    ("recall_hook.hook_io", "recall_hook.tool_keys", "recall_hook.failure_keys"),
+    # the hooks' kit, stdlib only and nothing else of Engram: their files and answers, each agent's events, what a
+    # call works on and how it failed; the processor stands on it too (one implementation of each rule)
+    ("processor.hook_kit",),
     # what every layer stands on, the door for captured text included (the store takes only redacted text)
     ("processor.files", "processor.clock", "processor.tokens", "processor.config", "processor.redaction"),
     ("processor.store",),
@@ -101,6 +102,39 @@ def test_layers_import_only_downwards_and_there_is_no_cycle() -> None:
         if module not in state:
             visit(module, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def room_of(module: str) -> str:
+    """The folder (or top-level module) a module lives in: processor.capture, processor.config, recall_hook."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "processor" and len(parts) > 1 else parts[0]
+
+
+def test_the_folders_import_one_another_without_a_cycle() -> None:
+    """Between folders too, every arrow points down: no folder imports one that imports it back, however far
+    round (the hooks' entry points above the processor they read, their kit below it)."""
+    known = modules()
+    rooms: dict[str, set[str]] = {}
+    for module, path in known.items():
+        rooms.setdefault(room_of(module), set()).update(
+            room_of(t) for t in imports(module, path, known) if room_of(t) != room_of(module))
+    state: dict[str, int] = {}
+    cycles: list[str] = []
+
+    def visit(room: str, trail: list[str]) -> None:
+        state[room] = 1
+        for target in sorted(rooms.get(room, ())):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(trail[trail.index(target):] + [room, target]) if target in trail
+                              else f"{room} -> {target}")
+            elif target not in state:
+                visit(target, trail + [room])
+        state[room] = 2
+
+    for room in sorted(rooms):
+        if room not in state:
+            visit(room, [])
+    assert not cycles, "folders that import each other:\n" + "\n".join(cycles)
 
 
 def test_sql_lives_in_the_store() -> None:

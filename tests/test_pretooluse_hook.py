@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -18,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from processor.claude_code.settings import Registration, hook_python
-from recall_hook import hook_io, pretooluse
-from recall_hook import hook_io as fence
+from processor.hook_kit import hook_io
+from processor.hook_kit import hook_io as fence
+from recall_hook import pretooluse
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
@@ -505,21 +507,44 @@ def test_state_cannot_be_recorded_means_no_injection(home: Path, env: dict[str, 
 # ---------------------------------------------------------------- the hook's weight
 
 
-def test_hook_imports_only_the_standard_library() -> None:
-    for source in (HOOK, HOOK.with_name("hook_io.py"), HOOK.with_name("tool_keys.py"),
-                   HOOK.with_name("tool_failure.py"), HOOK.with_name("failure_keys.py")):
-        tree = ast.parse(source.read_text())
-        imported = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                imported.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                imported.add((node.module or "").split(".")[0])
-        # hashlib: only before a session's first recollection, to find its project's lesson index from the cwd
-        # tool_failure: only after a Gemini shell command that exited non-zero (its AfterTool is this hook)
-        allowed = {"sys", "posix", "os", "_json", "json", "fcntl", "pwd", "time", "tomllib", "", "hook_io",
-                   "tool_keys", "hashlib", "tool_failure", "failure_keys"}
-        assert imported <= allowed, source
+KIT = REPO / "processor" / "hook_kit"
+
+
+def _imports(source: Path) -> set[str]:
+    """The top-level names a module imports, `from . import x` as x, outside `if __package__:` branches (the
+    package-mode imports of tests and the processor, never taken by a hook run through its launcher)."""
+    tree = ast.parse(source.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "__package__"
+               for part in node.body for n in ast.walk(part)}
+    imported = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+    return imported
+
+
+def test_the_hooks_and_their_kit_import_only_the_standard_library_and_the_kit() -> None:
+    kit = {path.stem for path in KIT.glob("*.py")} - {"__init__"}
+    stdlib = set(sys.stdlib_module_names)
+    for source in [*KIT.glob("*.py"), HOOK, HOOK.with_name("tool_failure.py"), HOOK.with_name("prompt_submit.py")]:
+        imported = _imports(source)
+        assert imported <= stdlib | kit | {"tool_failure"}, (source, imported - stdlib - kit)
+
+
+def test_a_hook_without_its_kit_beside_it_exits_0_saying_nothing(tmp_path: Path, env: dict[str, str]) -> None:
+    for script in (HOOK, HOOK.with_name("tool_failure.py"), HOOK.with_name("prompt_submit.py")):
+        alone = tmp_path / script.parent.name / script.name  # a moved or half-removed Engram: no processor/ beside it
+        alone.parent.mkdir(exist_ok=True)
+        shutil.copy(script, alone)
+        launcher = f"import sys;sys.path.insert(0,sys.argv[1].rpartition('/')[0]);import {script.stem};" \
+                   f"{script.stem}.main()"
+        done = subprocess.run([PYTHON, "-I", "-S", "-c", launcher, str(alone)], input=event(), capture_output=True,
+                              env=env, timeout=10)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"", b""), script
 
 
 def test_hook_run_loads_no_heavy_modules(home: Path, env: dict[str, str]) -> None:

@@ -32,10 +32,13 @@ from processor.claude_code.settings import (
     uninstall,
 )
 from processor.files import write_atomic
+from processor.hook_kit import hook_io
+from processor.hook_kit import hook_io as fence
+from processor.hook_kit.project import project_root
+from processor.recall.digest import write_digest_ids
 from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
-from recall_hook import hook_io, prompt_submit
-from recall_hook import hook_io as fence
+from recall_hook import prompt_submit
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
@@ -200,7 +203,7 @@ def test_what_the_sessions_digest_showed_is_not_repeated(processor: FakeProcesso
                                                          home: Path) -> None:
     # The processor's recollection was not ready within the budget, so /recall answered: it does not know the
     # session's SessionStart digest, which already showed ep_db.
-    hook_io.write_digest_ids(str(home / "recollections"), SESSION, ["ep_db"])
+    write_digest_ids(str(home / "recollections"), SESSION, ["ep_db"])
     context = context_of(run(env, prompt_event()))
     assert "ep_db" not in context and "ep_deploy" in context
 
@@ -329,7 +332,7 @@ def test_the_budget_is_configurable(processor: FakeProcessor, env: dict[str, str
     env["ENGRAM_PROMPT_SUBMIT_BUDGET_MS"] = "1500"
     assert "ep_db" in context_of(run(env, prompt_event(prompt="second")))
     env["ENGRAM_PROMPT_SUBMIT_BUDGET_MS"] = "lots"  # unreadable: the default
-    assert prompt_submit.budget_seconds("/nonexistent") == prompt_submit.DEFAULT_BUDGET_MS / 1000
+    assert prompt_submit.budget_seconds("/nonexistent") == hook_io.PROMPT_SUBMIT_BUDGET_MS_DEFAULT / 1000
 
 
 # --- never the token to the wrong party ------------------------------------------------------------
@@ -438,10 +441,10 @@ def test_the_hook_imports_nothing_outside_the_standard_library() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
-# --- the project, as capture computes it ------------------------------------------------------------
+# --- the project: one implementation for the hooks and capture ------------------------------------
 
 
-def test_project_root_matches_the_capture_layers(tmp_path: Path) -> None:
+def test_the_project_is_the_repository_its_worktrees_share(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / ".git" / "worktrees" / "feature").mkdir(parents=True)
     (repo / ".git" / "worktrees" / "feature" / "commondir").write_text("../..\n")
@@ -457,9 +460,15 @@ def test_project_root_matches_the_capture_layers(tmp_path: Path) -> None:
     (odd / ".git").write_text("not a gitdir line\n")
     plain = tmp_path / "plain"
     plain.mkdir()
-    for cwd in (repo, repo / "a" / "b", str(repo / "a") + "/", worktree / "src", relative_wt, odd, plain,
-                tmp_path / "missing", "relative/path", "/"):
-        assert prompt_submit.project_root(str(cwd)) == processor_project_root(str(cwd)), cwd
+    expected = {repo: repo, repo / "a" / "b": repo, str(repo / "a") + "/": repo, worktree / "src": repo,
+                relative_wt: repo, odd: odd, tmp_path / "missing": tmp_path / "missing",
+                "relative/path": "relative/path"}
+    for cwd, root in expected.items():
+        assert project_root(str(cwd)) == str(root), cwd
+    # Capture asks the same function (cached): the hooks and the processor name one project alike.
+    assert processor_project_root(str(worktree / "src")) == str(repo)
+    # A folder in no repository: its own project (the walk up stops at /).
+    assert project_root(str(plain)) in (str(plain), *(str(p) for p in plain.parents))
 
 
 # --- registration ------------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ import pytest
 
 from processor.claude_code.settings import Registration, hook_python
 from processor.config import load_settings
+from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
 from processor.memory.episodes import EpisodeStore
 from processor.store import open_store
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 from tests.conftest import REPO
 from tests.transcripts import user_line
 

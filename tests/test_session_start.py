@@ -20,6 +20,7 @@ import pytest
 
 from processor.capture.remember_inbox import RememberRequest, write_remember_file
 from processor.config import Settings, load_settings
+from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
 from processor.memory.verbatim import estimate_tokens
 from processor.recall.digest import Digest, Memory, Pending, render
 from processor.store import cold as cold_sql
@@ -27,7 +28,7 @@ from processor.store import digest as digest_sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import NewEpisode, insert_episode
 from recall_hook import session_start
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, digest_ids
+from recall_hook.prompt_submit import digest_ids
 
 HOUR_MS = 3_600_000
 SESSION = "0d4b7c2e-1111-4a5b-9c8d-7e6f5a4b3c2d"
@@ -337,8 +338,10 @@ def test_the_hook_imports_neither_apsw_nor_the_processor_config(seeded: Path, re
     proc = run_hook(seeded, start_event(repo), argv=[sys.executable, "-I", "-S", "-c", probe, session_start.__file__])
     assert b"ep_pref_tabs" in proc.stdout, proc.stderr
     loaded = proc.stderr.decode().strip().splitlines()[-1]
-    assert loaded == "['processor', 'processor.recall', 'processor.recall.digest', 'processor.store', " \
-                     "'processor.store.digest', 'processor.tokens']", loaded
+    assert loaded == "['processor', 'processor.hook_kit', 'processor.hook_kit.hook_io', " \
+                     "'processor.hook_kit.project', 'processor.recall', " \
+                     "'processor.recall.digest', 'processor.store', 'processor.store.digest', 'processor.tokens']", \
+        loaded
 
 
 # --- 100k episodes ----------------------------------------------------------------------------------

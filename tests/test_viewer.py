@@ -21,15 +21,16 @@ import pytest
 
 from processor.clock import now_ms
 from processor.config import SettingsHolder
+from processor.hook_kit.hook_io import bite_line
 from processor.jobs.queue import JobRunner
 from processor.jobs.reviews import REVIEW
 from processor.memory.episodes import EpisodeStore
+from processor.recall.digest import write_digest_ids
 from processor.recall.injections import ingest
 from processor.store import connect, open_store, write_transaction
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as viewer_sql
 from processor.viewer.auth import Sessions, same_origin
-from recall_hook.hook_io import bite_line, write_digest_ids
 from tests.viewer_fixtures import SCRIPT_SID, ViewerServer, World, build_world
 
 PAGES = ["/ui/", "/ui/search?q=checkout", "/ui/project?p=x", f"/ui/session/{SCRIPT_SID}",

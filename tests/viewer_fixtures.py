@@ -20,6 +20,7 @@ from processor.clock import now_ms
 from processor.config import Settings, SettingsHolder, load_settings
 from processor.jobs.reviews import open_review, review_options
 from processor.memory.episodes import EpisodeStore
+from processor.recall.digest import write_digest_ids
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
 from processor.service.control_server import ControlServer
@@ -29,7 +30,6 @@ from processor.store import open_store, write_transaction
 from processor.store import sessions as sessions_sql
 from processor.viewer.app import Viewer
 from processor.viewer.serve import LOGIN_PATH, SharedModel, login_route
-from recall_hook.hook_io import write_digest_ids
 from tests.conftest import FIXTURE_PROJECTS, REPO
 from tests.transcripts import assistant_line, user_line
 

@@ -12,17 +12,19 @@ line or a "double-quoted" span it is text quoted from elsewhere (a README, a log
 is ignored. Starting Claude Code with ``ENGRAM_OFF=1`` (or ``memory``) / ``ENGRAM_OFF=record`` does
 the same for every session of that Claude Code process: the hooks read the variable themselves, and the
 SessionStart hook leaves an off-the-record request for the processor (``<session>.off`` next to the
-recollection files, ``recall_hook/hook_io.py``).
+recollection files, ``processor/hook_kit/hook_io.py``).
 """
 
 from __future__ import annotations
 
 import re
 
+from processor.hook_kit import hook_io
+
 MEMORY = "memory"
 RECORD = "record"
 LEVELS: tuple[str | None, ...] = (None, MEMORY, RECORD)  # weakest first (processor/store/sessions.py)
-OFF_SUFFIX = ".off"  # recall_hook/hook_io.py OFF_SUFFIX
+OFF_SUFFIX = hook_io.OFF_SUFFIX  # the hooks check for the same marker
 
 _MARKER = re.compile(r"\[\s*engram\s*[:\s]\s*off(?P<record>[\s_-]+the[\s_-]+record)?\s*\]", re.IGNORECASE)
 _FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
@@ -52,11 +54,6 @@ def stronger(a: str | None, b: str | None) -> str | None:
     return a if LEVELS.index(a) >= LEVELS.index(b) else b
 
 
-def env_level(value: str | None) -> str | None:
-    """ENGRAM_OFF's meaning: unset/empty/0/false/no → None; 'record' → off the record; anything else → memory."""
-    if value is None:
-        return None
-    text = value.strip().lower().replace("-", "_")
-    if text in ("", "0", "false", "no"):
-        return None
-    return RECORD if text in ("record", "off_the_record") else MEMORY
+# ENGRAM_OFF's meaning: unset/empty/0/false/no → None; 'record' → off the record; anything else → memory (the
+# hooks read it too, so the rule is the kit's).
+env_level = hook_io.opt_out_level

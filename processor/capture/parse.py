@@ -23,8 +23,8 @@ from datetime import datetime
 from functools import lru_cache
 
 from processor.capture import signals
+from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
 from processor.redaction import Redacted, redact
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 
 
 @dataclass(frozen=True)

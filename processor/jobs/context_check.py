@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from processor.clock import now_ms
+from processor.hook_kit.hook_io import bite_line, format_context
 from processor.jobs.base import DueCheck, DueJob, JobContext, JobType
 from processor.memory.verbatim import estimate_tokens
 from processor.recall import digest
@@ -24,7 +25,6 @@ from processor.store import cold as cold_sql
 from processor.store import write_transaction
 from processor.store.cold import ContextCheck
 from processor.store.jobs import JobRow
-from recall_hook.hook_io import bite_line, format_context
 
 log = logging.getLogger(__name__)
 

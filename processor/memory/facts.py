@@ -5,7 +5,7 @@ A session explores (reads, searches, lists) and then says what it found about a 
 git-ignored", "`xterm.css` was force-added", "`tokens.ts` is generated from the schema", "`theme.css` is
 hand-written", "`ConnCase` lives in `test/support/`". The next session that touches that path or looks for that
 name would explore again, or fail on the missing file. Each such statement becomes a ``fact`` memory keyed to
-what it is about (``file:<path>`` and its folder, or ``name:<name>``: ``recall_hook/tool_keys.py``), told once
+what it is about (``file:<path>`` and its folder, or ``name:<name>``: ``processor/hook_kit/tool_keys.py``), told once
 per session when a later session reads, searches, edits or stages it (``processor/recall/lesson_index.py``).
 
 A fact is a declarative sentence of the assistant's, about a thing it names (a backticked span, a path, a file
@@ -22,12 +22,12 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from processor.hook_kit.tool_keys import GENERIC, command_keys
 from processor.memory.sentences import units
 from processor.memory.statements import is_narration, prose, word_count
 from processor.redaction import redact
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.tool_keys import GENERIC, command_keys
 
 MAX_CHARS = 300
 MIN_WORDS = 5

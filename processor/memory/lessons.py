@@ -5,7 +5,7 @@ changes — the command (``git push`` → ``git push --set-upstream origin feat`
 the files a pre-commit hook rewrote, ``source .venv/bin/activate``), a file; the same call then gets past that
 failure and the round ends with it running clean. Often the assistant says why in between ("the issue is that
 …", "`dist/` is git-ignored, so …"); often it does not, and then the error and the call that worked *are* the
-lesson. Each failure is known by its signature (``recall_hook/failure_keys.py``: its program, its error lines
+lesson. Each failure is known by its signature (``processor/hook_kit/failure_keys.py``: its program, its error lines
 with paths, numbers and names masked), so the same failure in a later session meets what fixed it: the
 PostToolUseFailure hook tells it right after the failure, and once it has recurred the PreToolUse hook tells it
 before the call (``processor/recall/lesson_index.py``); ``memory_recall`` finds it by the error's words.
@@ -32,15 +32,15 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from processor.hook_kit.failure_keys import another_go, call_key, failure_key, not_a_failure, same_failure
+from processor.hook_kit.failure_keys import signature as failure_signature
+from processor.hook_kit.tool_keys import command_keys
 from processor.memory.bites import fit
 from processor.memory.sentences import units
 from processor.memory.statements import is_narration, prose, word_count
 from processor.redaction import redact
 from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.failure_keys import another_go, call_key, failure_key, not_a_failure, same_failure
-from recall_hook.failure_keys import signature as failure_signature
-from recall_hook.tool_keys import command_keys
 
 LESSON_CHARS = 300  # the diagnosis sentence, at most
 FIX_CHARS = 240  # what fixed a failure, in a line
@@ -104,7 +104,7 @@ class Lesson:
     entities: list[str]
     source_uuids: list[str]
     created_at: int | None
-    key: str | None = None  # where the failure is filed (recall_hook/failure_keys.py failure_key)
+    key: str | None = None  # where the failure is filed (processor/hook_kit/failure_keys.py failure_key)
     signature: tuple[str, ...] = ()  # how it failed, normalised
     fix: str = ""  # what fixed it, in a line: what the failure hook tells right after the same failure
     session_fixed: bool = False  # got past by a way of working (told at the failure), not by editing the code
@@ -224,7 +224,7 @@ def _same_call(a: StoredToolCall, b: StoredToolCall, key: str) -> bool:
 
 @dataclass(frozen=True)
 class Failure:
-    """One failed call of a round, by what it was and how it failed (``recall_hook/failure_keys.py``)."""
+    """One failed call of a round, by what it was and how it failed (``processor/hook_kit/failure_keys.py``)."""
 
     call: StoredToolCall
     key: str

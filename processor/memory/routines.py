@@ -2,7 +2,7 @@
 
 Teams have a routine for finishing a task (tests and linter, close the ticket, commit, push) that sessions
 carry out every time and nobody ever writes down. It shows in the tool calls: the shell commands a task runs
-after its last file change. A command (by its ``cmd:`` key, ``recall_hook/tool_keys.py``) that closes at
+after its last file change. A command (by its ``cmd:`` key, ``processor/hook_kit/tool_keys.py``) that closes at
 least ``MIN_TASKS`` tasks in at least ``MIN_SESSIONS`` sessions belongs to the routine, and a routine has
 at least two steps; it lists them in the order they usually run, each as the project types it when one short
 form recurs (else by its program and subcommand), in one sentence:
@@ -29,8 +29,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from processor.hook_kit.tool_keys import command_key, command_keys, path_like
 from processor.store.tool_calls import StoredToolCall
-from recall_hook.tool_keys import command_key, command_keys, path_like
 
 MIN_TASKS = 3
 MIN_SESSIONS = 2

@@ -37,14 +37,16 @@ opened read-only and never created.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import namedtuple
 
-import recall_hook.hook_io as hook_io
+from processor.hook_kit import hook_io
+from processor.hook_kit.hook_io import fence, one_line
+from processor.hook_kit.project import project_root
 from processor.store import digest as digest_sql
 from processor.store.digest import Memory
 from processor.tokens import estimate_tokens
-from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN, fence
 
 RECENT_HOURS = 48
 SECTION_SHARE = 0.4  # of the budget, for each of the first two sections
@@ -106,21 +108,29 @@ def collect(conn: object, queue_dir: object, project: str | None, now_ms: int) -
     return Digest(global_high, project_high, project_recent, count_pending(conn, queue_dir), project)
 
 
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(text.replace(FENCE_OPEN, "").replace(FENCE_CLOSE, "").split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
 def memory_line(m: Memory) -> str:
     day = time.strftime("%Y-%m-%d", time.gmtime(m.created_at / 1000))
-    return f"- [{day}, {m.importance}] {_one_line(m.summary, MAX_LINE_CHARS)} (id: {m.id})"
+    return f"- [{day}, {m.importance}] {one_line(m.summary, MAX_LINE_CHARS)} (id: {m.id})"
 
 
-def header(agent: str = "claude") -> str:
+DIGEST_IDS = 200  # ids kept in <session>.digest
+
+
+def write_digest_ids(directory: str, session_id: str, ids: list[str], text: str = "") -> None:
+    """Record what the session's digest showed in ``<session>.digest``: its ids (the recollection writer and the
+    prompt hook leave them out of bites) and its text and time (the processor records the injection for the
+    viewer). A complete temp file renamed into place (readers never see half of it); a resume, clear or compact
+    writes it again with what that digest showed."""
+    data = ('{"shown":[' + ",".join(hook_io.quote(i) for i in ids[:DIGEST_IDS]) + '],"text":' + hook_io.quote(text)
+            + ',"at":' + str(int(time.time() * 1000)) + "}\n").encode()
+    hook_io.write_private(directory, session_id + hook_io.DIGEST_SUFFIX, data)
+
+
+def header(agent: str = hook_io.CLAUDE) -> str:
     """The digest's first line, naming the tools as the agent shows them to its model."""
+    expand, recall = (hook_io.mcp_tool(tool, agent) for tool in ("memory_expand", "memory_recall"))
     return ("Engram memory digest: what earlier sessions taught. For a memory's full context call "
-            f"{hook_io.tool_name('memory_expand', agent)}(id); to search, {hook_io.tool_name('memory_recall', agent)}"
-            "(query).")
+            f"{expand}(id); to search, {recall}(query).")
 
 
 HEADER = header()
@@ -139,7 +149,7 @@ def pending_line(p: Pending, queue_dir: object) -> str | None:
 
 
 def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] | None = None,
-           agent: str = "claude") -> str | None:
+           agent: str = hook_io.CLAUDE) -> str | None:
     """The fenced digest within `budget` estimated tokens, or None when there is nothing to say."""
     pending = pending_line(digest.pending, queue_dir)
     top = header(agent)
@@ -188,7 +198,7 @@ def budget(home: str) -> int:
 
 
 def hook_output(event: object, home: str | None = None, now_ms: int | None = None,
-                agent: str = "claude") -> str | None:
+                agent: str = hook_io.CLAUDE) -> str | None:
     """The hook's stdout for this event (None: print nothing). Raises on failures; main() silences them.
 
     Reads the settings it needs itself (``hook_io``: $ENGRAM_HOME, config.toml) rather than through
@@ -208,17 +218,17 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
         # leave it the request (it never sees Claude Code's environment).
         if level == "record" and session_id:
             directory = home + "/recollections"
-            hook_io.ensure_private_dir(directory)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
             hook_io.write_private(directory, session_id + hook_io.OFF_SUFFIX, b"record")
         return None
     if session_id and hook_io.opted_out(home + "/recollections", session_id):
         return None  # the session opted out by a marker in a prompt (resume, clear, compact)
     if session_id and event.get("source") in ("compact", "clear"):
         # The agent's context lost what was told in it: every memory may be told once more.
-        for suffix in (hook_io.SHOWN_SUFFIX, ".prompt"):
+        for suffix in (hook_io.SHOWN_SUFFIX, hook_io.PROMPT_SUFFIX):
             hook_io.remove(f"{home}/recollections/{session_id}{suffix}")
     cwd = event.get("cwd")
-    project = hook_io.project_root(cwd) if isinstance(cwd, str) and cwd else None
+    project = project_root(cwd) if isinstance(cwd, str) and cwd else None
     conn = digest_sql.open_readonly(home + "/engram.db", started + DEADLINE_SECONDS)
     if conn is None:
         return None
@@ -235,7 +245,7 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
     session_id = event.get("session_id")
     if ids and hook_io.valid_session_id(session_id):
         try:
-            hook_io.write_digest_ids(home + "/recollections", session_id, ids, context)
+            write_digest_ids(home + "/recollections", session_id, ids, context)
         except OSError:  # no recollections folder yet (processor never ran): the digest goes out anyway
-            return hook_io.hook_json("SessionStart", context, ids, home)
-    return hook_io.hook_json("SessionStart", context, ids, home)
+            return hook_io.answer(event, "SessionStart", context, ids, home)
+    return hook_io.answer(event, "SessionStart", context, ids, home)

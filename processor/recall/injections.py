@@ -29,6 +29,7 @@ from pathlib import Path
 import apsw
 
 from processor.clock import now_ms, utc_date
+from processor.hook_kit import hook_io
 from processor.memory.unasked import bite_of
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as sql
@@ -36,9 +37,11 @@ from processor.store import write_transaction
 
 log = logging.getLogger(__name__)
 
-STATE_SUFFIX = ".state"  # written by recall_hook/hook_io.py write_state
-DIGEST_SUFFIX = ".digest"  # written by the SessionStart hook: recall_hook/hook_io.py write_digest_ids
-SHOWN_SUFFIX = ".shown"  # written by the PreToolUse hook: recall_hook/hook_io.py claim_shown
+# Written by the hooks (processor/hook_kit/hook_io.py write_state and claim_shown, processor/recall/digest.py
+# write_digest_ids for the SessionStart hook).
+STATE_SUFFIX = hook_io.STATE_SUFFIX
+DIGEST_SUFFIX = hook_io.DIGEST_SUFFIX
+SHOWN_SUFFIX = hook_io.SHOWN_SUFFIX
 _FILE_LIMIT = 256 * 1024
 OFFER_RETENTION_MS = 7 * 86_400_000  # an offer not injected within a week never will be
 

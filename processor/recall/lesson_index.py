@@ -3,7 +3,7 @@
 When an earlier session left a lesson, a rule or a decision about a file or a command, the agent should hear
 it just before it touches that file or runs that command, not at a user message that merely shares words.
 The hook cannot search (it is stdlib-only and its start-up is its cost), so the processor files each such
-memory under the keys of what it is about (``recall_hook/tool_keys.py``: ``file:…`` and ``cmd:…``) in a
+memory under the keys of what it is about (``processor/hook_kit/tool_keys.py``: ``file:…`` and ``cmd:…``) in a
 small file per project, ``recollections/lessons/<sha1 of the project>.index`` (a folder of its own:
 nothing that scans the session files mistakes them for one). Its first line is a JSON object saying whose it
 is; then one line per key, the key as a JSON string, a tab, and the JSON list of what is filed under it::
@@ -22,7 +22,7 @@ file them under: a lesson's failed command (entity ``$ …``) and changed files,
 or path. Newest first, at most ``IDS_PER_KEY`` per key and ``MAX_BITES`` in all, under ``INDEX_LIMIT`` bytes.
 
 A memory that tells what fixed a way of failing (``store/failures.py``) is filed under its failure key
-(``fail:git``, ``recall_hook/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
+(``fail:git``, ``processor/hook_kit/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
 ``"fix"``): the PostToolUseFailure hook tells it right after the same failure. Under its command's key (told
 before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more.
 
@@ -34,7 +34,6 @@ session is there for the next tool call. A forgotten memory leaves every index a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -42,6 +41,9 @@ from pathlib import Path
 
 from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
+from processor.hook_kit import hook_io
+from processor.hook_kit.project import index_name
+from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, stages_everything
 from processor.memory.bites import BITE_CHARS
 from processor.memory.facts import statement_of
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
@@ -50,24 +52,21 @@ from processor.store import failures as failures_sql
 from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
-from recall_hook.tool_keys import GENERIC, command_keys, fact_keys, stages_everything
 
 log = logging.getLogger(__name__)
 
-FOLDER = "lessons"  # recall_hook/hook_io.py LESSONS_FOLDER
-SUFFIX = ".index"  # recall_hook/hook_io.py LESSONS_SUFFIX
+FOLDER = hook_io.LESSONS_FOLDER  # the hooks read the index: its place and shape are the kit's
+SUFFIX = hook_io.LESSONS_SUFFIX
 IDS_PER_KEY = 5
 RECURRING_SESSIONS = 2
 STALE_AFTER_SESSIONS = 3
 EXPIRING = frozenset({"error_fix", "lesson", "routine", "recipe"})
 FIXES_PER_KEY = 20  # ways a program failed, each with its fix, filed under its failure key
 MAX_BITES = 300
-INDEX_LIMIT = 64 * 1024  # recall_hook/hook_io.py LESSONS_LIMIT
+INDEX_LIMIT = hook_io.LESSONS_LIMIT
 SCANNED = 5_000  # the project's newest memories looked at
 
 
-def index_name(project: str | None) -> str:
-    return hashlib.sha1((project or "").encode()).hexdigest()[:16] + SUFFIX
 
 
 def keys_of(ep: Episode, root: str | None) -> list[str]:
@@ -133,7 +132,7 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
     return keys_of(ep, root)
 
 
-KEYS_MARK = "#keys\t"  # recall_hook/hook_io.py KEYS_MARK: the line listing every key the file holds
+KEYS_MARK = hook_io.KEYS_MARK  # the second line: every key the file holds
 
 
 def _index_text(header: str, lines: list[tuple[str, str]]) -> str:

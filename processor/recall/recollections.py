@@ -5,7 +5,7 @@ file per session; the PreToolUse hook only reads that file (seed 001). A message
 on the same topic as the previous one (cosine > topic_gate) keeps the existing
 file, so the agent is not shown the same memories again and again.
 
-Files in ``recollections_dir``, per session (the hooks' side is in ``recall_hook/``):
+Files in ``recollections_dir``, per session (the hooks' side: ``recall_hook/``, ``processor/hook_kit/``):
 - ``<session>.json``: ``{messageUuid, timestamp, bites: [{id, bite, date, importance}]}``, written
   here, atomically;
 - ``<session>.state``: the PreToolUse hook's record of the last message it injected;
@@ -39,6 +39,7 @@ from processor.capture.parse import CapturedLine
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic
+from processor.hook_kit import hook_io
 from processor.memory.citations import extract, missing_paths_on_disk
 from processor.memory.episodes import EpisodeStore
 from processor.memory.unasked import offers
@@ -51,14 +52,15 @@ from processor.store.episodes import Episode
 log = logging.getLogger(__name__)
 
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
-STATE_SUFFIX = ".state"  # recall_hook/pretooluse.py
-PROMPT_SUFFIX = ".prompt"  # recall_hook/prompt_submit.py MARKER_SUFFIX
-DIGEST_SUFFIX = ".digest"  # recall_hook/hook_io.py DIGEST_SUFFIX
-SHOWN_SUFFIX = ".shown"  # recall_hook/hook_io.py SHOWN_SUFFIX
+# The session's files the hooks write and read beside its recollection (their names are the kit's).
+STATE_SUFFIX = hook_io.STATE_SUFFIX
+PROMPT_SUFFIX = hook_io.PROMPT_SUFFIX
+DIGEST_SUFFIX = hook_io.DIGEST_SUFFIX
+SHOWN_SUFFIX = hook_io.SHOWN_SUFFIX
 _SESSION_FILES = (".json", STATE_SUFFIX, PROMPT_SUFFIX, DIGEST_SUFFIX, SHOWN_SUFFIX)
 _MARKER_LIMIT = 16 * 1024
 _DIGEST_LIMIT = 64 * 1024
-_RECOLLECTION_LIMIT = 64 * 1024  # recall_hook/hook_io.py RECOLLECTION_LIMIT
+_RECOLLECTION_LIMIT = hook_io.RECOLLECTION_LIMIT
 # User lines Claude Code writes itself when the user interrupts: no topic to recall anything for.
 _NOT_PROMPTS = ("[Request interrupted by user",)
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from processor.hook_kit import control
 from processor.service.control_files import PORT_FILE, TOKEN_FILE, read_port, read_token
 from processor.service.pidfile import is_running
 
@@ -14,7 +15,7 @@ JSONDict = dict[str, Any]
 MAX_ANSWER_BYTES = 1024 * 1024
 # What POST /recall takes (processor/service/lifecycle.py): a longer query is cut, a limit outside 1..50 refused.
 # `engram recall` (processor/lookup.py) searches itself what the processor would cut, so both answer alike.
-RECALL_QUERY_CHARS = 4000
+RECALL_QUERY_CHARS = control.RECALL_QUERY_CHARS
 RECALL_MAX_LIMIT = 50
 
 

@@ -10,11 +10,12 @@ import stat
 from pathlib import Path
 
 from processor.files import ensure_private_dir, write_atomic
+from processor.hook_kit import control
 
 log = logging.getLogger(__name__)
 
-PORT_FILE = "engram.port"
-TOKEN_FILE = "token"
+PORT_FILE = control.PORT_FILE  # the hooks read both too (processor/hook_kit/control.py)
+TOKEN_FILE = control.TOKEN_FILE
 
 _TOKEN_CHARS = re.compile(r"[A-Za-z0-9_-]{32,256}")
 

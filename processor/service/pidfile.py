@@ -36,10 +36,11 @@ from pathlib import Path
 from types import TracebackType
 
 from processor.config import ensure_private_dir
+from processor.hook_kit import control
 
 log = logging.getLogger(__name__)
 
-PIDFILE_NAME = "engram.pid"
+PIDFILE_NAME = control.PID_FILE  # the hooks probe the same lock (processor/hook_kit/control.py)
 
 # A client probing the lock (is_running) holds it for microseconds; a real owner holds it for its
 # lifetime. Retrying briefly keeps a concurrent probe from making a starting instance give up.
@@ -174,20 +175,7 @@ def _wait_for_record(path: Path) -> PidRecord | None:
 
 def is_running(run_dir: Path) -> bool:
     """Whether some process holds the instance lock right now (cheap: one open + one flock)."""
-    try:
-        fd = os.open(pidfile_path(run_dir), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        # A shared probe succeeds only if nobody holds the exclusive lock; it is dropped at close.
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return False
+    return control.instance_running(str(pidfile_path(run_dir)))
 
 
 class PidFile:

@@ -1,7 +1,7 @@
 """The SQL of failure signatures (how a project's calls failed, in which sessions, and what memory tells the fix)
 and of memory origins (which miner made a memory).
 
-A signature is the normalised error of ``recall_hook/failure_keys.py``; two failures are the same when their
+A signature is the normalised error of ``processor/hook_kit/failure_keys.py``; two failures are the same when their
 signatures are (``same_failure``), so each project keeps one row per way a program fails, however often it does:
 ``record`` finds the row among the program's and counts the session in it. A project keeps at most
 ``ROWS_PER_KEY`` signatures per program, the least recently seen dropped first (thousands of failures of one
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import apsw
 
+from processor.hook_kit.failure_keys import same_failure
 from processor.redaction import Redacted, redacted, redacted_json
-from recall_hook.failure_keys import same_failure
 
 ROWS_PER_KEY = 50
 SESSIONS_KEPT = 50  # sessions remembered per signature (the most recent)

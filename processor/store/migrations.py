@@ -524,7 +524,7 @@ def m018_shared_memory(conn: apsw.Connection) -> None:
 
 
 def m019_failures_and_origins(conn: apsw.Connection) -> None:
-    # Issue 28. Each way a project's commands failed, by signature (recall_hook/failure_keys.py): in which sessions
+    # Issue 28. Each way a project's commands failed, by signature (hook_kit/failure_keys.py): in which sessions
     # it happened and the memory that tells what fixed it, so the same failure is met with its fix. And where each
     # memory mined without an LLM came from (an error's fix, a fact, a decision…): what the viewer leads with.
     conn.execute(

@@ -35,6 +35,7 @@ import jinja2
 
 from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import AGENT_NAMES, Settings, SettingsSource
+from processor.hook_kit.hook_io import bite_line, format_context
 from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
@@ -51,7 +52,6 @@ from processor.store import sessions as session_sql
 from processor.store import share as share_sql
 from processor.store import viewer as sql
 from processor.viewer.auth import Sessions, same_origin
-from recall_hook.hook_io import bite_line, format_context
 
 log = logging.getLogger(__name__)
 

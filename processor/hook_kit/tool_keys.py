@@ -9,10 +9,9 @@ from (``processor/recall/lesson_index.py``), with this one function, so both sid
   of a pipeline or ``&&`` chain: ``uv run pytest``, ``git commit``, ``npm run build``, ``python -m pytest``.
   Commands that only look around (``ls``, ``cat``, ``grep``, ``cd``…) get none: a lesson is never about them.
 
-The Codex CLI's hooks already name a shell call ``Bash`` with ``{"command"}``; the Gemini CLI's tools get
-Claude Code's names here (``run_shell_command`` is ``Bash``, ``read_file`` ``Read``, ``write_file`` ``Write``,
-``replace`` ``Edit``…), as capture stores them (``processor/capture/gemini.py``). A patch run through the shell
-(``apply_patch <<'EOF' … *** Update File: src/x.py``) works on the files it names.
+Tools go by Claude Code's names: capture stores every agent's calls under them, and the hooks name an event's
+tool the same way (``hook_io.call_of``: Gemini's ``run_shell_command`` is ``Bash``…). A patch run through
+the shell (``apply_patch <<'EOF' … *** Update File: src/x.py``) works on the files it names.
 
 Stdlib only and no ``re`` (the hook's start-up is its cost): plain string operations.
 """
@@ -35,10 +34,6 @@ MAX_COMMAND_WORDS = 3
 MAX_KEYS = 8
 _FILE_TOOLS = ("Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead")
 _PATH_KEYS = ("file_path", "notebook_path", "path", "absolute_path", "dir_path")
-# The Gemini CLI's tools under Claude Code's names (processor/capture/gemini.py TOOL_NAMES).
-AGENT_TOOLS = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files": "Read", "write_file": "Write",
-               "replace": "Edit", "edit": "Edit", "glob": "Glob", "grep_search": "Grep", "search_file_content": "Grep",
-               "exec_command": "Bash", "shell_command": "Bash"}
 _PATCH_MARKS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ")
 
 
@@ -256,11 +251,11 @@ def fact_keys(thing: str, root: str | None = None) -> list[str]:
 
 
 def tool_keys(tool_name: object, tool_input: object, root: str | None = None) -> list[str]:
-    """The keys of one tool call (PreToolUse's tool_name and tool_input): what it runs and the files it touches,
-    with their folders and names; a search for a plain identifier is a look for that name."""
+    """The keys of one tool call (its tool under Claude Code's name, as ``hook_io.call_of`` and capture give
+    it, and its input): what it runs and the files it touches, with their folders and names; a search for a plain
+    identifier is a look for that name."""
     if not isinstance(tool_name, str) or not isinstance(tool_input, dict):
         return []
-    tool_name = AGENT_TOOLS.get(tool_name, tool_name)
     if tool_name == "apply_patch":
         patch = tool_input.get("input", tool_input.get("command"))
         return _around(patch_keys(patch, root)) if isinstance(patch, str) else []

@@ -1,10 +1,20 @@
-"""What every Engram hook shares: reading the event and Engram's files, the fence, and the answer.
+"""A hook's input and output, for every agent: the event each agent sends and the answer it reads, Engram's files
+for the session (its recollection, what it was told, under one lock; the project's lesson index), the fence, a
+bite's line.
 
-Stdlib only, and careful about it: a hook's whole-process time is its cost, so this module avoids
-even ``os`` and ``json`` (``json`` pulls in ``re``/``enum``, which alone doubles interpreter
-start-up). It uses the built-in ``posix`` module and the ``_json`` C accelerator, with plain
-``os``/``json`` as a fallback. Imported as ``recall_hook.hook_io`` from the processor and tests, and
-as plain ``hook_io`` by hooks run through their launchers (which put this folder on ``sys.path``).
+The one place in the hooks that knows each agent's events is the section "each agent's hook events" below: which
+event reports a failed call and the failure, how a call's tool is named, whether the answer arrives after the
+call, where the session id is, the event the answer names, and how the agent shows Engram's MCP tools. A new
+agent's events are added there.
+
+Stdlib only, and careful about it: a hook's whole-process time is its cost, and every module it loads is read
+and unmarshalled on every tool call, so the hooks' common path loads this module, the call keys and the entry
+point and nothing else (what only a rarer path needs is in modules of its own: ``project``, ``control``). This
+module avoids even ``os`` and ``json`` (``json`` pulls in ``re``/``enum``, which alone doubles interpreter
+start-up): it uses the built-in ``posix`` module and the ``_json`` C accelerator, with plain ``os``/``json`` as a
+fallback. The processor imports it as ``processor.hook_kit.hook_io``; a hook run through its launcher imports it
+as plain ``hook_io`` (the entry point puts the kit's folder on ``sys.path``: no package ``__init__`` on the
+hook's path).
 """
 
 import sys
@@ -14,8 +24,6 @@ try:
 except ImportError:  # not a POSIX system
     import os as _os
 
-# The registered command: `python -I -S -c LAUNCHER /abs/path/pretooluse.py`. -I leaves the
-# script's directory off sys.path, so the launcher puts it back and imports this module.
 FENCE_OPEN = "<engram-recollection>"
 FENCE_CLOSE = "</engram-recollection>"
 
@@ -25,9 +33,11 @@ def fence(text: str) -> str:
     captures, and so never remembers, its own recollections."""
     return f"{FENCE_OPEN}\n{text}\n{FENCE_CLOSE}"
 
+
 STDIN_LIMIT = 1 << 20  # a Write of a huge file makes a huge event; skip it, the next call injects
 RECOLLECTION_LIMIT = 64 * 1024
 STATE_LIMIT = 4 * 1024
+STATE_SUFFIX = ".state"  # <session>.state: {"lastInjectedMessageUuid"}, the message whose bites were told
 # The operating system module: the built-in posix where there is one (see the module docstring).
 os_api = _os
 
@@ -51,16 +61,18 @@ def _reject_constant(name: str) -> None:
 try:
     import _json
 
-    class _ScanContext:
-        # The attributes _json.make_scanner reads; same values as json.JSONDecoder's defaults.
-        strict = True
-        object_hook = None
-        object_pairs_hook = None
-        parse_float = float
-        parse_int = int
-        parse_constant = staticmethod(_reject_constant)
+    # The attributes _json.make_scanner reads, with json.JSONDecoder's defaults, on a function object (which takes
+    # attributes): building a class for them costs more on every hook start.
+    def _scan_context() -> None:
+        return None
 
-    _scan = _json.make_scanner(_ScanContext())
+    _scan_context.strict = True
+    _scan_context.object_hook = None
+    _scan_context.object_pairs_hook = None
+    _scan_context.parse_float = float
+    _scan_context.parse_int = int
+    _scan_context.parse_constant = _reject_constant
+    _scan = _json.make_scanner(_scan_context)
     quote = _json.encode_basestring_ascii
 
     def loads(text: str) -> object:
@@ -100,8 +112,7 @@ def user_home() -> str | None:
         return None
 
 
-APPLICATION_ID = 0x456E6772  # processor.config.APPLICATION_ID
-LEGACY_HOME = "/.engram"  # processor.config.LEGACY_HOME
+LEGACY_HOME = ".engram"  # the data home of Engram before it moved to the platform's place (in the home folder)
 _S_IFDIR = 0o040000
 
 
@@ -118,41 +129,6 @@ def _exists(path: str) -> bool:
         return True
     except OSError:
         return False
-
-
-def _app_id_of(header: bytes) -> int | None:
-    if len(header) < 72 or not header.startswith(b"SQLite format 3\x00"):
-        return None
-    return int.from_bytes(header[68:72], "big")
-
-
-def _read_header(path: str) -> bytes | None:
-    try:
-        fd = _os.open(path, _os.O_RDONLY | getattr(_os, "O_NONBLOCK", 0) | getattr(_os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        return _os.read(fd, 72)
-    except OSError:
-        return None
-    finally:
-        _os.close(fd)
-
-
-def _earlier_engram_home(folder: str) -> bool:
-    """processor.config.is_earlier_engram_home: an earlier Engram's ~/.engram, never another program's."""
-    if not _is_dir(folder):
-        return False
-    db = folder + "/engram.db"
-    header = _read_header(db)
-    app_id = None if header is None else _app_id_of(header)
-    if app_id == APPLICATION_ID:
-        return True
-    if app_id is not None and app_id != 0:
-        return False
-    if app_id is None and header:  # a file with bytes that are not SQLite
-        return False
-    return _is_dir(folder + "/recollections") and _is_dir(folder + "/queue")
 
 
 def data_home() -> str | None:
@@ -179,8 +155,14 @@ def data_home() -> str | None:
     else:
         data = getenv("XDG_DATA_HOME") or ""
         default = (data.rstrip("/") if data.startswith("/") else home + "/.local/share") + "/engram"
-    if not _exists(default) and _earlier_engram_home(home + LEGACY_HOME):
-        return home + LEGACY_HOME
+    legacy = home + "/" + LEGACY_HOME
+    if not _exists(default):  # rare: only then is the earlier home looked at (a module of its own)
+        if __package__:
+            from .legacy_home import is_earlier_engram_home
+        else:
+            from legacy_home import is_earlier_engram_home
+        if is_earlier_engram_home(legacy):
+            return legacy
     return default
 
 
@@ -190,19 +172,27 @@ def recollections_dir() -> str | None:
     return None if root is None else root.rstrip("/") + "/recollections"
 
 
-OFF_ENV = "ENGRAM_OFF"  # processor/capture/optout.py: set when starting Claude Code, no memory for its sessions
+OFF_ENV = "ENGRAM_OFF"  # set when starting an agent: no memory for its sessions (processor/capture/optout.py)
 OFF_SUFFIX = ".off"  # <session>.off: the session opted out (written by the processor or the SessionStart hook)
+# What $ENGRAM_OFF's value asks for: values that mean "not off", and those that mean "keep nothing at all".
+OFF_NOT = ("", "0", "false", "no")
+OFF_RECORD = ("record", "off_the_record")
 
 
-def env_opt_out() -> str | None:
-    """processor.capture.optout.env_level of $ENGRAM_OFF: None, 'memory' or 'record'."""
-    value = getenv(OFF_ENV)
+def opt_out_level(value: str | None) -> str | None:
+    """What a value of $ENGRAM_OFF asks for: None (not off), 'memory' (nothing told or kept as memory) or
+    'record' (nothing kept at all)."""
     if value is None:
         return None
     text = value.strip().lower().replace("-", "_")
-    if text in ("", "0", "false", "no"):
+    if text in OFF_NOT:
         return None
-    return "record" if text in ("record", "off_the_record") else "memory"
+    return "record" if text in OFF_RECORD else "memory"
+
+
+def env_opt_out() -> str | None:
+    """What $ENGRAM_OFF asks of this session: None, 'memory' or 'record'."""
+    return opt_out_level(getenv(OFF_ENV))
 
 
 def opted_out(directory: str, session_id: str) -> bool:
@@ -333,7 +323,10 @@ def flag(value: object) -> bool | None:
 
 
 SHOW_INJECTED_ENV = "ENGRAM_SHOW_INJECTED"
-SHOW_INJECTED_DEFAULT = True  # processor.config Settings.show_injected (pinned by tests/test_config.py)
+# Defaults of the settings the hooks read themselves (processor.config's Settings take them from here).
+SHOW_INJECTED_DEFAULT = True  # show_injected
+PROMPT_SUBMIT_BUDGET_MS_DEFAULT = 150  # prompt_submit_budget_ms
+RECOLLECTION_BITES_DEFAULT = 3  # recollection_bites: a prompt's bites, at most
 SHOWN_IDS = 3  # ids named in the user's line; the rest are counted
 
 
@@ -361,56 +354,6 @@ def hook_json(event: str, context: str, ids: list[str], home: str | None) -> str
         # systemMessage is shown to the user in the terminal, never sent to the model.
         out += ',"systemMessage":' + quote(injected_line(ids))
     return out + "}"
-
-
-def _read_text(path: str, limit: int = 4096) -> str | None:
-    try:
-        data = read_limited(path, limit)
-    except OSError:
-        return None
-    return None if data is None else data.decode("utf-8", "replace")
-
-
-def _common_dir(dot_git: str) -> str | None:
-    import os.path
-
-    if os.path.isdir(dot_git):
-        return dot_git
-    text = _read_text(dot_git)  # a worktree's .git file: "gitdir: <repo>/.git/worktrees/<name>"
-    first = text.splitlines()[0] if text else ""
-    if not first.startswith("gitdir:"):
-        return None
-    git_dir = first[len("gitdir:"):].strip()
-    if not git_dir.startswith("/"):
-        git_dir = os.path.dirname(dot_git) + "/" + git_dir
-    common = _read_text(git_dir + "/commondir")
-    if common is None:
-        return git_dir
-    common = common.strip()
-    return common if common.startswith("/") else git_dir + "/" + common
-
-
-def project_root(cwd: str) -> str:
-    """The repository root for cwd (shared by its worktrees), else cwd itself."""
-    import os.path
-
-    if not cwd.startswith("/") or not os.path.exists(cwd):
-        return cwd
-    folder = os.path.normpath(cwd)
-    if folder.startswith("//"):
-        folder = "/" + folder.lstrip("/")
-    while True:
-        dot_git = folder.rstrip("/") + "/.git"
-        if os.path.lexists(dot_git):
-            common = _common_dir(dot_git)
-            if common is None:
-                return folder
-            common = os.path.normpath(common)
-            return os.path.dirname(common) if os.path.basename(common) == ".git" else common
-        if folder == "/":
-            return cwd
-        folder = os.path.dirname(folder)
-
 
 
 MAX_BITES = 10
@@ -446,83 +389,11 @@ def bite_line(bite: object) -> str | None:
     return f"- [{date or 'undated'}, {importance}] {text} (id: {bite_id})"
 
 
-# The tools' full names as Claude Code lists them: it defers MCP tools behind ToolSearch, where
-# the model finds a tool by the name it was told, so the bare "memory_expand" is not enough.
-EXPAND_TOOL = "mcp__engram__memory_expand"
-RECALL_TOOL = "mcp__engram__memory_recall"
-# The agents a hook is registered for (processor/capture/formats.py AGENTS): the registered command names its
-# agent after the script (`… pretooluse.py codex`); none named is Claude Code.
-AGENTS = ("claude", "codex", "gemini")
+# --- the session's files beside its recollection --------------------------------------------------
 
-
-def agent() -> str:
-    """The agent this hook process was registered for: the argument after the script, else Claude Code."""
-    named = sys.argv[2] if len(sys.argv) > 2 else ""
-    return named if named in AGENTS else "claude"
-
-
-def tool_name(tool: str, for_agent: str = "claude") -> str:
-    """An Engram MCP tool's name as the agent shows it to its model: Claude Code and the Codex CLI
-    ``mcp__engram__memory_expand``, the Gemini CLI ``mcp_engram_memory_expand``."""
-    return f"mcp_engram_{tool}" if for_agent == "gemini" else f"mcp__engram__{tool}"
-
-
-def format_context(lines: list[str], for_agent: str = "claude") -> str:
-    expand = tool_name("memory_expand", for_agent)
-    body = "\n".join(
-        [
-            "You have memories related to this conversation:",
-            *lines,
-            f"If any of these are relevant, call {expand}(id) (the engram MCP server's memory_expand)"
-            " with its id for the full context. Otherwise, continue your work.",
-        ]
-    )
-    return fence(body)
-
-
-def format_call_context(target: str, lines: list[str], for_agent: str = "claude", *, after: bool = False) -> str:
-    """What earlier sessions left about the file or command a tool call is about to work on (or, where the
-    agent reads a hook's context only after the call, just worked on)."""
-    body = "\n".join([
-        f"{'About' if after else 'Before'} this call on {target}: an earlier session left these about it:",
-        *lines,
-        f"Call {tool_name('memory_expand', for_agent)}(id) for the full context if one applies. Otherwise, continue "
-        "your work.",
-    ])
-    return fence(body)
-
-
-# --- what the session's digest showed: the bites leave those memories out ------------------------
-
-SESSION_START_BUDGET_DEFAULT = 1500  # processor.config Settings.session_start_token_budget (pinned by tests)
+SESSION_START_BUDGET_DEFAULT = 1500  # session_start_token_budget (processor.config's default too)
 DIGEST_SUFFIX = ".digest"  # <session>.digest: {"shown": [ids], "text", "at"}, by the SessionStart hook
-DIGEST_IDS = 200
-
-
-def write_digest_ids(directory: str, session_id: str, ids: list[str], text: str = "") -> None:
-    """Record what the session's digest showed: its ids (the recollection writer leaves them out of
-    bites) and its text and time (the processor records the injection for the viewer).
-
-    A complete temp file renamed into place (readers never see half of it). A resume, clear or
-    compact writes the file again with what that digest showed.
-    """
-    import time  # built in: no file to load
-
-    data = ('{"shown":[' + ",".join(quote(i) for i in ids[:DIGEST_IDS]) + '],"text":' + quote(text)
-            + ',"at":' + str(int(time.time() * 1000)) + "}\n").encode()
-    write_private(directory, session_id + DIGEST_SUFFIX, data)
-
-
-def digest_ids(directory: str, session_id: str) -> list[str]:
-    """The ids the session's digest showed ([] when none, or the file is unreadable)."""
-    try:
-        data = load_json_file(f"{directory}/{session_id}{DIGEST_SUFFIX}", 64 * 1024)
-    except Exception:
-        return []
-    shown = data.get("shown") if isinstance(data, dict) else None
-    return [i for i in shown if isinstance(i, str)] if isinstance(shown, list) else []
-
-
+PROMPT_SUFFIX = ".prompt"  # <session>.prompt: {"shown": [ids, newest first], "timestamp": ms}, by the prompt hook
 def last_injected(state_path: str) -> str | None:
     try:
         state = load_json_file(state_path, STATE_LIMIT)
@@ -544,16 +415,7 @@ def write_state(directory: str, session_id: str, message_uuid: str) -> None:
     again.
     """
     data = b'{"lastInjectedMessageUuid":' + quote(message_uuid).encode() + b"}\n"
-    write_private(directory, session_id + ".state", data, unlink_first=True)
-
-
-def ensure_private_dir(path: str) -> None:
-    """Create the folder (0700) if it is missing (its parent must exist)."""
-    if not _is_dir(path):
-        try:  # not contextlib.suppress: one more import on the hook's path
-            _os.mkdir(path, 0o700)
-        except FileExistsError:
-            return
+    write_private(directory, session_id + STATE_SUFFIX, data, unlink_first=True)
 
 
 def write_private(directory: str, name: str, data: bytes, *, unlink_first: bool = False) -> None:
@@ -585,10 +447,12 @@ def remove(path: str) -> None:
 
 # --- what the PreToolUse hook told this session about the files and commands in hand ---------------
 
-LESSONS_FOLDER = "lessons"  # processor/recall/lesson_index.py FOLDER: <recollections>/lessons/<project>.index
-LESSONS_SUFFIX = ".index"  # processor/recall/lesson_index.py SUFFIX
-LESSONS_LIMIT = 64 * 1024  # processor/recall/lesson_index.py INDEX_LIMIT
-KEYS_MARK = "#keys\t"  # processor/recall/lesson_index.py KEYS_MARK
+# The project's lesson index, written by processor/recall/lesson_index.py: <recollections>/lessons/<project>.index,
+# one line a key, its second line listing every key the file holds (after KEYS_MARK).
+LESSONS_FOLDER = "lessons"
+LESSONS_SUFFIX = ".index"
+LESSONS_LIMIT = 64 * 1024
+KEYS_MARK = "#keys\t"
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
 SHOWN_LIMIT = 16 * 1024
 SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
@@ -605,10 +469,12 @@ def lessons_index(recollection: object, event: dict) -> tuple[str | None, str | 
     cwd = event.get("cwd")
     if not isinstance(cwd, str) or not cwd:
         return None, None
-    import hashlib  # only on this path: hashing costs an import the common path does not pay
-
+    if __package__:  # only on this path: the project's root costs files the common path does not read
+        from .project import index_name, project_root
+    else:
+        from project import index_name, project_root
     root = project_root(cwd)
-    return hashlib.sha1(root.encode()).hexdigest()[:16] + LESSONS_SUFFIX, root
+    return index_name(root), root
 
 
 def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
@@ -681,7 +547,7 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
         if lock_fd >= 0:
             _os.lockf(lock_fd, _os.F_LOCK, 0)
         if message is not None:
-            if last_injected(f"{directory}/{session_id}.state") == message:
+            if last_injected(f"{directory}/{session_id}{STATE_SUFFIX}") == message:
                 asked = ()  # a parallel tool call's hook injected this message's bites
             else:
                 write_state(directory, session_id, message)
@@ -707,6 +573,224 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
             _os.close(lock_fd)
 
 
+# --- each agent's hook events: the one place in the hooks that knows how an agent calls a hook and reads its
+# answer. Claude Code, the Codex CLI and the Gemini CLI run the same hook scripts (recall_hook/); the registered
+# command names its agent after the script (`… pretooluse.py gemini`; none named is Claude Code, as an older
+# Engram registered it). A new agent's events are added here, and nowhere else in the hooks.
+
+CLAUDE, CODEX, GEMINI = AGENTS = ("claude", "codex", "gemini")
+AGENT_NAMES = {CLAUDE: "Claude Code", CODEX: "Codex", GEMINI: "Gemini CLI"}
+
+# The events whose answer carries context, per agent: Claude Code's names, and those the others add.
+AFTER_TOOL = "AfterTool"  # the Gemini CLI's event after a call (its context arrives with the call's result)
+PRE_TOOL = "PreToolUse"
+FAILED_TOOL = "PostToolUseFailure"  # Claude Code's event after a failed call
+POST_TOOL = "PostToolUse"  # the Codex CLI's event after a call: the failure hook's, for a shell call
+PROMPT_EVENTS = ("UserPromptSubmit", "BeforeAgent")  # the Gemini CLI's BeforeAgent appends context to the prompt
+_ANSWERED = (PRE_TOOL, FAILED_TOOL, POST_TOOL, AFTER_TOOL, "SessionStart", *PROMPT_EVENTS)
+
+# The Gemini CLI's and the Codex CLI's tools under Claude Code's names (processor/capture/gemini.py and
+# codex.py store their calls the same way).
+TOOL_NAMES = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files": "Read", "write_file": "Write",
+              "replace": "Edit", "edit": "Edit", "glob": "Glob", "grep_search": "Grep",
+              "search_file_content": "Grep", "exec_command": "Bash", "shell_command": "Bash"}
+_CREATING = ("Write", "NotebookEdit")
+_GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new
+_GEMINI_SHELL = "run_shell_command"
+_EXIT_CODE = "Exit Code: "
+ROLLOUT_TAIL = 256 * 1024  # a Codex rollout's last bytes searched for the call's exit status
+
+
+def agent() -> str:
+    """The agent this hook process was registered for: the argument after the script, else Claude Code."""
+    named = sys.argv[2] if len(sys.argv) > 2 else ""
+    return named if named in AGENTS else CLAUDE
+
+
+def mcp_tool(tool: str, for_agent: str) -> str:
+    """An Engram MCP tool's name as the agent shows it to its model: Claude Code and the Codex CLI
+    ``mcp__engram__memory_expand`` (Claude Code defers MCP tools behind ToolSearch, where the model finds a tool
+    by the name it was told), the Gemini CLI ``mcp_engram_memory_expand``."""
+    return f"mcp_engram_{tool}" if for_agent == GEMINI else f"mcp__engram__{tool}"
+
+
+def session_of(event: dict, directory: str) -> str | None:
+    """The session the event is about: its ``session_id`` (every agent's hooks give one), else
+    ``$CLAUDE_SESSION_ID``, else the newest recollection file (Claude Code versions that named none); None
+    when that is not a safe file name."""
+    session_id = event.get("session_id")
+    if session_id is None:
+        session_id = getenv("CLAUDE_SESSION_ID") or newest_session(directory)
+    return session_id if valid_session_id(session_id) else None
+
+
+def call_of(event: dict) -> tuple[str, dict] | None:
+    """(the call's tool under Claude Code's name, its input) of a tool event, or None."""
+    tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
+    if not isinstance(tool_input, dict) or not isinstance(tool_name, str) or not tool_name:
+        return None
+    return TOOL_NAMES.get(tool_name, tool_name), tool_input
+
+
+def command_of(tool_input: object) -> str | None:
+    """A shell call's command line: ``command`` (Claude Code, Gemini, Codex's hooks), ``cmd`` (Codex's own
+    ``exec_command``)."""
+    command = tool_input.get("command", tool_input.get("cmd")) if isinstance(tool_input, dict) else None
+    return command if isinstance(command, str) else None
+
+
+def after_call(event: dict) -> bool:
+    """Whether the answer reaches the model after the call ran (Gemini's AfterTool), not before it."""
+    return event.get("hook_event_name") == AFTER_TOOL
+
+
+def creating(event: dict, tool: str, tool_input: dict) -> bool:
+    """The call makes a new file: before it runs, the file is not there; after it (Gemini's AfterTool), the
+    tool's answer says it created it."""
+    if tool not in _CREATING:
+        return False
+    if after_call(event):
+        return _gemini_output(event).startswith(_GEMINI_CREATED)
+    path = tool_input.get("file_path") or tool_input.get("notebook_path")
+    if not isinstance(path, str):
+        return False
+    try:
+        os_api.stat(path)
+    except OSError:
+        return True
+    return False
+
+
+def answer(event: dict, default: str, context: str, ids: list[str], home: str | None) -> str:
+    """The hook's stdout: the context for the model, under the event the agent called (``default`` when it
+    named none Engram knows), and the line the user sees."""
+    name = event.get("hook_event_name")
+    return hook_json(name if name in _ANSWERED else default, context, ids, home)
+
+
+def format_context(lines: list[str], for_agent: str = CLAUDE) -> str:
+    """A message's bites as the model reads them, fenced."""
+    return fence("\n".join([
+        "You have memories related to this conversation:",
+        *lines,
+        f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) (the engram MCP server's "
+        "memory_expand) with its id for the full context. Otherwise, continue your work.",
+    ]))
+
+
+def format_call_context(target: str, lines: list[str], for_agent: str = CLAUDE, *, after: bool = False) -> str:
+    """What earlier sessions left about the file or command a tool call is about to work on (or, where the
+    agent reads a hook's context only after the call, just worked on)."""
+    return fence("\n".join([
+        f"{'About' if after else 'Before'} this call on {target}: an earlier session left these about it:",
+        *lines,
+        f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if one applies. Otherwise, "
+        "continue your work.",
+    ]))
+
+
+def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
+    """What fixed the failure the agent just met, fenced."""
+    return fence("\n".join([
+        "This failed the same way in an earlier session of this project:",
+        *lines,
+        f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if it applies. Otherwise, "
+        "continue your work.",
+    ]))
+
+
+# --- a failed call, as each agent reports it ---------------------------------------------------------------
+
+
+def failed_call(event: dict) -> tuple[str, str] | None:
+    """(the tool's name as Claude Code says it, the error) when this event reports a failed call, else None."""
+    name = event.get("hook_event_name")
+    if name == POST_TOOL:  # the Codex CLI: the output is the error when the rollout says the call failed
+        output = event.get("tool_response")
+        if event.get("tool_name") != "Bash" or not isinstance(output, str):
+            return None
+        return ("Bash", output) if _codex_failed(event.get("transcript_path"), event.get("tool_use_id")) else None
+    if name == AFTER_TOOL:
+        return _gemini_failure(event)
+    error, tool_name = event.get("error"), event.get("tool_name")
+    if event.get("is_interrupt") is True or not isinstance(error, str) or not isinstance(tool_name, str):
+        return None
+    return tool_name, error
+
+
+def may_have_failed(event: dict) -> bool:
+    """A cheap first look: whether a Gemini AfterTool event can be a failed shell command (most are not)."""
+    content = _gemini_output(event)
+    return "\n" + _EXIT_CODE in content and "\n" + _EXIT_CODE + "0\n" not in content
+
+
+def _gemini_output(event: dict) -> str:
+    response = event.get("tool_response")
+    content = response.get("llmContent") if isinstance(response, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _gemini_failure(event: dict) -> tuple[str, str] | None:
+    """A Gemini shell command that exited non-zero: ("Bash", its output). Its ``llmContent`` is
+    ``<untrusted_context>\\nOutput: …\\nExit Code: N\\nProcess Group PGID: …</untrusted_context>``. A tool
+    that errored outright is left alone: Gemini drops that call's hook context."""
+    response = event.get("tool_response")
+    content = _gemini_output(event)
+    if event.get("tool_name") != _GEMINI_SHELL or not content or response.get("error"):
+        return None
+    head, mark, tail = content.rpartition("\n" + _EXIT_CODE)
+    code = tail.split("\n", 1)[0].strip()
+    if not mark or not code.lstrip("-").isdigit() or int(code) == 0:
+        return None
+    output = head.replace("<untrusted_context>", "").strip()
+    return "Bash", output[len("Output:"):].strip() if output.startswith("Output:") else output
+
+
+def _codex_failed(transcript: object, call_id: object) -> bool:
+    """Whether the Codex rollout says the call `call_id` failed: its ``item_completed`` event's status, else its
+    output's ``Process exited with code N`` header. The rollout already holds both when the hook runs."""
+    if not isinstance(transcript, str) or not isinstance(call_id, str) or not call_id:
+        return False
+    needle = ('"' + call_id + '"').encode()
+    for raw in reversed(read_tail(transcript, ROLLOUT_TAIL).split(b"\n")):
+        if needle not in raw:
+            continue
+        try:
+            record = loads(raw.decode("utf-8"))
+        except ValueError:
+            continue  # the tail's cut first line, or a line being written
+        payload = record.get("payload") if isinstance(record, dict) else None
+        if not isinstance(payload, dict):
+            continue
+        item = payload.get("item")
+        if payload.get("type") == "item_completed" and isinstance(item, dict) and item.get("id") == call_id:
+            status = item.get("status")
+            if status in ("failed", "completed"):
+                return status == "failed"
+        if payload.get("type") == "function_call_output" and payload.get("call_id") == call_id:
+            output = payload.get("output")
+            header = output[:400] if isinstance(output, str) else ""
+            for mark in ("Process exited with code ", "Exit code: "):
+                if mark in header:
+                    code = header.partition(mark)[2].split("\n", 1)[0].strip()
+                    return code.lstrip("-").isdigit() and int(code) != 0
+    return False
+
+
+def event_of(stdin: bytes) -> tuple[dict, str, str] | None:
+    """What every tool hook starts from: (the event, the recollections folder, the session), or None when
+    there is nothing to do — not an event, the agent was started with ``$ENGRAM_OFF``, no data home, no safe
+    session id. Raises on bytes that are not JSON (the hook then exits 0 saying nothing)."""
+    event = loads(stdin.decode("utf-8"))
+    if not isinstance(event, dict) or env_opt_out() is not None:
+        return None
+    directory = recollections_dir()
+    if directory is None:
+        return None
+    session_id = session_of(event, directory)
+    return None if session_id is None else (event, directory, session_id)
+
+
 def serve(run_hook: "Callable[[bytes], str | None]") -> None:  # noqa: F821 - no typing import on the hot path
     """Read the event, print the hook's JSON if any; on any failure exit 0 with no output."""
     try:
@@ -719,4 +803,4 @@ def serve(run_hook: "Callable[[bytes], str | None]") -> None:  # noqa: F821 - no
             out.write(output.encode("ascii") + b"\n")
             out.flush()
     except Exception:
-        return  # exit 0, silently: see the module docstring
+        return  # exit 0, silently: memory is a nicety, a broken tool call or session start is not

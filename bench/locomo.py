@@ -70,7 +70,7 @@ from processor.capture.discover import TranscriptFilter, encoded_project_dir  # 
 from processor.capture.tailer import Tailer  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import Embedder, load_embedder  # noqa: E402
-from processor.memory.episodes import EpisodeStore  # noqa: E402
+from processor.memory.episode_store import EpisodeStore  # noqa: E402
 from processor.memory.search import fts_query  # noqa: E402
 from processor.memory.verbatim import estimate_tokens  # noqa: E402
 from processor.store import open_store  # noqa: E402

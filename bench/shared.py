@@ -387,7 +387,7 @@ def _load_team(bench: Bench, database: str, size: int, rng: np.random.Generator,
 def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> dict:
     from pgvector.psycopg import register_vector
 
-    from processor.memory.episodes import weights_from
+    from processor.memory.episode_store import weights_from
     from processor.share import connection as share_connection
 
     rng = np.random.default_rng(11)
@@ -462,7 +462,7 @@ def _push_pull(bench: Bench, home_a: Path, label: str) -> Path:
 
 def quality(bench: Bench, coding_qa: Path | None, locomo: Path | None) -> dict:
     from processor.memory.embedder import load_embedder
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
 
     out: dict = {}
     embedder = load_embedder(None, bench.models)

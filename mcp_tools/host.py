@@ -37,7 +37,7 @@ from processor.config import Settings
 from processor.service.control_server import MAX_MCP_BODY_BYTES, MCP_PATH
 
 if TYPE_CHECKING:
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
 
 log = logging.getLogger(__name__)
 

@@ -113,7 +113,7 @@ def cmd_open(args: argparse.Namespace) -> int:
 
 
 def _episode_store(settings: Settings):
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store import open_store
 
     return EpisodeStore(settings, open_store(settings.db_path))

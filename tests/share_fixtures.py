@@ -19,7 +19,7 @@ import pytest
 from tests.pg_cluster import PostgresCluster
 
 if TYPE_CHECKING:
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
 
 _counter = itertools.count(1)
 
@@ -223,7 +223,7 @@ def set_model_meta(machine: Machine) -> None:
 
 def store_of(machine: Machine) -> EpisodeStore:
     """The machine's episode store (its own connection)."""
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store import open_store
 
     return EpisodeStore(machine.settings, open_store(machine.settings.db_path))

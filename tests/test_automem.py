@@ -17,7 +17,7 @@ from processor.capture.problems import CaptureProblems
 from processor.memory import automem
 from processor.memory.automem import sync_folder
 from processor.memory.dedupe import Candidate
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.format import format_expansion, format_hits
 from processor.store import automem as automem_sql
 from processor.store import open_store, write_transaction

@@ -15,7 +15,7 @@ import pytest
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder
 from processor.memory.bites import BITE_TOKENS, Passage, bite_for, bites_for
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.sentences import units
 from processor.memory.verbatim import TASK_HEADER_CHARS, TASK_PREFIX, round_pieces, split_task_header, task_header
 from processor.recall.format import format_hits

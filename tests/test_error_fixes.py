@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import failures as failures_sql

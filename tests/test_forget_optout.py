@@ -19,7 +19,7 @@ from mcp_tools.server import build_server
 from processor.capture.optout import env_level, marker_level
 from processor.capture.tailer import Tailer
 from processor.config import Settings, SettingsHolder, load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall import forget, recollections
 from processor.recall.digest import hook_output
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out

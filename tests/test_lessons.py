@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.lessons import diagnosis_kind, reason_of, users_words
 from processor.recall import forget
 from processor.recall.injections import ingest

@@ -15,7 +15,7 @@ import pytest
 
 from processor.capture.tailer import Tailer
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
 from processor.memory.verbatim import (

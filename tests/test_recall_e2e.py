@@ -23,7 +23,7 @@ import pytest
 
 from processor.claude_code.settings import Registration, hook_python
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import open_store
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
 from tests.conftest import REPO

@@ -16,7 +16,7 @@ import pytest
 
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.preferences import standing_statements
 from processor.memory.search import ProjectClock, SearchWeights, _frequency
 from processor.memory.supersede import stated_change, subjects

@@ -17,7 +17,7 @@ from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder, load_settings
 from processor.files import write_atomic
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.recollections import RecollectionWriter, recollection_path
 from tests.transcripts import user_line
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 from processor.doctor import run_checks
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.format import format_expansion
 from processor.share import commands
 from processor.share.sync import ShareThread, Sharing

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 
 from mcp_tools.server import build_server
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.share import commands
 from processor.share.sync import Sharing
 from processor.store import open_store

@@ -11,7 +11,7 @@ import pytest
 from processor.capture import signals
 from processor.capture.tailer import Tailer
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import open_store
 from tests.transcripts import assistant_line, user_line
 

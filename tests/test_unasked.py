@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.statements import is_narration, is_tool_list, states_something
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor

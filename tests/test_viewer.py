@@ -23,7 +23,7 @@ from processor.clock import now_ms
 from processor.config import SettingsHolder
 from processor.jobs.queue import JobRunner
 from processor.jobs.reviews import REVIEW
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.injections import ingest
 from processor.store import connect, open_store, write_transaction
 from processor.store import episodes as episodes_sql

@@ -19,7 +19,7 @@ from pathlib import Path
 from processor.clock import now_ms
 from processor.config import Settings, SettingsHolder, load_settings
 from processor.jobs.reviews import open_review, review_options
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
 from processor.service.control_server import ControlServer

@@ -24,7 +24,7 @@ from processor.capture.automem import MemoryFile, Section, cite, memory_files, r
 from processor.capture.problems import CaptureProblems
 from processor.clock import now_ms
 from processor.memory.dedupe import Candidate, Outcome, content_hash
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.kinds import default_importance
 from processor.memory.verbatim import summarize
 from processor.redaction import redact

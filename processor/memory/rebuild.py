@@ -26,7 +26,7 @@ from processor.store.episodes import Episode, NewEpisode, StoredMessage
 
 
 class EpisodeStore(Protocol):
-    """What a rebuild needs of processor.memory.episodes.EpisodeStore (which calls it from reindex)."""
+    """What a rebuild needs of processor.memory.episode_store.EpisodeStore (which calls it from reindex)."""
 
     conn: apsw.Connection
 

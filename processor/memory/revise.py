@@ -15,7 +15,7 @@ import numpy as np
 
 from processor.clock import now_ms
 from processor.memory.dedupe import content_hash
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import write_transaction

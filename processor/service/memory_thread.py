@@ -25,7 +25,7 @@ from processor.capture.parse import CapturedLine
 from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
 from processor.memory.automem import sync_folder
-from processor.memory.episodes import EPISODE_SLICE_PIECES, EpisodeStore
+from processor.memory.episode_store import EPISODE_SLICE_PIECES, EpisodeStore
 from processor.memory.errors import EmbedderError
 from processor.recall.injections import ingest as ingest_injections
 from processor.store import episodes as episodes_sql

@@ -38,7 +38,7 @@ from processor.config import AGENT_NAMES, Settings, SettingsSource
 from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
-from processor.memory.episodes import RECALL_ALSO, EpisodeStore
+from processor.memory.episode_store import RECALL_ALSO, EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
 from processor.memory.unasked import CATEGORIES, category
 from processor.share.commands import status_of as share_status

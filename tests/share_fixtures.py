@@ -187,8 +187,8 @@ def seed_memories(machine: Machine, count: int, *, prefix: str = "memory", proje
     model's size: the fault tests need many rows, not the embedding model."""
     import numpy as np
 
-    from processor.memory.dedupe import content_hash
     from processor.memory.gguf_convert import MODEL_NAME
+    from processor.memory.identity import content_hash
     from processor.store import episodes as episodes_sql
     from processor.store import open_store, write_transaction
     from processor.store.episodes import NewEpisode

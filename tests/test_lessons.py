@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from processor.config import load_settings
+from processor.memory.diagnosis import diagnosis_kind, reason_of
 from processor.memory.episode_store import EpisodeStore
-from processor.memory.lessons import diagnosis_kind, reason_of, users_words
+from processor.memory.failed_calls import users_words
 from processor.recall import forget
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter

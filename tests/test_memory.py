@@ -16,6 +16,7 @@ import pytest
 from processor.capture.tailer import Tailer
 from processor.config import load_settings
 from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import Episodizer
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
 from processor.memory.verbatim import (
@@ -123,9 +124,9 @@ def test_captured_rounds_become_searchable_episodes_with_provenance(store: Episo
             user_line("Now make the invoice PDF use the company logo", session_id=SID, uid="q2", cwd="/work/shop"),
             assistant_line("Added the logo to templates/invoice.html.", session_id=SID, uid="a2", message_id="m2",
                            cwd="/work/shop"))
-    assert store.episodize(SID) == 1  # the second round is not complete yet
-    assert store.episodize(SID, final=True) == 1
-    assert store.episodize(SID, final=True) == 0
+    assert Episodizer(store).episodize(SID) == 1  # the second round is not complete yet
+    assert Episodizer(store).episodize(SID, final=True) == 1
+    assert Episodizer(store).episodize(SID, final=True) == 0
     hits = store.recall("why is the database slow to connect", project="/work/shop")
     assert hits[0].bite.startswith("The staging database keeps timing out")
     expansion = store.expand(hits[0].id)

@@ -1,13 +1,13 @@
-"""EpisodeStore: what the processor, the MCP tools and the CLI do with memories.
+"""EpisodeStore: what the processor, the MCP tools, the CLI and the viewer do with memories.
 
-It owns one thread's connection, the embedder (loaded lazily, once) and the
-in-memory vector index. Every write commits the episodes together with the
-progress marker that produced them, so a crash redoes work and never skips it.
+It owns one thread's connection, the embedder (loaded lazily, once) and the in-memory vector index, and answers
+search, recall and expand; it remembers, forgets and reindexes, and reports the memories' status. Turning captured
+rounds into episodes (the verbatim pieces and what the miners find) is the episodizer's
+(``processor/memory/episodize.py``), which writes through a store: readers never load mining code.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,35 +16,24 @@ from typing import Any
 import apsw
 import numpy as np
 
-from processor.capture import signals
 from processor.capture.automem import cite
 from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings, SettingsSource
-from processor.memory import supersede
 from processor.memory.bites import BITE_CHARS, Passage, bites_for, fit
-from processor.memory.decisions import decisions_in
-from processor.memory.dedupe import Candidate, Deduper, Outcome, content_hash
+from processor.memory.dedupe import Candidate, Deduper, Outcome
 from processor.memory.embedder import Embedder, load_embedder
 from processor.memory.errors import EmbeddingMismatch, UnknownEpisode
-from processor.memory.facts import facts_of_round
 from processor.memory.kinds import default_importance, kind_or_other, scope_for
-from processor.memory.lessons import Failure, Lesson, mine_round
-from processor.memory.preferences import standing_statements
 from processor.memory.rebuild import rebuild_verbatim
-from processor.memory.routines import forbidden_commands, routine, tasks_of
 from processor.memory.search import Scored, SearchWeights, VectorIndex, fts_query, search_episodes
-from processor.memory.verbatim import RoundPiece, embedding_text, entities_of, group_rounds, round_pieces, summarize
+from processor.memory.verbatim import embedding_text, summarize
 from processor.redaction import redact
 from processor.store import automem as automem_sql
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
-from processor.store import failures as failures_sql
 from processor.store import retry_when_busy, sessions, write_transaction
 from processor.store import share as share_sql
-from processor.store import signals as signal_sql
-from processor.store import tool_calls as tool_call_sql
-from processor.store.episodes import Episode, NewEpisode, StoredMessage
-from processor.store.tool_calls import StoredToolCall
+from processor.store.episodes import Episode
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +41,7 @@ SAME_SESSION_LIMIT = 50
 # A message of the current session joins the hits only when at least this similar to the query.
 SAME_SESSION_MIN_SIMILARITY = 0.4
 MAX_REASON_CHARS = 500
-EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
-PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
-# Messages read first for one slice: enough rounds for EPISODE_SLICE_PIECES pieces as sessions write them.
-# A slice embeds ~16 pieces, so reading a whole page of a long backlog for it cost a page of Python objects
-# per slice (the memory thread's largest transient allocation under load); a round longer than this is
-# read with the full page.
-SLICE_PAGE_MESSAGES = 256
 RECALL_ALSO = frozenset({"stale", "archived", "superseded"})
-ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
 
 
 def _status_note(ep: Episode, check: cold_sql.LastCheck | None) -> str | None:
@@ -71,21 +52,6 @@ def _status_note(ep: Episode, check: cold_sql.LastCheck | None) -> str | None:
     if ep.status == "archived":
         return "archived: old and never expanded; kept for search"
     return None
-
-
-@dataclass
-class Mined:
-    """What a slice of rounds taught besides its verbatim pieces: memories with the miner that made each
-    (``store/failures.py`` memory_origins), and every failure with the memory that tells its fix, if one does."""
-
-    episodes: list[NewEpisode] = field(default_factory=list)
-    origins: dict[str, str] = field(default_factory=dict)
-    failures: list[tuple[Failure, Lesson | None]] = field(default_factory=list)
-    lessons: dict[str, Lesson] = field(default_factory=dict)  # the memories made from a failure, by id
-
-    def add(self, episode: NewEpisode, miner: str) -> None:
-        self.episodes.append(episode)
-        self.origins[episode.id] = miner
 
 
 @dataclass(frozen=True)
@@ -137,26 +103,6 @@ class ForgetPlan:
     truncated: bool = False  # more matched than the plan's limit: forget in several runs
 
 
-@dataclass(frozen=True)
-class _SlicePlan:
-    """A slice of a session's episodes before its texts are embedded (``EpisodeStore._plan_slice``)."""
-
-    session_id: str
-    project: str | None
-    pieces: list[RoundPiece]
-    mined: Mined  # the memories the rounds state (preferences, decisions, facts, lessons) and their failures
-    through: int  # the last message the slice covers: the progress marker it commits
-    more: bool  # complete rounds remain after it
-
-    @property
-    def standing(self) -> list[NewEpisode]:
-        return self.mined.episodes
-
-    @property
-    def texts(self) -> list[str]:
-        return [p.full_content for p in self.pieces] + [e.full_content for e in self.standing]
-
-
 def weights_from(settings: Settings) -> SearchWeights:
     return SearchWeights(
         relevance=settings.weight_relevance,
@@ -183,7 +129,6 @@ class EpisodeStore:
         self._embedder = embedder
         self._index = index  # may be shared by several threads' stores: it locks itself
         self._deduper: Deduper | None = None
-        self._routine_stamps: dict[str, int] = {}  # project → its newest tool call when its routine was read
 
     @property
     def settings(self) -> Settings:
@@ -243,324 +188,7 @@ class EpisodeStore:
         vectors = self.embedder.embed_documents([embedding_text(t) for t in texts])
         return [np.ascontiguousarray(v, dtype=np.float32).tobytes() for v in vectors]
 
-    # --- writing -----------------------------------------------------------------------------
-
-    def episodize(self, session_id: str | None = None, final: bool = False,
-                  max_pieces: int = EPISODE_SLICE_PIECES) -> int:
-        """Turn complete rounds of captured messages into verbatim episodes; returns how many were added."""
-        targets = [session_id] if session_id else self.sessions_to_episodize()
-        added = 0
-        for sid in targets:
-            more = True
-            while more:
-                count, more = self.episodize_slice(sid, final, max_pieces)
-                added += count
-        return added
-
-    def sessions_to_episodize(self) -> list[str]:
-        """Sessions with captured messages outside episodes, or commits and answers waiting to become some."""
-        targets = [row[0] for row in sql.sessions_with_new_messages(self.conn)]
-        return targets + [sid for sid in signal_sql.sessions_with_ready(self.conn) if sid not in targets]
-
-    def _signal_episodes(self, session_id: str) -> int:
-        """Commit messages, tracker reasons and the user's answers become episodes of their own.
-
-        They are short and say what was decided or fixed, so their bite is nearly all of them.
-        """
-        ready = signal_sql.ready(self.conn, session_id)
-        progress = sql.session_progress(self.conn, session_id)
-        if not ready or progress is None or sessions.session_opt_out(self.conn, session_id) == "record":
-            return 0
-        self.check_model()
-        project = progress[0]
-        blobs = self._embed([s.text for s in ready])
-        stamp = now_ms()
-        rowids: list[int] = []
-        with write_transaction(self.conn):
-            self.record_model()
-            for signal, blob in zip(ready, blobs, strict=True):
-                episode_id = "ep_" + hashlib.sha1(f"signal:{signal.tool_use_id}".encode()).hexdigest()[:16]
-                if sql.get_episode(self.conn, episode_id) is None:
-                    kind = signals.kind_of(signal.text)
-                    rowids.append(sql.insert_episode(self.conn, NewEpisode(
-                        id=episode_id, session_id=session_id, project=project, scope="project",
-                        summary=summarize(signal.text, ""), entities=entities_of(signal.text),
-                        importance=default_importance(kind), kind=kind, source_type="auto",
-                        full_content=signal.text, source_uuids=[signal.use_uuid, signal.result_uuid],
-                        content_hash=content_hash(signal.text), created_at=signal.ts_ms or stamp,
-                    ), blob))
-            signal_sql.mark_built(self.conn, [s.tool_use_id for s in ready])
-        self._supersede(rowids)
-        return len(ready)
-
-    def _preferences(self, rounds: list[list[StoredMessage]], project: str | None,
-                     session_id: str) -> list[NewEpisode]:
-        """The standing preferences and instructions the user stated in these rounds, as memories
-        (``processor.memory.preferences``); one already remembered word for word is not repeated."""
-        found: list[NewEpisode] = []
-        for message in (m for round_ in rounds for m in round_ if m.role == "user"):
-            for index, statement in enumerate(standing_statements(message.text, project)):
-                text = redact(statement.text)
-                digest = content_hash(text)
-                if sql.active_with_hash(self.conn, digest, memories_only=True) or any(
-                        e.content_hash == digest for e in found):
-                    continue
-                scope = statement.scope if project else "global"
-                found.append(NewEpisode(
-                    id="ep_" + hashlib.sha1(f"standing:{message.uuid}:{index}".encode()).hexdigest()[:16],
-                    session_id=session_id, project=project if scope == "project" else None, scope=scope,
-                    summary=summarize(text, ""), entities=entities_of(text),
-                    importance=default_importance(statement.kind), kind=statement.kind, source_type="auto",
-                    full_content=text, source_uuids=[message.uuid], content_hash=digest,
-                    created_at=message.ts_ms or now_ms()))
-        return found
-
-    def _known(self, episode_id: str, digest: str, pending: list[NewEpisode]) -> bool:
-        """A mined memory already there: stored under its id, or its text active or about to be added."""
-        return (sql.get_episode(self.conn, episode_id) is not None
-                or sql.active_with_hash(self.conn, digest, memories_only=True)
-                or any(e.content_hash == digest for e in pending))
-
-    def _decisions(self, rounds: list[list[StoredMessage]], project: str | None, session_id: str,
-                   mined: Mined) -> None:
-        """The decisions the user stated in these rounds, in the user's words (``processor.memory.decisions``)."""
-        for message in (m for round_ in rounds for m in round_ if m.role == "user"):
-            for decision in decisions_in(message, project):
-                digest = content_hash(decision.text)
-                if self._known(decision.id, digest, mined.episodes):
-                    continue
-                mined.add(NewEpisode(
-                    id=decision.id, session_id=session_id, project=project, scope="project" if project else "global",
-                    summary=decision.text, entities=decision.names, importance=default_importance("decision"),
-                    kind="decision", source_type="auto", full_content=decision.text,
-                    source_uuids=decision.source_uuids, content_hash=digest,
-                    created_at=decision.created_at or now_ms()), "decision")
-
-    def _facts(self, round_messages: list[StoredMessage], calls: list[StoredToolCall], project: str | None,
-               session_id: str, following: int | None, mined: Mined) -> None:
-        """What the assistant found about the project's files and names in a round (``processor.memory.facts``)."""
-        for fact in facts_of_round(round_messages, calls, project, following):
-            digest = content_hash(fact.text)
-            if self._known(fact.id, digest, mined.episodes):
-                continue
-            mined.add(NewEpisode(
-                id=fact.id, session_id=session_id, project=project, scope="project" if project else "global",
-                summary=fact.text, entities=fact.entities, importance="normal", kind="fact", source_type="auto",
-                full_content=fact.text, source_uuids=fact.source_uuids, content_hash=digest,
-                created_at=fact.created_at or now_ms()), "fact")
-
-    def _lessons(self, session_id: str, project: str | None, rounds: list[list[StoredMessage]], taken: int,
-                 found: list[NewEpisode], mined: Mined) -> None:
-        """What the first `taken` rounds taught: each failure and what got past it (``processor.memory.lessons``),
-        into `mined`, with every failure (fixed or not) to count where it recurs."""
-        start = next((m.ts_ms for m in rounds[0] if m.ts_ms is not None), None)
-        calls = tool_call_sql.session_calls(self.conn, session_id, since_ms=start) if start is not None else []
-        if not calls:
-            return
-        for index, round_messages in enumerate(rounds[:taken]):
-            following = rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None
-            self._facts(round_messages, calls, project, session_id, following, mined)
-            lessons, failures = mine_round(round_messages, calls, following, project)
-            told = {lesson.signature: lesson for lesson in lessons if lesson.signature and lesson.session_fixed}
-            for failure in failures:
-                mined.failures.append((failure, told.get(tuple(failure.signature))))
-            for lesson in lessons:
-                if self._told_by_another(lesson, project):
-                    continue  # this way of failing already has its memory (or had one, forgotten)
-                digest = content_hash(lesson.full_content)
-                if self._known(lesson.id, digest, found) or any(e.id == lesson.id for e in mined.episodes):
-                    continue
-                mined.add(NewEpisode(
-                    id=lesson.id, session_id=session_id, project=project, scope="project" if project else "global",
-                    summary=lesson.text, entities=lesson.entities, importance=default_importance(lesson.kind),
-                    kind=lesson.kind, source_type="auto", full_content=lesson.full_content,
-                    source_uuids=lesson.source_uuids, content_hash=digest,
-                    created_at=lesson.created_at or now_ms()),
-                    lesson.miner or ("error_fix" if lesson.session_fixed else "lesson"))
-                mined.lessons[lesson.id] = lesson
-
-    def _told_by_another(self, lesson: Lesson, project: str | None) -> bool:
-        """A way of failing that already has its memory (or had one, forgotten), other than this lesson."""
-        if lesson.kind != "gotcha" or not lesson.signature:
-            return False
-        known = failures_sql.find(self.conn, project, lesson.key or "", list(lesson.signature))
-        return known is not None and bool(known.memory_id) and known.memory_id != lesson.id
-
-    def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
-        """Count each failure of these rounds under its signature, and link the memory that tells its fix (in the
-        caller's transaction: the counts move with the progress marker)."""
-        for failure, lesson in mined.failures:
-            row = failures_sql.record(self.conn, project, failure.fail_key, failure.key, failure.signature,
-                                      session_id, failure.call.result_ts_ms or failure.call.ts_ms,
-                                      redact(failure.error_line))
-            if lesson is not None and sql.get_episode(self.conn, lesson.id) is not None:
-                failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.fix), lesson.uses)
-
-    def refresh_routine(self, project: str) -> int:
-        """The project's close-out routine (``processor.memory.routines``) as a convention memory, made or
-        superseded when its steps changed; returns 1 when a new one was stored."""
-        stamp = tool_call_sql.project_stamp(self.conn, project)
-        if self._routine_stamps.get(project) == stamp:
-            return 0
-        self._routine_stamps[project] = stamp
-        sessions = tool_call_sql.project_sessions_with_calls(self.conn, project, ROUTINE_SESSIONS)
-        rules = [ep.summary for ep in sql.project_memories(self.conn, project, 2_000)
-                 if ep.kind in ("convention", "decision", "preference") and not ep.summary.startswith("Close-out")]
-        found = routine(project, {sid: tasks_of(tool_call_sql.session_calls(self.conn, sid),
-                                               tool_call_sql.prompt_times(self.conn, sid)) for sid in sessions},
-                        forbidden_commands(rules))
-        meta_key = f"routine:{project}"
-        previous = sql.get_meta(self.conn, meta_key)
-        if found is None or found.id == previous or sql.get_episode(self.conn, found.id) is not None:
-            return 0
-        [blob] = self._embed([found.text])
-        stamp_ms = now_ms()
-        with write_transaction(self.conn):
-            if sql.get_episode(self.conn, found.id) is not None:
-                return 0  # stored meanwhile by another builder of this backfill
-            self.record_model()
-            sql.insert_episode(self.conn, NewEpisode(
-                id=found.id, session_id=None, project=project, scope="project", summary=found.text,
-                # Normal, not high: it is in the digest by its kind, and the ranking's floor for important
-                # memories would lift a routine (which names the project's commands) over what answers a query.
-                entities=found.entities, importance="normal", kind="convention",
-                source_type="auto", full_content=found.text, source_uuids=[], content_hash=content_hash(found.text),
-                created_at=found.last_ms or stamp_ms), blob)
-            failures_sql.set_origin(self.conn, found.id, "routine")
-            if previous and (old := sql.get_episode(self.conn, previous)) is not None and old.status == "active":
-                sql.supersede(self.conn, previous, found.id, stamp_ms)
-            sql.set_meta(self.conn, meta_key, found.id)
-        log.info("close-out routine of %s: %s", project, found.text)
-        return 1
-
-    def _supersede(self, rowids: list[int]) -> None:
-        """Older episodes these new ones state a change about are superseded (``processor.memory.supersede``)."""
-        if not rowids:
-            return
-        try:
-            changes = supersede.detect(self.conn, self.index, rowids, self.settings.supersede_similarity)
-            done = supersede.apply(self.conn, changes, now_ms())
-        except apsw.BusyError:
-            log.info("database busy; supersession of %d new episodes not checked", len(rowids))
-            return
-        if done:
-            log.info("%d older episode(s) superseded by newer ones that state a change", done)
-
-    def episodize_slice(self, session_id: str, final: bool, max_pieces: int = EPISODE_SLICE_PIECES,
-                        between: Callable[[], object] | None = None) -> tuple[int, bool]:
-        """Episodes for the session's next complete rounds, about max_pieces of them (at least one round),
-        committed with the progress marker; returns (episodes added, whether complete rounds remain).
-
-        Slices keep each embedding call short: the memory thread serves recollections between them
-        (and, inside one huge round, between its chunks, through `between`). Messages are read a page
-        at a time, so a backlog of any length (a catch-up after downtime) is worked through in steps.
-        """
-        signal_added = self._signal_episodes(session_id)  # commits, tracker reasons, answers
-        plan = self._plan_slice(session_id, final, max_pieces)
-        if plan is None:
-            return signal_added, False
-        blobs: list[bytes] = []
-        for start in range(0, len(plan.pieces), max_pieces):
-            if start and between is not None:
-                between()
-            blobs += self._embed([p.full_content for p in plan.pieces[start:start + max_pieces]])
-        blobs += self._embed([e.full_content for e in plan.standing]) if plan.standing else []
-        return self._commit_slice(plan, blobs, final) + signal_added, plan.more
-
-    def episodize_sessions(self, session_ids: list[str], final: bool,
-                           max_pieces: int = EPISODE_SLICE_PIECES) -> tuple[int, list[str]]:
-        """One slice of each of these sessions, their texts embedded in one call (a backfill's many short sessions
-        take one decode for several of them, not one each); each slice commits on its own with its progress
-        marker. Returns (episodes added, the sessions with complete rounds left)."""
-        added = sum(self._signal_episodes(session_id) for session_id in session_ids)
-        plans = [plan for session_id in session_ids if (plan := self._plan_slice(session_id, final, max_pieces))]
-        texts = [t for plan in plans for t in plan.texts]
-        blobs = self._embed(texts) if texts else []
-        used = 0
-        for plan in plans:
-            added += self._commit_slice(plan, blobs[used:used + len(plan.texts)], final)
-            used += len(plan.texts)
-        return added, [plan.session_id for plan in plans if plan.more]
-
-    def _plan_slice(self, session_id: str, final: bool, max_pieces: int) -> _SlicePlan | None:
-        """What the session's next slice will store: its rounds' pieces and the memories they state."""
-        progress = sql.session_progress(self.conn, session_id)
-        if progress is None:
-            return None
-        project, through = progress
-        rounds, full_page = self._next_rounds(session_id, through, final,
-                                              SLICE_PAGE_MESSAGES * max(1, max_pieces // EPISODE_SLICE_PIECES))
-        if not rounds:
-            return None
-        self.check_model()
-        max_chars = self.settings.verbatim_max_chars
-        pieces: list[RoundPiece] = []
-        taken = 0
-        for round_messages in rounds:
-            round_pieces_ = round_pieces(round_messages, max_chars)
-            if pieces and len(pieces) + len(round_pieces_) > max_pieces:
-                break
-            pieces += round_pieces_
-            taken += 1
-        mined = Mined()
-        for episode in self._preferences(rounds[:taken], project, session_id):
-            mined.add(episode, "standing")
-        self._decisions(rounds[:taken], project, session_id, mined)
-        self._lessons(session_id, project, rounds, taken, mined.episodes, mined)
-        return _SlicePlan(session_id, project, pieces, mined, rounds[taken - 1][-1].id,
-                          taken < len(rounds) or full_page)
-
-    def _commit_slice(self, plan: _SlicePlan, blobs: list[bytes], final: bool) -> int:
-        """Store a planned slice with its vectors (pieces', then standing memories'), the failures it met, and
-        its progress marker."""
-        session_id, project = plan.session_id, plan.project
-        stamp = now_ms()
-        added = 0
-        rowids: list[int] = []
-        with write_transaction(self.conn):
-            if sessions.session_opt_out(self.conn, session_id) == "record":
-                # Went off the record while these rounds were embedded: its messages are gone; so are these.
-                return 0
-            self.record_model()
-            for piece, blob in zip(plan.pieces, blobs[:len(plan.pieces)], strict=True):
-                if sql.get_episode(self.conn, piece.id) is not None:
-                    continue  # written before a crash that lost the progress marker
-                rowids.append(sql.insert_episode(self.conn, NewEpisode(
-                    id=piece.id, session_id=session_id, project=project, scope="project", summary=piece.summary,
-                    entities=piece.entities, importance="normal", kind="other", source_type="verbatim",
-                    full_content=piece.full_content, source_uuids=piece.source_uuids,
-                    content_hash=content_hash(piece.full_content), created_at=piece.created_at or stamp,
-                ), blob))
-                added += 1
-            for episode, blob in zip(plan.standing, blobs[len(plan.pieces):], strict=True):
-                # Read again in the transaction: another builder of a backfill (or another session's slice planned
-                # beside this one) may have stored the same words, or a memory of the same way of failing.
-                lesson = plan.mined.lessons.get(episode.id)
-                if sql.get_episode(self.conn, episode.id) is None and not sql.active_with_hash(
-                        self.conn, episode.content_hash, memories_only=True) and not (
-                        lesson is not None and self._told_by_another(lesson, project)):
-                    rowids.append(sql.insert_episode(self.conn, episode, blob))
-                    failures_sql.set_origin(self.conn, episode.id, plan.mined.origins[episode.id])
-                    added += 1
-            self._record_failures(session_id, project, plan.mined)
-            sql.set_episodized_through(self.conn, session_id, plan.through)
-        self._supersede(rowids)
-        if final and not plan.more and project:
-            added += self.refresh_routine(project)
-        return added
-
-    def _next_rounds(self, session_id: str, through: int, final: bool,
-                     first_page: int = SLICE_PAGE_MESSAGES) -> tuple[list[list[StoredMessage]], bool]:
-        """The session's complete rounds after message `through`, from a short page (`first_page` messages)
-        or, when no round ends within it, a full one; and whether the page read was full (more follow)."""
-        for limit in (min(first_page, PAGE_MESSAGES), PAGE_MESSAGES):
-            messages = sql.messages_after(self.conn, session_id, through, limit=limit)
-            full_page = len(messages) == limit
-            # Within a full page the last round may go on in the next page: only `final` on the last page.
-            rounds = group_rounds(messages, final and not full_page)
-            if rounds or not full_page:
-                return rounds, full_page
-        return [messages], True  # one round longer than a page: store it rather than stall on it
+    # --- writing: what a person or a job asks ---------------------------------------------------
 
     def remember(self, text: str, *, kind: str | None = None, scope: str | None = None,
                  project: str | None = None, session_id: str | None = None,

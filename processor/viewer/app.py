@@ -46,7 +46,7 @@ from processor.share.connection import configured as share_configured
 from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
-from processor.store import failures as failures_sql
+from processor.store import origins as origins_sql
 from processor.store import sessions as session_sql
 from processor.store import share as share_sql
 from processor.store import viewer as sql
@@ -326,7 +326,7 @@ class Viewer:
         """What Engram tells this project's sessions unasked, by category: each memory with where it came from
         and how often it was told."""
         statements = sql.project_statements(conn, project)
-        origins = failures_sql.origins(conn, [ep.id for ep in statements])
+        origins = origins_sql.origins(conn, [ep.id for ep in statements])
         counts = sql.told_counts(conn, [ep.id for ep in statements])
         groups: dict[str, list[dict[str, Any]]] = {}
         for ep in statements:

@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.info("captured %d conversation lines; %d new episodes", report.messages, episodes)
         return 0
     from mcp_tools.host import McpHost
-    from processor.service.lifecycle import run_service
+    from processor.lifecycle import run_service
 
     return run_service({"projects_dir": args.projects_dir}, mock=args.mock, tools=McpHost)
 

@@ -75,7 +75,7 @@ from processor.memory.episodize import Episodizer  # noqa: E402
 from processor.memory.search import fts_query  # noqa: E402
 from processor.memory.verbatim import estimate_tokens  # noqa: E402
 from processor.store import open_store  # noqa: E402
-from tests.transcripts import assistant_line, user_line  # noqa: E402
+from testbed.transcripts import assistant_line, user_line  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "bench" / "locomo-dev.json"
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"

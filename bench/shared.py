@@ -57,8 +57,8 @@ from processor.share.sync import Sharing  # noqa: E402
 from processor.share.team_search import COMMON_SHARE, LEXICAL_CAP, query_terms, rank  # noqa: E402
 from processor.store import open_store, write_transaction  # noqa: E402
 from processor.store import share as share_sql  # noqa: E402
-from tests.pg_cluster import PostgresCluster  # noqa: E402
-from tests.transcripts import assistant_line, user_line  # noqa: E402
+from testbed.pg_cluster import PostgresCluster  # noqa: E402
+from testbed.transcripts import assistant_line, user_line  # noqa: E402
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 DIM = 384

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.pg_cluster import PostgresCluster
+from testbed.pg_cluster import PostgresCluster
 
 if TYPE_CHECKING:
     from processor.memory.episode_store import EpisodeStore
@@ -155,7 +155,7 @@ def shared(pg_cluster: PostgresCluster, tmp_path: Path, monkeypatch: pytest.Monk
 def write_session(machine: Machine, session_id: str, rounds: list[tuple[str, str]], *, cwd: str,
                   folder: str = "-work-app") -> Path:
     """A transcript of user/assistant rounds in the machine's transcripts root (Claude Code's format)."""
-    from tests.transcripts import assistant_line, user_line
+    from testbed.transcripts import assistant_line, user_line
 
     path = machine.projects / folder / f"{session_id}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

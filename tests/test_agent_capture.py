@@ -18,7 +18,7 @@ from processor.capture.gemini import GeminiFormat
 from processor.capture.tailer import Tailer
 from processor.store import open_store, sessions
 from recall_hook.hook_io import fence
-from tests.agent_transcripts import Chat, Rollout, shell_output
+from testbed.agent_transcripts import Chat, Rollout, shell_output
 
 ENGRAM_DIGEST = fence("Engram memory digest: use uv, never pip (id: ep_0001)")
 

@@ -21,10 +21,10 @@ from processor.memory.episode_store import EpisodeStore
 from processor.recall.format import format_expansion, format_hits
 from processor.store import automem as automem_sql
 from processor.store import open_store, write_transaction
+from testbed.transcripts import assistant_line, user_line
 from tests.conftest import REPO, query_live_db, run_engram
 from tests.jobs_fixtures import make_settings, query
 from tests.test_processor_live import wait_for
-from tests.transcripts import assistant_line, user_line
 
 SID = "aaaaaaaa-0000-0000-0000-00000000a001"
 

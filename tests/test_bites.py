@@ -24,8 +24,8 @@ from processor.recall.recollections import RecollectionWriter
 from processor.store import episodes as sql
 from processor.store.episodes import StoredMessage
 from processor.tokens import estimate_tokens
+from testbed.transcripts import assistant_line, user_line
 from tests.test_pretooluse_hook import LAUNCHER_ARGV, event, injected
-from tests.transcripts import assistant_line, user_line
 
 SID = "b17e5000-0000-4000-8000-000000000001"
 OTHER_SID = "b17e5000-0000-4000-8000-000000000002"

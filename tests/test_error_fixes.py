@@ -18,8 +18,8 @@ from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import failures as failures_sql
 from processor.store import open_store
+from testbed.transcripts import Conversation, write_conversations
 from tests.conftest import REPO
-from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
 S1, S2, S3 = (f"22222222-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))

@@ -28,8 +28,8 @@ from processor.store import episodes as episodes_sql
 from processor.store import open_store
 from processor.store import sessions as sessions_sql
 from recall_hook import pretooluse
+from testbed.transcripts import assistant_line, user_line
 from tests.conftest import REPO, run_engram
-from tests.transcripts import assistant_line, user_line
 
 SID = "c0ffee00-0000-4000-8000-000000000001"
 OTHER = "c0ffee00-0000-4000-8000-000000000002"

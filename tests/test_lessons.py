@@ -23,8 +23,8 @@ from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
 from processor.store import tool_calls as tool_call_sql
+from testbed.transcripts import Conversation, write_conversations
 from tests.conftest import REPO
-from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
 S1 = "11111111-0000-4000-8000-000000000001"

@@ -31,8 +31,8 @@ from processor.recall.format import format_expansion, format_hits
 from processor.store import episodes as sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import StoredMessage
+from testbed.transcripts import assistant_line, user_line
 from tests.conftest import REPO, run_engram
-from tests.transcripts import assistant_line, user_line
 
 SID = "eeeeeeee-0000-0000-0000-000000000005"
 

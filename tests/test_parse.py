@@ -8,7 +8,7 @@ import pytest
 
 from processor.capture.parse import CapturedLine, Skipped, parse_line
 from recall_hook.hook_io import fence
-from tests.transcripts import assistant_line, user_line
+from testbed.transcripts import assistant_line, user_line
 
 SID = "11111111-2222-3333-4444-555555555555"
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.transcripts import Conversation
 from tests.conftest import REPO, run_engram
 from tests.secret_catalog import catalog, found_in
-from tests.transcripts import Conversation
 
 PLANTED = catalog()
 SECRETS = {secret for planted in PLANTED for secret in planted.secrets}

@@ -13,8 +13,8 @@ from pathlib import Path
 import apsw
 
 from processor.service.control_client import ping
+from testbed.transcripts import user_line
 from tests.conftest import FIXTURE_PROJECTS, REPO, query_live_db, run_engram
-from tests.transcripts import user_line
 
 SID = "bbbbbbbb-0000-0000-0000-000000000002"
 

@@ -26,8 +26,8 @@ from processor.config import load_settings
 from processor.memory.episode_store import EpisodeStore
 from processor.store import open_store
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN
+from testbed.transcripts import user_line
 from tests.conftest import REPO
-from tests.transcripts import user_line
 
 SID = "e2e0c0de-5e55-4a11-9b0b-000000000004"
 PYTHON = hook_python()

@@ -26,7 +26,7 @@ from processor.recall.format import format_hits
 from processor.recall.recollections import RecollectionWriter
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
-from tests.transcripts import assistant_line, user_line
+from testbed.transcripts import assistant_line, user_line
 
 PROJECT = "/work/recorder"
 DAY = 86_400_000

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from processor.service.control_client import ping, request
+from testbed.transcripts import user_line
 from tests.conftest import REPO, run_engram
 from tests.test_processor_live import message_texts, wait_for
-from tests.transcripts import user_line
 
 SID = "dddddddd-0000-0000-0000-000000000004"
 

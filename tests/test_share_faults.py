@@ -19,8 +19,8 @@ from processor.share.errors import SchemaTooNew, ShareError
 from processor.share.sync import ShareThread, Sharing
 from processor.store import open_store
 from processor.store import share as share_sql
+from testbed.pg_cluster import PostgresCluster
 from tests.conftest import REPO
-from tests.pg_cluster import PostgresCluster
 from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, sync
 
 

@@ -14,7 +14,7 @@ from processor.share.sync import ShareThread, Sharing
 from processor.status import collect_status, format_status
 from processor.store import open_store
 from processor.store import share as share_sql
-from tests.pg_cluster import free_port
+from testbed.pg_cluster import free_port
 from tests.share_fixtures import Machine, SharedSetup, seed_memories, sync
 from tests.viewer_fixtures import ViewerServer
 

@@ -93,7 +93,7 @@ async def test_team_scope_searches_the_server_and_keeps_private_memories_private
 def test_team_scope_with_the_server_unreachable_names_the_fix(shared: SharedSetup) -> None:
     from processor.share.errors import ShareError
     from processor.share.team_search import search_team
-    from tests.pg_cluster import free_port
+    from testbed.pg_cluster import free_port
 
     home = shared.tmp / "home-away"
     home.mkdir()

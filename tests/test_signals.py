@@ -14,7 +14,7 @@ from processor.config import load_settings
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.episodize import Episodizer
 from processor.store import open_store
-from tests.transcripts import assistant_line, user_line
+from testbed.transcripts import assistant_line, user_line
 
 SID = "5e5e5e5e-0000-0000-0000-000000000009"
 HEREDOC = ("git add -A && git commit -m \"$(cat <<'EOF'\nFix flaky upload retry\n\n"

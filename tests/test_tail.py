@@ -15,7 +15,7 @@ import pytest
 
 from processor.capture.tailer import Tailer
 from processor.store import open_store, sessions
-from tests.transcripts import assistant_line, user_line
+from testbed.transcripts import assistant_line, user_line
 
 SID = "aaaaaaaa-0000-0000-0000-000000000001"
 

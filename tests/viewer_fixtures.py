@@ -30,8 +30,8 @@ from processor.store import sessions as sessions_sql
 from processor.viewer.app import Viewer
 from processor.viewer.serve import LOGIN_PATH, SharedModel, login_route
 from recall_hook.hook_io import write_digest_ids
+from testbed.transcripts import assistant_line, user_line
 from tests.conftest import FIXTURE_PROJECTS, REPO
-from tests.transcripts import assistant_line, user_line
 
 SCRIPT_SID = "5c219700-0000-4000-8000-00000000beef"
 SCRIPT_TEXT = "<script>alert('pwned')</script> why does the checkout test time out on staging?"

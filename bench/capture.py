@@ -31,13 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.testbed.agent_transcripts import Chat, Rollout  # noqa: E402
 from processor.capture.codex import CodexFormat  # noqa: E402
 from processor.capture.discover import TranscriptFilter, discover, discover_all  # noqa: E402
 from processor.capture.formats import TranscriptFormat  # noqa: E402
 from processor.capture.gemini import GeminiFormat  # noqa: E402
 from processor.capture.tailer import Tailer  # noqa: E402
 from processor.store import open_store  # noqa: E402
-from tests.agent_transcripts import Chat, Rollout  # noqa: E402
 
 FIXTURES = REPO.parent / "shared" / "fixtures" / "claude-projects"
 _UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -92,7 +92,7 @@ def _noise(size: int, seed: int) -> str:
 
 
 def write_rollout(codex_home: Path, session: str, steps: list[Step]) -> None:
-    """One conversation as a Codex rollout (tests/agent_transcripts.Rollout), with what Codex writes around it."""
+    """One conversation as a Codex rollout (bench/testbed/agent_transcripts.Rollout), as Codex writes it."""
     rollout = Rollout(codex_home, session_id=session)
     for n, (kind, value) in enumerate(steps):
         if kind == "user":
@@ -120,7 +120,7 @@ def write_rollout(codex_home: Path, session: str, steps: list[Step]) -> None:
 
 
 def write_chat(gemini_dir: Path, session: str, steps: list[Step]) -> None:
-    """One conversation as a Gemini chat (tests/agent_transcripts.Chat): a message with tool calls is written
+    """One conversation as a Gemini chat (bench/testbed/agent_transcripts.Chat): a message with tool calls is written
     again with them and their results, then the results go back as a user turn."""
     chat = Chat(gemini_dir, session_id=session, slug=f"p{session[:8]}")
     pending: list[dict] = []

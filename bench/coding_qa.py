@@ -50,7 +50,7 @@ from processor.capture.discover import TranscriptFilter, discover  # noqa: E402
 from processor.capture.tailer import session_id_for  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import Embedder, load_embedder  # noqa: E402
-from processor.memory.episodes import EpisodeStore  # noqa: E402
+from processor.memory.episode_store import EpisodeStore  # noqa: E402
 from processor.memory.gguf_convert import ensure_default_gguf  # noqa: E402
 from processor.memory.search import fts_query  # noqa: E402
 from processor.memory.verbatim import estimate_tokens  # noqa: E402

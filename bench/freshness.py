@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from bench.synthetic import build_store, pseudo_words  # noqa: E402
+from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
 from processor.memory.embedder import load_embedder  # noqa: E402
-from tests.transcripts import assistant_line, user_line  # noqa: E402
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 GOAL_P95_MS_AT_100K = 250.0

@@ -3,7 +3,7 @@
     python bench/hook_cli.py [--calls 30] [--rounds 4] [--baseline-ref REF] [--json]
 
 The Claude Code CLI that the claude-agent-sdk wheel bundles runs `claude -p` against a fake Messages API on
-loopback (``tests/fake_anthropic.py``) scripted to make ``--calls`` Bash tool calls one after another, then
+loopback (``bench/testbed/fake_anthropic.py``) scripted to make ``--calls`` Bash tool calls one after another, then
 answer. Three settings, in the same run, interleaved round by round so machine noise hits them alike:
 
 - ``none``: no Engram hook registered;
@@ -35,9 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.hook import BITES, write_lesson_index  # noqa: E402
+from bench.testbed.claude_cli import ClaudeCLI, cli_env  # noqa: E402
+from bench.testbed.fake_anthropic import FakeAnthropic, Reply, Request  # noqa: E402
 from processor.claude_code.settings import Registration, hook_python  # noqa: E402
-from tests.claude_cli import ClaudeCLI, cli_env  # noqa: E402
-from tests.fake_anthropic import FakeAnthropic, Reply, Request  # noqa: E402
 
 BASELINE_REF = "33338cd"
 GOAL_MS = 5.0

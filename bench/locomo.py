@@ -13,7 +13,7 @@ unique store-wide), timestamps start at the session date, 30 s apart. Image turn
 get their BLIP caption as "[image: caption]". All sessions of one conversation
 share the cwd /locomo/<sample_id>, so each conversation is one Engram project.
 The transcripts go through the real capture (backfill + Tailer) and episode
-builder (EpisodeStore.episodize, final=True) into a temporary Engram home; then
+builder (Episodizer.episodize, final=True) into a temporary Engram home; then
 every category 1-4 question is asked through EpisodeStore.search (what
 memory_recall uses, without touching access counts), scoped to its
 conversation's project. One search with limit 10 gives @3/@5/@10: the ranking is
@@ -65,16 +65,17 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
 from processor.capture.backfill import backfill  # noqa: E402
 from processor.capture.discover import TranscriptFilter, encoded_project_dir  # noqa: E402
 from processor.capture.tailer import Tailer  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import Embedder, load_embedder  # noqa: E402
-from processor.memory.episodes import EpisodeStore  # noqa: E402
+from processor.memory.episode_store import EpisodeStore  # noqa: E402
+from processor.memory.episodize import Episodizer  # noqa: E402
 from processor.memory.search import fts_query  # noqa: E402
 from processor.memory.verbatim import estimate_tokens  # noqa: E402
 from processor.store import open_store  # noqa: E402
-from tests.transcripts import assistant_line, user_line  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "bench" / "locomo-dev.json"
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
@@ -311,7 +312,7 @@ def run_engram(conversations: list[Conversation], workdir: Path, embedder: Embed
 
     store = EpisodeStore(settings, conn, embedder=embedder)
     started = time.perf_counter()
-    episodes = store.episodize(final=True)
+    episodes = Episodizer(store).episodize(final=True)
     timings["episodize_and_embed"] = time.perf_counter() - started
 
     rows = conn.execute("SELECT summary, full_content, source_uuids FROM episodes").fetchall()

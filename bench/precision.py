@@ -144,7 +144,7 @@ def stores_in_time(sessions: list[Session], root: Path, settings: object) -> Ite
 def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder: object) -> list[dict]:
     from processor.capture.project import project_root
     from processor.config import load_settings
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.recall.recollections import RecollectionWriter
     from processor.store import episodes as episodes_sql
 

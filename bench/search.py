@@ -42,7 +42,7 @@ from bench.synthetic import build_store, pseudo_words, unit_rows, zipf_words  # 
 from processor.clock import now_ms  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import load_embedder  # noqa: E402
-from processor.memory.episodes import EpisodeStore  # noqa: E402
+from processor.memory.episode_store import EpisodeStore  # noqa: E402
 from processor.memory.search import fts_query, search_episodes  # noqa: E402
 from processor.store import episodes as sql  # noqa: E402
 from processor.store import open_store  # noqa: E402

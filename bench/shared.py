@@ -47,6 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.synthetic import build_store, pseudo_words, zipf_words  # noqa: E402
+from bench.testbed.pg_cluster import PostgresCluster  # noqa: E402
+from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.gguf_convert import MODEL_NAME, ensure_default_gguf  # noqa: E402
 from processor.share import commands  # noqa: E402
@@ -57,8 +59,6 @@ from processor.share.sync import Sharing  # noqa: E402
 from processor.share.team_search import COMMON_SHARE, LEXICAL_CAP, query_terms, rank  # noqa: E402
 from processor.store import open_store, write_transaction  # noqa: E402
 from processor.store import share as share_sql  # noqa: E402
-from tests.pg_cluster import PostgresCluster  # noqa: E402
-from tests.transcripts import assistant_line, user_line  # noqa: E402
 
 DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "engram-bench" / "models"
 DIM = 384
@@ -387,7 +387,7 @@ def _load_team(bench: Bench, database: str, size: int, rng: np.random.Generator,
 def team(bench: Bench, sizes: list[int], queries: int, exact_queries: int) -> dict:
     from pgvector.psycopg import register_vector
 
-    from processor.memory.episodes import weights_from
+    from processor.memory.episode_store import weights_from
     from processor.share import connection as share_connection
 
     rng = np.random.default_rng(11)
@@ -462,7 +462,7 @@ def _push_pull(bench: Bench, home_a: Path, label: str) -> Path:
 
 def quality(bench: Bench, coding_qa: Path | None, locomo: Path | None) -> dict:
     from processor.memory.embedder import load_embedder
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
 
     out: dict = {}
     embedder = load_embedder(None, bench.models)

@@ -38,7 +38,7 @@ from processor.jobs.base import JobContext  # noqa: E402
 from processor.jobs.consolidation import run_pass1  # noqa: E402
 from processor.memory.citations import extract  # noqa: E402
 from processor.memory.code_check import RepoSnapshot, check  # noqa: E402
-from processor.memory.dedupe import content_hash  # noqa: E402
+from processor.memory.identity import content_hash  # noqa: E402
 from processor.store import episodes as sql  # noqa: E402
 from processor.store import open_store, write_transaction  # noqa: E402
 from processor.store.episodes import NewEpisode  # noqa: E402

@@ -12,7 +12,7 @@ POST carries one message and gets its answer, no session to lose when the proces
 on a private asyncio loop. This module only hands the control plane's already authenticated request
 to that ASGI app and writes back what the app sends.
 
-``engram run`` hands this class to ``processor/service/lifecycle.py`` (which sits below the tools in the
+``engram run`` hands this class to ``processor/lifecycle.py`` (which sits below the tools in the
 layering and so does not import them)::
 
     host = McpHost(settings, store=processor.memory.reader)
@@ -37,7 +37,7 @@ from processor.config import Settings
 from processor.service.control_server import MAX_MCP_BODY_BYTES, MCP_PATH
 
 if TYPE_CHECKING:
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
 
 log = logging.getLogger(__name__)
 

@@ -73,7 +73,7 @@ from processor.store.connection import NotEngramDatabase
 from processor.store.episodes import Episode
 
 if TYPE_CHECKING:
-    from processor.memory.episodes import EpisodeStore, Expansion, Hit
+    from processor.memory.episode_store import EpisodeStore, Expansion, Hit
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def _load_memory_layer() -> None:
     global EpisodeStore, Expansion, Hit, RecallResult
     if "RecallResult" in globals():
         return
-    from processor.memory.episodes import EpisodeStore, Expansion, Hit
+    from processor.memory.episode_store import EpisodeStore, Expansion, Hit
 
     class RecallResult(BaseModel):
         query: str

@@ -45,7 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.info("captured %d conversation lines; %d new episodes", report.messages, episodes)
         return 0
     from mcp_tools.host import McpHost
-    from processor.service.lifecycle import run_service
+    from processor.lifecycle import run_service
 
     return run_service({"projects_dir": args.projects_dir}, mock=args.mock, tools=McpHost)
 
@@ -113,7 +113,7 @@ def cmd_open(args: argparse.Namespace) -> int:
 
 
 def _episode_store(settings: Settings):
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store import open_store
 
     return EpisodeStore(settings, open_store(settings.db_path))

@@ -66,7 +66,7 @@ def _served(settings: Settings, path: str, body: dict[str, Any]) -> dict[str, An
 
 def _local_store(settings: Settings):  # -> EpisodeStore, imported here: numpy and the model are slow to load
     from processor.config import ensure_home
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store import open_store
 
     ensure_home(settings)

@@ -36,7 +36,7 @@ from typing import Any
 
 import apsw
 
-from tests.claude_cli import _SCRUBBED, _SCRUBBED_PREFIXES, ClaudeCLI, EngramClaude
+from bench.testbed.claude_cli import _SCRUBBED, _SCRUBBED_PREFIXES, ClaudeCLI, EngramClaude
 from tests.fake_gemini import FakeGemini
 from tests.fake_gemini import Turn as GeminiTurn
 from tests.fake_openai_responses import FakeResponses

@@ -107,7 +107,7 @@ def holder(engram_home: Path):
 @pytest.fixture
 def store(holder):
     """An EpisodeStore on that home's database (a module may define its own `store`)."""
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store import open_store
 
     conn = open_store(holder.current.db_path)

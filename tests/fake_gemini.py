@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fake_api import ScriptedApi, json_body
+from bench.testbed.fake_api import ScriptedApi, json_body
 
 JsonObject = dict[str, Any]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.fake_api import LoopbackServer
+from bench.testbed.fake_api import LoopbackServer
 
 _FIRST_USER = re.compile(r"^\[user[^\]]*\]\n(.+)$", re.MULTILINE)
 

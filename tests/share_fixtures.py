@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.pg_cluster import PostgresCluster
+from bench.testbed.pg_cluster import PostgresCluster
 
 if TYPE_CHECKING:
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
 
 _counter = itertools.count(1)
 
@@ -155,7 +155,7 @@ def shared(pg_cluster: PostgresCluster, tmp_path: Path, monkeypatch: pytest.Monk
 def write_session(machine: Machine, session_id: str, rounds: list[tuple[str, str]], *, cwd: str,
                   folder: str = "-work-app") -> Path:
     """A transcript of user/assistant rounds in the machine's transcripts root (Claude Code's format)."""
-    from tests.transcripts import assistant_line, user_line
+    from bench.testbed.transcripts import assistant_line, user_line
 
     path = machine.projects / folder / f"{session_id}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,8 +187,8 @@ def seed_memories(machine: Machine, count: int, *, prefix: str = "memory", proje
     model's size: the fault tests need many rows, not the embedding model."""
     import numpy as np
 
-    from processor.memory.dedupe import content_hash
     from processor.memory.gguf_convert import MODEL_NAME
+    from processor.memory.identity import content_hash
     from processor.store import episodes as episodes_sql
     from processor.store import open_store, write_transaction
     from processor.store.episodes import NewEpisode
@@ -223,7 +223,7 @@ def set_model_meta(machine: Machine) -> None:
 
 def store_of(machine: Machine) -> EpisodeStore:
     """The machine's episode store (its own connection)."""
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store import open_store
 
     return EpisodeStore(machine.settings, open_store(machine.settings.db_path))

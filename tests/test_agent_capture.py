@@ -12,13 +12,13 @@ from pathlib import Path
 import apsw
 import pytest
 
+from bench.testbed.agent_transcripts import Chat, Rollout, shell_output
 from processor.capture.codex import CodexFormat
 from processor.capture.formats import unknown_records
 from processor.capture.gemini import GeminiFormat
 from processor.capture.tailer import Tailer
 from processor.hook_kit.hook_io import fence
 from processor.store import open_store, sessions
-from tests.agent_transcripts import Chat, Rollout, shell_output
 
 ENGRAM_DIGEST = fence("Engram memory digest: use uv, never pip (id: ep_0001)")
 

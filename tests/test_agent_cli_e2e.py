@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from bench.testbed.claude_cli import BITES_HEADER, DIGEST_HEADER, FENCE_OPEN, ClaudeCLI, wait_for
+from bench.testbed.fake_anthropic import Reply
 from tests.agent_cli import CODEX, GEMINI, AgentWorld, CaptureClock, npm_cli, p90, skip_reason
-from tests.claude_cli import BITES_HEADER, DIGEST_HEADER, FENCE_OPEN, ClaudeCLI, wait_for
-from tests.fake_anthropic import Reply
 from tests.fake_gemini import Turn as GeminiTurn
 from tests.fake_openai_responses import Request as CodexRequest
 from tests.fake_openai_responses import Turn as CodexTurn

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture.automem import read_memory_file, sections
 from processor.capture.problems import CaptureProblems
 from processor.memory import automem
 from processor.memory.automem import sync_folder
 from processor.memory.dedupe import Candidate
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.format import format_expansion, format_hits
 from processor.store import automem as automem_sql
 from processor.store import open_store, write_transaction
 from tests.conftest import REPO, query_live_db, run_engram
 from tests.jobs_fixtures import make_settings, query
 from tests.test_processor_live import wait_for
-from tests.transcripts import assistant_line, user_line
 
 SID = "aaaaaaaa-0000-0000-0000-00000000a001"
 

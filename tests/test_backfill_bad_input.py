@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.testbed.transcripts import Conversation
 from processor.config import Settings
 from processor.memory.embedder import load_embedder
 from processor.service.run_loop import Processor
 from tests.conftest import REPO
 from tests.conftest import query_live_db as query
 from tests.jobs_fixtures import make_settings
-from tests.transcripts import Conversation
 
 PROJECT_DIR = "-src-shop"
 

@@ -136,7 +136,7 @@ def test_viewer_bench_reports_render_time_against_the_bare_queries(tmp_path: Pat
 
 
 def test_coding_qa_bench_reports_recall_bites_and_baselines(tmp_path: Path, models_dir: Path) -> None:
-    from tests.transcripts import assistant_line, user_line
+    from bench.testbed.transcripts import assistant_line, user_line
 
     sid = "c0dec0de-0000-0000-0000-000000000001"
     folder = tmp_path / "projects" / "-work-app"
@@ -170,7 +170,7 @@ def test_coding_qa_bench_reports_recall_bites_and_baselines(tmp_path: Path, mode
 def test_helped_bench_finds_a_recurring_failure_and_whether_it_was_told(tmp_path: Path, models_dir: Path) -> None:
     """Two sessions of one project meet `git push` without an upstream; the first got past it. The replay tells
     the second session the fix right after its failure: the automatic moment is helped."""
-    from tests.transcripts import Conversation
+    from bench.testbed.transcripts import Conversation
 
     folder = tmp_path / "projects" / "-work-shop"
     folder.mkdir(parents=True)

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder
 from processor.memory.bites import BITE_TOKENS, Passage, bite_for, bites_for
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import Episodizer
 from processor.memory.sentences import units
 from processor.memory.verbatim import TASK_HEADER_CHARS, TASK_PREFIX, round_pieces, split_task_header, task_header
 from processor.recall.format import format_hits
@@ -24,7 +26,6 @@ from processor.store import episodes as sql
 from processor.store.episodes import StoredMessage
 from processor.tokens import estimate_tokens
 from tests.test_pretooluse_hook import LAUNCHER_ARGV, event, injected
-from tests.transcripts import assistant_line, user_line
 
 SID = "b17e5000-0000-4000-8000-000000000001"
 OTHER_SID = "b17e5000-0000-4000-8000-000000000002"
@@ -169,7 +170,7 @@ def capture_round(store: EpisodeStore, transcript: Path, session_id: str, replie
     with open(transcript, "a") as f:
         f.writelines(lines)
     Tailer(store.conn).tail(transcript)
-    store.episodize(session_id)
+    Episodizer(store).episodize(session_id)
 
 
 def test_a_user_message_gets_statements_and_memory_recall_gets_the_answering_sentence(

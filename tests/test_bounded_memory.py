@@ -18,10 +18,10 @@ import pytest
 
 from processor.capture.parse import CapturedLine
 from processor.config import Settings
+from processor.lifecycle import _recall_route
 from processor.memory import gguf_convert
 from processor.service.control_client import request
 from processor.service.control_server import ControlServer
-from processor.service.lifecycle import _recall_route
 from processor.service.memory_thread import READERS, FinalizeIdle
 from processor.service.pidfile import PidFile
 from processor.service.run_loop import Processor

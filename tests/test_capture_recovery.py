@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture.tailer import Tailer
 from processor.memory import gguf_convert
 from processor.service.control_client import ping
 from processor.store import open_store
 from tests.conftest import REPO, run_engram
 from tests.conftest import query_live_db as query
-from tests.transcripts import assistant_line, user_line
 
 SID = "eeeeeeee-0000-0000-0000-000000000001"
 

@@ -1,6 +1,6 @@
 """Engram in a real Claude Code session: the CLI bundled with claude-agent-sdk, run with `claude -p` in a
 temporary HOME where `engram install` registered the hooks and the MCP server, against a fake Messages
-API on 127.0.0.1 (tests/fake_anthropic.py), with the real processor (`engram run`) capturing the
+API on 127.0.0.1 (bench/testbed/fake_anthropic.py), with the real processor (`engram run`) capturing the
 session's transcript as Claude Code writes it.
 
 What the model is sent is the proof: every request body the CLI posts is recorded, so the test sees
@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.hook_kit.hook_io import injected_line
-from tests.claude_cli import (
+from bench.testbed.claude_cli import (
     BITES_HEADER,
     DIGEST_HEADER,
     ENGRAM_TOOLS,
@@ -33,7 +32,8 @@ from tests.claude_cli import (
     EngramClaude,
     wait_for,
 )
-from tests.fake_anthropic import Reply, Request
+from bench.testbed.fake_anthropic import Reply, Request
+from processor.hook_kit.hook_io import injected_line
 
 CLI = ClaudeCLI.bundled()
 pytestmark = pytest.mark.skipif(

@@ -1,5 +1,5 @@
 """Forget and opt out inside a real Claude Code session: the CLI bundled with claude-agent-sdk, Engram installed
-into a temporary HOME, the real processor, a fake Messages API on 127.0.0.1 (tests/claude_cli.py).
+into a temporary HOME, the real processor, a fake Messages API on 127.0.0.1 (bench/testbed/claude_cli.py).
 
 The request bodies the CLI sends are the proof: after the model calls memory_forget the memory is gone from
 the bites and the next session's digest; after the user types ``[engram off]`` (or starts Claude Code with
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_cli import BITES_HEADER, DIGEST_HEADER, ClaudeCLI, EngramClaude, wait_for
-from tests.fake_anthropic import Reply, Request
+from bench.testbed.claude_cli import BITES_HEADER, DIGEST_HEADER, ClaudeCLI, EngramClaude, wait_for
+from bench.testbed.fake_anthropic import Reply, Request
 
 CLI = ClaudeCLI.bundled()
 pytestmark = pytest.mark.skipif(

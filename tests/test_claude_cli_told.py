@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.claude_cli import FENCE_CLOSE, FENCE_OPEN, ClaudeCLI, EngramClaude, wait_for
-from tests.fake_anthropic import Reply
+from bench.testbed.claude_cli import FENCE_CLOSE, FENCE_OPEN, ClaudeCLI, EngramClaude, wait_for
+from bench.testbed.fake_anthropic import Reply
 
 CLI = ClaudeCLI.bundled()
 pytestmark = pytest.mark.skipif(

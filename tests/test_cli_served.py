@@ -25,7 +25,7 @@ import pytest
 
 from processor.config import Settings, load_settings
 from processor.lookup import expand_output, recall_output
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.service.control_client import ping
 from processor.service.control_files import ensure_token
 from processor.service.control_server import ControlServer

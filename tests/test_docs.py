@@ -190,7 +190,7 @@ def test_the_distribution_has_engrams_own_name_and_the_command_stays_engram() ->
 def test_the_picture_script_draws_what_a_later_session_was_told_after_the_same_failure(tmp_path: Path) -> None:
     """Two sessions of one project meet `git push` without an upstream; the first got past it. The picture of the
     second session shows its failed call, the line the user sees and the fix the model was told, word for word."""
-    from tests.transcripts import Conversation
+    from bench.testbed.transcripts import Conversation
 
     folder = tmp_path / "projects" / "-work-shop"
     folder.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The fake Messages API (tests/fake_anthropic.py) answers in both shapes the real one does, in script order."""
+"""The fake Messages API (bench/testbed/fake_anthropic.py) answers in both shapes the real one does, in script order."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import urllib.request
 from typing import Any
 
-from tests.fake_anthropic import FakeAnthropic, Reply, Request
+from bench.testbed.fake_anthropic import FakeAnthropic, Reply, Request
 
 TOOLS = [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]
 

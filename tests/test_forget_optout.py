@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from bench.testbed.transcripts import assistant_line, user_line
 from mcp_tools.server import build_server
 from processor.capture.optout import env_level, marker_level
 from processor.capture.tailer import Tailer
 from processor.config import Settings, SettingsHolder, load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import Episodizer
 from processor.recall import forget, recollections
 from processor.recall.digest import hook_output
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out
@@ -28,7 +30,6 @@ from processor.store import open_store
 from processor.store import sessions as sessions_sql
 from recall_hook import pretooluse
 from tests.conftest import REPO, run_engram
-from tests.transcripts import assistant_line, user_line
 
 SID = "c0ffee00-0000-4000-8000-000000000001"
 OTHER = "c0ffee00-0000-4000-8000-000000000002"
@@ -136,7 +137,7 @@ def test_off_the_record_drops_the_session_and_never_captures_it_again(
     other = transcript(tmp_path, OTHER, user_line("another session's words", session_id=OTHER))
     Tailer(store.conn).tail(path)
     Tailer(store.conn).tail(other)
-    assert store.episodize(final=True) >= 2
+    assert Episodizer(store).episodize(final=True) >= 2
     mine = episodes_sql.newest_session_episode_ids(store.conn, SID, 10)
     assert mine
     # An earlier recollection in another session offered one of this session's episodes.
@@ -338,5 +339,5 @@ def test_rounds_embedded_while_the_session_went_off_the_record_are_not_stored(
     # The memory thread read these rounds, then the capture thread recorded the opt-out (messages and all
     # are dropped in that transaction; here only the mark is set, to show the write itself refuses).
     sessions_sql.set_opt_out(store.conn, SID, "record")
-    assert store.episodize_slice(SID, final=True) == (0, False)
+    assert Episodizer(store).episodize_slice(SID, final=True) == (0, False)
     assert episodes_sql.newest_session_episode_ids(store.conn, SID, 10) == frozenset()

@@ -14,7 +14,7 @@ from processor.jobs.costs import record_call
 from processor.jobs.inquisitor import find_due
 from processor.jobs.queue import JobRunner
 from processor.memory.citations import extract
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.recollections import RecollectionWriter
 from processor.store import cold as cold_sql
 from processor.store import episodes as episodes_sql

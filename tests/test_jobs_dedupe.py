@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from processor.memory.dedupe import Candidate, Deduper, same_topic
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import open_store
 from tests.jobs_fixtures import make_settings, query
 

@@ -22,8 +22,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("processor.recall",),
     ("processor.jobs",),
     ("processor.share",),                                       # shared memory: the sync layer over PostgreSQL
-    # the running processor, what it reports, and the web viewer it serves
-    ("processor.service", "processor.status", "processor.lookup", "processor.viewer"),
+    # the running processor's mechanisms: its loop, memory thread, pid lock, control plane, signals, units
+    ("processor.service",),
+    # what it reports and serves: `engram status`, recall and expand from the CLI, the web viewer
+    ("processor.status", "processor.lookup", "processor.viewer"),
+    # the composition root: `engram run`, the service wired with the routes of all of the above
+    ("processor.lifecycle",),
     # registration with each agent, across them (`engram install`), and the checks of all of it
     ("processor.claude_code", "processor.codex", "processor.gemini", "processor.install", "processor.doctor",
      "recall_hook", "mcp_tools"),

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import Conversation, write_conversations
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
-from processor.memory.lessons import diagnosis_kind, reason_of, users_words
+from processor.memory.diagnosis import diagnosis_kind, reason_of
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.failed_calls import users_words
 from processor.recall import forget
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
@@ -23,7 +25,6 @@ from processor.service.run_loop import Processor
 from processor.store import open_store
 from processor.store import tool_calls as tool_call_sql
 from tests.conftest import REPO
-from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
 S1 = "11111111-0000-4000-8000-000000000001"

@@ -23,7 +23,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from processor.config import Settings, load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.service.control_client import ping
 from processor.store import open_store
 from tests.conftest import query_live_db

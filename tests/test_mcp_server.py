@@ -28,7 +28,7 @@ from mcp_tools.server import MAX_QUERY_CHARS, build_server
 from processor.capture.project import project_root
 from processor.capture.remember_inbox import SUFFIX
 from processor.config import Settings, load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.gguf_convert import ensure_default_gguf
 from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
@@ -526,7 +526,7 @@ def test_claude_codes_server_starts_without_the_memory_layer() -> None:
     """numpy, the embedder and the redaction rules cost about as much as the SDK's import: the server
     Claude Code starts (no output schemas) loads them on the first tool call, after `initialize`."""
     code = ("import sys; from mcp_tools.server import build_server; build_server(cwd='.', structured=False); "
-            "print(sorted(m for m in ('numpy', 'processor.memory.episodes', 'processor.redaction.rules', "
+            "print(sorted(m for m in ('numpy', 'processor.memory.episode_store', 'processor.redaction.rules', "
             "'processor.recall.forget') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
                          env={**os.environ, "PYTHONPATH": str(REPO)}).stdout

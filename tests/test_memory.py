@@ -13,9 +13,11 @@ import apsw
 import numpy as np
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture.tailer import Tailer
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import Episodizer
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.search import VectorIndex, fts_query
 from processor.memory.verbatim import (
@@ -31,7 +33,6 @@ from processor.store import episodes as sql
 from processor.store import open_store, write_transaction
 from processor.store.episodes import StoredMessage
 from tests.conftest import REPO, run_engram
-from tests.transcripts import assistant_line, user_line
 
 SID = "eeeeeeee-0000-0000-0000-000000000005"
 
@@ -123,9 +124,9 @@ def test_captured_rounds_become_searchable_episodes_with_provenance(store: Episo
             user_line("Now make the invoice PDF use the company logo", session_id=SID, uid="q2", cwd="/work/shop"),
             assistant_line("Added the logo to templates/invoice.html.", session_id=SID, uid="a2", message_id="m2",
                            cwd="/work/shop"))
-    assert store.episodize(SID) == 1  # the second round is not complete yet
-    assert store.episodize(SID, final=True) == 1
-    assert store.episodize(SID, final=True) == 0
+    assert Episodizer(store).episodize(SID) == 1  # the second round is not complete yet
+    assert Episodizer(store).episodize(SID, final=True) == 1
+    assert Episodizer(store).episodize(SID, final=True) == 0
     hits = store.recall("why is the database slow to connect", project="/work/shop")
     assert hits[0].bite.startswith("The staging database keeps timing out")
     expansion = store.expand(hits[0].id)

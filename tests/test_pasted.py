@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.pasted import LARGE_CHARS, condense, note
 from processor.memory.sentences import units
 from processor.memory.verbatim import round_pieces, task_header

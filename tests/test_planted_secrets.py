@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import Conversation
 from tests.conftest import REPO, run_engram
 from tests.secret_catalog import catalog, found_in
-from tests.transcripts import Conversation
 
 PLANTED = catalog()
 SECRETS = {secret for planted in PLANTED for secret in planted.secrets}
@@ -204,8 +204,8 @@ def _store_with_an_old_secret(settings) -> str:
     from a database an older Engram filled. Returns the old secret."""
     import numpy as np
 
-    from processor.memory.dedupe import content_hash
     from processor.memory.gguf_convert import MODEL_NAME
+    from processor.memory.identity import content_hash
     from processor.store import episodes as episodes_sql
     from processor.store import open_store, write_transaction
     from processor.store.episodes import NewEpisode

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import apsw
 
+from bench.testbed.transcripts import user_line
 from processor.service.control_client import ping
 from tests.conftest import FIXTURE_PROJECTS, REPO, query_live_db, run_engram
-from tests.transcripts import user_line
 
 SID = "bbbbbbbb-0000-0000-0000-000000000002"
 

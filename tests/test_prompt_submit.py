@@ -51,7 +51,7 @@ PRETOOLUSE_ARGV = shlex.split(REGISTRATION.hook("PreToolUse").command)
 
 
 def bite(eid: str, text: str, **extra: Any) -> dict[str, Any]:
-    """A bite as `POST /recall` returns it (processor.memory.episodes.Hit)."""
+    """A bite as `POST /recall` returns it (processor.memory.episode_store.Hit)."""
     return {"id": eid, "bite": text, "date": "2026-11-20", "importance": "normal", "kind": "fact",
             "score": 0.61, "source": "episode", "project": None, **extra}
 

@@ -21,13 +21,13 @@ from typing import Any
 import apsw
 import pytest
 
+from bench.testbed.transcripts import user_line
 from processor.claude_code.settings import Registration, hook_python
 from processor.config import load_settings
 from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import open_store
 from tests.conftest import REPO
-from tests.transcripts import user_line
 
 SID = "e2e0c0de-5e55-4a11-9b0b-000000000004"
 PYTHON = hook_python()

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import Episodizer
 from processor.memory.preferences import standing_statements
 from processor.memory.search import ProjectClock, SearchWeights, _frequency
 from processor.memory.supersede import stated_change, subjects
@@ -25,7 +27,6 @@ from processor.recall.format import format_hits
 from processor.recall.recollections import RecollectionWriter
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
-from tests.transcripts import assistant_line, user_line
 
 PROJECT = "/work/recorder"
 DAY = 86_400_000
@@ -41,7 +42,7 @@ def session(store: EpisodeStore, folder: Path, sid: str, day: str, *turns: tuple
             f.write(assistant_line(answer, session_id=sid, cwd=cwd, message_id=f"m{i}",
                                    timestamp=f"{day}T10:{i:02d}:30.000Z"))
     Tailer(store.conn).tail(path)
-    store.episodize(sid, final=True)
+    Episodizer(store).episodize(sid, final=True)
     return [row[0] for row in store.conn.execute(
         "SELECT id FROM episodes WHERE session_id = ? ORDER BY created_at, rowid", (sid,))]
 
@@ -325,7 +326,7 @@ def test_later_steps_of_one_round_do_not_supersede_its_earlier_steps(store: Epis
                                timestamp="2026-03-01T10:20:00.000Z"))
         f.write(user_line("thanks", session_id="s-round", cwd=PROJECT, timestamp="2026-03-01T10:30:00.000Z"))
     Tailer(store.conn).tail(path)
-    store.episodize("s-round", final=True)
+    Episodizer(store).episodize("s-round", final=True)
     pieces = [row[0] for row in store.conn.execute(
         "SELECT id FROM episodes WHERE session_id = 's-round' ORDER BY created_at, rowid")]
     assert len(pieces) > len(ids) and all(episode(store, i).status == "active" for i in pieces)

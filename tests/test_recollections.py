@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import user_line
 from processor.capture.parse import CapturedLine
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder, load_settings
 from processor.files import write_atomic
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.recollections import RecollectionWriter, recollection_path
-from tests.transcripts import user_line
 
 SID = "a1b2c3d4-0000-4000-8000-000000000001"
 OTHER_SID = "a1b2c3d4-0000-4000-8000-000000000002"

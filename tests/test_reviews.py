@@ -13,7 +13,7 @@ from mcp_tools.server import build_server
 from processor.jobs.queue import JobRunner
 from processor.jobs.review_cli import walk
 from processor.jobs.reviews import open_review, review_options
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import cold as cold_sql
 from processor.store import open_store, write_transaction
 from tests.conftest import run_engram

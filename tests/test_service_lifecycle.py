@@ -10,10 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+from bench.testbed.transcripts import user_line
 from processor.service.control_client import ping, request
 from tests.conftest import REPO, run_engram
 from tests.test_processor_live import message_texts, wait_for
-from tests.transcripts import user_line
 
 SID = "dddddddd-0000-0000-0000-000000000004"
 

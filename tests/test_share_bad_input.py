@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.pg_cluster import TlsFront, free_port, make_certificates
 from processor.share import commands
 from processor.share import connection as share_connection
 from processor.share.errors import MachineIdTaken, ShareError
 from processor.share.sync import Sharing
 from tests.conftest import REPO
-from tests.pg_cluster import TlsFront, free_port, make_certificates
 from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, store_of, sync
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 import apsw
 import pytest
 
+from bench.testbed.pg_cluster import PostgresCluster
 from processor.share.errors import SchemaTooNew, ShareError
 from processor.share.sync import ShareThread, Sharing
 from processor.store import open_store
 from processor.store import share as share_sql
 from tests.conftest import REPO
-from tests.pg_cluster import PostgresCluster
 from tests.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, sync
 
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
+from bench.testbed.transcripts import assistant_line, user_line
 from tests.conftest import REPO, query_live_db
 from tests.share_fixtures import Machine, SharedSetup
-from tests.transcripts import assistant_line, user_line
 
 SID = "5a5a5a5a-0000-4000-8000-00000000a001"
 

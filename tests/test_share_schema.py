@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.forget import forget
 from processor.share import commands
 from processor.share.errors import ShareError

@@ -6,15 +6,15 @@ from __future__ import annotations
 import threading
 import time
 
+from bench.testbed.pg_cluster import free_port
 from processor.doctor import run_checks
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.format import format_expansion
 from processor.share import commands
 from processor.share.sync import ShareThread, Sharing
 from processor.status import collect_status, format_status
 from processor.store import open_store
 from processor.store import share as share_sql
-from tests.pg_cluster import free_port
 from tests.share_fixtures import Machine, SharedSetup, seed_memories, sync
 from tests.viewer_fixtures import ViewerServer
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from bench.testbed.transcripts import Conversation, assistant_line, user_line
 from processor.share import commands
 from processor.share.errors import ShareError
 from processor.share.pull import NO_LONGER_SHARED
 from processor.store import open_store
 from tests.share_fixtures import Machine, SharedSetup, capture, store_of, sync, write_session
-from tests.transcripts import Conversation, assistant_line, user_line
 
 
 def repo(path: Path, remote: str | None) -> str:

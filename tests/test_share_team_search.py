@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 
 from mcp_tools.server import build_server
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.share import commands
 from processor.share.sync import Sharing
 from processor.store import open_store
@@ -91,9 +91,9 @@ async def test_team_scope_searches_the_server_and_keeps_private_memories_private
 
 
 def test_team_scope_with_the_server_unreachable_names_the_fix(shared: SharedSetup) -> None:
+    from bench.testbed.pg_cluster import free_port
     from processor.share.errors import ShareError
     from processor.share.team_search import search_team
-    from tests.pg_cluster import free_port
 
     home = shared.tmp / "home-away"
     home.mkdir()

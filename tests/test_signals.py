@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture import signals
 from processor.capture.tailer import Tailer
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import Episodizer
 from processor.store import open_store
-from tests.transcripts import assistant_line, user_line
 
 SID = "5e5e5e5e-0000-0000-0000-000000000009"
 HEREDOC = ("git add -A && git commit -m \"$(cat <<'EOF'\nFix flaky upload retry\n\n"
@@ -81,14 +82,14 @@ def test_a_commit_message_becomes_an_episode(store: EpisodeStore, tmp_path: Path
             tool_use("toolu_1", "Bash", {"command": HEREDOC}, "a1"))
     # The result arrives later, read by another Tailer (as after a restart): the pending use was stored.
     capture(store, transcript, tool_result("toolu_1", "[main 1a2b3c4] Fix flaky upload retry\n 1 file changed", "r1"))
-    store.episodize(final=True)
+    Episodizer(store).episodize(final=True)
     [(kind, content, uuids)] = signal_episodes(store)
     assert kind == "bugfix"
     assert content == "Committed 1a2b3c4: Fix flaky upload retry\n\nThe retry loop now resets its timer."
     assert json.loads(uuids) == ["a1", "r1"]
     [hit] = store.recall("flaky upload retry commit", limit=1)
     assert hit.bite.startswith("Committed 1a2b3c4: Fix flaky upload retry")
-    assert store.episodize(final=True) == 0  # built once
+    assert Episodizer(store).episodize(final=True) == 0  # built once
 
 
 def test_a_failed_or_hook_rejected_commit_is_not_remembered(store: EpisodeStore, tmp_path: Path) -> None:
@@ -98,7 +99,7 @@ def test_a_failed_or_hook_rejected_commit_is_not_remembered(store: EpisodeStore,
             tool_result("toolu_1", "pre-commit hook failed: ruff found 3 errors", "r1", is_error=True),
             tool_use("toolu_2", "Bash", {"command": 'git commit -m "Add secret sauce"'}, "a2"),
             tool_result("toolu_2", "On branch main\nnothing to commit, working tree clean", "r2"))
-    store.episodize(final=True)
+    Episodizer(store).episodize(final=True)
     assert signal_episodes(store) == []
 
 
@@ -110,7 +111,7 @@ def test_an_answer_to_ask_user_question_becomes_an_episode(store: EpisodeStore, 
             tool_use("toolu_9", "AskUserQuestion", question, "a1"),
             tool_result("toolu_9", 'User has answered your questions: "How should corrupted archives be reported?"'
                         '="Extra field". You can now continue with the user\'s answers in mind.', "r1"))
-    store.episodize(final=True)
+    Episodizer(store).episodize(final=True)
     [(_, content, _)] = signal_episodes(store)
     assert content == ('Asked the user: How should corrupted archives be reported?\n'
                        'The user answered: "How should corrupted archives be reported?"="Extra field"')
@@ -135,7 +136,7 @@ def test_secrets_in_commit_messages_are_redacted(store: EpisodeStore, tmp_path: 
     capture(store, transcript, compact(user_line("commit", session_id=SID, uid="q1", cwd="/work/app")),
             tool_use("toolu_1", "Bash", {"command": f'git commit -m "Rotate key {key}"'}, "a1"),
             tool_result("toolu_1", "[main abcdef1] Rotate key", "r1"))
-    store.episodize(final=True)
+    Episodizer(store).episodize(final=True)
     [(_, content, _)] = signal_episodes(store)
     assert key not in content and "Rotate key" in content
     assert key not in store.conn.execute("SELECT group_concat(pending) FROM tool_signals").fetchone()[0]

@@ -19,8 +19,8 @@ from processor.jobs.costs import record_call
 from processor.jobs.planning import dry_run, run_once
 from processor.jobs.queue import JobRunner
 from processor.jobs.stats import collect_stats
-from processor.memory.dedupe import content_hash
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.identity import content_hash
 from processor.status import collect_status
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql

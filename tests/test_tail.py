@@ -13,9 +13,9 @@ from pathlib import Path
 import apsw
 import pytest
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.capture.tailer import Tailer
 from processor.store import open_store, sessions
-from tests.transcripts import assistant_line, user_line
 
 SID = "aaaaaaaa-0000-0000-0000-000000000001"
 

@@ -10,14 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.testbed.transcripts import Conversation, write_conversations
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.preferences import standing_statements
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
 from tests.conftest import REPO
-from tests.transcripts import Conversation, write_conversations
 
 CWD = "/work/shop"
 S1, S2, S3 = (f"33333333-0000-4000-8000-00000000000{i}" for i in (1, 2, 3))

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.testbed.transcripts import Conversation
 from processor.config import load_settings
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.statements import is_narration, is_tool_list, states_something
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
-from tests.transcripts import Conversation
 
 CWD = "/work/shop"
 SESSIONS = [f"22222222-0000-4000-8000-00000000000{n}" for n in range(1, 6)]

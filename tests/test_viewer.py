@@ -24,7 +24,7 @@ from processor.config import SettingsHolder
 from processor.hook_kit.hook_io import bite_line
 from processor.jobs.queue import JobRunner
 from processor.jobs.reviews import REVIEW
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.digest import write_digest_ids
 from processor.recall.injections import ingest
 from processor.store import connect, open_store, write_transaction

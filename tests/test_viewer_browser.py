@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.testbed.transcripts import user_line
 from processor.store import connect
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as viewer_sql
 from tests.cdp import Browser, Page, find_chromium
 from tests.conftest import REPO
-from tests.transcripts import user_line
 from tests.viewer_fixtures import SCRIPT_SID, World, build_world, iso, run_hook
 
 CHROMIUM = find_chromium()

@@ -16,10 +16,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.testbed.transcripts import assistant_line, user_line
 from processor.clock import now_ms
 from processor.config import Settings, SettingsHolder, load_settings
 from processor.jobs.reviews import open_review, review_options
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.digest import write_digest_ids
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
@@ -31,7 +32,6 @@ from processor.store import sessions as sessions_sql
 from processor.viewer.app import Viewer
 from processor.viewer.serve import LOGIN_PATH, SharedModel, login_route
 from tests.conftest import FIXTURE_PROJECTS, REPO
-from tests.transcripts import assistant_line, user_line
 
 SCRIPT_SID = "5c219700-0000-4000-8000-00000000beef"
 SCRIPT_TEXT = "<script>alert('pwned')</script> why does the checkout test time out on staging?"

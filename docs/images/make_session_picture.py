@@ -82,7 +82,7 @@ def replay(project_dir: Path, workdir: Path, models_dir: Path, until: str | None
     from processor.capture.project import project_root
     from processor.config import load_settings
     from processor.memory.embedder import load_embedder
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.memory.gguf_convert import ensure_default_gguf
     from processor.recall.recollections import RecollectionWriter
 

@@ -17,7 +17,7 @@ from processor.config import Settings
 
 if TYPE_CHECKING:  # annotations only: the backends know nothing of jobs
     from processor.jobs.backends.base import Backend, LLMRequest
-    from processor.memory.episodes import EpisodeStore
+    from processor.memory.episode_store import EpisodeStore
     from processor.store.jobs import JobRow
 
 T = TypeVar("T")

@@ -70,15 +70,21 @@ def pressures(check: DueCheck) -> dict[str, float]:
     return {p: n / limit for p, n in cold_sql.active_counts_by_project(check.conn).items()}
 
 
+def over_the_line(check: DueCheck) -> list[tuple[str, float, float]]:
+    """(project, its memory pressure, the line it is over) for each project whose pressure is over the line, by
+    project."""
+    line = threshold(check.settings, strict(check.conn, check.settings))
+    return [(project, pressure, line) for project, pressure in sorted(pressures(check).items()) if pressure > line]
+
+
 def find_sweeps(check: DueCheck) -> list[DueJob]:
     if not check.settings.cold_path:
         return []
-    line = threshold(check.settings, strict(check.conn, check.settings))
     interval = check.settings.sweep_interval_minutes * 60_000
     due = []
-    for project, pressure in sorted(pressures(check).items()):
+    for project, pressure, line in over_the_line(check):
         last = cold_sql.last_sweep_at(check.conn, project, 1)
-        if pressure > line and (last is None or check.now_ms - last >= interval):
+        if last is None or check.now_ms - last >= interval:
             due.append(DueJob(f"{SWEEP}:{project}", {"project": project},
                               f"memory pressure of {project} is {pressure:.2f} (> {line:.2f})"))
     return due
@@ -87,13 +93,12 @@ def find_sweeps(check: DueCheck) -> list[DueJob]:
 def find_consolidations(check: DueCheck) -> list[DueJob]:
     if not check.settings.cold_path or not check.llm_available:
         return []
-    line = threshold(check.settings, strict(check.conn, check.settings))
     interval = check.settings.sweep_interval_minutes * 60_000
     due = []
-    for project, pressure in sorted(pressures(check).items()):
+    for project, pressure, _ in over_the_line(check):
         pass1 = cold_sql.last_sweep_at(check.conn, project, 1)
         pass2 = cold_sql.last_sweep_at(check.conn, project, 2) or 0
-        if pressure > line and pass1 is not None and pass1 > pass2 and check.now_ms - pass2 >= interval:
+        if pass1 is not None and pass1 > pass2 and check.now_ms - pass2 >= interval:
             due.append(DueJob(f"{CONSOLIDATE}:{project}", {"project": project},
                               f"memory pressure of {project} is still {pressure:.2f} after pass 1"))
     return due

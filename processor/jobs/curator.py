@@ -95,6 +95,16 @@ class Curator:
                 self._count("merged")
         return list(keep.values())
 
+    def _settle(self, review: Review, state: str, resolution: str, action: str, detail: str, counted: str) -> bool:
+        """Close a review the curator settled itself, the action recorded in the same transaction; returns True."""
+        stamp = now_ms()
+        with write_transaction(self.ctx.conn):
+            cold_sql.close_review(self.ctx.conn, review.id, state, stamp, by=CURATOR, resolution=resolution)
+            cold_sql.record_action(self.ctx.conn, stamp, CURATOR, action, episode_id=review.episode_id,
+                                   review_id=review.id, detail=detail)
+        self._count(counted)
+        return True
+
     def _option(self, review: Review, action: str) -> int | None:
         return next((i for i, o in enumerate(review.options, 1) if o.get("action") == action), None)
 
@@ -114,14 +124,8 @@ class Curator:
         ep = episodes_sql.get_episode(conn, review.episode_id)
         if ep is None or ep.status in ("forgotten", "superseded"):
             what = "forgotten" if ep is None or ep.status == "forgotten" else f"replaced by {ep.superseded_by}"
-            stamp = now_ms()
-            with write_transaction(conn):
-                cold_sql.close_review(conn, review.id, "dismissed", stamp, by=CURATOR,
-                                      resolution=f"the memory was {what} meanwhile")
-                cold_sql.record_action(conn, stamp, CURATOR, "dismiss_review", episode_id=review.episode_id,
-                                       review_id=review.id, detail=f"memory {what}")
-            self._count("dismissed")
-            return True
+            return self._settle(review, "dismissed", f"the memory was {what} meanwhile", "dismiss_review",
+                                f"memory {what}", "dismissed")
         if review.kind != "inquisitor" or not ep.project:
             return False
         snapshot = self._snapshot(ep.project)
@@ -140,14 +144,8 @@ class Curator:
         elif finding.verdict == "fix":
             revise.rewrite(store, ep, finding.replacements, job_type=CURATOR, reason=finding.reason,
                            head_commit=snapshot.head)
-            stamp = now_ms()
-            with write_transaction(conn):
-                cold_sql.close_review(conn, review.id, "resolved", stamp, by=CURATOR,
-                                      resolution=f"rewritten: {finding.reason}")
-                cold_sql.record_action(conn, stamp, CURATOR, "resolve_review", episode_id=ep.id,
-                                       review_id=review.id, detail=f"rewritten: {finding.reason}")
-            self._count("rewritten")
-            return True
+            return self._settle(review, "resolved", f"rewritten: {finding.reason}", "resolve_review",
+                                f"rewritten: {finding.reason}", "rewritten")
         else:
             return False
         if option is None:

@@ -46,7 +46,7 @@ from processor.jobs.llm_gate import BreakerOpen, LLMGate
 from processor.jobs.registry import built_in_job_types
 from processor.jobs.status import jobs_status
 from processor.memory.embedder import Embedder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.errors import EmbedderError
 from processor.store import connect, open_store, retry_when_busy, write_transaction
 from processor.store import jobs as sql

@@ -17,7 +17,7 @@ import apsw
 from processor.clock import now_ms
 from processor.jobs.base import DueCheck, DueJob, JobContext, JobRejected, JobType
 from processor.memory import revise
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.store import cold as cold_sql
 from processor.store import episodes as episodes_sql
 from processor.store import write_transaction

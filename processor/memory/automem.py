@@ -23,8 +23,9 @@ import apsw
 from processor.capture.automem import MemoryFile, Section, cite, memory_files, read_memory_file, sections
 from processor.capture.problems import CaptureProblems
 from processor.clock import now_ms
-from processor.memory.dedupe import Candidate, Outcome, content_hash
-from processor.memory.episodes import EpisodeStore
+from processor.memory.dedupe import Candidate, Outcome
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.identity import content_hash
 from processor.memory.kinds import default_importance
 from processor.memory.verbatim import summarize
 from processor.redaction import redact

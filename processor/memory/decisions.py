@@ -17,10 +17,11 @@ only.
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass
 
+from processor.memory.findings import Finding, Round
+from processor.memory.identity import episode_id
+from processor.memory.kinds import scope_for
 from processor.memory.preferences import _CONVENTION, _PREFERENCE, _VENTING, user_sentences
 from processor.redaction import redact
 from processor.store.episodes import StoredMessage
@@ -52,15 +53,6 @@ _NOT_NAMES = frozenset({"I", "The", "This", "That", "We", "Let", "Decision", "Us
 MIN_NAMED = 1
 
 
-@dataclass(frozen=True)
-class Decision:
-    id: str
-    text: str  # the sentence as the user wrote it
-    names: list[str]  # what it is about
-    source_uuids: list[str]
-    created_at: int | None
-
-
 def names_in(sentence: str) -> list[str]:
     """What a sentence names: its backticked spans, paths, identifiers and proper names, in order, once each."""
     found: list[str] = []
@@ -73,11 +65,17 @@ def names_in(sentence: str) -> list[str]:
     return found
 
 
-def decisions_in(message: StoredMessage, project: str | None) -> list[Decision]:
-    """The decisions one user message states, in order; [] for anything else."""
+def findings(round_: Round) -> list[Finding]:
+    """The decisions a round's user messages state, in order (miner ``decision``)."""
+    return [found for message in round_.user_messages for found in decisions_in(message, round_.project)]
+
+
+def decisions_in(message: StoredMessage, project: str | None) -> list[Finding]:
+    """The decisions one user message states, in order, in the user's words: what it names are the memory's
+    entities; [] for anything else."""
     if message.role != "user":
         return []
-    found: list[Decision] = []
+    found: list[Finding] = []
     for index, (sentence, words) in enumerate(user_sentences(message.text)):
         if not _DECIDED.search(words) or _HYPOTHETICAL.search(words) or _VENTING.search(words):
             continue
@@ -86,7 +84,8 @@ def decisions_in(message: StoredMessage, project: str | None) -> list[Decision]:
         names = names_in(sentence)
         if len(names) < MIN_NAMED:
             continue
-        digest = hashlib.sha1(f"decision:{message.uuid}:{index}".encode()).hexdigest()[:16]
-        found.append(Decision(f"ep_{digest}", redact(sentence), [redact(n) for n in names[:8]], [message.uuid],
-                              message.ts_ms))
+        text = redact(sentence)
+        found.append(Finding(id=episode_id(f"decision:{message.uuid}:{index}"), kind="decision", summary=text,
+                             full_content=text, entities=[redact(n) for n in names[:8]], source_uuids=[message.uuid],
+                             created_at=message.ts_ms, miner="decision", scope=scope_for(None, project)))
     return found

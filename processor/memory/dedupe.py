@@ -18,7 +18,6 @@ batch, never half of it.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import logging
 import uuid as uuidlib
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import numpy as np
 
 from processor.clock import now_ms
 from processor.memory.embedder import Embedder
+from processor.memory.identity import content_hash
 from processor.memory.search import VectorIndex
 from processor.store import episodes as episodes_sql
 from processor.store import write_transaction
@@ -43,11 +43,6 @@ UPDATE_SIMILARITY = 0.85
 NEIGHBOURS = 5
 MERGED_MAX_CHARS = 4000
 MAX_ENTITIES = 20
-
-
-def content_hash(text: str) -> str:
-    """A memory's identity for exact duplicates: case and whitespace do not make a new memory."""
-    return hashlib.sha256(" ".join(text.split()).lower().encode()).hexdigest()
 
 
 class VectorStore(Protocol):

@@ -18,15 +18,15 @@ question, a hedge ("`x` might be generated"), a condition ("if `x` doesn't exist
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass
 
 from processor.hook_kit.tool_keys import GENERIC, command_keys
+from processor.memory.findings import Finding, Round
+from processor.memory.identity import episode_id
+from processor.memory.kinds import scope_for
 from processor.memory.sentences import units
 from processor.memory.statements import is_narration, prose, word_count
 from processor.redaction import redact
-from processor.store.episodes import StoredMessage
 from processor.store.tool_calls import StoredToolCall
 
 MAX_CHARS = 300
@@ -66,17 +66,6 @@ _PLAN = re.compile(r"\b(?:we'll|we will|i'll|i will|let's|need to|needs to be cr
                    r"to be created|yet)\b", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Fact:
-    id: str
-    text: str  # the sentence, as the session said it
-    thing: str  # what it is about, as written (backticks removed)
-    relation: str  # absent | ignored | force-added | generated | location
-    entities: list[str]
-    source_uuids: list[str]
-    created_at: int | None
-
-
 def _thing(raw: str) -> str:
     if raw.startswith("[") and "](" in raw:  # a Markdown link: its text
         raw = raw[1:raw.index("](")]
@@ -113,16 +102,13 @@ def _explored_before(calls: list[StoredToolCall], ts_ms: int) -> bool:
     return False
 
 
-def facts_of_round(round_messages: list[StoredMessage], calls: list[StoredToolCall], project: str | None,
-                   next_round_ms: int | None = None) -> list[Fact]:
-    """The facts the assistant stated in one round about things it had looked at."""
-    start = next((m.ts_ms for m in round_messages if m.ts_ms is not None), None)
-    if start is None:
-        return []
-    in_round = [c for c in calls if c.ts_ms is not None and c.ts_ms >= start
-                and (next_round_ms is None or c.ts_ms < next_round_ms)]
-    found: list[Fact] = []
-    for message in round_messages:
+def findings(round_: Round) -> list[Finding]:
+    """The facts the assistant stated in one round about things it had looked at (miner ``fact``): each is about
+    its thing (its one entity), by what kind of fact it is (absent, ignored, force-added, generated, hand-written,
+    location)."""
+    in_round = round_.in_round
+    found: list[Finding] = []
+    for message in round_.messages:
         if message.role != "assistant" or message.ts_ms is None or not _explored_before(in_round, message.ts_ms):
             continue
         for unit in units(message.text, MAX_CHARS * 2):
@@ -133,11 +119,13 @@ def facts_of_round(round_messages: list[StoredMessage], calls: list[StoredToolCa
                 continue
             relation, thing = stated
             sentence = " ".join(prose(unit.text).split()).lstrip("-*• ")
-            digest = hashlib.sha1(f"fact:{project}:{relation}:{thing}:{sentence.lower()}".encode()).hexdigest()[:16]
-            if any(f.id == f"ep_{digest}" for f in found):
+            fact_id = episode_id(f"fact:{round_.project}:{relation}:{thing}:{sentence.lower()}")
+            if any(f.id == fact_id for f in found):
                 continue
-            found.append(Fact(f"ep_{digest}", redact(sentence), redact(thing), relation, [redact(thing)],
-                              [message.uuid], message.ts_ms))
+            text = redact(sentence)
+            found.append(Finding(id=fact_id, kind="fact", summary=text, full_content=text, entities=[redact(thing)],
+                                 source_uuids=[message.uuid], created_at=message.ts_ms, miner="fact",
+                                 scope=scope_for(None, round_.project)))
             if len(found) >= MAX_FACTS_PER_ROUND:
                 return found
     return found

@@ -27,8 +27,12 @@ import re
 from dataclasses import dataclass
 
 from processor.capture.optout import own_words
+from processor.memory.findings import Finding, Round
+from processor.memory.identity import episode_id
 from processor.memory.pasted import OUTPUT_LINE
 from processor.memory.supersede import subjects
+from processor.memory.verbatim import entities_of, summarize
+from processor.redaction import redact
 
 MAX_SCAN_CHARS = 20_000  # of one message: a standing instruction is not buried in a megabyte paste
 LONG_PROSE_CHARS = 2_000
@@ -150,4 +154,18 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
         else:
             continue
         found.append(Statement(sentence, kind, _scope(sentence, project)))
+    return found
+
+
+def findings(round_: Round) -> list[Finding]:
+    """The standing statements of a round's user messages, as memories (miner ``standing``): global unless they
+    name something of the project."""
+    found: list[Finding] = []
+    for message in round_.user_messages:
+        for index, statement in enumerate(standing_statements(message.text, round_.project)):
+            text = redact(statement.text)
+            found.append(Finding(id=episode_id(f"standing:{message.uuid}:{index}"), kind=statement.kind,
+                                 summary=summarize(text, ""), full_content=text, entities=entities_of(text),
+                                 source_uuids=[message.uuid], created_at=message.ts_ms, miner="standing",
+                                 scope=statement.scope if round_.project else "global"))
     return found

@@ -10,7 +10,6 @@ pieces, so a rebuild never brings forgotten text back nor undoes a sweep.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -18,15 +17,15 @@ from typing import Protocol
 import apsw
 
 from processor.config import Settings
-from processor.memory.dedupe import content_hash
+from processor.memory.identity import episode_id
 from processor.memory.verbatim import RoundPiece, group_rounds, round_pieces
 from processor.store import episodes as sql
 from processor.store import write_transaction
-from processor.store.episodes import Episode, NewEpisode, StoredMessage
+from processor.store.episodes import Episode, StoredMessage
 
 
 class EpisodeStore(Protocol):
-    """What a rebuild needs of processor.memory.episodes.EpisodeStore (which calls it from reindex)."""
+    """What a rebuild needs of processor.memory.episode_store.EpisodeStore (which calls it from reindex)."""
 
     conn: apsw.Connection
 
@@ -94,21 +93,17 @@ def rebuild_session(store: EpisodeStore, session_id: str, report: RebuildReport)
     with write_transaction(store.conn):
         sql.delete_episodes(store.conn, [e.id for e in old if e.id not in kept_ids])
         for index, (piece, blob) in enumerate(zip(pieces, blobs, strict=True)):
-            new = NewEpisode(
-                id=piece.id, session_id=session_id, project=project, scope="project", summary=piece.summary,
-                entities=piece.entities, importance="normal", kind="other", source_type="verbatim",
-                full_content=piece.full_content, source_uuids=piece.source_uuids,
-                content_hash=content_hash(piece.full_content), created_at=piece.created_at or old[0].created_at)
+            new = piece.finding().episode(session_id, project, old[0].created_at)
             if index in takes:
                 sql.rewrite_episode(store.conn, takes[index].id, new, blob)
                 written.append(takes[index].id)
                 continue
-            episode_id = piece.id
-            if episode_id in kept_ids or sql.get_episode(store.conn, episode_id) is not None:
+            new_id = piece.id
+            if new_id in kept_ids or sql.get_episode(store.conn, new_id) is not None:
                 # The natural id belongs to a memory kept as it was: this piece gets one of its own.
-                episode_id = "ep_" + hashlib.sha1(f"{piece.id}:rebuilt".encode()).hexdigest()[:16]
-            sql.insert_episode(store.conn, replace(new, id=episode_id), blob)
-            written.append(episode_id)
+                new_id = episode_id(f"{piece.id}:rebuilt")
+            sql.insert_episode(store.conn, replace(new, id=new_id), blob)
+            written.append(new_id)
         rowids = [sql.get_episode(store.conn, i).rowid for i in written]
     report.sessions += 1
     report.removed += len(old) - len(kept)

@@ -14,8 +14,8 @@ import uuid as uuidlib
 import numpy as np
 
 from processor.clock import now_ms
-from processor.memory.dedupe import content_hash
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.identity import content_hash
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import write_transaction

@@ -24,12 +24,12 @@ named (``git add CLAUDE.md`` is that task's file, not the routine's).
 from __future__ import annotations
 
 import bisect
-import hashlib
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 from processor.hook_kit.tool_keys import command_key, command_keys, path_like
+from processor.memory.findings import Finding
+from processor.memory.identity import episode_id
 from processor.store.tool_calls import StoredToolCall
 
 MIN_TASKS = 3
@@ -41,16 +41,6 @@ _CHANGES = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 # Commands that only look: checking the state before a commit is not a step of closing out.
 _LOOKS = ("cmd:git status", "cmd:git diff", "cmd:git log", "cmd:git show", "cmd:git branch", "cmd:git fetch",
           "cmd:git remote")
-
-
-@dataclass(frozen=True)
-class Routine:
-    id: str
-    text: str
-    entities: list[str]
-    tasks: int
-    sessions: int
-    last_ms: int  # when a task last closed out this way: the memory's time, not the clock's
 
 
 def _closing_commands(calls: list[StoredToolCall]) -> list[tuple[str, str]]:
@@ -134,8 +124,9 @@ def forbidden_commands(rules: list[str]) -> list[str]:
 
 
 def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]],
-            forbidden: list[str] | tuple[str, ...] = ()) -> Routine | None:
-    """The project's close-out routine from its sessions' tasks, or None when nothing repeats enough. `forbidden`:
+            forbidden: list[str] | tuple[str, ...] = ()) -> Finding | None:
+    """The project's close-out routine from its sessions' tasks, or None when nothing repeats enough (miner
+    ``routine``): made when a task last closed out this way, the memory's time, not the clock's. `forbidden`:
     commands the project's rules and decisions rule out, as typed (``git add -A``)."""
     refused_keys, refused_typed = _refused([c for tasks in sessions.values() for task in tasks for c in task])
     forbidden = [" ".join(f.split()) for f in (*forbidden, *refused_typed) if f.strip()]
@@ -169,8 +160,11 @@ def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]],
     # would otherwise match every query that says those words.
     steps_text = " → ".join(f"`{line}`" for line in shown)
     text = f"Close-out routine: {steps_text} ({tasks} tasks, {sessions_seen} sessions)."
-    digest = hashlib.sha1(f"routine:{project}:{' '.join(steps)}".encode()).hexdigest()[:16]
-    return Routine(f"ep_{digest}", text, [f"$ {line}" for line in shown], tasks, sessions_seen, last_ms)
+    # Normal, not high: it is in the digest by its kind, and the ranking's floor for important memories would
+    # lift a routine (which names the project's commands) over what answers a query.
+    return Finding(id=episode_id(f"routine:{project}:{' '.join(steps)}"), kind="convention", summary=text,
+                   full_content=text, entities=[f"$ {line}" for line in shown], source_uuids=[], created_at=last_ms,
+                   miner="routine", importance="normal")
 
 
 def _as_typed(key: str, typed: Counter[str]) -> str:

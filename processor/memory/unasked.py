@@ -36,7 +36,7 @@ from processor.memory.bites import BITE_CHARS, fit, terms
 from processor.memory.search import VectorIndex
 from processor.memory.statements import states_something
 from processor.store import episodes as sql
-from processor.store import failures as failures_sql
+from processor.store import origins as origins_sql
 from processor.store.episodes import Episode
 
 PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
@@ -66,7 +66,7 @@ class Offer:
 
 def pushable(ep: Episode, origin: str | None = None) -> bool:
     """May this memory ever be shown unasked (before asking whether it fits the prompt)? `origin`: the miner that
-    made it (``store/failures.py`` memory_origins): a fact the assistant found about a file after looking
+    made it (``store/origins.py``): a fact the assistant found about a file after looking
     (``processor.memory.facts``) may be told about that file, not every ``fact`` an extractor or a commit made."""
     if ep.status != "active" or ep.source_type == "verbatim":
         return False
@@ -138,7 +138,7 @@ def offers(conn, index: VectorIndex, query: str, vector: np.ndarray, project: st
     # (the summary) and what it is about (its entities).
     frequency = Counter(t for ep in memories for t in _words(ep) & wanted)
     common = max(1, int(len(memories) * COMMON_SHARE))
-    origins = failures_sql.origins(conn, [ep.id for ep, _, _ in close])
+    origins = origins_sql.origins(conn, [ep.id for ep, _, _ in close])
     found: list[Offer] = []
     for ep, cos, z in close:
         if not pushable(ep) or _without_ids(ep.summary) in typed or origins.get(ep.id) in AT_THEIR_CALL:

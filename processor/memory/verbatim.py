@@ -10,10 +10,11 @@ This is the permanent fallback when no LLM extractor is configured.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, replace
 
+from processor.memory.findings import Finding
+from processor.memory.identity import episode_id
 from processor.memory.pasted import condense, with_whole, without_notes
 from processor.memory.sentences import Unit, join, split_sentences, units
 from processor.store.episodes import StoredMessage
@@ -40,6 +41,12 @@ class RoundPiece:
     source_uuids: list[str]
     created_at: int | None
     last_message_id: int
+
+    def finding(self) -> Finding:
+        """The piece as it is stored: the round's own words, kind ``other``, made by no miner."""
+        return Finding(id=self.id, kind="other", summary=self.summary, full_content=self.full_content,
+                       entities=self.entities, source_uuids=self.source_uuids, created_at=self.created_at, miner="",
+                       source_type="verbatim")
 
 
 def group_rounds(messages: list[StoredMessage], final: bool) -> list[list[StoredMessage]]:
@@ -260,7 +267,6 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
     pieces = []
     for index, entries in enumerate(_pack(_steps(round_messages, unit_room, condensed), room)):
         body = _render(entries)
-        digest = hashlib.sha1(f"{first.uuid}:{index}".encode()).hexdigest()[:16]
         if index == 0 or not header:
             content = body
             # The summary says the request, not the markup Claude Code wrapped around it (an opened file).
@@ -277,7 +283,7 @@ def round_pieces(round_messages: list[StoredMessage], max_chars: int) -> list[Ro
             if message.uuid not in uuids:
                 uuids.append(message.uuid)
         pieces.append(RoundPiece(
-            id=f"ep_{digest}",
+            id=episode_id(f"{first.uuid}:{index}"),
             summary=summary,
             full_content=content,
             entities=entities_of(content),

@@ -9,7 +9,7 @@ reads active memories only, so it never shows a forgotten one.
 from __future__ import annotations
 
 from processor.config import Settings
-from processor.memory.episodes import EpisodeStore, ForgetPlan
+from processor.memory.episode_store import EpisodeStore, ForgetPlan
 from processor.recall.recollections import drop_bites
 from processor.store.episodes import Episode
 

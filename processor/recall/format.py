@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing's own import is not needed: the MCP server imports this before `initialize`
 if TYPE_CHECKING:
-    from processor.memory.episodes import Expansion, Hit
+    from processor.memory.episode_store import Expansion, Hit
 
 
 def format_hits(hits: list[Hit]) -> str:

@@ -49,6 +49,7 @@ from processor.memory.facts import statement_of
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
+from processor.store import origins as origins_sql
 from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
@@ -167,7 +168,7 @@ class LessonIndex:
             return name
         memories = episodes_sql.project_memories(conn, project, SCANNED)
         fixes = {row.memory_id: row for row in failures_sql.with_memories(conn, project) if row.memory_id}
-        origins = failures_sql.origins(conn, [ep.id for ep in memories])
+        origins = origins_sql.origins(conn, [ep.id for ep in memories])
         told = viewer_sql.told_sessions(conn, [ep.id for ep in memories if origins.get(ep.id) in EXPIRING])
         worn = {ep.id for ep in memories if stale(ep, origins.get(ep.id), told.get(ep.id, set()), fixes.get(ep.id))}
         self.write(project, root, memories, fixes, origins, worn)

@@ -41,7 +41,7 @@ from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
 from processor.memory.citations import extract, missing_paths_on_disk
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.unasked import offers
 from processor.recall.lesson_index import LessonIndex
 from processor.store import episodes as episodes_sql

@@ -1,1 +1,5 @@
-"""Service: the running processor — its loop, memory thread, lifecycle, pid lock, control plane and units."""
+"""Service: the running processor's mechanisms — its loop, memory thread, pid lock, control plane, signals and units.
+
+What they are wired into (the routes of status, the viewer and recall) is ``processor/lifecycle.py``'s, above this
+folder and above what it wires.
+"""

@@ -13,7 +13,7 @@ from processor.service.pidfile import is_running
 
 JSONDict = dict[str, Any]
 MAX_ANSWER_BYTES = 1024 * 1024
-# What POST /recall takes (processor/service/lifecycle.py): a longer query is cut, a limit outside 1..50 refused.
+# What POST /recall takes (processor/lifecycle.py): a longer query is cut, a limit outside 1..50 refused.
 # `engram recall` (processor/lookup.py) searches itself what the processor would cut, so both answer alike.
 RECALL_QUERY_CHARS = control.RECALL_QUERY_CHARS
 RECALL_MAX_LIMIT = 50

@@ -1,6 +1,6 @@
 """The processor's control plane server: a small authenticated JSON API on 127.0.0.1.
 
-Used by ``service/lifecycle.py``::
+Used by ``processor/lifecycle.py`` (and ``engram open``'s read-only viewer, ``viewer/serve.py``)::
 
     server = ControlServer(settings.run_dir, port=settings.http_port, ping=processor.ping_info,
                            routes={("GET", "/status"): status_route,

@@ -25,7 +25,8 @@ from processor.capture.parse import CapturedLine
 from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
 from processor.memory.automem import sync_folder
-from processor.memory.episodes import EPISODE_SLICE_PIECES, EpisodeStore
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.episodize import EPISODE_SLICE_PIECES, Episodizer
 from processor.memory.errors import EmbedderError
 from processor.recall.injections import ingest as ingest_injections
 from processor.store import episodes as episodes_sql
@@ -212,6 +213,7 @@ class MemoryThread:
     def __init__(self, settings: SettingsSource, recollect: RecollectHandler | None = None) -> None:
         self._settings = settings
         self.store: EpisodeStore | None = None
+        self.episodizer: Episodizer | None = None  # the store's: episodes are built on the worker's connection
         self.problem: str | None = None  # why episodes are paused, if they are
         self.busy_with: str | None = None
         self.recollect = recollect  # the recollection writer's handler, if the processor writes them
@@ -237,6 +239,7 @@ class MemoryThread:
 
     def open(self) -> EpisodeStore:
         self.store = EpisodeStore(self._settings, open_store(self.settings.db_path))
+        self.episodizer = Episodizer(self.store)
         self._opened.set()
         return self.store
 
@@ -245,6 +248,7 @@ class MemoryThread:
         if self.store is not None:
             self.store.conn.close()
             self.store = None
+            self.episodizer = None
         with self._idle_readers_lock:
             idle, self._idle_readers = self._idle_readers, []
         for reader in idle:
@@ -252,10 +256,10 @@ class MemoryThread:
 
     def build_episodes(self, sessions: set[str] | None = None, final: bool = False) -> int:
         """Episodes for complete rounds; failures pause episodes (capture goes on) and are retried later."""
-        store = self.store
-        assert store is not None
-        return self._episode_errors(lambda: store.episodize(final=final) if sessions is None
-                                    else sum(store.episodize(sid, final=final) for sid in sorted(sessions))) or 0
+        episodizer = self.episodizer
+        assert episodizer is not None
+        return self._episode_errors(lambda: episodizer.episodize(final=final) if sessions is None
+                                    else sum(episodizer.episodize(sid, final=final) for sid in sorted(sessions))) or 0
 
     def build_all(self, final: bool = True) -> int:
         """Every session's episodes with nobody waiting (a backfill, `engram run --once`): one builder per
@@ -263,17 +267,17 @@ class MemoryThread:
         embedding a slice of each (BACKFILL_SLICE_PIECES pieces at most) in one call. While one builder reads,
         splits and commits (the interpreter's work), another's texts are on the model, so the cores stay busy;
         short sessions share decodes instead of taking one each. Returns the episodes added."""
-        store = self.store
-        assert store is not None
+        store, episodizer = self.store, self.episodizer
+        assert store is not None and episodizer is not None
         builders = store.embedder.max_contexts if len(sessions := self._episode_errors(
-            store.sessions_to_episodize) or []) > 1 else 1
+            episodizer.sessions_to_episodize) or []) > 1 else 1
         waiting = list(reversed(sessions))
         taking = threading.Condition()
         in_flight = [0]  # batches being built: their sessions may come back with more
         added: list[int] = []
         failures: list[BaseException] = []
 
-        def build(builder: EpisodeStore) -> None:
+        def build(builder: Episodizer) -> None:
             try:
                 while True:
                     with taking:
@@ -298,22 +302,22 @@ class MemoryThread:
                     failures.append(exc)
                     taking.notify_all()
             finally:
-                if builder is not store:
+                if builder is not episodizer:
                     builder.conn.close()
 
         def run() -> int:
-            helpers = [threading.Thread(target=build, args=(EpisodeStore(
-                self._settings, open_store(self.settings.db_path), embedder=store.embedder, index=store.index),),
+            helpers = [threading.Thread(target=build, args=(Episodizer(EpisodeStore(
+                self._settings, open_store(self.settings.db_path), embedder=store.embedder, index=store.index)),),
                 name=f"engram-build-{n}", daemon=True) for n in range(1, builders)]
             for thread in helpers:
                 thread.start()
-            build(store)
+            build(episodizer)
             for thread in helpers:
                 thread.join()
             if failures:
                 raise failures[0]
             # What the builders left (a session that got new signals meanwhile), and the signals of none.
-            return sum(added) + store.episodize(final=final, max_pieces=BACKFILL_SLICE_PIECES)
+            return sum(added) + episodizer.episodize(final=final, max_pieces=BACKFILL_SLICE_PIECES)
 
         return self._episode_errors(run) or 0
 
@@ -335,13 +339,13 @@ class MemoryThread:
 
     def build_slice(self, session_id: str, final: bool = False) -> bool:
         """One slice of a session's episodes; True when more complete rounds wait (and nothing failed)."""
-        store = self.store
-        assert store is not None
+        episodizer = self.episodizer
+        assert episodizer is not None
         self.share_cores()
         # Slices of EPISODE_SLICE_PIECES even with no session live: four times as many (a page of 1,024 messages
         # and 64 pieces at once) added 30 MB to the processor's peak under bench/load.py's drain.
-        outcome = self._episode_errors(lambda: store.episodize_slice(session_id, final,
-                                                                     between=self.serve_recollections))
+        outcome = self._episode_errors(lambda: episodizer.episodize_slice(session_id, final,
+                                                                          between=self.serve_recollections))
         return bool(outcome and outcome[1])
 
     def _episode_errors(self, build: Callable[[], T]) -> T | None:

@@ -28,7 +28,7 @@ from processor.clock import utc_date
 from processor.config import AGENT_NAMES, Settings, SettingsHolder
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
-from processor.memory.episodes import EpisodeStore, Expansion
+from processor.memory.episode_store import EpisodeStore, Expansion
 from processor.memory.gguf_convert import remove_stale_conversions
 from processor.memory.unasked import offers
 from processor.recall.recollections import RecollectionWriter, drop_bites, record_opt_out, requested_opt_out

@@ -23,7 +23,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import Settings, SettingsSource
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.recall.recollections import drop_bites
 from processor.share import connection as share_connection
 from processor.share.connection import SharedDatabase

@@ -21,7 +21,7 @@ from typing import Any
 from processor.clock import utc_date
 from processor.config import Settings
 from processor.memory.bites import Passage, bites_for
-from processor.memory.episodes import Expansion, Hit, weights_from
+from processor.memory.episode_store import Expansion, Hit, weights_from
 from processor.memory.search import fts_terms, half_life_decay
 from processor.share import connection as share_connection
 from processor.share.errors import ShareError, explain_connection_error, is_psycopg_error

@@ -14,6 +14,7 @@ import apsw
 
 from processor.redaction import Redacted, redacted, redacted_json
 from processor.store.episodes import EPISODE_COLUMNS, Episode
+from processor.store.in_list import rows_in
 
 # --- memories the inquisitor checks ------------------------------------------------------------
 
@@ -62,11 +63,8 @@ def record_check(conn: apsw.Connection, episode_id: str, now_ms: int, head_commi
 
 
 def checks_for(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, LastCheck]:
-    if not episode_ids:
-        return {}
-    marks = ",".join("?" * len(episode_ids))
-    rows = conn.execute(f"SELECT episode_id, checked_at, head_commit, verdict, reason FROM memory_checks "
-                        f"WHERE episode_id IN ({marks})", episode_ids)
+    rows = rows_in(conn, "SELECT episode_id, checked_at, head_commit, verdict, reason FROM memory_checks "
+                         "WHERE episode_id IN ({marks})", episode_ids)
     return {r[0]: LastCheck(*r) for r in rows}
 
 
@@ -87,12 +85,8 @@ def supersede_into(conn: apsw.Connection, old_ids: list[str], new_id: str, now_m
 def superseded_by_change(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
     """Which of these were superseded because a newer episode stated a change (job type 'recency'), not as a
     version of the same memory."""
-    if not episode_ids:
-        return set()
-    marks = ",".join("?" * len(episode_ids))
-    return {row[0] for row in conn.execute(
-        f"SELECT episode_id FROM cold_actions WHERE job_type = 'recency' AND action = 'superseded' "
-        f"AND episode_id IN ({marks})", episode_ids)}
+    return {row[0] for row in rows_in(conn, "SELECT episode_id FROM cold_actions WHERE job_type = 'recency' "
+                                            "AND action = 'superseded' AND episode_id IN ({marks})", episode_ids)}
 
 
 def reinstate(conn: apsw.Connection, episode_id: str, successor_id: str) -> None:

@@ -1,5 +1,4 @@
-"""The SQL of failure signatures (how a project's calls failed, in which sessions, and what memory tells the fix)
-and of memory origins (which miner made a memory).
+"""The SQL of failure signatures: how a project's calls failed, in which sessions, and what memory tells the fix.
 
 A signature is the normalised error of ``processor/hook_kit/failure_keys.py``; two failures are the same when their
 signatures are (``same_failure``), so each project keeps one row per way a program fails, however often it does:
@@ -121,22 +120,3 @@ def project_failures(conn: apsw.Connection, project: str | None) -> list[Failure
     rows = conn.execute(f"SELECT {_COLUMNS} FROM failure_signatures WHERE project IS ? ORDER BY last_ms DESC",
                         (project,))
     return [_row(r) for r in rows]
-
-
-# --- where a memory came from ------------------------------------------------------------------------
-
-MINERS = ("error_fix", "lesson", "recipe", "fact", "decision", "standing", "routine")
-
-
-def set_origin(conn: apsw.Connection, episode_id: str, miner: str) -> None:
-    conn.execute("INSERT OR IGNORE INTO memory_origins (episode_id, miner) VALUES (?, ?)", (episode_id, miner))
-
-
-def origins(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for start in range(0, len(episode_ids), 500):
-        chunk = episode_ids[start:start + 500]
-        marks = ",".join("?" * len(chunk))
-        found.update(conn.execute(f"SELECT episode_id, miner FROM memory_origins WHERE episode_id IN ({marks})",
-                                  chunk).fetchall())
-    return found

@@ -17,7 +17,8 @@ from typing import Any
 import apsw
 
 from processor.redaction import Redacted, redacted
-from processor.store.episodes import NewEpisode, json_list
+from processor.store.episodes import EPISODE_COLUMNS, Episode, NewEpisode
+from processor.store.in_list import rows_in
 
 # --- the triggers that fill the outbox -------------------------------------------------------------
 
@@ -296,11 +297,8 @@ def queue(conn: apsw.Connection, episode_ids: list[str], now_ms: int) -> None:
 
 
 def queued_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
-    if not episode_ids:
-        return set()
-    marks = ",".join("?" * len(episode_ids))
-    return {r[0] for r in conn.execute(f"SELECT episode_id FROM share_outbox WHERE episode_id IN ({marks})",
-                                       episode_ids)}
+    return {r[0] for r in rows_in(conn, "SELECT episode_id FROM share_outbox WHERE episode_id IN ({marks})",
+                                  episode_ids)}
 
 
 def drop_from_outbox(conn: apsw.Connection, episode_ids: list[str]) -> None:
@@ -311,49 +309,25 @@ def drop_from_outbox(conn: apsw.Connection, episode_ids: list[str]) -> None:
 
 
 @dataclass(frozen=True)
-class LocalMemory:
+class LocalMemory(Episode):
     """An episode as it leaves the machine, with what decides whether and to whom it goes."""
 
-    id: str
-    session_id: str | None
-    project: str | None
-    scope: str
-    summary: str
-    entities: list[str]
-    importance: str
-    kind: str
-    source_type: str
-    full_content: str
-    source_uuids: list[str]
     content_hash: str
     embedding: bytes | None
-    created_at: int
-    valid_from: int
-    valid_to: int | None
-    superseded_by: str | None
-    status: str
     forgotten_reason: str | None
     session_opt_out: str | None
 
 
+# The episode's columns, then LocalMemory's own (the episode's table is `e`: its session's joins it).
+_PUSH_COLUMNS = (", ".join(f"e.{column}" for column in EPISODE_COLUMNS.split(", "))
+                 + ", e.content_hash, e.embedding, e.forgotten_reason, s.opt_out")
+
+
 def memories_for_push(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, LocalMemory]:
     """The current state of these episodes (absent ids were deleted), with their session's opt-out."""
-    if not episode_ids:
-        return {}
-    marks = ",".join("?" * len(episode_ids))
-    rows = conn.execute(
-        f"SELECT e.id, e.session_id, e.project, e.scope, e.summary, e.entities, e.importance, e.kind, "
-        f"e.source_type, e.full_content, e.source_uuids, e.content_hash, e.embedding, e.created_at, e.valid_from, "
-        f"e.valid_to, e.superseded_by, e.status, e.forgotten_reason, s.opt_out "
-        f"FROM episodes e LEFT JOIN sessions s ON s.session_id = e.session_id WHERE e.id IN ({marks})",
-        episode_ids)
-    found = {}
-    for row in rows:
-        values = list(row)
-        values[5] = json_list(values[5])
-        values[10] = json_list(values[10])
-        found[row[0]] = LocalMemory(*values)
-    return found
+    rows = rows_in(conn, f"SELECT {_PUSH_COLUMNS} FROM episodes e LEFT JOIN sessions s ON s.session_id = e.session_id "
+                         "WHERE e.id IN ({marks})", episode_ids)
+    return {memory.id: memory for memory in map(LocalMemory.from_row, rows)}
 
 
 def own_projects_of(conn: apsw.Connection, episode_ids: list[str]) -> list[str]:
@@ -382,11 +356,8 @@ class SharedRow:
 
 
 def shared_rows(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, SharedRow]:
-    if not episode_ids:
-        return {}
-    marks = ",".join("?" * len(episode_ids))
-    rows = conn.execute(f"SELECT episode_id, server_seq, origin_machine, owner, team, project_key, pulled "
-                        f"FROM share_rows WHERE episode_id IN ({marks})", episode_ids)
+    rows = rows_in(conn, "SELECT episode_id, server_seq, origin_machine, owner, team, project_key, pulled "
+                         "FROM share_rows WHERE episode_id IN ({marks})", episode_ids)
     return {r[0]: SharedRow(*r[:6], bool(r[6])) for r in rows}
 
 
@@ -541,11 +512,8 @@ def fingerprint_of(r: Replica) -> tuple[Any, ...]:
 
 
 def local_versions(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, LocalVersion]:
-    if not episode_ids:
-        return {}
-    marks = ",".join("?" * len(episode_ids))
-    rows = conn.execute(f"SELECT id, summary, entities, importance, kind, scope, status, superseded_by, valid_to, "
-                        f"content_hash, project, source_uuids FROM episodes WHERE id IN ({marks})", episode_ids)
+    rows = rows_in(conn, "SELECT id, summary, entities, importance, kind, scope, status, superseded_by, valid_to, "
+                         "content_hash, project, source_uuids FROM episodes WHERE id IN ({marks})", episode_ids)
     return {r[0]: LocalVersion(r[6], r[9], tuple(r[1:])) for r in rows}
 
 
@@ -595,12 +563,9 @@ def problem_counts(conn: apsw.Connection) -> dict[str, int]:
 
 def commit_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
     """Which of these memories are commit messages (built from a `git commit` tool call that succeeded)."""
-    if not episode_ids:
-        return set()
-    marks = ",".join("?" * len(episode_ids))
-    return {r[0] for r in conn.execute(
-        f"SELECT e.id FROM episodes e JOIN tool_signals t ON t.use_uuid = json_extract(e.source_uuids, '$[0]') "
-        f"WHERE e.id IN ({marks}) AND json_extract(t.pending, '$.source') = 'commit'", episode_ids)}
+    return {r[0] for r in rows_in(
+        conn, "SELECT e.id FROM episodes e JOIN tool_signals t ON t.use_uuid = json_extract(e.source_uuids, '$[0]') "
+              "WHERE e.id IN ({marks}) AND json_extract(t.pending, '$.source') = 'commit'", episode_ids)}
 
 
 # --- transcript messages of shared memories (share_messages = true) -----------------------------------
@@ -608,15 +573,7 @@ def commit_ids(conn: apsw.Connection, episode_ids: list[str]) -> set[str]:
 
 def captured_messages(conn: apsw.Connection, uuids: list[str]) -> list[tuple[str, str, str, int | None, str]]:
     """(uuid, session_id, role, ts_ms, text) of these captured messages (the ones still held here)."""
-    if not uuids:
-        return []
-    found = []
-    for start in range(0, len(uuids), 500):
-        chunk = uuids[start:start + 500]
-        marks = ",".join("?" * len(chunk))
-        found += conn.execute(f"SELECT uuid, session_id, role, ts_ms, text FROM messages WHERE uuid IN ({marks})",
-                              chunk).fetchall()
-    return found
+    return rows_in(conn, "SELECT uuid, session_id, role, ts_ms, text FROM messages WHERE uuid IN ({marks})", uuids)
 
 
 def save_pulled_messages(conn: apsw.Connection,

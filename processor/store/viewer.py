@@ -360,8 +360,9 @@ def recent_failures(conn: apsw.Connection, limit: int = 20) -> list[Failure]:
 # --- what changed: the live updates' cursor --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Cursor:
+class Cursor(NamedTuple):
+    """How far the live updates have seen: the newest message, episode and injection, compared as one."""
+
     message_id: int
     episode_rowid: int
     injection_id: int

@@ -39,7 +39,7 @@ from processor.hook_kit.hook_io import bite_line, format_context
 from processor.jobs.review_cli import record_choice
 from processor.jobs.status import jobs_status
 from processor.memory.bites import bites_for
-from processor.memory.episodes import RECALL_ALSO, EpisodeStore
+from processor.memory.episode_store import RECALL_ALSO, EpisodeStore
 from processor.memory.errors import EmbedderError, UnknownEpisode
 from processor.memory.unasked import CATEGORIES, category
 from processor.share.commands import status_of as share_status
@@ -47,7 +47,7 @@ from processor.share.connection import configured as share_configured
 from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
-from processor.store import failures as failures_sql
+from processor.store import origins as origins_sql
 from processor.store import sessions as session_sql
 from processor.store import share as share_sql
 from processor.store import viewer as sql
@@ -326,7 +326,7 @@ class Viewer:
         """What Engram tells this project's sessions unasked, by category: each memory with where it came from
         and how often it was told."""
         statements = sql.project_statements(conn, project)
-        origins = failures_sql.origins(conn, [ep.id for ep in statements])
+        origins = origins_sql.origins(conn, [ep.id for ep in statements])
         counts = sql.told_counts(conn, [ep.id for ep in statements])
         groups: dict[str, list[dict[str, Any]]] = {}
         for ep in statements:

@@ -11,7 +11,7 @@ import apsw
 
 from processor.config import Settings, SettingsHolder, SettingsSource
 from processor.memory.embedder import Embedder
-from processor.memory.episodes import EpisodeStore
+from processor.memory.episode_store import EpisodeStore
 from processor.memory.search import VectorIndex
 from processor.service.control_server import ControlServer
 from processor.viewer.app import Viewer

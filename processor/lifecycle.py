@@ -1,5 +1,9 @@
 """`engram run`: one processor per user, with its pid lock, control plane, watchdog and signals.
 
+The composition root: it wires the service's mechanisms (``processor/service/``) with what they serve, the
+``/status`` route (``processor/status.py``), the viewer (``processor/viewer/``), recall and the MCP tools' host, so
+it sits above all of them and the service folder imports none of them.
+
 Exit codes: 0 after SIGTERM/SIGINT; EXIT_ALREADY_RUNNING when another processor holds the
 lock (the service manager should not hammer it); EXIT_MEMORY_LIMIT (75) when the RSS watchdog
 asked for a restart.

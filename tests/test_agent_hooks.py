@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.claude_code.settings import Registration, hook_python
-from processor.codex.settings import hook_specs as codex_hooks
 from processor.config import AGENTS
-from processor.gemini.settings import hook_specs as gemini_hooks
+from processor.install.claude import Registration, hook_python
+from processor.install.codex import hook_specs as codex_hooks
+from processor.install.gemini import hook_specs as gemini_hooks
 from processor.recall.digest import header
 from recall_hook import hook_io
 from recall_hook.tool_keys import tool_keys

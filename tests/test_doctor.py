@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from processor import doctor
-from processor.claude_code import settings as claude_settings
 from processor.config import ensure_home, load_settings
 from processor.doctor import Check, exit_code, format_report, run_checks
 from processor.files import write_atomic
+from processor.install import claude as claude_settings
 from processor.memory.gguf_convert import GGUF_FILENAME, MODEL_NAME, ensure_default_gguf
 from processor.service import units
 from processor.service.control_server import ControlServer
@@ -396,8 +396,8 @@ def test_a_processor_that_cannot_serve_the_mcp_tools_is_a_warning(healthy: Home)
 
 
 def test_codex_and_gemini_checks(healthy: Home) -> None:
-    from processor.codex import settings as codex
-    from processor.gemini import settings as gemini
+    from processor.install import codex as codex
+    from processor.install import gemini as gemini
 
     found = by_name(run_checks(healthy.env))
     assert found["Codex CLI"].ok and "not installed here" in found["Codex CLI"].detail

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from processor.claude_code import settings as cs
-from processor.claude_code.plugin import plugin_files, write_plugin
-from processor.claude_code.settings import InstallError, Registration, install, uninstall
+from processor.install import claude as cs
+from processor.install.claude import InstallError, Registration, install, uninstall
+from processor.install.plugin import plugin_files, write_plugin
 from recall_hook import hook_io as fence
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from processor import install as agents
-from processor.claude_code import settings as cs
-from processor.claude_code.settings import InstallError, Registration
-from processor.codex import settings as codex
-from processor.codex.config_file import BLOCK_START
-from processor.codex.trust import engram_hooks, trust_hash, untrusted
-from processor.gemini import settings as gemini
+from processor.install import agents
+from processor.install import claude as cs
+from processor.install import codex as codex
+from processor.install import gemini as gemini
+from processor.install.claude import InstallError, Registration
+from processor.install.codex_config import BLOCK_START
+from processor.install.codex_trust import engram_hooks, trust_hash, untrusted
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = cs.hook_python()

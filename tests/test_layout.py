@@ -24,8 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the running processor, what it reports, and the web viewer it serves
     ("processor.service", "processor.status", "processor.lookup", "processor.viewer"),
     # registration with each agent, across them (`engram install`), and the checks of all of it
-    ("processor.claude_code", "processor.codex", "processor.gemini", "processor.install", "processor.doctor",
-     "recall_hook", "mcp_tools"),
+    ("processor.install", "processor.doctor", "recall_hook", "mcp_tools"),
     ("processor.cli",),
 )
 

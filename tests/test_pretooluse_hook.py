@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.claude_code.settings import Registration, hook_python
+from processor.install.claude import Registration, hook_python
 from recall_hook import hook_io, pretooluse
 from recall_hook import hook_io as fence
 

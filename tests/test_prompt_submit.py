@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from processor.capture.project import project_root as processor_project_root
-from processor.claude_code.plugin import plugin_files
-from processor.claude_code.settings import (
+from processor.files import write_atomic
+from processor.install.claude import (
     PROMPT_SUBMIT_MARKER,
     Registration,
     add_hooks,
@@ -31,7 +31,7 @@ from processor.claude_code.settings import (
     remove_hooks,
     uninstall,
 )
-from processor.files import write_atomic
+from processor.install.plugin import plugin_files
 from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
 from recall_hook import hook_io, prompt_submit

@@ -21,8 +21,8 @@ from typing import Any
 import apsw
 import pytest
 
-from processor.claude_code.settings import Registration, hook_python
 from processor.config import load_settings
+from processor.install.claude import Registration, hook_python
 from processor.memory.episodes import EpisodeStore
 from processor.store import open_store
 from recall_hook.hook_io import FENCE_CLOSE, FENCE_OPEN

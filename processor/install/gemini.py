@@ -13,7 +13,7 @@ script, so the bites and the digest name the tools as Gemini shows them: ``mcp_e
 - MCP server ``engram`` in ``mcpServers``: ``<engram's python> -I -m mcp_tools.bridge``.
 
 Hook timeouts are in milliseconds here (Gemini's unit). The file is edited like Claude Code's settings
-(``processor/claude_code/settings.py``): Engram's entries only, a backup first, an atomic write, the
+(``claude.py``): Engram's entries only, a backup first, an atomic write, the
 indentation kept; uninstall removes exactly what install added. Gemini also reads JSON with comments; Engram
 edits plain JSON only, so a commented file is an error that says so and names the fix.
 """
@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from processor.claude_code.settings import (
+from processor.config import gemini_config_dir
+from processor.install.claude import (
     MCP_SERVER_NAME,
     PROMPT_SUBMIT_MARKER,
     ChangeReport,
@@ -41,7 +42,6 @@ from processor.claude_code.settings import (
     remove_hooks,
     remove_mcp_server,
 )
-from processor.config import gemini_config_dir
 from recall_hook.pretooluse import LAUNCHER
 from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER

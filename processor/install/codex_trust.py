@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.claude_code.settings import is_engram_hook
+from processor.install.claude import is_engram_hook
 
 DEFAULT_TIMEOUT = 600  # seconds, as Codex fills a hook without one
 # Events whose matcher Codex ignores (it is not part of their identity).

@@ -1,6 +1,6 @@
 """`engram install` / `engram uninstall` across agents: which agents are on this machine, and the registration
-with each (Claude Code: ``processor/claude_code/``, the Codex CLI: ``processor/codex/``, the Gemini CLI:
-``processor/gemini/``).
+with each (Claude Code: ``claude``, the Codex CLI: ``codex``, the Gemini CLI:
+``gemini``).
 
 By default install registers with every agent found here — its folder exists (``~/.claude``, ``~/.claude.json``,
 ``$CODEX_HOME`` or ``~/.codex``, ``~/.gemini``) or its command is on PATH — and, when none is found, with
@@ -16,11 +16,11 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from processor.claude_code import settings as claude
-from processor.claude_code.settings import ChangeReport, InstallError, Registration, check_registration
-from processor.codex import settings as codex
 from processor.config import AGENT_NAMES, AGENTS, claude_config_dir, codex_config_dir, gemini_config_dir
-from processor.gemini import settings as gemini
+from processor.install import claude as claude
+from processor.install import codex as codex
+from processor.install import gemini as gemini
+from processor.install.claude import ChangeReport, InstallError, Registration, check_registration
 
 COMMANDS = {"claude": "claude", "codex": "codex", "gemini": "gemini"}
 

@@ -25,9 +25,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from processor.claude_code.settings import Registration, default_registration
 from processor.config import DISTRIBUTION
 from processor.files import write_atomic
+from processor.install.claude import Registration, default_registration
 
 PLUGIN_NAME = "engram"
 DESCRIPTION = (

@@ -14,13 +14,13 @@ script, so the bites and the digest name the tools as Codex shows them):
 - optionally ``UserPromptSubmit`` (``engram install --prompt-submit``): ``recall_hook/prompt_submit.py codex``;
 - MCP server ``engram``: ``<engram's python> -I -m mcp_tools.bridge``, with ``env_vars`` naming the variables
   that locate Engram's data (Codex passes a server only the variables it is told to);
-- the trust of those hooks (``processor/codex/trust.py``): Codex skips an untrusted hook silently, and
+- the trust of those hooks (``codex_trust.py``): Codex skips an untrusted hook silently, and
   installing Engram is the user's consent to run Engram's hooks, so install records it (``--no-trust`` leaves
   it to the user: ``/hooks`` in Codex). Nothing else's trust is touched.
 
-hooks.json is edited like Claude Code's settings (``processor/claude_code/settings.py``: Engram's entries
+hooks.json is edited like Claude Code's settings (``claude.py``: Engram's entries
 only, other keys and their order kept, a backup first, an atomic write); config.toml keeps the user's
-formatting and comments (``processor/codex/config_file.py``). Both files are read before either is written:
+formatting and comments (``codex_config.py``). Both files are read before either is written:
 an invalid one is an error naming the file and the fix, and nothing is written. Uninstall removes exactly
 what install added.
 """
@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from processor.claude_code.settings import (
+from processor.config import codex_config_dir
+from processor.install.claude import (
     MCP_SERVER_NAME,
     PROMPT_SUBMIT_MARKER,
     ChangeReport,
@@ -48,9 +49,8 @@ from processor.claude_code.settings import (
     read_object,
     remove_hooks,
 )
-from processor.codex.config_file import created_by_engram, read_config, with_engram, without_engram
-from processor.codex.trust import EngramHook, engram_hooks
-from processor.config import codex_config_dir
+from processor.install.codex_config import created_by_engram, read_config, with_engram, without_engram
+from processor.install.codex_trust import EngramHook, engram_hooks
 from recall_hook.pretooluse import LAUNCHER
 from recall_hook.prompt_submit import LAUNCHER as PROMPT_SUBMIT_LAUNCHER
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER

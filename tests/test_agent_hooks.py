@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from processor.config import AGENTS
-from processor.install.claude import Registration, hook_python
 from processor.install.codex import hook_specs as codex_hooks
 from processor.install.gemini import hook_specs as gemini_hooks
+from processor.install.registration import Registration, hook_python
 from processor.recall.digest import header
 from recall_hook import hook_io
 from recall_hook.tool_keys import tool_keys

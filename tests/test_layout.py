@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the running processor, what it reports, and the web viewer it serves
     ("processor.service", "processor.status", "processor.lookup", "processor.viewer"),
     # registration with each agent, across them (`engram install`), and the checks of all of it
-    ("processor.install", "processor.doctor", "recall_hook", "mcp_tools"),
+    ("processor.check", "processor.install", "processor.doctor", "recall_hook", "mcp_tools"),
     ("processor.cli",),
 )
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.install.claude import Registration, hook_python
+from processor.install import claude
+from processor.install.registration import Registration, hook_python
 from recall_hook import hook_io, pretooluse
 from recall_hook import hook_io as fence
 
@@ -26,7 +27,7 @@ HOOK = REPO / "recall_hook" / "pretooluse.py"
 SESSION = "5f1c9a52-7a43-4d0e-9f8e-3c1d2b7e6a10"
 PYTHON = hook_python()
 LAUNCHER_ARGV = shlex.split(
-    Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK).hook("PreToolUse").command
+    claude.hook(Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK), "PreToolUse").command
 )
 SCRIPT_ARGV = [PYTHON, "-I", "-S", str(HOOK)]
 

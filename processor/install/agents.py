@@ -1,6 +1,5 @@
-"""`engram install` / `engram uninstall` across agents: which agents are on this machine, and the registration
-with each (Claude Code: ``claude``, the Codex CLI: ``codex``, the Gemini CLI:
-``gemini``).
+"""`engram install` / `engram uninstall` across agents: the agents Engram registers with (adding one is one line
+here), which of them are on this machine, and the registration with each.
 
 By default install registers with every agent found here — its folder exists (``~/.claude``, ``~/.claude.json``,
 ``$CODEX_HOME`` or ``~/.codex``, ``~/.gemini``) or its command is on PATH — and, when none is found, with
@@ -11,30 +10,57 @@ fix; the others are still registered.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
-from collections.abc import Mapping
+import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from processor.config import AGENT_NAMES, AGENTS, claude_config_dir, codex_config_dir, gemini_config_dir
-from processor.install import claude as claude
-from processor.install import codex as codex
-from processor.install import gemini as gemini
-from processor.install.claude import ChangeReport, InstallError, Registration, check_registration
+from processor.check import Check
+from processor.config import AGENT_NAMES, Settings
+from processor.install import claude, codex, gemini
+from processor.install.json_file import ChangeReport
+from processor.install.registration import HookSpec, InstallError, Registration, check_registration, run_hook
 
-COMMANDS = {"claude": "claude", "codex": "codex", "gemini": "gemini"}
+
+class Agent(Protocol):
+    """What every agent's module answers (``claude``, ``codex``, ``gemini``)."""
+
+    NAME: str  # as `--agent` and the `agents` setting name it
+    TITLE: str  # as people know it (``config.AGENT_NAMES``)
+
+    def found(self, env: Mapping[str, str] | None = None) -> bool:
+        """The agent is on this machine."""
+        ...
+
+    def hook_specs(self, registration: Registration) -> list[tuple[HookSpec, bool]]:
+        """Engram's hooks for this agent, each with whether install adds it (else it is refreshed where present)."""
+        ...
+
+    def install(self, registration: Registration, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
+                **options: object) -> ChangeReport:
+        """Register Engram; `options` are ``install``'s (``trust``), each agent takes those it knows."""
+        ...
+
+    def uninstall(self, *, dry_run: bool = False, env: Mapping[str, str] | None = None) -> ChangeReport:
+        """Remove exactly what install added."""
+        ...
+
+    def problems(self, settings: Settings, env: Mapping[str, str]) -> list[Check]:
+        """What `engram doctor` finds of Engram's registration with the agent, right or wrong."""
+        ...
+
+
+AGENTS: dict[str, Agent] = {claude.NAME: claude, codex.NAME: codex, gemini.NAME: gemini}
+# Registered with when no agent is found here: Engram began as Claude Code's memory.
+DEFAULT_AGENT = claude.NAME
 
 
 def found_agents(env: Mapping[str, str] | None = None) -> list[str]:
     """The agents installed here: their folder exists or their command is on PATH (Claude Code when none is)."""
     env = os.environ if env is None else env
-    home = env.get("HOME") or os.path.expanduser("~")
-    claude_dir = claude_config_dir(env) if env.get("CLAUDE_CONFIG_DIR") else os.path.join(home, ".claude")
-    folders = {"claude": [claude_dir, os.path.join(home, ".claude.json")],
-               "codex": [codex_config_dir(env)], "gemini": [gemini_config_dir(env)]}
-    found = [agent for agent in AGENTS
-             if any(os.path.exists(f) for f in folders[agent]) or shutil.which(COMMANDS[agent], path=env.get("PATH"))]
-    return found or ["claude"]
+    return [name for name, agent in AGENTS.items() if agent.found(env)] or [DEFAULT_AGENT]
 
 
 def chosen(agent: str | None, env: Mapping[str, str] | None = None, *, uninstall: bool = False) -> list[str]:
@@ -69,34 +95,26 @@ def install(agents: list[str], registration: Registration, *, dry_run: bool = Fa
     """Register Engram with each agent; the registration is checked once (a broken one registers nowhere)."""
     if check:
         check_registration(registration)
-    outcomes = []
-    for agent in agents:
-        try:
-            if agent == "claude":
-                report = claude.install(registration=registration, dry_run=dry_run, check=check)
-            elif agent == "codex":
-                report = codex.install(registration=registration, dry_run=dry_run, check=False, trust=trust, env=env)
-            else:
-                report = gemini.install(registration=registration, dry_run=dry_run, check=False, env=env)
-        except InstallError as exc:
-            outcomes.append(Outcome(agent, error=str(exc)))
-        else:
-            outcomes.append(Outcome(agent, report))
+    outcomes = _each(agents, lambda agent: agent.install(registration, dry_run=dry_run, env=env, trust=trust))
+    if check and not dry_run and any(outcome.report is not None for outcome in outcomes):
+        # Cache the hooks' bytecode (recall_hook/__pycache__) now rather than on the first call.
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            run_hook(registration, b"")
     return outcomes
 
 
 def uninstall(agents: list[str], *, dry_run: bool = False, env: Mapping[str, str] | None = None) -> list[Outcome]:
+    return _each(agents, lambda agent: agent.uninstall(dry_run=dry_run, env=env))
+
+
+def _each(agents: list[str], change: Callable[[Agent], ChangeReport]) -> list[Outcome]:
+    """`change` made to each agent; one agent's error is its outcome, and the others are still changed."""
     outcomes = []
-    for agent in agents:
+    for name in agents:
         try:
-            if agent == "claude":
-                report = claude.uninstall(dry_run=dry_run)
-            elif agent == "codex":
-                report = codex.uninstall(dry_run=dry_run, env=env)
-            else:
-                report = gemini.uninstall(dry_run=dry_run, env=env)
+            report = change(AGENTS[name])
         except InstallError as exc:
-            outcomes.append(Outcome(agent, error=str(exc)))
+            outcomes.append(Outcome(name, error=str(exc)))
         else:
-            outcomes.append(Outcome(agent, report))
+            outcomes.append(Outcome(name, report))
     return outcomes

@@ -248,6 +248,25 @@ def test_hooks_not_installed(healthy: Home) -> None:
     assert not found["Claude Code MCP server"].ok and found["Claude Code MCP server"].fix == "engram install"
 
 
+def test_hooks_an_earlier_engram_registered_are_recognised_and_install_replaces_them(healthy: Home) -> None:
+    """Old checkout paths and the `-m` SessionStart command of before the launcher are still Engram's hooks."""
+    old = "/old/venv/bin/python3"
+    healthy.claude.joinpath("settings.json").write_text(json.dumps({"hooks": {
+        "PreToolUse": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/pretooluse.py"}]}],
+        "PostToolUseFailure": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/tool_failure.py"}]}],
+        "SessionStart": [{"hooks": [{"type": "command", "command": f"{old} -I -m processor.recall.session_start"}]}],
+    }}))
+    hooks = by_name(run_checks(healthy.env))["Claude Code hooks"]
+    assert not hooks.ok and "not registered" not in hooks.detail, hooks
+    for event in ("PreToolUse", "PostToolUseFailure", "SessionStart"):
+        assert f"{event} hook needs {old}, which is gone" in hooks.detail
+    claude.install(default_registration(), env=healthy.env)
+    assert by_name(run_checks(healthy.env))["Claude Code hooks"].ok
+    assert "/old/" not in healthy.claude.joinpath("settings.json").read_text()
+
+
 def test_stale_pid_file_is_a_warning(tmp_path: Path, shared_models_dir: Path) -> None:
     env = _env(tmp_path, shared_models_dir)
     settings = load_settings(env=env)

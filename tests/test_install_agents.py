@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from processor.config import AGENTS
 from processor.install import agents, codex, gemini
 from processor.install.codex_config import BLOCK_START
 from processor.install.codex_trust import engram_hooks, trust_hash, untrusted
@@ -306,3 +307,30 @@ def test_one_agents_bad_file_does_not_stop_the_others(tmp_path: Path, registrati
     assert (home / ".gemini" / "settings.json").read_text() == "{ not json"
     assert "not changed" in outcomes[1].describe()
 
+
+def test_every_agent_engram_knows_is_registered_through_one_face() -> None:
+    assert list(agents.AGENTS) == list(AGENTS)  # the settings' and the CLI's agents: one line each to add one
+    for name, agent in agents.AGENTS.items():
+        assert name == agent.NAME and agent.TITLE
+        for part in ("found", "hook_specs", "install", "uninstall", "problems"):
+            assert callable(getattr(agent, part)), (name, part)
+
+
+def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, registration: Registration,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[Registration] = []
+    monkeypatch.setattr(agents, "check_registration", checked.append)
+    monkeypatch.setattr(agents, "run_hook", lambda *args, **kwargs: None)
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CODEX_HOME": str(home / ".codex"),
+           "GEMINI_CLI_HOME": str(home)}
+    outcomes = agents.install(list(agents.AGENTS), registration, env=env)
+    assert checked == [registration]
+    assert [outcome.error for outcome in outcomes] == [None, None, None]
+    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json"):
+        assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
+    assert all(outcome.report is not None and outcome.report.changed
+               for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))
+    agents.uninstall(list(agents.AGENTS), env=env)
+    assert not any("recall_hook/" in (home / path).read_text()
+                   for path in (".claude/settings.json", ".gemini/settings.json"))

@@ -43,7 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
-from processor.claude_code.settings import Registration, hook_python  # noqa: E402
+from processor.install import claude  # noqa: E402
+from processor.install.registration import Registration, hook_python  # noqa: E402
 from processor.recall.lesson_index import LessonIndex  # noqa: E402
 from processor.store.episodes import Episode  # noqa: E402
 from processor.store.failures import FailureSignature  # noqa: E402
@@ -211,8 +212,8 @@ def bench(python: str, runs: int, warmup: int = 10, baseline_ref: str | None = B
         baseline_argv = [python, "-I", "-S", "-c", "pass"]
         # Exactly the command `engram install` registers (Claude Code adds a shell around it).
         registration = Registration(hook_python=python, engram_python=python, hook_script=HOOK)
-        hook_argv = shlex.split(registration.hook("PreToolUse").command)
-        failure_argv = shlex.split(registration.hook("PostToolUseFailure").command)
+        hook_argv = shlex.split(claude.hook(registration, "PreToolUse").command)
+        failure_argv = shlex.split(claude.hook(registration, "PostToolUseFailure").command)
         failure_tell = failure_bytes(home, "git push", NO_UPSTREAM.format(b="feat-billing"))
         failure_skip = failure_bytes(home, "git push", "fatal: unable to access 'https://example.com/x.git/': "
                                                        "Could not resolve host: example.com")

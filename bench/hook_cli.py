@@ -12,7 +12,7 @@ answer. Three settings, in the same run, interleaved round by round so machine n
 - ``this``: this checkout's hook, reading the session's recollection and a full lesson index (near its size
   limit) on every call, and telling one lesson once (a call whose command a lesson is filed under).
 
-Each is registered exactly as ``engram install`` registers it (``Registration.hook("PreToolUse")``), and the
+Each is registered exactly as ``engram install`` registers it (``claude.hook(registration, "PreToolUse")``), and the
 session's recollection file (and, for ``this``, the project's lesson index) is written when the session's
 first request arrives, so every call's hook does its real work. Per tool call: the time from the API's answer
 that asks for the call to the next request (the tool's run, the hook, the CLI's own work). Reported: the
@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 from bench.hook import BITES, write_lesson_index  # noqa: E402
 from bench.testbed.claude_cli import ClaudeCLI, cli_env  # noqa: E402
 from bench.testbed.fake_anthropic import FakeAnthropic, Reply, Request  # noqa: E402
-from processor.claude_code.settings import Registration, hook_python  # noqa: E402
+from processor.install import claude  # noqa: E402
+from processor.install.registration import Registration, hook_python  # noqa: E402
 
 BASELINE_REF = "33338cd"
 GOAL_MS = 5.0
@@ -47,8 +48,8 @@ TOLD = "git add dist/app.js || true"  # a command the lesson index files a lesso
 def hook_settings(script: Path | None) -> dict:
     if script is None:
         return {}
-    spec = Registration(hook_python=hook_python(), engram_python=sys.executable, hook_script=script).hook(
-        "PreToolUse")
+    spec = claude.hook(Registration(hook_python=hook_python(), engram_python=sys.executable, hook_script=script),
+                       "PreToolUse")
     return {"hooks": {"PreToolUse": [spec.group()]}}
 
 

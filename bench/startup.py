@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from processor.capture.remember_inbox import RememberRequest, write_remember_file  # noqa: E402
-from processor.claude_code.settings import Registration, hook_python  # noqa: E402
+from processor.install import claude  # noqa: E402
+from processor.install.registration import Registration, hook_python  # noqa: E402
 
 HOOK_GOAL_MS = 100
 INITIALIZE_GOAL_MS = 500
@@ -184,7 +185,7 @@ def bench(runs: int, mcp_runs: int) -> dict:
                                         hook_script=REPO / "recall_hook" / "pretooluse.py")
             cases = {
                 "baseline": [python, "-I", "-S", "-c", "pass"],
-                "hook": shlex.split(registration.hook("SessionStart").command),
+                "hook": shlex.split(claude.hook(registration, "SessionStart").command),
                 "module_form": from_repo("recall_hook.session_start"),
             }
             stdin = json.dumps({"session_id": SESSION, "transcript_path": "/dev/null", "cwd": str(repo),

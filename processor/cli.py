@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from processor.config import ConfigError, Settings, ensure_home, load_settings
+from processor.config import AGENT_NAMES, AGENTS, ConfigError, Settings, ensure_home, load_settings
 from processor.memory.errors import EmbedderError
 from processor.memory.kinds import KINDS, SCOPES
 from processor.store.errors import NotEngramDatabase
@@ -226,28 +226,28 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from processor import install
-    from processor.claude_code.settings import InstallError, default_registration
+    from processor.install import agents
+    from processor.install.registration import InstallError, default_registration
 
     try:
         if args.command == "uninstall":
-            outcomes = install.uninstall(install.chosen(args.agent, uninstall=True), dry_run=args.print)
+            outcomes = agents.uninstall(agents.chosen(args.agent, uninstall=True), dry_run=args.print)
         else:
             registration = dataclasses.replace(default_registration(), prompt_submit=args.prompt_submit)
-            outcomes = install.install(install.chosen(args.agent), registration, dry_run=args.print,
-                                       trust=args.trust)
+            outcomes = agents.install(agents.chosen(args.agent), registration, dry_run=args.print,
+                                      trust=args.trust)
     except InstallError as exc:
         print(f"engram {args.command}: {exc}", file=sys.stderr)
         return 1
     for outcome in outcomes:
         if outcome.error is not None:
-            print(f"engram {args.command}: {install.AGENT_NAMES[outcome.agent]}: {outcome.error}", file=sys.stderr)
+            print(f"engram {args.command}: {AGENT_NAMES[outcome.agent]}: {outcome.error}", file=sys.stderr)
         print(outcome.describe(), end="")
     return 1 if any(o.error is not None for o in outcomes) else 0
 
 
 def cmd_plugin(args: argparse.Namespace) -> int:
-    from processor.claude_code.plugin import write_plugin
+    from processor.install.plugin import write_plugin
 
     for path in write_plugin(Path(args.out)):
         print(path)
@@ -441,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
                             ("uninstall", "remove exactly what `engram install` added")):
         p = add(name, cmd_install, help_text)
         p.add_argument("--print", action="store_true", help="show the change without writing anything")
-        p.add_argument("--agent", choices=["claude", "codex", "gemini", "all"],
+        p.add_argument("--agent", choices=[*AGENTS, "all"],
                        help="only this agent (install's default: every agent found on this machine; "
                             "uninstall's: every agent)")
         if name == "install":

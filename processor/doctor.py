@@ -6,16 +6,16 @@ no check failed with severity "error" (warnings, such as "the processor is not r
 but do not fail the run). The CLI is only ``print(format_report(checks)); return exit_code(checks)``.
 
 Every check is independent: an exception inside one is reported as that check's ✗ and the others
-still run. Doctor never changes anything (the database is opened read-only, the default model is
-not converted, llama.cpp is not loaded, no service manager is called), so it is fast and safe to
-run at any time, including while the processor runs.
+still run. What is checked of each agent's registration is that agent's module's to say (``problems``
+in processor/install/); doctor only runs it. Doctor never changes anything (the database is opened
+read-only, the default model is not converted, llama.cpp is not loaded, no service manager is called),
+so it is fast and safe to run at any time, including while the processor runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import plistlib
@@ -27,10 +27,11 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import apsw
 
+from processor.check import Check, error, passed, shown_path, warning
 from processor.config import (
     APPLICATION_ID,
     LEGACY_HOME,
@@ -44,9 +45,9 @@ from processor.config import (
     load_settings,
     platform_data_home,
 )
+from processor.install.agents import AGENTS, Agent
+from processor.install.registration import missing_programs
 from processor.jobs.costs import today_spend
-
-Severity = Literal["error", "warning"]
 
 # Free space on the data directory's filesystem: below these, SQLite writes start failing.
 DISK_ERROR_BYTES = 100 * 1024 * 1024
@@ -55,39 +56,8 @@ DISK_WARNING_BYTES = 1024 * 1024 * 1024
 BUDGET_WARNING_SHARE = 0.8
 PING_TIMEOUT_SECONDS = 0.5
 
-# Where the LLM job worker records spend (processor/jobs, processor/store/jobs.py). Found by looking,
-# not assumed: the first existing table and the first cost / time columns it has, in this order.
-
 # Files under the data directory that must be private: the conversations, the control token, API keys.
 _PRIVATE_FILES = ("engram.db", "engram.db-wal", "engram.db-shm", "run/token", "env")
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the report. ``fix`` is what the user should run or change when ``ok`` is False."""
-
-    name: str
-    ok: bool
-    detail: str
-    fix: str | None = None
-    severity: Severity = "error"
-
-    @property
-    def failed(self) -> bool:
-        """True for a problem that makes doctor exit non-zero (a failed warning does not)."""
-        return not self.ok and self.severity == "error"
-
-
-def _ok(name: str, detail: str) -> Check:
-    return Check(name, True, detail)
-
-
-def _error(name: str, detail: str, fix: str | None) -> Check:
-    return Check(name, False, detail, fix, "error")
-
-
-def _warning(name: str, detail: str, fix: str | None) -> Check:
-    return Check(name, False, detail, fix, "warning")
 
 
 # --------------------------------------------------------------------------- shared state
@@ -106,11 +76,7 @@ class _Probe:
 
     def show(self, path: Path) -> str:
         """A path as the user would type it: ~ for their home directory."""
-        home = self.env.get("HOME") or str(Path.home())
-        text = str(path)
-        if home and home != "/" and (text == home or text.startswith(home.rstrip("/") + "/")):
-            return "~" + text[len(home.rstrip("/")) :]
-        return text
+        return shown_path(path, self.env)
 
 
 def _load_probe(env: Mapping[str, str]) -> _Probe:
@@ -118,7 +84,7 @@ def _load_probe(env: Mapping[str, str]) -> _Probe:
     try:
         return _Probe(env, load_settings(env=env))
     except ConfigError as exc:
-        error = exc
+        config_error = exc
     home = engram_home(env)
     try:
         # Same precedence minus the broken file: load from an empty home, then put the real home back.
@@ -128,7 +94,7 @@ def _load_probe(env: Mapping[str, str]) -> _Probe:
         # The environment itself is broken too: pure defaults.
         settings = Settings(home=home, transcripts_root=claude_config_dir(env) / "projects",
                             values={o.name: o.default for o in OPTIONS})
-    return _Probe(env, settings, config_error=error)
+    return _Probe(env, settings, config_error=config_error)
 
 
 @contextlib.contextmanager
@@ -148,21 +114,21 @@ def _quiet_sqlite_log() -> Iterator[None]:
 
 def check_config(probe: _Probe) -> Check:
     path = probe.settings.config_path
-    error = probe.config_error
-    if error is None:
+    config_error = probe.config_error
+    if config_error is None:
         if not path.exists():
-            return _ok("config", f"no {probe.show(path)}; using the defaults")
-        return _ok("config", f"{probe.show(path)} is valid")
-    message = str(error).split("; known settings:")[0]  # that list is long; `engram` --help has it
+            return passed("config", f"no {probe.show(path)}; using the defaults")
+        return passed("config", f"{probe.show(path)} is valid")
+    message = str(config_error).split("; known settings:")[0]  # that list is long; `engram` --help has it
     detail = f"{message} (the other checks use the defaults)"
-    source = str(error).split(":", 1)[0]
+    source = str(config_error).split(":", 1)[0]
     if source.startswith("ENGRAM_"):
-        return _error("config", detail, f"fix or unset ${source}")
+        return error("config", detail, f"fix or unset ${source}")
     if source.startswith("--"):
-        return _error("config", detail, f"fix the {source} option")
-    line = _config_error_line(error, path)
+        return error("config", detail, f"fix the {source} option")
+    line = _config_error_line(config_error, path)
     where = f"{probe.show(path)} line {line}" if line else probe.show(path)
-    return _error("config", detail, f"fix {where}, or move it aside: mv {probe.show(path)} {probe.show(path)}.broken")
+    return error("config", detail, f"fix {where}, or move it aside: mv {probe.show(path)} {probe.show(path)}.broken")
 
 
 def _config_error_line(error: ConfigError, path: Path) -> int | None:
@@ -192,12 +158,12 @@ def check_permissions(probe: _Probe) -> Check:
     try:
         st = os.stat(home)
     except FileNotFoundError:
-        return _warning(name, f"{shown} does not exist yet", "engram run (or engram backfill) creates it")
+        return warning(name, f"{shown} does not exist yet", "engram run (or engram backfill) creates it")
     if not stat.S_ISDIR(st.st_mode):
-        return _error(name, f"{shown} is not a directory", f"move it aside: mv {shown} {shown}.old")
+        return error(name, f"{shown} is not a directory", f"move it aside: mv {shown} {shown}.old")
     uid = os.getuid()
     if st.st_uid != uid:
-        return _error(name, f"{shown} is owned by uid {st.st_uid}, not you (uid {uid})", f"sudo chown -R {uid} {shown}")
+        return error(name, f"{shown} is owned by uid {st.st_uid}, not you (uid {uid})", f"sudo chown -R {uid} {shown}")
     problems: list[str] = []
     fixes: list[str] = []
     mode = stat.S_IMODE(st.st_mode)
@@ -220,8 +186,8 @@ def check_permissions(probe: _Probe) -> Check:
     if loose:
         fixes.append("chmod 600 " + " ".join(loose))
     if problems:
-        return _error(name, "; ".join(problems), "; ".join(fixes))
-    return _ok(name, f"{shown} is private (700, yours)")
+        return error(name, "; ".join(problems), "; ".join(fixes))
+    return passed(name, f"{shown} is private (700, yours)")
 
 
 # --------------------------------------------------------------------------- database
@@ -232,7 +198,7 @@ def check_database(probe: _Probe) -> Check:
     path = probe.settings.db_path
     shown = probe.show(path)
     if not path.exists():
-        return _warning(name, f"{shown} does not exist: nothing captured yet",
+        return warning(name, f"{shown} does not exist: nothing captured yet",
                         "engram backfill (imports past transcripts) or engram run")
     from processor.store.connection import NotEngramDatabase, connect, database_identity
 
@@ -246,31 +212,31 @@ def check_database(probe: _Probe) -> Check:
             identity = database_identity(conn)
     except NotEngramDatabase as exc:
         if "not a SQLite database" in str(exc):  # bytes that are no database at all: damaged, not foreign
-            return _error(name, f"{shown} is damaged ({str(exc).split('(', 1)[-1].split(')')[0]})", move_aside)
-        return _error(name, f"{shown} belongs to another program: {str(exc).split('; another program')[0]}",
+            return error(name, f"{shown} is damaged ({str(exc).split('(', 1)[-1].split(')')[0]})", move_aside)
+        return error(name, f"{shown} belongs to another program: {str(exc).split('; another program')[0]}",
                       "set ENGRAM_HOME to a folder of Engram's own (or unset it for the default, "
                       f"{probe.show(platform_data_home(probe.env))}); leave the other program's file alone")
     except apsw.Error as exc:
         if conn is not None:
             conn.close()
         if isinstance(exc, apsw.BusyError):
-            return _warning(name, f"{shown} stayed locked by another process; could not check it",
+            return warning(name, f"{shown} stayed locked by another process; could not check it",
                             "run engram doctor again in a moment")
         if isinstance(exc, apsw.NotADBError | apsw.CorruptError):
-            return _error(name, f"{shown} is damaged ({exc})", move_aside)
-        return _error(name, f"cannot read {shown} ({type(exc).__name__}: {exc})",
+            return error(name, f"{shown} is damaged ({exc})", move_aside)
+        return error(name, f"cannot read {shown} ({type(exc).__name__}: {exc})",
                       f"check that it is yours and readable: ls -l {shown}")
     if rows != ["ok"]:
         conn.close()
         shown_rows = "; ".join(r.replace("\n", " ") for r in rows[:3])
-        return _error(name, f"{shown} failed its integrity check: {shown_rows}", move_aside)
+        return error(name, f"{shown} failed its integrity check: {shown_rows}", move_aside)
     probe.db = conn
     size_mb = path.stat().st_size / (1024 * 1024)
     if identity == "earlier-engram":
-        return _warning(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check; it is an Engram database "
+        return warning(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check; it is an Engram database "
                         f"from before Engram's application_id ({APPLICATION_ID:#x})",
                         "engram run (or any engram command that writes) stamps it")
-    return _ok(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check; application_id "
+    return passed(name, f"{shown} ({size_mb:.1f} MB) passed its integrity check; application_id "
                f"{APPLICATION_ID:#x} (Engram's)")
 
 
@@ -285,12 +251,12 @@ def check_home(probe: _Probe) -> Check:
     if legacy != home and legacy.exists() and not is_earlier_engram_home(legacy):
         note = f"; {probe.show(legacy)} belongs to another program and is not used"
     elif legacy != home and is_earlier_engram_home(legacy):
-        return _warning(name, f"{probe.show(home)} ({origin}); an earlier Engram's {probe.show(legacy)} is not used",
+        return warning(name, f"{probe.show(home)} ({origin}); an earlier Engram's {probe.show(legacy)} is not used",
                         f"to keep its memories, stop the processor and move it: mv {probe.show(legacy)} "
                         f"{probe.show(home)} (when {probe.show(home)} is new and empty)")
     why = {"ENGRAM_HOME": "set by ENGRAM_HOME", "platform default": "the platform's default",
            "earlier Engram home": "an earlier Engram's home, used where it is"}[origin]
-    return _ok(name, f"{probe.show(home)} ({why}){note}")
+    return passed(name, f"{probe.show(home)} ({why}){note}")
 
 
 def _tables(conn: apsw.Connection) -> set[str]:
@@ -309,14 +275,14 @@ def check_schema(probe: _Probe) -> Check | None:
         applied = [r[0] for r in probe.db.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
     unknown = [n for n in applied if n not in known]
     if unknown:
-        return _error(name, f"this database was written by a newer Engram (unknown migrations: {', '.join(unknown)})",
+        return error(name, f"this database was written by a newer Engram (unknown migrations: {', '.join(unknown)})",
                       "upgrade Engram (git pull && pip install -e .), or move the database aside and "
                       "run engram backfill")
     missing = [n for n in known if n not in applied]
     if missing:
-        return _warning(name, f"schema version {len(applied)} of {len(known)}; pending: {', '.join(missing)}",
+        return warning(name, f"schema version {len(applied)} of {len(known)}; pending: {', '.join(missing)}",
                         "engram run (migrates automatically)")
-    return _ok(name, f"schema version {len(applied)} (latest: {known[-1]})")
+    return passed(name, f"schema version {len(applied)} (latest: {known[-1]})")
 
 
 # --------------------------------------------------------------------------- embedding model
@@ -349,15 +315,15 @@ def check_model(probe: _Probe) -> Check:
                 if meta.get(gc.VERSION_KEY) != gc.CONVERTER_VERSION:
                     gguf_problem = f"{probe.show(dest)} was made by an older converter"
         if gguf_problem and zip_problem:
-            return _error(name, f"{gguf_problem}, and {zip_problem}", gc.INSTALL_HINT)
+            return error(name, f"{gguf_problem}, and {zip_problem}", gc.INSTALL_HINT)
         if gguf_problem:
             # The embedder converts it on first use; only the first start is slower.
-            return _warning(name, f"{gguf_problem}; Engram converts it from the model package on first use",
+            return warning(name, f"{gguf_problem}; Engram converts it from the model package on first use",
                             "none needed: the first `engram run` converts it")
         if zip_problem:
-            return _warning(name, f"{probe.show(dest)} is fine, but {zip_problem}",
+            return warning(name, f"{probe.show(dest)} is fine, but {zip_problem}",
                             f"{gc.INSTALL_HINT} (needed to convert it again)")
-        return _ok(name, f"{gc.MODEL_NAME} ({probe.show(dest)})")
+        return passed(name, f"{gc.MODEL_NAME} ({probe.show(dest)})")
 
     from processor.memory.embedder import _resolve_model_path
     from processor.memory.errors import EmbedderError
@@ -371,18 +337,18 @@ def check_model(probe: _Probe) -> Check:
         if not looked[0].is_absolute():
             looked.append(models_dir / configured)
         shown_looked = " or ".join(probe.show(p) for p in looked)
-        return _error(name, f"configured model {configured} not found (no {shown_looked})",
+        return error(name, f"configured model {configured} not found (no {shown_looked})",
                       f"put a GGUF embedding model at {configured}, {use_default}")
     try:
         meta = gc.read_gguf_metadata(path)
     except (OSError, ValueError) as exc:
-        return _error(name, f"{probe.show(path)} is not a usable GGUF file ({exc})",
+        return error(name, f"{probe.show(path)} is not a usable GGUF file ({exc})",
                       f"replace it with a complete GGUF embedding model, {use_default}")
     if not meta.get("general.architecture"):
-        return _error(name, f"{probe.show(path)} has no general.architecture",
+        return error(name, f"{probe.show(path)} has no general.architecture",
                       f"use a GGUF embedding model, {use_default}")
     probe.model_dim = _embedding_length(meta)
-    return _ok(name, f"{probe.show(path)} ({meta['general.architecture']})")
+    return passed(name, f"{probe.show(path)} ({meta['general.architecture']})")
 
 
 def _embedding_length(meta: Mapping[str, Any]) -> int | None:
@@ -395,207 +361,26 @@ def check_vectors(probe: _Probe) -> Check | None:
         return None
     name = "stored vectors"
     if "meta" not in _tables(probe.db):
-        return _ok(name, "no vectors stored yet")
+        return passed(name, "no vectors stored yet")
     meta = dict(probe.db.execute("SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"))
     stored = meta.get("embedding_model")
     if stored is None:
-        return _ok(name, "no vectors stored yet")
+        return passed(name, "no vectors stored yet")
     stored_dim = int(meta["embedding_dim"]) if str(meta.get("embedding_dim", "")).isdigit() else None
     dim_differs = None not in (stored_dim, probe.model_dim) and stored_dim != probe.model_dim
     if stored != probe.model_id or dim_differs:
-        return _error(name, f"stored vectors were made by {stored} ({stored_dim} dims), but the configured model is "
+        return error(name, f"stored vectors were made by {stored} ({stored_dim} dims), but the configured model is "
                       f"{probe.model_id} ({probe.model_dim} dims)",
                       f"engram reindex (re-embeds every episode), or set embedding_model back to {stored}")
-    return _ok(name, f"made by {stored}, the configured model")
+    return passed(name, f"made by {stored}, the configured model")
 
 
-# --------------------------------------------------------------------------- Claude Code
+# --------------------------------------------------------------------------- agents
 
 
-def _read_json_object(path: Path) -> dict[str, Any]:
-    """The file's JSON object ({} for an empty file); ValueError naming the file and line otherwise."""
-    text = path.read_text(encoding="utf-8")
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, not a {type(data).__name__}")
-    return data
-
-
-def _missing_programs(argv: list[str]) -> list[str]:
-    """Absolute paths in a registered command that no longer exist (a deleted venv, a moved checkout)."""
-    return [arg for arg in argv if os.path.isabs(arg) and not os.path.exists(arg)]
-
-
-def check_claude_hooks(probe: _Probe) -> Check:
-    from processor.claude_code import settings as cs
-
-    name = "Claude Code hooks"
-    path = cs.default_settings_path(probe.env)
-    shown = probe.show(path)
-    try:
-        data = _read_json_object(path)
-    except FileNotFoundError:
-        return _error(name, f"{shown} does not exist: Engram's hooks are not installed", "engram install")
-    except ValueError as exc:
-        return _error(name, f"{exc}; Claude Code cannot read its settings",
-                      f"fix the JSON in {shown} (or move it aside), then engram install")
-    hooks = data.get("hooks")
-    hooks = hooks if isinstance(hooks, dict) else {}
-    # The events and markers come from the one Registration; the interpreters do not matter here.
-    specs = cs.Registration(hook_python="", engram_python="", hook_script=Path()).hooks
-    missing: list[str] = []
-    broken: list[str] = []
-    for spec in specs:
-        commands = [
-            h["command"]
-            for group in hooks.get(spec.event) or []
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list)
-            for h in group["hooks"]
-            if cs.is_engram_hook(h, spec.markers)
-        ]
-        if not commands:
-            missing.append(spec.event)
-        for command in commands:
-            try:
-                gone = _missing_programs(shlex.split(command))
-            except ValueError:
-                gone = [command]
-            broken.extend(f"{spec.event} hook needs {probe.show(Path(g))}, which is gone" for g in gone)
-    if missing:
-        return _error(name, f"{', '.join(missing)} not registered in {shown}", "engram install")
-    if broken:
-        return _error(name, "; ".join(broken), "engram install (registers this Engram's interpreter and hook)")
-    return _ok(name, f"{', '.join(s.event for s in specs)} registered in {shown}")
-
-
-def check_claude_mcp(probe: _Probe) -> Check:
-    from processor.claude_code import settings as cs
-
-    name = "Claude Code MCP server"
-    path = cs.default_mcp_config_path(probe.env)
-    shown = probe.show(path)
-    try:
-        data = _read_json_object(path)
-    except FileNotFoundError:
-        return _error(name, f"{shown} does not exist: the engram MCP server is not registered", "engram install")
-    except ValueError as exc:
-        return _error(name, f"{exc}; Claude Code cannot read its MCP servers",
-                      f"fix the JSON in {shown} (or move it aside), then engram install")
-    servers = data.get("mcpServers")
-    server = servers.get(cs.MCP_SERVER_NAME) if isinstance(servers, dict) else None
-    if server is None:
-        return _error(name, f"no {cs.MCP_SERVER_NAME!r} server in {shown}", "engram install")
-    if not cs.is_engram_mcp_server(server):
-        return _error(name, f"the {cs.MCP_SERVER_NAME!r} server in {shown} is not Engram's",
-                      f"claude mcp remove --scope user {cs.MCP_SERVER_NAME}; engram install")
-    args = server.get("args") if isinstance(server.get("args"), list) else []
-    gone = _missing_programs([a for a in [server.get("command"), *args] if isinstance(a, str)])
-    if gone:
-        return _error(name, f"the engram MCP server needs {probe.show(Path(gone[0]))}, which is gone", "engram install")
-    if cs.MCP_SERVER_MODULE not in args:
-        return _warning(name, f"{cs.MCP_SERVER_NAME!r} in {shown} is an earlier Engram's registration: a server of its "
-                        "own per session, which takes over a second to start",
-                        "engram install (registers the bridge to the running processor)")
-    return _ok(name, f"{cs.MCP_SERVER_NAME!r} registered in {shown}")
-
-
-def _agent_here(folder: Path, command: str, env: Mapping[str, str]) -> bool:
-    return folder.exists() or shutil.which(command, path=env.get("PATH")) is not None
-
-
-def _gone_in(commands: list[str], probe: _Probe) -> list[str]:
-    gone: list[str] = []
-    for command in commands:
-        try:
-            gone += _missing_programs(shlex.split(command))
-        except ValueError:
-            gone.append(command)
-    return [probe.show(Path(g)) for g in gone]
-
-
-def _engram_commands(hooks_file: Mapping[str, Any], event: str) -> list[str]:
-    from processor.claude_code import settings as cs
-
-    hooks = hooks_file.get("hooks") if isinstance(hooks_file.get("hooks"), dict) else {}
-    return [h["command"] for group in hooks.get(event) or [] if isinstance(group, dict)
-            and isinstance(group.get("hooks"), list) for h in group["hooks"] if cs.is_engram_hook(h)]
-
-
-def check_codex(probe: _Probe) -> Check:
-    """Engram's hooks in the Codex CLI's hooks.json, trusted in its config.toml, and its MCP server there."""
-    from processor.claude_code.settings import InstallError
-    from processor.codex import settings as codex
-    from processor.codex.trust import engram_hooks, untrusted
-
-    name = "Codex CLI"
-    folder = probe.settings.codex_dir or Path(probe.env.get("HOME", "~")) / ".codex"
-    if not _agent_here(folder, "codex", probe.env):
-        return _ok(name, f"not installed here ({probe.show(folder)} does not exist); nothing to check")
-    try:
-        hooks_file, config = codex.registered(folder)
-    except InstallError as exc:
-        return _error(name, f"{exc}; Codex cannot read it either", "fix the file (or move it aside), then "
-                      "engram install --agent codex")
-    events = ("SessionStart", "PreToolUse", "PostToolUse")
-    missing = [event for event in events if not _engram_commands(hooks_file, event)]
-    if missing:
-        return _error(name, f"{', '.join(missing)} not registered in {probe.show(folder / codex.HOOKS_FILE)}",
-                      "engram install --agent codex")
-    gone = _gone_in([c for event in events for c in _engram_commands(hooks_file, event)], probe)
-    if gone:
-        return _error(name, f"Engram's hooks need {gone[0]}, which is gone", "engram install --agent codex")
-    skipped = untrusted(config, engram_hooks(hooks_file, folder / codex.HOOKS_FILE))
-    if skipped:
-        return _error(name, f"Codex skips Engram's {', '.join(h.event for h in skipped)} hook(s) without a word: "
-                      f"not trusted (or trusted before they changed) in {probe.show(folder / codex.CONFIG_FILE)}",
-                      "engram install --agent codex (records their trust), or trust them in Codex: /hooks")
-    server = codex.engram_server(config)
-    if server is None:
-        return _error(name, f"no engram MCP server in {probe.show(folder / codex.CONFIG_FILE)}",
-                      "engram install --agent codex")
-    gone = _gone_in([shlex.join([str(server.get("command", ""))])], probe) if isinstance(server, dict) else []
-    if gone:
-        return _error(name, f"the engram MCP server needs {gone[0]}, which is gone", "engram install --agent codex")
-    return _ok(name, f"{', '.join(events)} registered and trusted, MCP server engram, in {probe.show(folder)}")
-
-
-def check_gemini(probe: _Probe) -> Check:
-    """Engram's hooks and MCP server in the Gemini CLI's settings.json."""
-    from processor.claude_code import settings as cs
-    from processor.gemini import settings as gemini
-
-    name = "Gemini CLI"
-    path = (probe.settings.gemini_dir / gemini.SETTINGS_FILE if probe.settings.gemini_dir
-            else gemini.settings_path(probe.env))
-    if not _agent_here(path.parent, "gemini", probe.env):
-        return _ok(name, f"not installed here ({probe.show(path.parent)} does not exist); nothing to check")
-    shown = probe.show(path)
-    try:
-        data = _read_json_object(path)
-    except FileNotFoundError:
-        return _error(name, f"{shown} does not exist: Engram's hooks are not registered",
-                      "engram install --agent gemini")
-    except ValueError as exc:
-        return _error(name, f"{exc}; Gemini reads JSON with comments, Engram's installer does not",
-                      f"fix {shown} (or remove its comments), then engram install --agent gemini")
-    events = ("SessionStart", "AfterTool")
-    missing = [event for event in events if not _engram_commands(data, event)]
-    if missing:
-        return _error(name, f"{', '.join(missing)} not registered in {shown}", "engram install --agent gemini")
-    gone = _gone_in([c for event in events for c in _engram_commands(data, event)], probe)
-    servers = data.get("mcpServers") if isinstance(data.get("mcpServers"), dict) else {}
-    server = servers.get(cs.MCP_SERVER_NAME)
-    if not cs.is_engram_mcp_server(server):
-        return _error(name, f"no engram MCP server in {shown}", "engram install --agent gemini")
-    gone += _gone_in([shlex.join([str(server.get("command", ""))])], probe)
-    if gone:
-        return _error(name, f"Engram's entries need {gone[0]}, which is gone", "engram install --agent gemini")
-    return _ok(name, f"{', '.join(events)} and MCP server engram registered in {shown}")
+def _registration_checks(agent: Agent) -> Callable[[_Probe], list[Check]]:
+    """What `agent`'s own module finds of Engram's registration with it."""
+    return lambda probe: agent.problems(probe.settings, probe.env)
 
 
 # --------------------------------------------------------------------------- service and processor
@@ -608,11 +393,11 @@ def check_service(probe: _Probe) -> Check:
     try:
         platform = units.detect_platform()
     except units.ServiceError as exc:
-        return _warning(name, str(exc), "run engram run under your own supervisor")
+        return warning(name, str(exc), "run engram run under your own supervisor")
     path = units.unit_path(platform, probe.env)
     shown = probe.show(path)
     if not path.exists():
-        return _warning(name, f"not installed ({shown} does not exist); Engram runs only while `engram run` does",
+        return warning(name, f"not installed ({shown} does not exist); Engram runs only while `engram run` does",
                         "engram service install")
     text = path.read_text(encoding="utf-8")
     if platform == "launchd":
@@ -624,14 +409,14 @@ def check_service(probe: _Probe) -> Check:
         argv = shlex.split(service.get("ExecStart", [""])[-1].replace("%%", "%"))
         assignments = [item.replace("%%", "%") for line in service.get("Environment", []) for item in shlex.split(line)]
         service_home = next((a.split("=", 1)[1] for a in assignments if a.startswith("ENGRAM_HOME=")), None)
-    gone = _missing_programs(argv[:1])
+    gone = missing_programs(argv[:1])
     if not argv or gone:
-        return _error(name, f"{shown} runs {argv[0] if argv else 'nothing'}, which is gone",
+        return error(name, f"{shown} runs {argv[0] if argv else 'nothing'}, which is gone",
                       "engram service install (rewrites it for this interpreter)")
     if service_home and Path(service_home) != probe.settings.home:
-        return _warning(name, f"{shown} serves ENGRAM_HOME={service_home}, not {probe.show(probe.settings.home)}",
+        return warning(name, f"{shown} serves ENGRAM_HOME={service_home}, not {probe.show(probe.settings.home)}",
                         "engram service install (from the environment with the right ENGRAM_HOME)")
-    return _ok(name, f"installed ({shown})")
+    return passed(name, f"installed ({shown})")
 
 
 def check_processor(probe: _Probe) -> Check:
@@ -646,13 +431,13 @@ def check_processor(probe: _Probe) -> Check:
     if not is_running(run_dir):
         record = read_record(run_dir)
         if record is not None:
-            return _warning(name, f"not running; stale pid file from pid {record.pid} ({degraded})", start)
-        return _warning(name, f"not running ({degraded})", start)
+            return warning(name, f"not running; stale pid file from pid {record.pid} ({degraded})", start)
+        return warning(name, f"not running ({degraded})", start)
     answer = ping(run_dir, timeout=PING_TIMEOUT_SECONDS)
     record = read_record(run_dir)
     pid = f"pid {record.pid}" if record else "pid unknown"
     if answer is None:
-        return _error(name, f"running ({pid}) but not answering on port {read_port(run_dir)}",
+        return error(name, f"running ({pid}) but not answering on port {read_port(run_dir)}",
                       "check engram service logs; restart it: engram service restart")
     facts = [pid]
     if isinstance(answer.get("uptime_seconds"), int | float):
@@ -661,12 +446,12 @@ def check_processor(probe: _Probe) -> Check:
         facts.append(f"queue {answer['queue_depth']}")
     tools = answer.get("mcp_tools")
     if isinstance(tools, str) and tools.startswith("unavailable"):
-        return _warning(name, f"running ({', '.join(facts)}), but its MCP tools are {tools}: each Claude Code "
+        return warning(name, f"running ({', '.join(facts)}), but its MCP tools are {tools}: each Claude Code "
                         "session starts a server of its own (over a second to start)",
                         "see the engram log; restart it: engram service restart")
     if isinstance(tools, str):
         facts.append(f"MCP tools {tools}")
-    return _ok(name, f"running ({', '.join(facts)})")
+    return passed(name, f"running ({', '.join(facts)})")
 
 
 def _duration(seconds: float) -> str:
@@ -688,10 +473,10 @@ def check_disk(probe: _Probe) -> Check:
     free = shutil.disk_usage(where).free
     text = f"{free / 1024 ** 3:.1f} GB free on the filesystem of {probe.show(probe.settings.home)}"
     if free < DISK_ERROR_BYTES:
-        return _error(name, text + ": SQLite writes will fail", f"free some space on {probe.show(where)}")
+        return error(name, text + ": SQLite writes will fail", f"free some space on {probe.show(where)}")
     if free < DISK_WARNING_BYTES:
-        return _warning(name, text, f"free some space on {probe.show(where)}")
-    return _ok(name, text)
+        return warning(name, text, f"free some space on {probe.show(where)}")
+    return passed(name, text)
 
 
 def check_spend(probe: _Probe) -> Check | None:
@@ -699,16 +484,16 @@ def check_spend(probe: _Probe) -> Check | None:
         return None
     name = "LLM spend today"
     if "llm_calls" not in _tables(probe.db):  # a database from before the job queue existed
-        return _ok(name, "no LLM spend recorded")
+        return passed(name, "no LLM spend recorded")
     spent = today_spend(probe.db)[0]
     budget = float(probe.settings.daily_budget_usd)
     text = f"${spent:.2f} of the ${budget:.2f} daily budget (UTC day)"
     if spent >= budget:
-        return _warning(name, f"{text}: budget reached, LLM jobs paused until 00:00 UTC",
+        return warning(name, f"{text}: budget reached, LLM jobs paused until 00:00 UTC",
                         "wait for 00:00 UTC, or raise daily_budget_usd in config.toml")
     if budget > 0 and spent >= BUDGET_WARNING_SHARE * budget:
-        return _warning(name, f"{text}: {spent / budget:.0%} used", "raise daily_budget_usd in config.toml if needed")
-    return _ok(name, text)
+        return warning(name, f"{text}: {spent / budget:.0%} used", "raise daily_budget_usd in config.toml if needed")
+    return passed(name, text)
 
 
 def check_shared_memory(probe: _Probe) -> Check:
@@ -721,13 +506,13 @@ def check_shared_memory(probe: _Probe) -> Check:
     settings = probe.settings
     name = "shared memory"
     if not share_connection.configured(settings):
-        return _ok(name, "off (shared_database_url is not set; docs/shared-memory.md)")
+        return passed(name, "off (shared_database_url is not set; docs/shared-memory.md)")
     load_env_file(settings.home / "env")  # PGPASSWORD, as the processor reads it
     local = share_commands.status_of(probe.db, settings) if probe.db is not None else {}
     try:
         db = share_connection.connect(settings)
     except ShareError as exc:
-        return _error(name, exc.problem, exc.fix)
+        return error(name, exc.problem, exc.fix)
     try:
         clock = share_connection.clock_warning(db)
         text = f"{db.where} as {db.role}, schema version {db.schema_version}"
@@ -737,15 +522,15 @@ def check_shared_memory(probe: _Probe) -> Check:
     text += (f"; {local.get('pending', 0)} changes to push, last sync "
              + (f"{lag:.0f} s ago" if lag is not None else "never (is the processor running?)"))
     if local.get("last_error"):
-        return _warning(name, f"{text}; the processor's last error ({local.get('last_error_at')}): "
+        return warning(name, f"{text}; the processor's last error ({local.get('last_error_at')}): "
                               f"{local['last_error']}", local.get("last_error_fix"))
     if clock:
-        return _warning(name, f"{text}; {clock.problem}", clock.fix)
+        return warning(name, f"{text}; {clock.problem}", clock.fix)
     if local.get("kept_local") or local.get("refused"):
-        return _warning(name, f"{text}; {local.get('kept_local', 0)} memories kept on this machine (too large), "
+        return warning(name, f"{text}; {local.get('kept_local', 0)} memories kept on this machine (too large), "
                               f"{local.get('refused', 0)} rows refused from the server",
                         "`engram share status` lists them; raise share_max_memory_kb for the first")
-    return _ok(name, text)
+    return passed(name, text)
 
 
 def check_transcripts(probe: _Probe) -> Check:
@@ -754,17 +539,17 @@ def check_transcripts(probe: _Probe) -> Check:
     shown = probe.show(root)
     hint = "start Claude Code once, or set projects_dir in config.toml if it keeps transcripts elsewhere"
     if not root.exists():
-        return _warning(name, f"{shown} does not exist: nothing to capture yet", hint)
+        return warning(name, f"{shown} does not exist: nothing to capture yet", hint)
     if not root.is_dir() or not os.access(root, os.R_OK | os.X_OK):
-        return _warning(name, f"{shown} is not a readable directory", f"chmod u+rx {shown}, or {hint}")
+        return warning(name, f"{shown} is not a readable directory", f"chmod u+rx {shown}, or {hint}")
     projects = sum(1 for entry in os.scandir(root) if entry.is_dir())
     found = f"{shown} ({projects} project{'s' if projects != 1 else ''})"
     problems = _capture_problems(probe)
     if problems:
         listed = "; ".join(f"{probe.show(Path(str(p['path'])))}: {p['detail']}" for p in problems)
-        return _warning(name, f"{found}; {len(problems)} cannot be captured: {listed}",
+        return warning(name, f"{found}; {len(problems)} cannot be captured: {listed}",
                         "fix or remove each file named (each says what is wrong)")
-    return _ok(name, found)
+    return passed(name, found)
 
 
 def _capture_problems(probe: _Probe) -> list[dict[str, Any]]:
@@ -781,7 +566,8 @@ def _capture_problems(probe: _Probe) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- running and reporting
 
 
-CHECKS: tuple[tuple[str, Callable[[_Probe], Check | None]], ...] = (
+# Each runs on its own: its name is the ✗ line's when it raises. An agent's line(s) come from its own module.
+CHECKS: tuple[tuple[str, Callable[[_Probe], Check | list[Check] | None]], ...] = (
     ("config", check_config),
     ("data home", check_home),
     ("data directory", check_permissions),
@@ -789,10 +575,7 @@ CHECKS: tuple[tuple[str, Callable[[_Probe], Check | None]], ...] = (
     ("schema", check_schema),
     ("embedding model", check_model),
     ("stored vectors", check_vectors),
-    ("Claude Code hooks", check_claude_hooks),
-    ("Claude Code MCP server", check_claude_mcp),
-    ("Codex CLI", check_codex),
-    ("Gemini CLI", check_gemini),
+    *((agent.TITLE, _registration_checks(agent)) for agent in AGENTS.values()),
     ("service", check_service),
     ("processor", check_processor),
     ("disk space", check_disk),
@@ -806,7 +589,8 @@ def run_checks(env: Mapping[str, str] | None = None) -> list[Check]:
     """Run every check against the Engram home named by ``env`` (default: os.environ).
 
     A check that does not apply (the schema of a database that does not exist) is left out; a check
-    that raises is reported as a failed check with the exception's message.
+    that raises is reported as a failed check with the exception's message. An agent's registration
+    can be more than one line (Claude Code's hooks and its MCP server).
     """
     env = os.environ if env is None else env
     probe = _load_probe(env)
@@ -816,9 +600,11 @@ def run_checks(env: Mapping[str, str] | None = None) -> list[Check]:
             try:
                 result = run(probe)
             except Exception as exc:  # one broken check must never hide the others
-                result = _error(name, f"the check itself failed: {type(exc).__name__}: {exc}", None)
-            if result is not None:
+                result = error(name, f"the check itself failed: {type(exc).__name__}: {exc}", None)
+            if isinstance(result, Check):
                 checks.append(result)
+            elif result is not None:
+                checks.extend(result)
     finally:
         if probe.db is not None:
             probe.db.close()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from processor.claude_code.settings import Registration, hook_python
-from processor.codex.settings import hook_specs as codex_hooks
-from processor.gemini.settings import hook_specs as gemini_hooks
 from processor.hook_kit import hook_io
 from processor.hook_kit.tool_keys import tool_keys
+from processor.install.codex import hook_specs as codex_hooks
+from processor.install.gemini import hook_specs as gemini_hooks
+from processor.install.registration import Registration, hook_python
 from processor.recall.digest import header
 
 REPO = Path(__file__).resolve().parents[1]

@@ -251,7 +251,7 @@ def test_a_real_claude_code_session_gets_engrams_memories(tmp_path: Path) -> Non
 def test_the_plugin_folder_is_a_marketplace_the_real_cli_installs_offline(tmp_path: Path) -> None:
     """`engram plugin --out DIR`, then the CLI's own `plugin marketplace add DIR` and `plugin install`."""
     assert CLI is not None
-    from processor.claude_code.plugin import MARKETPLACE_NAME, PLUGIN_NAME, write_plugin
+    from processor.install.plugin import MARKETPLACE_NAME, PLUGIN_NAME, write_plugin
 
     folder = tmp_path / "engram-plugin"
     write_plugin(folder)

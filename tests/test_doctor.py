@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from processor import doctor
-from processor.claude_code import settings as claude_settings
+from processor.check import Check
 from processor.config import ensure_home, load_settings
-from processor.doctor import Check, exit_code, format_report, run_checks
+from processor.doctor import exit_code, format_report, run_checks
 from processor.files import write_atomic
+from processor.install import claude, codex, gemini
+from processor.install.registration import Registration, default_registration, hook_script
 from processor.memory.gguf_convert import GGUF_FILENAME, MODEL_NAME, ensure_default_gguf
 from processor.service import units
 from processor.service.control_server import ControlServer
@@ -43,6 +45,12 @@ class Home:
     @property
     def db(self) -> Path:
         return self.home / "engram.db"
+
+
+# Every line of a healthy home's report, in order (each agent's line or lines come from its install module).
+EVERY_CHECK = ["config", "data home", "data directory", "database", "schema", "embedding model", "stored vectors",
+               "Claude Code hooks", "Claude Code MCP server", "Codex CLI", "Gemini CLI", "service", "processor",
+               "disk space", "LLM spend today", "transcripts", "shared memory"]
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -74,8 +82,7 @@ def healthy(tmp_path: Path, shared_models_dir: Path) -> Iterator[Home]:
     conn.close()
     ensure_default_gguf(settings.models_dir)
     (settings.transcripts_root / "-home-me-project").mkdir(parents=True)
-    claude_settings.install(claude_settings.default_settings_path(env), claude_settings.default_mcp_config_path(env),
-                            check=False)
+    claude.install(default_registration(), env=env)
     unit = units.service_file(settings.home, settings.logs_dir, env=env)
     unit.path.parent.mkdir(parents=True)
     unit.path.write_text(unit.text)
@@ -90,7 +97,7 @@ def healthy(tmp_path: Path, shared_models_dir: Path) -> Iterator[Home]:
 def test_healthy_home_is_all_green(healthy: Home) -> None:
     checks = run_checks(healthy.env)
     report = format_report(checks)
-    assert [c.name for c in checks] == [name for name, _ in doctor.CHECKS], report
+    assert [c.name for c in checks] == EVERY_CHECK, report
     assert all(c.ok for c in checks), report
     assert exit_code(checks) == 0
     assert "✗" not in report and "!" not in report and report.rstrip().endswith("no problems")
@@ -225,10 +232,8 @@ def test_unconverted_default_model_is_a_warning(healthy: Home, tmp_path: Path) -
 
 def test_hooks_pointing_at_a_deleted_interpreter(healthy: Home, tmp_path: Path) -> None:
     gone = str(tmp_path / "deleted-venv" / "bin" / "python")
-    registration = claude_settings.Registration(hook_python=gone, engram_python=gone,
-                                                hook_script=claude_settings.hook_script())
-    claude_settings.install(claude_settings.default_settings_path(healthy.env),
-                            claude_settings.default_mcp_config_path(healthy.env), registration, check=False)
+    registration = Registration(hook_python=gone, engram_python=gone, hook_script=hook_script())
+    claude.install(registration, env=healthy.env)
     found = by_name(run_checks(healthy.env))
     for name in ("Claude Code hooks", "Claude Code MCP server"):
         assert not found[name].ok and "deleted-venv" in found[name].detail
@@ -236,12 +241,30 @@ def test_hooks_pointing_at_a_deleted_interpreter(healthy: Home, tmp_path: Path) 
 
 
 def test_hooks_not_installed(healthy: Home) -> None:
-    claude_settings.uninstall(claude_settings.default_settings_path(healthy.env),
-                              claude_settings.default_mcp_config_path(healthy.env))
+    claude.uninstall(env=healthy.env)
     found = by_name(run_checks(healthy.env))
     hooks = found["Claude Code hooks"]
     assert not hooks.ok and "PreToolUse, PostToolUseFailure, SessionStart not registered" in hooks.detail
     assert not found["Claude Code MCP server"].ok and found["Claude Code MCP server"].fix == "engram install"
+
+
+def test_hooks_an_earlier_engram_registered_are_recognised_and_install_replaces_them(healthy: Home) -> None:
+    """Old checkout paths and the `-m` SessionStart command of before the launcher are still Engram's hooks."""
+    old = "/old/venv/bin/python3"
+    healthy.claude.joinpath("settings.json").write_text(json.dumps({"hooks": {
+        "PreToolUse": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/pretooluse.py"}]}],
+        "PostToolUseFailure": [{"matcher": "*", "hooks": [
+            {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/tool_failure.py"}]}],
+        "SessionStart": [{"hooks": [{"type": "command", "command": f"{old} -I -m processor.recall.session_start"}]}],
+    }}))
+    hooks = by_name(run_checks(healthy.env))["Claude Code hooks"]
+    assert not hooks.ok and "not registered" not in hooks.detail, hooks
+    for event in ("PreToolUse", "PostToolUseFailure", "SessionStart"):
+        assert f"{event} hook needs {old}, which is gone" in hooks.detail
+    claude.install(default_registration(), env=healthy.env)
+    assert by_name(run_checks(healthy.env))["Claude Code hooks"].ok
+    assert "/old/" not in healthy.claude.joinpath("settings.json").read_text()
 
 
 def test_stale_pid_file_is_a_warning(tmp_path: Path, shared_models_dir: Path) -> None:
@@ -313,7 +336,7 @@ def test_a_crashing_check_is_reported_and_the_others_still_run(healthy: Home, mo
     monkeypatch.setattr(doctor, "CHECKS", (("exploding", explode), *doctor.CHECKS))
     checks = run_checks(healthy.env)
     assert checks[0] == Check("exploding", False, "the check itself failed: RuntimeError: boom", None, "error")
-    assert all(c.ok for c in checks[1:]) and len(checks) == len(doctor.CHECKS)
+    assert all(c.ok for c in checks[1:]) and [c.name for c in checks[1:]] == EVERY_CHECK
     assert exit_code(checks) == 1
 
 
@@ -376,7 +399,7 @@ def test_doctor_lists_files_that_cannot_be_captured_and_the_processors_own_list(
 
 def test_an_earlier_engrams_mcp_registration_is_a_warning(healthy: Home) -> None:
     """Registered before the bridge: a full server per session (over a second to start) still works."""
-    path = claude_settings.default_mcp_config_path(healthy.env)
+    path = claude.default_mcp_config_path(healthy.env)
     config = json.loads(path.read_text())
     config["mcpServers"]["engram"]["args"] = ["-I", "-m", "mcp_tools.server"]
     path.write_text(json.dumps(config))
@@ -396,24 +419,21 @@ def test_a_processor_that_cannot_serve_the_mcp_tools_is_a_warning(healthy: Home)
 
 
 def test_codex_and_gemini_checks(healthy: Home) -> None:
-    from processor.codex import settings as codex
-    from processor.gemini import settings as gemini
-
     found = by_name(run_checks(healthy.env))
     assert found["Codex CLI"].ok and "not installed here" in found["Codex CLI"].detail
     assert found["Gemini CLI"].ok and "not installed here" in found["Gemini CLI"].detail
     user = Path(healthy.env["HOME"])
-    registration = claude_settings.default_registration()
+    registration = default_registration()
 
     codex_dir = user / ".codex"
     codex_dir.mkdir()
     found = by_name(run_checks(healthy.env))
     assert not found["Codex CLI"].ok and found["Codex CLI"].fix == "engram install --agent codex"
-    codex.install(codex_dir, registration, check=False, trust=False)
+    codex.install(registration, codex_dir=codex_dir, trust=False)
     check = by_name(run_checks(healthy.env))["Codex CLI"]
     assert not check.ok and "skips Engram's" in check.detail and "not trusted" in check.detail, check
     assert "/hooks" in check.fix and check.failed
-    codex.install(codex_dir, registration, check=False)
+    codex.install(registration, codex_dir=codex_dir)
     check = by_name(run_checks(healthy.env))["Codex CLI"]
     assert check.ok and "registered and trusted" in check.detail, check
     (codex_dir / "config.toml").write_text((codex_dir / "config.toml").read_text() + "\n[broken\n")
@@ -425,6 +445,6 @@ def test_codex_and_gemini_checks(healthy: Home) -> None:
     (gemini_dir / "settings.json").write_text('{"ui": {"theme": "GitHub"}}\n')
     check = by_name(run_checks(healthy.env))["Gemini CLI"]
     assert not check.ok and "SessionStart, AfterTool not registered" in check.detail
-    gemini.install(gemini_dir / "settings.json", registration, check=False)
+    gemini.install(registration, path=gemini_dir / "settings.json")
     check = by_name(run_checks(healthy.env))["Gemini CLI"]
     assert check.ok and "SessionStart, AfterTool and MCP server engram registered" in check.detail, check

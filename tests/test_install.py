@@ -13,15 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from processor.claude_code import settings as cs
-from processor.claude_code.plugin import plugin_files, write_plugin
-from processor.claude_code.settings import InstallError, Registration, install, uninstall
 from processor.hook_kit import hook_io as fence
+from processor.install import claude
+from processor.install import registration as reg
+from processor.install.json_file import BACKUP_SUFFIX, ChangeReport
+from processor.install.plugin import plugin_files, write_plugin
+from processor.install.registration import InstallError, Registration, is_engram_hook
 from recall_hook.session_start import LAUNCHER as SESSION_START_LAUNCHER
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK = REPO / "recall_hook" / "pretooluse.py"
-PYTHON = cs.hook_python()
+PYTHON = reg.hook_python()
 
 USER_SETTINGS = {
     "$schema": "https://json.schemastore.org/claude-code-settings.json",
@@ -89,8 +91,12 @@ def load(path: Path) -> dict:
 
 
 def do_install(settings_path: Path, mcp_path: Path, registration: Registration,
-               **kw: object) -> cs.ChangeReport:
-    return install(settings_path, mcp_path, registration, check=False, **kw)
+               **kw: object) -> ChangeReport:
+    return claude.install(registration, settings_path=settings_path, mcp_config_path=mcp_path, **kw)
+
+
+def uninstall(settings_path: Path, mcp_path: Path, **kw: object) -> ChangeReport:
+    return claude.uninstall(settings_path=settings_path, mcp_config_path=mcp_path, **kw)
 
 
 def engram_commands(settings: dict, event: str) -> list[str]:
@@ -98,12 +104,12 @@ def engram_commands(settings: dict, event: str) -> list[str]:
         hook["command"]
         for group in settings.get("hooks", {}).get(event, [])
         for hook in group["hooks"]
-        if cs.is_engram_hook(hook)
+        if is_engram_hook(hook)
     ]
 
 
 def backups(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if cs.BACKUP_SUFFIX in p.name)
+    return sorted(p for p in directory.iterdir() if BACKUP_SUFFIX in p.name)
 
 
 # ---------------------------------------------------------------- merge
@@ -121,12 +127,13 @@ def test_install_adds_engram_and_keeps_everything_else(settings_path: Path, mcp_
             assert settings[key] == USER_SETTINGS[key]
     hooks = settings["hooks"]
     assert list(hooks) == [*USER_SETTINGS["hooks"], "PostToolUseFailure"]  # an event the user had none for: added
-    assert hooks["PostToolUseFailure"] == [{"matcher": "*", "hooks": [registration.hook("PostToolUseFailure").entry()]}]
+    failure_hook = claude.hook(registration, "PostToolUseFailure")
+    assert hooks["PostToolUseFailure"] == [{"matcher": "*", "hooks": [failure_hook.entry()]}]
     # The user's hooks come first and are untouched; Engram's are one group each, appended.
     assert hooks["PreToolUse"][:2] == USER_SETTINGS["hooks"]["PreToolUse"]
-    assert hooks["PreToolUse"][2] == {"matcher": "*", "hooks": [registration.hook("PreToolUse").entry()]}
+    assert hooks["PreToolUse"][2] == {"matcher": "*", "hooks": [claude.hook(registration, "PreToolUse").entry()]}
     assert hooks["SessionStart"][0] == USER_SETTINGS["hooks"]["SessionStart"][0]
-    assert hooks["SessionStart"][1] == {"hooks": [registration.hook("SessionStart").entry()]}
+    assert hooks["SessionStart"][1] == {"hooks": [claude.hook(registration, "SessionStart").entry()]}
     assert hooks["PostToolUse"] == USER_SETTINGS["hooks"]["PostToolUse"]
     assert hooks["Stop"] == USER_SETTINGS["hooks"]["Stop"]
 
@@ -203,7 +210,7 @@ def test_reinstall_updates_an_old_engram_entry_in_place(claude_dir: Path, mcp_pa
     ]}}))
     do_install(settings_path, mcp_path, registration)
     groups = load(settings_path)["hooks"]["PreToolUse"]
-    assert groups == [{"matcher": "Bash|Read", "hooks": [registration.hook("PreToolUse").entry()]}, user]
+    assert groups == [{"matcher": "Bash|Read", "hooks": [claude.hook(registration, "PreToolUse").entry()]}, user]
 
 
 def test_install_replaces_an_old_engram_mcp_server_but_not_a_foreign_one(settings_path: Path, mcp_path: Path,
@@ -212,7 +219,7 @@ def test_install_replaces_an_old_engram_mcp_server_but_not_a_foreign_one(setting
     config["mcpServers"]["engram"] = {"command": "/old/python", "args": ["-m", "mcp_tools.server"]}
     mcp_path.write_text(json.dumps(config))
     do_install(settings_path, mcp_path, registration)
-    assert load(mcp_path)["mcpServers"]["engram"] == registration.mcp_server.config()
+    assert load(mcp_path)["mcpServers"]["engram"] == claude.server_entry(registration)
 
     config["mcpServers"]["engram"] = {"command": "npx", "args": ["-y", "someone-elses-engram"]}
     mcp_path.write_text(json.dumps(config))
@@ -301,8 +308,8 @@ def test_missing_files_are_created_private(tmp_path: Path, registration: Registr
     mcp_path = tmp_path / "home" / ".claude.json"
     report = do_install(settings_path, mcp_path, registration)
     assert "created" in report.describe()
-    assert load(settings_path) == {"hooks": registration.hooks_table()}
-    assert load(mcp_path) == {"mcpServers": {"engram": registration.mcp_server.config()}}
+    assert load(settings_path) == {"hooks": claude.hooks_table(registration)}
+    assert load(mcp_path) == {"mcpServers": {"engram": claude.server_entry(registration)}}
     for path in (settings_path, mcp_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not backups(settings_path.parent)
@@ -348,29 +355,29 @@ def test_indentation_of_the_file_is_kept(claude_dir: Path, mcp_path: Path,
 
 def test_locations_honour_claude_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cs.default_settings_path({}) == tmp_path / "home" / ".claude" / "settings.json"
-    assert cs.default_mcp_config_path({}) == tmp_path / "home" / ".claude.json"
+    assert claude.default_settings_path({}) == tmp_path / "home" / ".claude" / "settings.json"
+    assert claude.default_mcp_config_path({}) == tmp_path / "home" / ".claude.json"
     custom = tmp_path / "custom"
     env = {"CLAUDE_CONFIG_DIR": str(custom)}
-    assert cs.default_settings_path(env) == custom / "settings.json"
-    assert cs.default_mcp_config_path(env) == custom / ".claude.json"
+    assert claude.default_settings_path(env) == custom / "settings.json"
+    assert claude.default_mcp_config_path(env) == custom / ".claude.json"
     custom.mkdir()
     (custom / ".config.json").write_text("{}")  # a legacy global config, which Claude Code still prefers
-    assert cs.default_mcp_config_path(env) == custom / ".config.json"
+    assert claude.default_mcp_config_path(env) == custom / ".config.json"
 
 
 def test_registered_commands(registration: Registration) -> None:
-    pre = registration.hook("PreToolUse")
+    pre = claude.hook(registration, "PreToolUse")
     argv = shlex.split(pre.command)
-    assert argv[0] == PYTHON and os.path.isabs(argv[0]) and not cs.is_shim(argv[0])
+    assert argv[0] == PYTHON and os.path.isabs(argv[0]) and not reg.is_shim(argv[0])
     assert argv[1:3] == ["-I", "-S"]
     assert argv[-1] == str(HOOK) and os.path.isabs(argv[-1])
     assert pre.matcher == "*" and pre.timeout == 10
-    start = registration.hook("SessionStart")
+    start = claude.hook(registration, "SessionStart")
     assert shlex.split(start.command) == [PYTHON, "-I", "-S", "-c", SESSION_START_LAUNCHER,
                                           str(registration.hook_script.with_name("session_start.py"))]
     assert start.matcher is None
-    assert registration.mcp_server.config()["args"] == ["-I", "-m", "mcp_tools.bridge"]
+    assert claude.server_entry(registration)["args"] == ["-I", "-m", "mcp_tools.bridge"]
 
 
 def test_registered_hook_command_really_injects(tmp_path: Path, registration: Registration) -> None:
@@ -384,7 +391,7 @@ def test_registered_hook_command_really_injects(tmp_path: Path, registration: Re
                         "tool_input": {"command": "ls"}, "cwd": str(tmp_path), "transcript_path": "/t.jsonl"})
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "ENGRAM_HOME": str(home)}
     # Through a shell, as Claude Code runs it.
-    done = subprocess.run(["/bin/sh", "-c", registration.hook("PreToolUse").command], input=stdin.encode(),
+    done = subprocess.run(["/bin/sh", "-c", claude.hook(registration, "PreToolUse").command], input=stdin.encode(),
                           capture_output=True, env=env, timeout=10)
     assert done.returncode == 0, done.stderr
     context = json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
@@ -395,10 +402,10 @@ def test_paths_with_spaces_are_quoted(tmp_path: Path) -> None:
     script = Path("/Users/u/Library/Application Support/engram/recall_hook/pretooluse.py")
     python = "/Applications/My Python/bin/python3"
     odd = Registration(hook_python=PYTHON, engram_python=python, hook_script=script)
-    assert shlex.split(odd.hook("PreToolUse").command)[-1] == str(odd.hook_script)
-    assert shlex.split(odd.hook("SessionStart").command)[-1] == str(script.with_name("session_start.py"))
-    assert odd.mcp_server.config()["command"] == python
-    assert cs.is_engram_hook(odd.hook("PreToolUse").entry())
+    assert shlex.split(claude.hook(odd, "PreToolUse").command)[-1] == str(odd.hook_script)
+    assert shlex.split(claude.hook(odd, "SessionStart").command)[-1] == str(script.with_name("session_start.py"))
+    assert claude.server_entry(odd)["command"] == python
+    assert is_engram_hook(claude.hook(odd, "PreToolUse").entry())
 
 
 def test_shims_are_recognised_and_refused(tmp_path: Path, registration: Registration) -> None:
@@ -410,11 +417,11 @@ def test_shims_are_recognised_and_refused(tmp_path: Path, registration: Registra
     script_shim = tmp_path / "python-wrapper"
     script_shim.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
     script_shim.chmod(0o755)
-    assert cs.is_shim(shim) and cs.is_shim(script_shim)
-    assert not cs.is_shim(PYTHON) and not cs.is_shim(cs.engram_python())
-    assert cs._usable_interpreter(str(shim)) is None
+    assert reg.is_shim(shim) and reg.is_shim(script_shim)
+    assert not reg.is_shim(PYTHON) and not reg.is_shim(reg.engram_python())
+    assert reg._usable_interpreter(str(shim)) is None
     with pytest.raises(InstallError, match="shim"):
-        cs.check_registration(
+        reg.check_registration(
             Registration(hook_python=str(script_shim), engram_python=PYTHON, hook_script=HOOK)
         )
 
@@ -422,12 +429,12 @@ def test_shims_are_recognised_and_refused(tmp_path: Path, registration: Registra
 def test_check_refuses_an_interpreter_without_this_engram(tmp_path: Path) -> None:
     # The base interpreter (no venv) has no Engram installed: its -m commands would fail.
     registration = Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK)
-    if cs._imports_this_engram(PYTHON) is None:
+    if reg._imports_this_engram(PYTHON) is None:
         pytest.skip("Engram is installed into the base interpreter here")
     with pytest.raises(InstallError, match="does not import this Engram"):
-        cs.check_registration(registration)
+        reg.check_registration(registration)
     with pytest.raises(InstallError):
-        cs.check_registration(Registration(hook_python=PYTHON, engram_python=PYTHON,
+        reg.check_registration(Registration(hook_python=PYTHON, engram_python=PYTHON,
                                            hook_script=tmp_path / "missing.py"))
 
 
@@ -452,9 +459,9 @@ def test_plugin_layout_is_generated_from_the_same_source(tmp_path: Path, setting
     assert market["name"] == "engram-local" and market["owner"]["name"]
     assert [(p["name"], p["source"]) for p in market["plugins"]] == [("engram", "./")]
     hooks = load(out / "hooks" / "hooks.json")
-    assert hooks["hooks"] == registration.hooks_table()
+    assert hooks["hooks"] == claude.hooks_table(registration)
     mcp = load(out / ".mcp.json")
-    assert mcp == {"mcpServers": {"engram": registration.mcp_server.config()}}
+    assert mcp == {"mcpServers": {"engram": claude.server_entry(registration)}}
 
     # The same entries `install` puts in settings.json and .claude.json.
     do_install(settings_path, mcp_path, registration)
@@ -504,9 +511,9 @@ def test_entries_written_by_engram_0_1_0_are_replaced_by_install_and_removed_by_
     mcp_path.write_text(json.dumps(V010_CLAUDE_JSON, indent=2) + "\n")
     do_install(settings_path, mcp_path, registration)
     hooks = load(settings_path)["hooks"]
-    assert hooks["SessionStart"] == [{"hooks": [registration.hook("SessionStart").entry()]}]
-    assert hooks["PreToolUse"] == [{"matcher": "*", "hooks": [registration.hook("PreToolUse").entry()]}]
-    assert hooks["UserPromptSubmit"] == [{"hooks": [registration.hook("UserPromptSubmit").entry()]}]
+    assert hooks["SessionStart"] == [{"hooks": [claude.hook(registration, "SessionStart").entry()]}]
+    assert hooks["PreToolUse"] == [{"matcher": "*", "hooks": [claude.hook(registration, "PreToolUse").entry()]}]
+    assert hooks["UserPromptSubmit"] == [{"hooks": [claude.hook(registration, "UserPromptSubmit").entry()]}]
     assert "processor.recall.session_start" not in settings_path.read_text()
     assert load(mcp_path)["mcpServers"]["engram"]["command"] == registration.engram_python
 

@@ -11,16 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from processor import install as agents
-from processor.claude_code import settings as cs
-from processor.claude_code.settings import InstallError, Registration
-from processor.codex import settings as codex
-from processor.codex.config_file import BLOCK_START
-from processor.codex.trust import engram_hooks, trust_hash, untrusted
-from processor.gemini import settings as gemini
+from processor.config import AGENTS
+from processor.install import agents, codex, gemini
+from processor.install.codex_config import BLOCK_START
+from processor.install.codex_trust import engram_hooks, trust_hash, untrusted
+from processor.install.registration import InstallError, Registration, hook_python
 
 REPO = Path(__file__).resolve().parents[1]
-PYTHON = cs.hook_python()
+PYTHON = hook_python()
 
 USER_CONFIG_TOML = '''# My Codex setup
 model = "o3"   # the good one
@@ -85,7 +83,7 @@ def files(folder: Path) -> dict[str, bytes]:
 
 def test_codex_install_adds_hooks_trust_and_server_and_keeps_everything_else(codex_dir: Path,
                                                                               registration: Registration) -> None:
-    report = codex.install(codex_dir, registration, check=False)
+    report = codex.install(registration, codex_dir=codex_dir)
     assert report.changed and not report.dry_run
     hooks = json.loads((codex_dir / "hooks.json").read_text())
     assert hooks["hooks"]["Stop"] == USER_HOOKS_JSON["hooks"]["Stop"]
@@ -117,29 +115,29 @@ def test_codex_install_adds_hooks_trust_and_server_and_keeps_everything_else(cod
 
 def test_codex_uninstall_gives_both_files_back_byte_for_byte(codex_dir: Path, registration: Registration) -> None:
     original = files(codex_dir)
-    codex.install(codex_dir, registration, check=False)
+    codex.install(registration, codex_dir=codex_dir)
     assert files(codex_dir) != original
-    report = codex.uninstall(codex_dir)
+    report = codex.uninstall(codex_dir=codex_dir)
     assert report.changed
     assert files(codex_dir) == original
-    assert not codex.uninstall(codex_dir).changed
+    assert not codex.uninstall(codex_dir=codex_dir).changed
 
 
 @pytest.mark.parametrize("config", ["", 'model = "o3"', 'model = "o3"\n\n\n', "[a]\nb = 1\n",
                                     '[mcp_servers.other]\ncommand = "x"\n'])
 def test_codex_round_trip_is_exact_for_any_ending(tmp_path: Path, registration: Registration, config: str) -> None:
     (tmp_path / "config.toml").write_text(config)
-    codex.install(tmp_path, registration, check=False)
+    codex.install(registration, codex_dir=tmp_path)
     tomllib.loads((tmp_path / "config.toml").read_text())
-    codex.uninstall(tmp_path)
+    codex.uninstall(codex_dir=tmp_path)
     assert (tmp_path / "config.toml").read_text() == config
 
 
 def test_codex_install_twice_is_install_once(codex_dir: Path, registration: Registration) -> None:
-    codex.install(codex_dir, registration, check=False)
+    codex.install(registration, codex_dir=codex_dir)
     first = files(codex_dir)
     backups = sorted(p.name for p in codex_dir.iterdir() if ".engram-backup-" in p.name)
-    again = codex.install(codex_dir, registration, check=False)
+    again = codex.install(registration, codex_dir=codex_dir)
     assert not again.changed and files(codex_dir) == first
     assert sorted(p.name for p in codex_dir.iterdir() if ".engram-backup-" in p.name) == backups
     assert len(backups) == 2  # one of each file, before the first write
@@ -147,17 +145,17 @@ def test_codex_install_twice_is_install_once(codex_dir: Path, registration: Regi
 
 def test_codex_reinstall_with_another_interpreter_refreshes_its_trust(codex_dir: Path, tmp_path: Path,
                                                                      registration: Registration) -> None:
-    codex.install(codex_dir, registration, check=False)
+    codex.install(registration, codex_dir=codex_dir)
     moved = Registration(hook_python="/opt/py/bin/python3", engram_python="/opt/py/bin/python3",
                          hook_script=registration.hook_script)
-    codex.install(codex_dir, moved, check=False)
+    codex.install(moved, codex_dir=codex_dir)
     text = (codex_dir / "config.toml").read_text()
     assert text.count(BLOCK_START) == 1
     config = tomllib.loads(text)
     hooks = engram_hooks(json.loads((codex_dir / "hooks.json").read_text()), codex_dir / "hooks.json")
     assert all("/opt/py/bin/python3" in json.dumps(json.loads((codex_dir / "hooks.json").read_text()))
                for _ in hooks) and untrusted(config, hooks) == []
-    codex.uninstall(codex_dir)
+    codex.uninstall(codex_dir=codex_dir)
     assert (codex_dir / "config.toml").read_text() == USER_CONFIG_TOML
 
 
@@ -167,15 +165,15 @@ def test_codex_trust_recorded_elsewhere_is_replaced_and_removed(codex_dir: Path,
     (codex_dir / "hooks.json").write_text("{}\n")
     with open(codex_dir / "config.toml", "a") as f:
         f.write(f'\n[hooks.state."{key}"]\ntrusted_hash = "sha256:stale"\n')
-    codex.install(codex_dir, registration, check=False)
+    codex.install(registration, codex_dir=codex_dir)
     config = tomllib.loads((codex_dir / "config.toml").read_text())
     assert config["hooks"]["state"][key]["trusted_hash"] != "sha256:stale"
-    codex.uninstall(codex_dir)
+    codex.uninstall(codex_dir=codex_dir)
     assert key not in tomllib.loads((codex_dir / "config.toml").read_text()).get("hooks", {}).get("state", {})
 
 
 def test_codex_no_trust_leaves_trust_to_the_user(codex_dir: Path, registration: Registration) -> None:
-    report = codex.install(codex_dir, registration, check=False, trust=False)
+    report = codex.install(registration, codex_dir=codex_dir, trust=False)
     config = tomllib.loads((codex_dir / "config.toml").read_text())
     hooks = engram_hooks(json.loads((codex_dir / "hooks.json").read_text()), codex_dir / "hooks.json")
     assert len(untrusted(config, hooks)) == 3
@@ -188,10 +186,10 @@ def test_invalid_codex_config_is_an_error_and_nothing_is_written(codex_dir: Path
     (codex_dir / "config.toml").write_text(bad)
     before = files(codex_dir)
     with pytest.raises(InstallError, match=r"config\.toml: invalid TOML .*fix or move the file aside"):
-        codex.install(codex_dir, registration, check=False)
+        codex.install(registration, codex_dir=codex_dir)
     assert files(codex_dir) == before
     with pytest.raises(InstallError):
-        codex.uninstall(codex_dir)
+        codex.uninstall(codex_dir=codex_dir)
     assert files(codex_dir) == before
 
 
@@ -200,7 +198,7 @@ def test_invalid_codex_hooks_json_is_an_error_and_nothing_is_written(codex_dir: 
     (codex_dir / "hooks.json").write_text('{"hooks": {')
     before = files(codex_dir)
     with pytest.raises(InstallError, match=r"hooks\.json: invalid JSON at line 1"):
-        codex.install(codex_dir, registration, check=False)
+        codex.install(registration, codex_dir=codex_dir)
     assert files(codex_dir) == before
 
 
@@ -209,7 +207,7 @@ def test_a_foreign_codex_server_named_engram_is_refused(codex_dir: Path, registr
         f.write('\n[mcp_servers.engram]\ncommand = "other-memory-tool"\n')
     before = files(codex_dir)
     with pytest.raises(InstallError, match="not Engram's.*codex mcp remove engram"):
-        codex.install(codex_dir, registration, check=False)
+        codex.install(registration, codex_dir=codex_dir)
     assert files(codex_dir) == before
 
 
@@ -223,11 +221,11 @@ def test_codex_trust_hash_is_codexs_fingerprint() -> None:
 
 def test_codex_files_are_created_private_when_missing(tmp_path: Path, registration: Registration) -> None:
     folder = tmp_path / "fresh-codex"
-    codex.install(folder, registration, check=False)
+    codex.install(registration, codex_dir=folder)
     for name in ("hooks.json", "config.toml"):
         assert (folder / name).stat().st_mode & 0o777 == 0o600
     assert (folder / "config.toml").read_text().startswith("# >>> engram: added by `engram install`, which created")
-    codex.uninstall(folder)
+    codex.uninstall(codex_dir=folder)
     assert sorted(p.name for p in folder.iterdir() if ".engram-backup-" not in p.name) == []  # both made by install
 
 
@@ -237,7 +235,7 @@ def test_codex_files_are_created_private_when_missing(tmp_path: Path, registrati
 def test_gemini_install_adds_hooks_and_server_and_uninstall_restores_exactly(
         gemini_settings: Path, registration: Registration) -> None:
     original = gemini_settings.read_bytes()
-    report = gemini.install(gemini_settings, registration, check=False)
+    report = gemini.install(registration, path=gemini_settings)
     data = json.loads(gemini_settings.read_text())
     assert data["security"] == USER_GEMINI["security"] and data["ui"] == USER_GEMINI["ui"]
     assert data["hooks"]["BeforeTool"] == USER_GEMINI["hooks"]["BeforeTool"]
@@ -250,18 +248,18 @@ def test_gemini_install_adds_hooks_and_server_and_uninstall_restores_exactly(
     assert data["mcpServers"]["engram"] == {"command": PYTHON, "args": ["-I", "-m", "mcp_tools.bridge"]}
     assert data["mcpServers"]["github"] == USER_GEMINI["mcpServers"]["github"]
     assert "ghp_SECRET" not in report.describe() and "mcpServers" in report.describe()
-    assert not gemini.install(gemini_settings, registration, check=False).changed
-    gemini.uninstall(gemini_settings)
+    assert not gemini.install(registration, path=gemini_settings).changed
+    gemini.uninstall(path=gemini_settings)
     assert gemini_settings.read_bytes() == original
 
 
 def test_gemini_prompt_hook_is_before_agent(gemini_settings: Path, registration: Registration) -> None:
     import dataclasses
 
-    gemini.install(gemini_settings, dataclasses.replace(registration, prompt_submit=True), check=False)
+    gemini.install(dataclasses.replace(registration, prompt_submit=True), path=gemini_settings)
     [hook] = json.loads(gemini_settings.read_text())["hooks"]["BeforeAgent"][0]["hooks"]
     assert hook["command"].endswith("prompt_submit.py gemini")
-    gemini.install(gemini_settings, dataclasses.replace(registration, prompt_submit=False), check=False)
+    gemini.install(dataclasses.replace(registration, prompt_submit=False), path=gemini_settings)
     assert "BeforeAgent" not in json.loads(gemini_settings.read_text())["hooks"]
 
 
@@ -270,7 +268,7 @@ def test_gemini_settings_with_comments_are_left_untouched_with_the_fix(gemini_se
     gemini_settings.write_text('{\n  // my theme\n  "ui": {"theme": "GitHub"}\n}\n')
     before = gemini_settings.read_bytes()
     with pytest.raises(InstallError, match="reads settings.json with comments.*--agent gemini --print"):
-        gemini.install(gemini_settings, registration, check=False)
+        gemini.install(registration, path=gemini_settings)
     assert gemini_settings.read_bytes() == before
 
 
@@ -308,3 +306,31 @@ def test_one_agents_bad_file_does_not_stop_the_others(tmp_path: Path, registrati
     assert outcomes[1].error is not None and "settings.json: invalid JSON" in outcomes[1].error
     assert (home / ".gemini" / "settings.json").read_text() == "{ not json"
     assert "not changed" in outcomes[1].describe()
+
+
+def test_every_agent_engram_knows_is_registered_through_one_face() -> None:
+    assert list(agents.AGENTS) == list(AGENTS)  # the settings' and the CLI's agents: one line each to add one
+    for name, agent in agents.AGENTS.items():
+        assert name == agent.NAME and agent.TITLE
+        for part in ("found", "hook_specs", "install", "uninstall", "problems"):
+            assert callable(getattr(agent, part)), (name, part)
+
+
+def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, registration: Registration,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[Registration] = []
+    monkeypatch.setattr(agents, "check_registration", checked.append)
+    monkeypatch.setattr(agents, "run_hook", lambda *args, **kwargs: None)
+    home = tmp_path / "home"
+    env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CODEX_HOME": str(home / ".codex"),
+           "GEMINI_CLI_HOME": str(home)}
+    outcomes = agents.install(list(agents.AGENTS), registration, env=env)
+    assert checked == [registration]
+    assert [outcome.error for outcome in outcomes] == [None, None, None]
+    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json"):
+        assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
+    assert all(outcome.report is not None and outcome.report.changed
+               for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))
+    agents.uninstall(list(agents.AGENTS), env=env)
+    assert not any("recall_hook/" in (home / path).read_text()
+                   for path in (".claude/settings.json", ".gemini/settings.json"))

@@ -29,8 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the composition root: `engram run`, the service wired with the routes of all of the above
     ("processor.lifecycle",),
     # registration with each agent, across them (`engram install`), and the checks of all of it
-    ("processor.claude_code", "processor.codex", "processor.gemini", "processor.install", "processor.doctor",
-     "recall_hook", "mcp_tools"),
+    ("processor.check", "processor.install", "processor.doctor", "recall_hook", "mcp_tools"),
     ("processor.cli",),
 )
 

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.claude_code.settings import Registration, hook_python
 from processor.hook_kit import hook_io
 from processor.hook_kit import hook_io as fence
+from processor.install import claude
+from processor.install.registration import Registration, hook_python
 from recall_hook import pretooluse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +29,7 @@ HOOK = REPO / "recall_hook" / "pretooluse.py"
 SESSION = "5f1c9a52-7a43-4d0e-9f8e-3c1d2b7e6a10"
 PYTHON = hook_python()
 LAUNCHER_ARGV = shlex.split(
-    Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK).hook("PreToolUse").command
+    claude.hook(Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK), "PreToolUse").command
 )
 SCRIPT_ARGV = [PYTHON, "-I", "-S", str(HOOK)]
 

@@ -21,20 +21,14 @@ from typing import Any
 import pytest
 
 from processor.capture.project import project_root as processor_project_root
-from processor.claude_code.plugin import plugin_files
-from processor.claude_code.settings import (
-    PROMPT_SUBMIT_MARKER,
-    Registration,
-    add_hooks,
-    hook_python,
-    install,
-    remove_hooks,
-    uninstall,
-)
 from processor.files import write_atomic
 from processor.hook_kit import hook_io
 from processor.hook_kit import hook_io as fence
 from processor.hook_kit.project import project_root
+from processor.install import claude
+from processor.install.json_file import add_hook_specs, remove_hooks
+from processor.install.plugin import plugin_files
+from processor.install.registration import PROMPT_SUBMIT_MARKER, Registration, hook_python
 from processor.recall.digest import write_digest_ids
 from processor.service.control_server import ControlServer
 from processor.service.pidfile import PidFile
@@ -46,8 +40,8 @@ SCRIPT = REPO / "recall_hook" / "prompt_submit.py"
 SESSION = "7d2e9f10-3c4b-4a5d-8e6f-9a0b1c2d3e4f"
 PYTHON = hook_python()
 REGISTRATION = Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK, prompt_submit=True)
-ARGV = shlex.split(REGISTRATION.prompt_submit_hook.command)
-PRETOOLUSE_ARGV = shlex.split(REGISTRATION.hook("PreToolUse").command)
+ARGV = shlex.split(claude.hook(REGISTRATION, "UserPromptSubmit").command)
+PRETOOLUSE_ARGV = shlex.split(claude.hook(REGISTRATION, "PreToolUse").command)
 
 
 def bite(eid: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -484,25 +478,27 @@ def test_install_registers_it_only_when_asked_and_keeps_other_prompt_hooks(tmp_p
     settings_path.write_text(json.dumps({"hooks": {"UserPromptSubmit": [user_group]}}))
     plain = Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK)
 
-    install(settings_path, mcp_path, plain, check=False)
+    def install(registration: Registration) -> claude.ChangeReport:
+        return claude.install(registration, settings_path=settings_path, mcp_config_path=mcp_path)
+
+    install(plain)
     assert _groups(settings_path, "UserPromptSubmit") == [user_group]
 
-    install(settings_path, mcp_path, REGISTRATION, check=False)
-    expected = [user_group, {"hooks": [REGISTRATION.prompt_submit_hook.entry()]}]
+    install(REGISTRATION)
+    expected = [user_group, {"hooks": [claude.hook(REGISTRATION, "UserPromptSubmit").entry()]}]
     assert _groups(settings_path, "UserPromptSubmit") == expected
     assert PROMPT_SUBMIT_MARKER in expected[1]["hooks"][0]["command"]
-    report = install(settings_path, mcp_path, REGISTRATION, check=False)
+    report = install(REGISTRATION)
     assert not report.changed  # twice = once
 
-    install(settings_path, mcp_path, plain, check=False)  # a plain re-install keeps the user's choice
+    install(plain)  # a plain re-install keeps the user's choice
     assert _groups(settings_path, "UserPromptSubmit") == expected
 
-    install(settings_path, mcp_path, Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK,
-                                                  prompt_submit=False), check=False)
+    install(Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK, prompt_submit=False))
     assert _groups(settings_path, "UserPromptSubmit") == [user_group]
 
-    install(settings_path, mcp_path, REGISTRATION, check=False)
-    uninstall(settings_path, mcp_path)
+    install(REGISTRATION)
+    claude.uninstall(settings_path=settings_path, mcp_config_path=mcp_path)
     assert json.loads(settings_path.read_text()) == {"hooks": {"UserPromptSubmit": [user_group]}}
 
 
@@ -511,8 +507,8 @@ def test_a_plain_install_refreshes_a_moved_prompt_hook_in_place(tmp_path: Path) 
            "timeout": 5}
     settings = {"hooks": {"UserPromptSubmit": [{"hooks": [old]}]}}
     plain = Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK)
-    merged = add_hooks(settings, plain, tmp_path / "settings.json")
-    assert merged["hooks"]["UserPromptSubmit"] == [{"hooks": [REGISTRATION.prompt_submit_hook.entry()]}]
+    merged = add_hook_specs(settings, claude.hook_specs(plain), tmp_path / "settings.json")
+    assert merged["hooks"]["UserPromptSubmit"] == [{"hooks": [claude.hook(REGISTRATION, "UserPromptSubmit").entry()]}]
     assert remove_hooks(merged, tmp_path / "settings.json") == {}
 
 
@@ -520,7 +516,7 @@ def test_the_plugin_has_the_prompt_hook_only_when_asked() -> None:
     plain = Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=HOOK)
     assert "UserPromptSubmit" not in plugin_files(plain)[Path("hooks") / "hooks.json"]["hooks"]
     hooks = plugin_files(REGISTRATION)[Path("hooks") / "hooks.json"]["hooks"]
-    assert hooks["UserPromptSubmit"] == [{"hooks": [REGISTRATION.prompt_submit_hook.entry()]}]
+    assert hooks["UserPromptSubmit"] == [{"hooks": [claude.hook(REGISTRATION, "UserPromptSubmit").entry()]}]
 
 
 def test_the_registered_command_is_silent_on_empty_stdin(env: dict[str, str]) -> None:

@@ -22,9 +22,10 @@ import apsw
 import pytest
 
 from bench.testbed.transcripts import user_line
-from processor.claude_code.settings import Registration, hook_python
 from processor.config import load_settings
 from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
+from processor.install import claude
+from processor.install.registration import Registration, hook_python
 from processor.memory.episode_store import EpisodeStore
 from processor.store import open_store
 from tests.conftest import REPO
@@ -116,14 +117,14 @@ class Session:
     def pretooluse(self, tool_use_id: str) -> bytes:
         stdin = self.event("PreToolUse", tool_name="Bash", tool_use_id=tool_use_id,
                            tool_input={"command": "psql -h localhost -p 6543", "description": "Connect"})
-        return self.run(shlex.split(REGISTRATION.hook("PreToolUse").command), stdin)
+        return self.run(shlex.split(claude.hook(REGISTRATION, "PreToolUse").command), stdin)
 
     def session_start(self) -> bytes:
         stdin = self.event("SessionStart", source="startup")
-        return self.run(shlex.split(REGISTRATION.hook("SessionStart").command), stdin)
+        return self.run(shlex.split(claude.hook(REGISTRATION, "SessionStart").command), stdin)
 
     def prompt_submit(self, prompt: str) -> bytes:
-        return self.run(shlex.split(REGISTRATION.prompt_submit_hook.command),
+        return self.run(shlex.split(claude.hook(REGISTRATION, "UserPromptSubmit").command),
                         self.event("UserPromptSubmit", prompt=prompt), {"ENGRAM_PROMPT_SUBMIT_ENABLED": "1"})
 
     def write_back(self, event: str, hook_name: str, stdout: bytes) -> str:

@@ -106,8 +106,9 @@ def test_the_viewer_templates_and_static_files_ship_in_the_install(installed: Pa
 
 def test_the_hooks_run_from_the_install(installed: Path, env: dict[str, str], tmp_path: Path) -> None:
     registration = run([str(installed / "bin" / "python"), "-c",
-                        "import json; from processor.claude_code.settings import default_registration as r; "
-                        "reg = r(); print(json.dumps({h.event: h.command for h in reg.hooks}))"],
+                        "import json; from processor.install import claude; "
+                        "from processor.install.registration import default_registration as r; "
+                        "specs = claude.hook_specs(r()); print(json.dumps({h.event: h.command for h, _ in specs}))"],
                        cwd=tmp_path, env=env)
     assert registration.returncode == 0, registration.stderr
     commands = json.loads(registration.stdout)

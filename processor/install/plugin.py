@@ -4,7 +4,7 @@ Generated from the same ``Registration`` as ``engram install``, so the two never
 
     <dir>/.claude-plugin/plugin.json       manifest (name, version, description)
     <dir>/.claude-plugin/marketplace.json  a one-plugin marketplace whose plugin is <dir> itself
-    <dir>/hooks/hooks.json                 the PreToolUse and SessionStart hooks
+    <dir>/hooks/hooks.json                 Claude Code's hooks, as ``engram install`` registers them
     <dir>/.mcp.json                        the ``engram`` stdio MCP server
 
 Two ways to load it: ``claude --plugin-dir DIR`` for one session, or, to keep it installed,
@@ -25,9 +25,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from processor.claude_code.settings import Registration, default_registration
 from processor.config import DISTRIBUTION
 from processor.files import write_atomic
+from processor.install import claude
+from processor.install.registration import Registration, default_registration
 
 PLUGIN_NAME = "engram"
 DESCRIPTION = (
@@ -67,9 +68,9 @@ def plugin_files(registration: Registration) -> dict[Path, dict[str, Any]]:
         MARKETPLACE: marketplace,
         HOOKS: {
             "description": "Engram: memory bites once per user message; recall set up per session",
-            "hooks": registration.hooks_table(),
+            "hooks": claude.hooks_table(registration),
         },
-        MCP: {"mcpServers": {server.name: server.config()}},
+        MCP: {"mcpServers": {server.name: claude.server_entry(registration)}},
     }
 
 

@@ -7,7 +7,7 @@ fingerprint of the hook's normalized identity: sha256 of its canonical JSON (key
 ``{"event_name", "matcher"?, "hooks": [{"type": "command", "command", "timeout", "async"}]}``
 (codex-rs ``hooks/src/engine/discovery.rs`` ``command_hook_hash`` and ``config/src/fingerprint.rs``
 ``version_for_toml``; checked against what ``codex app-server``'s ``hooks/list`` reports for Codex 0.171.0,
-and by tests/test_codex_cli_e2e.py, which runs Codex without bypassing trust). A hook whose identity changes
+and by tests/test_agent_cli_e2e.py, which runs Codex without bypassing trust). A hook whose identity changes
 (another interpreter, another timeout) needs trusting again; ``engram install`` records it, ``engram doctor``
 checks it.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processor.claude_code.settings import is_engram_hook
+from processor.install.registration import is_engram_hook
 
 DEFAULT_TIMEOUT = 600  # seconds, as Codex fills a hook without one
 # Events whose matcher Codex ignores (it is not part of their identity).

@@ -19,7 +19,7 @@ from typing import Any
 import tomlkit
 import tomlkit.exceptions
 
-from processor.claude_code.settings import MCP_SERVER_NAME, InstallError, is_engram_mcp_server
+from processor.install.registration import MCP_SERVER_NAME, InstallError, is_engram_mcp_server
 
 BLOCK_START = "# >>> engram: added by `engram install`, removed by `engram uninstall`\n"
 # The same line when the file did not end with a newline (uninstall then takes one more newline away), and when

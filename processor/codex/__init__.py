@@ -1,1 +1,0 @@
-"""Registration with the Codex CLI: hooks, their trust, and the MCP server (``settings``)."""

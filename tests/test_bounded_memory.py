@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.capture.parse import CapturedLine
+from processor.capture.captured import CapturedLine
 from processor.config import Settings
 from processor.memory import gguf_convert
 from processor.service.control_client import request

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from processor.capture.parse import CapturedLine, Skipped, parse_line
+from processor.capture.captured import CapturedLine, Skipped
+from processor.capture.claude import parse_line
 from recall_hook.hook_io import fence
 from tests.transcripts import assistant_line, user_line
 

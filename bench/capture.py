@@ -32,8 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.testbed.agent_transcripts import Chat, Rollout  # noqa: E402
+from processor.capture.claude import ClaudeFormat  # noqa: E402
 from processor.capture.codex import CodexFormat  # noqa: E402
-from processor.capture.discover import TranscriptFilter, discover, discover_all  # noqa: E402
+from processor.capture.discover import discover, discover_all  # noqa: E402
 from processor.capture.formats import TranscriptFormat  # noqa: E402
 from processor.capture.gemini import GeminiFormat  # noqa: E402
 from processor.capture.tailer import Tailer  # noqa: E402
@@ -44,7 +45,7 @@ _UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 
 
 def session_files(root: Path) -> list[Path]:
-    return discover(root, TranscriptFilter(root), since_days=None)
+    return discover(root, ClaudeFormat(root), since_days=None)
 
 
 Step = tuple[str, object]  # ("user", text) | ("assistant", text) | ("call", (id, name, input, output, failed))

@@ -46,8 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.locomo import DEFAULT_MODELS, mean, percentile  # noqa: E402
-from processor.capture.discover import TranscriptFilter, discover  # noqa: E402
-from processor.capture.tailer import session_id_for  # noqa: E402
+from processor.capture.claude import ClaudeFormat, session_id_for  # noqa: E402
+from processor.capture.discover import discover  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import Embedder, load_embedder  # noqa: E402
 from processor.memory.episode_store import EpisodeStore  # noqa: E402
@@ -187,7 +187,7 @@ def _strings(value: object) -> list[str]:
 def raw_lines(projects_dir: Path) -> list[tuple[str, str]]:
     """(session id, document) for every user/assistant line with text, of every captured transcript."""
     docs = []
-    for path in discover(projects_dir, TranscriptFilter(projects_dir), None):
+    for path in discover(projects_dir, ClaudeFormat(projects_dir), None):
         session = session_id_for(path)
         for raw in path.read_bytes().splitlines():
             try:

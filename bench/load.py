@@ -65,7 +65,8 @@ sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from bench.real_lines import Replay, large_outputs, prompts, read_sessions  # noqa: E402
 from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
-from processor.capture.parse import CapturedLine, parse_line  # noqa: E402
+from processor.capture.captured import CapturedLine  # noqa: E402
+from processor.capture.claude import parse_line  # noqa: E402
 from processor.service.control_client import ControlError, ping, request  # noqa: E402
 from processor.service.resources import rss_bytes  # noqa: E402
 

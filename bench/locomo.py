@@ -67,7 +67,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
 from processor.capture.backfill import backfill  # noqa: E402
-from processor.capture.discover import TranscriptFilter, encoded_project_dir  # noqa: E402
+from processor.capture.claude import ClaudeFormat, encoded_project_dir  # noqa: E402
 from processor.capture.tailer import Tailer  # noqa: E402
 from processor.config import load_settings  # noqa: E402
 from processor.memory.embedder import Embedder, load_embedder  # noqa: E402
@@ -307,7 +307,7 @@ def run_engram(conversations: list[Conversation], workdir: Path, embedder: Embed
     settings = load_settings(env)
     conn = open_store(settings.db_path)
     started = time.perf_counter()
-    report = backfill(Tailer(conn), TranscriptFilter(projects), since_days=None)
+    report = backfill(Tailer(conn), ClaudeFormat(projects), since_days=None)
     timings["capture"] = time.perf_counter() - started
 
     store = EpisodeStore(settings, conn, embedder=embedder)

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from processor.capture.discover import TranscriptFilter
-from processor.capture.parse import CapturedLine, parse_line
-from processor.capture.tailer import session_id_for
+from processor.capture.captured import CapturedLine
+from processor.capture.claude import ClaudeFormat, parse_line, session_id_for
 
 INTERRUPTION = "[Request interrupted by user"
 # What the user ran in Claude Code's shell mode ("! cmd") and its output: context for the next prompt, not a
@@ -144,7 +143,7 @@ def read_session(path: Path) -> Session:
 
 def project_sessions(project_dir: Path) -> list[Session]:
     """The project's main transcripts that hold a timestamped line, oldest first (by their first line)."""
-    accepted = TranscriptFilter(project_dir.parent)
+    accepted = ClaudeFormat(project_dir.parent)
     sessions = [read_session(p) for p in sorted(project_dir.glob("*.jsonl")) if accepted.accepts(p)]
     sessions = [s for s in sessions if s.start_ms is not None]
     return sorted(sessions, key=lambda s: (s.start_ms, s.session_id))

@@ -412,3 +412,27 @@ def test_one_codex_response_is_one_message_even_across_two_tails(conn: apsw.Conn
     # A processor that starts afresh reads on from the committed offset with a reader of its own: nothing doubles.
     fresh = Tailer(conn, formats=tailer.formats)
     assert fresh.tail(rollout.path).captured == []
+
+
+def test_a_file_under_no_captured_root_is_read_by_the_agent_whose_layout_it_has(
+        conn: apsw.Connection, tmp_path: Path) -> None:
+    """A tailer given no formats (a test's, a benchmark's) reads a rollout as Codex's, a chat as Gemini's, any
+    other JSON Lines file as Claude Code's; a file of no agent's layout is refused, naming the path."""
+    from bench.testbed.transcripts import user_line
+    from processor.capture.tailer import NotATranscript
+
+    tailer = Tailer(conn)
+    rollout = codex_session(tmp_path / "copied-codex-home")
+    assert tailer.tail(rollout.write()).agent == "codex"
+    chat = Chat(tmp_path / "copied-gemini" / ".gemini")
+    chat.prompt("Which port does the dev server use?")
+    assert tailer.tail(chat.write()).agent == "gemini"
+    claude = tmp_path / "copied" / "-tmp-app" / "agent-1234.jsonl"  # a subagent's transcript is Claude Code's too
+    claude.parent.mkdir(parents=True)
+    claude.write_text(user_line("Run the linter", session_id="agent-1234"))
+    assert tailer.tail(claude).agent == "claude"
+    assert sessions.counts_by_agent(conn) == {"claude": 1, "codex": 1, "gemini": 1}
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a transcript\n")
+    with pytest.raises(NotATranscript, match=str(notes)):
+        tailer.tail(notes)

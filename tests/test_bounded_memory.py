@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.capture.parse import CapturedLine
+from processor.capture.captured import CapturedLine
 from processor.config import Settings
 from processor.lifecycle import _recall_route
 from processor.memory import gguf_convert

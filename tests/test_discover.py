@@ -8,7 +8,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from processor.capture.discover import TranscriptFilter, discover, encoded_project_dir
+from processor.capture.claude import ClaudeFormat, encoded_project_dir
+from processor.capture.discover import discover
 from processor.capture.problems import CaptureProblems
 from processor.capture.project import project_root
 
@@ -33,7 +34,7 @@ def test_discovers_recent_non_empty_session_transcripts_only(tmp_path: Path) -> 
     touch(root / "-w-app" / "notes.txt")
     touch(root / encoded_project_dir(own_workdir) / "job.jsonl")
     touch(root / (encoded_project_dir(own_workdir) + "-sub") / "job.jsonl")
-    flt = TranscriptFilter(root, own_workdir)
+    flt = ClaudeFormat(root, own_workdir)
     assert discover(root, flt, since_days=7) == [keep]
     assert len(discover(root, flt, since_days=None)) == 2  # old.jsonl too
 
@@ -41,7 +42,7 @@ def test_discovers_recent_non_empty_session_transcripts_only(tmp_path: Path) -> 
 def test_filter_rejects_subagents_and_own_jobs_by_path(tmp_path: Path) -> None:
     root = tmp_path / "projects"
     own = tmp_path / "agent-work"
-    flt = TranscriptFilter(root, own)
+    flt = ClaudeFormat(root, own)
     assert flt.accepts(root / "-p" / "abc.jsonl")
     assert not flt.accepts(root / "-p" / "agent-abc.jsonl")
     assert not flt.accepts(root / "-p" / "abc" / "subagents" / "agent-x.jsonl")
@@ -55,9 +56,9 @@ def test_symlink_loop_and_missing_root_are_survived(tmp_path: Path, caplog) -> N
     keep = touch(root / "-w-app" / "s1.jsonl")
     os.symlink(root / "loop", root / "loop")  # a link to itself: ELOOP
     os.symlink(root, root / "-w-app" / "back")  # a cycle back to the root
-    flt = TranscriptFilter(root)
+    flt = ClaudeFormat(root)
     assert discover(root, flt, since_days=None) == [keep]
-    assert discover(tmp_path / "missing", TranscriptFilter(tmp_path / "missing"), since_days=None) == []
+    assert discover(tmp_path / "missing", ClaudeFormat(tmp_path / "missing"), since_days=None) == []
 
 
 def test_project_identity_is_the_git_root_shared_by_worktrees(tmp_path: Path) -> None:
@@ -85,7 +86,7 @@ def test_each_problem_is_logged_once_across_rescans_then_once_when_resolved(tmp_
     os.symlink(tmp_path / "target.jsonl", root / "-w-app" / "dangling.jsonl")
     os.mkfifo(root / "-w-app" / "pipe.jsonl")
     os.symlink(root / "-w-loop", root / "-w-loop")  # a project folder that is a link to itself
-    flt = TranscriptFilter(root)
+    flt = ClaudeFormat(root)
     problems = CaptureProblems()
     with caplog.at_level(logging.INFO):
         for _ in range(5):
@@ -108,7 +109,7 @@ def test_each_problem_is_logged_once_across_rescans_then_once_when_resolved(tmp_
 
 def test_missing_root_is_one_problem_until_it_appears(tmp_path: Path, caplog) -> None:
     root = tmp_path / "projects"
-    flt = TranscriptFilter(root)
+    flt = ClaudeFormat(root)
     problems = CaptureProblems()
     with caplog.at_level(logging.WARNING):
         for _ in range(5):

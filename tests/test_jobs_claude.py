@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from processor.capture.discover import TranscriptFilter, discover
+from processor.capture.claude import ClaudeFormat
+from processor.capture.discover import discover
 from processor.config import claude_config_dir
 from processor.jobs import JobRunner
 from processor.jobs.backends import BackendError, OutputError, choose_backend
@@ -122,7 +123,7 @@ def test_no_recursion_child_gets_no_settings_hooks_mcp_or_tools_and_is_not_captu
     # tailer neither accepts nor discovers it, while the user's own transcript is found.
     child_transcript = Path(seen["transcript"])
     assert child_transcript.is_file() and child_transcript.parent.parent == projects
-    transcript_filter = TranscriptFilter(settings.transcripts_root, settings.agent_workdir)
+    transcript_filter = ClaudeFormat(settings.transcripts_root, settings.agent_workdir)
     assert not transcript_filter.accepts(child_transcript)
     assert discover(settings.transcripts_root, transcript_filter, None) == [user_transcript]
 

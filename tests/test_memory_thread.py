@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.capture.parse import CapturedLine
+from processor.capture.captured import CapturedLine
 from processor.memory.verbatim import MESSAGE_HEAD_PIECES, round_pieces
 from processor.service.memory_thread import BuildEpisodes, FinalizeIdle, MemoryThread, PendingWork, Recollect
 from processor.store.episodes import StoredMessage

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from bench.testbed.transcripts import assistant_line, user_line
-from processor.capture.parse import CapturedLine, Skipped, parse_line
+from processor.capture.captured import CapturedLine, Skipped
+from processor.capture.claude import parse_line
 from processor.hook_kit.hook_io import fence
 
 SID = "11111111-2222-3333-4444-555555555555"

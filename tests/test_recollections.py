@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.testbed.transcripts import user_line
-from processor.capture.parse import CapturedLine
+from processor.capture.captured import CapturedLine
 from processor.capture.tailer import Tailer
 from processor.config import SettingsHolder, load_settings
 from processor.files import write_atomic

@@ -106,7 +106,7 @@ class Conversation:
 def write_conversations(projects: Path, *conversations: Conversation) -> None:
     """Append each conversation to its transcript where Claude Code keeps it: the projects folder, the folder
     named after the session's cwd, ``<session id>.jsonl``."""
-    from processor.capture.discover import encoded_project_dir
+    from processor.capture.claude import encoded_project_dir
 
     for c in conversations:
         folder = projects / encoded_project_dir(Path(c.cwd))

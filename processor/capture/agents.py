@@ -1,20 +1,22 @@
-"""Which agents' transcripts are captured, and where each keeps them: one format per agent, from the settings.
+"""Which agents' transcripts are captured, and where each keeps them: one format per agent, in one table.
 
-Claude Code's under ``projects_dir`` (``discover.TranscriptFilter``), the Codex CLI's under
-``<codex home>/sessions`` (``codex``), the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``); the
-``agents`` setting names the ones captured (all three by default). Engram's own LLM jobs run in its
-agent work directory, and no agent's session from there is captured.
+Claude Code's under ``projects_dir`` (``claude``), the Codex CLI's under ``<codex home>/sessions`` (``codex``),
+the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``); the ``agents`` setting names the ones captured (all
+three by default). Engram's own LLM jobs run in its agent work directory, and no agent's session from there is
+captured. Adding an agent is a module holding its ``TranscriptFormat``, and one line in ``FORMATS``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from processor.capture.codex import CodexFormat, codex_sessions_root
-from processor.capture.discover import TranscriptFilter
+from processor.capture.claude import ClaudeFormat
+from processor.capture.codex import CodexFormat
 from processor.capture.formats import AGENTS, CLAUDE, CODEX, GEMINI, TranscriptFormat
-from processor.capture.gemini import GeminiFormat, gemini_sessions_root
+from processor.capture.gemini import GeminiFormat
 from processor.config import Settings, agent_names
+
+FORMATS: dict[str, type[TranscriptFormat]] = {CLAUDE: ClaudeFormat, CODEX: CodexFormat, GEMINI: GeminiFormat}
 
 
 def captured_agents(settings: Settings) -> tuple[str, ...]:
@@ -24,18 +26,15 @@ def captured_agents(settings: Settings) -> tuple[str, ...]:
 
 
 def transcript_formats(settings: Settings) -> list[TranscriptFormat]:
-    """Every captured agent's transcripts, Claude Code's first."""
-    formats: list[TranscriptFormat] = []
-    agents = captured_agents(settings)
-    if CLAUDE in agents:
-        formats.append(TranscriptFilter(settings.transcripts_root, settings.agent_workdir))
-    if CODEX in agents and settings.codex_dir is not None:
-        formats.append(CodexFormat(codex_sessions_root(settings.codex_dir), settings.agent_workdir))
-    if GEMINI in agents and settings.gemini_dir is not None:
-        formats.append(GeminiFormat(gemini_sessions_root(settings.gemini_dir), settings.agent_workdir))
-    return formats
+    """Every captured agent's transcripts that the settings know a folder for, Claude Code's first."""
+    formats = (FORMATS[agent].from_settings(settings) for agent in captured_agents(settings))
+    return [fmt for fmt in formats if fmt is not None]
 
 
-def format_of(formats: list[TranscriptFormat], path: Path) -> TranscriptFormat | None:
-    """The format whose session file `path` is (None: no agent's)."""
-    return next((fmt for fmt in formats if fmt.accepts(path)), None)
+def layout_format(path: Path) -> TranscriptFormat | None:
+    """For a file under no captured agent's root (a test's transcript, a benchmark's copy): the format of the agent
+    whose session layout its name and folders have, rooted where that layout puts the root. Of several, the one
+    whose layout explains the most folders (a Codex rollout's ``YYYY/MM/DD/`` would also pass for a Claude Code
+    project folder); None when no agent's layout fits."""
+    fitting = [fmt for format_type in FORMATS.values() if (fmt := format_type.at(path)) is not None]
+    return max(fitting, key=lambda fmt: fmt.depth, default=None)

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from processor.capture.discover import TranscriptFilter
+from processor.capture.claude import ClaudeFormat
 from processor.capture.problems import CaptureProblems, file_type
 
 MEMORY_FOLDER = "memory"
@@ -33,15 +33,15 @@ def cite(path: str | os.PathLike[str], heading: str) -> str:
     return f"{name} § {heading}" if heading else name
 
 
-def memory_folders(transcript_filter: TranscriptFilter) -> list[Path]:
+def memory_folders(claude_transcripts: ClaudeFormat) -> list[Path]:
     """Every project's auto-memory folder that exists, Engram's own job folders left out."""
     try:
-        entries = list(os.scandir(transcript_filter.root))
+        entries = list(os.scandir(claude_transcripts.root))
     except OSError:
         return []
     found = []
     for entry in entries:
-        if transcript_filter.is_own_agent_dir(entry.name):
+        if claude_transcripts.is_own_agent_dir(entry.name):
             continue
         folder = Path(entry.path) / MEMORY_FOLDER
         if os.path.isdir(folder):  # False, not an error, for an unreadable project folder
@@ -49,18 +49,18 @@ def memory_folders(transcript_filter: TranscriptFilter) -> list[Path]:
     return sorted(found)
 
 
-def memory_folder_of(path: Path, transcript_filter: TranscriptFilter) -> Path | None:
+def memory_folder_of(path: Path, claude_transcripts: ClaudeFormat) -> Path | None:
     """The auto-memory folder a file event's path is in (``<root>/<project>/memory/<name>.md``), else None."""
     try:
-        rel = Path(os.path.abspath(path)).relative_to(transcript_filter.root)
+        rel = Path(os.path.abspath(path)).relative_to(claude_transcripts.root)
     except ValueError:
         return None
     parts = rel.parts
     if len(parts) != 3 or parts[1] != MEMORY_FOLDER or not parts[2].endswith(".md"):
         return None
-    if transcript_filter.is_own_agent_dir(parts[0]):
+    if claude_transcripts.is_own_agent_dir(parts[0]):
         return None
-    return transcript_filter.root / parts[0] / MEMORY_FOLDER
+    return claude_transcripts.root / parts[0] / MEMORY_FOLDER
 
 
 def memory_files(folder: Path) -> list[Path]:

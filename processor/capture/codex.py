@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Collection
 from dataclasses import replace
@@ -37,31 +36,31 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture import signals
+from processor.capture.captured import (
+    Skipped,
+    ToolCall,
+    ToolFailure,
+    ToolResult,
+    failure_text,
+    redact_repeated,
+    strip_injected_spans,
+    tool_target,
+)
 from processor.capture.formats import (
     CODEX,
     LineOutcome,
     LineReader,
     SessionInfo,
+    SessionReader,
+    TranscriptFormat,
     TurnEnd,
-    accepts_path,
-    first_line,
+    first_record,
     loads_line,
     skip_unknown,
+    tool_note,
 )
-from processor.capture.parse import (
-    CapturedLine,
-    Skipped,
-    ToolCall,
-    ToolFailure,
-    ToolResult,
-    ToolResultsOnly,
-    failure_text,
-    redact_repeated,
-    strip_injected_spans,
-    timestamp_ms,
-    tool_target,
-)
-from processor.redaction import Redacted, redact
+from processor.config import Settings
+from processor.redaction import redact
 
 _UUID_TAIL = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
 # The record's own type, from its first bytes: {"timestamp":"…","ordinal":N,"type":"…","payload":{"type":"…"
@@ -92,21 +91,16 @@ _PATCH_FILE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+?)\s*$", re.MULT
 SHELL_TOOLS = frozenset({"exec_command", "shell", "shell_command", "container.exec", "local_shell"})
 
 
-def codex_sessions_root(codex_dir: Path) -> Path:
-    return codex_dir / "sessions"
-
-
-class CodexFormat:
+class CodexFormat(TranscriptFormat):
     """The Codex CLI's rollouts under ``<codex home>/sessions``."""
 
     agent = CODEX
     depth = 4  # YYYY/MM/DD/rollout-….jsonl
-    report_missing_root = False
 
-    def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
-        self.root = Path(os.path.abspath(root))
-        self._own = tuple({str(Path(os.path.abspath(agent_workdir))), str(agent_workdir.resolve())}) \
-            if agent_workdir else ()
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CodexFormat | None:
+        """The rollouts under the settings' Codex home (None: no Codex home is known)."""
+        return None if settings.codex_dir is None else cls(settings.codex_dir / "sessions", settings.agent_workdir)
 
     def wants_dir(self, parts: tuple[str, ...]) -> bool:
         return parts[-1].isdigit()
@@ -114,9 +108,6 @@ class CodexFormat:
     def wants_file(self, parts: tuple[str, ...]) -> bool:
         name = parts[-1]
         return name.startswith("rollout-") and _UUID_TAIL.search(name) is not None
-
-    def accepts(self, path: Path) -> bool:
-        return accepts_path(self, path)
 
     def session_info(self, path: Path, f: BinaryIO) -> SessionInfo | None:
         """The session id (the file name's uuid, also ``session_meta.id``) and directory (``session_meta.cwd``).
@@ -126,34 +117,27 @@ class CodexFormat:
         """
         match = _UUID_TAIL.search(path.name)
         session_id = match.group(1) if match else path.stem
-        head = first_line(f)
-        if head is None:
+        record = first_record(f)
+        if record is None:
             return None
-        try:
-            record = json.loads(head)
-        except ValueError:
-            return SessionInfo(session_id)  # a damaged first line: the session is still captured, line by line
-        payload = record.get("payload") if isinstance(record, dict) else None
+        payload = record.get("payload")
         if not isinstance(payload, dict) or record.get("type") != "session_meta":
             return SessionInfo(session_id)
         cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else None
         source = payload.get("source")
         if isinstance(source, dict) and "subagent" in source:
             return SessionInfo(session_id, cwd, skip="a subagent's rollout (its parent session is captured)")
-        if cwd and any(cwd == own or cwd.startswith(own.rstrip("/") + "/") for own in self._own):
-            return SessionInfo(session_id, cwd, skip="a session Engram's own LLM jobs ran")
-        return SessionInfo(session_id, cwd)
+        return self.own_workdir.session(session_id, cwd)
 
     def reader(self, info: SessionInfo) -> LineReader:
         return CodexReader(info)
 
 
-class CodexReader:
+class CodexReader(SessionReader):
     """One rollout's lines, in order; keeps the session's current directory (``turn_context``)."""
 
     def __init__(self, info: SessionInfo) -> None:
-        self.session_id = info.session_id
-        self.cwd: Redacted | None = redact(info.cwd) if info.cwd else None  # captured text: through the door once
+        super().__init__(info)
         # The model's current response: its message and calls, written one item a line, are one message (as
         # Claude Code's parts of one API message are), until an output or a prompt comes between them.
         self._response: str | None = None
@@ -194,8 +178,6 @@ class CodexReader:
         record = loads_line(raw)
         if isinstance(record, Skipped):
             return record
-        if not isinstance(record, dict):
-            return Skipped(f"JSON line is a {type(record).__name__}, not an object", problem=True)
         kind = record.get("type")
         payload = record.get("payload")
         if not isinstance(kind, str) or not isinstance(payload, dict):
@@ -250,10 +232,8 @@ class CodexReader:
         if not text:
             return Skipped("no capturable text (injected context only)")
         uuid = self._id(payload.get("id"), raw)
-        return CapturedLine(
-            uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role,
-            timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=redact(text),
-            api_message_id=self._part_of(uuid) if role == "assistant" else None)
+        return self.line(uuid, role, timestamp, redact(text),
+                         api_message_id=self._part_of(uuid) if role == "assistant" else None)
 
     def _call(self, payload: dict, raw: bytes, timestamp: str | None) -> LineOutcome:
         call_id = payload.get("call_id") or payload.get("id")
@@ -269,13 +249,10 @@ class CodexReader:
                 break
         tool_calls = tuple(ToolCall(tool_use_id if i == 0 else f"{tool_use_id}#{i + 1}", name, tool_target(tool_input))
                            for i, (name, tool_input) in enumerate(calls))
-        notes = "\n".join(_note(name, tool_input) for name, tool_input in calls)
+        notes = "\n".join(tool_note(name, tool_input) for name, tool_input in calls)
         uuid = self._id(payload.get("id") or call_id, raw)
-        return CapturedLine(
-            uuid=uuid, session_id=self.session_id, parent_uuid=None,
-            role="assistant", timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None,
-            text=redact_repeated(notes), api_message_id=self._part_of(uuid), tool_uses=tuple(uses),
-            tool_calls=tool_calls)
+        return self.line(uuid, "assistant", timestamp, redact_repeated(notes), api_message_id=self._part_of(uuid),
+                         tool_uses=tuple(uses), tool_calls=tool_calls)
 
     def _output(self, payload: dict, raw: bytes, timestamp: str | None, awaited: Collection[str]) -> LineOutcome:
         self._response = None
@@ -288,8 +265,7 @@ class CodexReader:
         failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed else ()
         if not results and not failures:
             return Skipped("a tool's output (not a failure)")
-        return ToolResultsOnly(self._id(payload.get("id") or f"out:{call_id}", raw), self.session_id,
-                               timestamp_ms(timestamp), results, failures)
+        return self.results_only(self._id(payload.get("id") or f"out:{call_id}", raw), timestamp, results, failures)
 
 
 def _provenances(payload: dict) -> dict[int, str]:
@@ -372,11 +348,6 @@ def _patch_calls(patch: str) -> list[tuple[str, dict]]:
     """Each file an apply_patch names: a new file is a Write, a changed or deleted one an Edit."""
     return [("Write" if verb == "Add" else "Edit", {"file_path": path.strip()})
             for verb, path in _PATCH_FILE.findall(patch)]
-
-
-def _note(name: str, tool_input: dict) -> str:
-    path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
-    return f"[tool: {name} {path}]" if isinstance(path, str) and path else f"[tool: {name}]"
 
 
 def output_text(output: object) -> tuple[str, bool]:

@@ -1,76 +1,30 @@
-"""Which files are session transcripts worth tailing: Claude Code's here, and one walk for every agent's.
+"""Which files are session transcripts worth tailing: one walk of every captured agent's folders.
 
-A Claude Code session transcript is ``<root>/<encoded project dir>/<session id>.jsonl``.
-Subagent transcripts (``agent-*.jsonl``, anything under ``subagents/``), empty
-files and the transcripts of Engram's own LLM jobs are not. The Codex CLI's and the Gemini CLI's
-transcripts are found by the same walk (``discover``), each format saying which folders and files are its
-sessions (``processor/capture/codex.py``, ``processor/capture/gemini.py``).
+Each agent's format says which folders and files below its root are its sessions (``claude``, ``codex``,
+``gemini``); the walk finds the non-empty ones, and reports once what it cannot read (``problems``).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
 
-from processor.capture.formats import CLAUDE, ClaudeReader, LineReader, SessionInfo, TranscriptFormat, accepts_path
+from processor.capture.formats import TranscriptFormat
 from processor.capture.problems import CaptureProblems, load_saved, not_regular, stat_problem
 
 
-def encoded_project_dir(cwd: Path) -> str:
-    """The folder name Claude Code gives the transcripts of sessions started in `cwd`."""
-    return re.sub(r"[^A-Za-z0-9]", "-", str(cwd))
-
-
-class TranscriptFilter:
-    """Claude Code's transcripts: decides, from the path alone, whether a file is a session transcript to capture."""
-
-    agent = CLAUDE
-    depth = 2  # <root>/<project dir>/<session>.jsonl
-    report_missing_root = True
-
-    def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
-        self.root = Path(os.path.abspath(root))
-        # Claude Code names the folder after the resolved cwd: cover a symlinked ENGRAM_HOME too.
-        self._own_dirs = (
-            {encoded_project_dir(Path(os.path.abspath(agent_workdir))), encoded_project_dir(agent_workdir.resolve())}
-            if agent_workdir else set()
-        )
-
-    def is_own_agent_dir(self, project_dir_name: str) -> bool:
-        return any(project_dir_name == own or project_dir_name.startswith(own + "-") for own in self._own_dirs)
-
-    def wants_dir(self, parts: tuple[str, ...]) -> bool:
-        return len(parts) == 1 and not self.is_own_agent_dir(parts[0])
-
-    def wants_file(self, parts: tuple[str, ...]) -> bool:
-        # subagents/ and any other nesting live deeper than the depth
-        return parts[-1].endswith(".jsonl") and not parts[-1].startswith("agent-")
-
-    def accepts(self, path: Path) -> bool:
-        return accepts_path(self, path)
-
-    def session_info(self, path: Path, f: BinaryIO) -> SessionInfo:
-        """Claude Code names each transcript after its session id; every line carries its own cwd."""
-        return SessionInfo(path.stem)
-
-    def reader(self, info: SessionInfo) -> LineReader:
-        return ClaudeReader()
-
-
-def discover(root: Path, transcript_filter: TranscriptFormat, since_days: float | None,
+def discover(root: Path, transcript_format: TranscriptFormat, since_days: float | None,
              problems: CaptureProblems | None = None) -> list[Path]:
     """Non-empty session transcripts of one format under root, modified within since_days (None = all), oldest
     first (``discover_all`` for several agents at once)."""
-    if Path(os.path.abspath(root)) != transcript_filter.root:
-        raise ValueError(f"{root} is not the root of {transcript_filter.agent}'s transcripts "
-                         f"({transcript_filter.root})")
-    return discover_all([transcript_filter], since_days, problems)
+    if Path(os.path.abspath(root)) != transcript_format.root:
+        raise ValueError(f"{root} is not the root of {transcript_format.agent}'s transcripts "
+                         f"({transcript_format.root})")
+    return discover_all([transcript_format], since_days, problems)
 
 
 def discover_all(formats: Sequence[TranscriptFormat], since_days: float | None,

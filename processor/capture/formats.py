@@ -1,26 +1,31 @@
 """What every agent's transcript format gives the tailer: a session's identity, and its lines as capture's objects.
 
 Claude Code, the Codex CLI and the Gemini CLI each write a session as JSON Lines, but in three shapes
-(``parse`` reads Claude Code's, ``codex`` and ``gemini`` the others). Each format turns a line into the
-objects capture already knows — ``CapturedLine`` (conversation text, tool calls, failed results),
+(``claude``, ``codex`` and ``gemini`` read them, one module an agent). Each format turns a line into the
+objects of ``captured`` — ``CapturedLine`` (conversation text, tool calls, failed results),
 ``ToolResultsOnly``, ``Skipped`` — plus the two things only the newer formats say: ``Rewind`` (the agent took
 its conversation back) and ``TurnEnd`` (the agent marked its turn finished on a line of its own). Everything
 downstream of the tailer (episodes, lessons, recollections, the digest, recall) sees the same objects for
-every agent.
+every agent. What the formats share is here too: the check that a session ran in Engram's own work directory,
+the reader of a format whose lines do not say their session (``SessionReader``), and reading a first line or a
+line's JSON.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, Self
 
-from processor.capture.parse import CapturedLine, Skipped, ToolResultsOnly, parse_line
-from processor.config import AGENT_NAMES, AGENTS
+from processor.capture import captured, signals
+from processor.config import AGENT_NAMES, AGENTS, Settings
+from processor.redaction import Redacted, redact
 
 log = logging.getLogger(__name__)
 
@@ -52,82 +57,157 @@ class SessionInfo:
     skip: str | None = None
 
 
-LineOutcome = CapturedLine | ToolResultsOnly | Skipped | Rewind | TurnEnd
+LineOutcome = captured.CapturedLine | captured.ToolResultsOnly | captured.Skipped | Rewind | TurnEnd
 
 
 class LineReader(Protocol):
-    """Reads one session's lines in order (it may keep what earlier lines said, e.g. the directory). A reader
-    may also say, of a batch of lines, which ones a later line of the batch replaces whole (``superseded``:
-    the indexes of those lines), so they are not read at all."""
+    """Reads one session's lines in order (it may keep what earlier lines said, e.g. the directory). Each reader
+    subclasses this, so it has ``superseded`` even when its format never writes a message twice."""
 
     def parse(self, raw: bytes, awaited: Collection[str]) -> LineOutcome: ...
 
+    def superseded(self, raws: list[bytes | None]) -> Collection[int]:
+        """The indexes of the lines of a batch that a later line of the batch replaces whole, so they are not read
+        at all (a format that writes a message again under its id says which); none by default."""
+        return ()
 
-class TranscriptFormat(Protocol):
-    """An agent's transcripts: where they are, which files are sessions, and how their lines read."""
+
+class OwnWorkDir:
+    """Engram's agent work directory, as given and with its links resolved (a symlinked ENGRAM_HOME): no agent's
+    session that ran there, in it or below it, is captured (they are Engram's own LLM jobs)."""
+
+    def __init__(self, agent_workdir: Path | None) -> None:
+        self.paths: tuple[str, ...] = tuple(
+            {str(Path(os.path.abspath(agent_workdir))), str(agent_workdir.resolve())}) if agent_workdir else ()
+
+    def session(self, session_id: str, cwd: str | None) -> SessionInfo:
+        """The session that ran in `cwd`: not captured when that is the work directory or below it."""
+        if cwd and any(cwd == own or cwd.startswith(own.rstrip("/") + "/") for own in self.paths):
+            return SessionInfo(session_id, cwd, skip="a session Engram's own LLM jobs ran")
+        return SessionInfo(session_id, cwd)
+
+
+class TranscriptFormat(ABC):
+    """An agent's transcripts: where they are, which files are sessions, and how their lines read. Each agent's
+    module (``claude``, ``codex``, ``gemini``) holds one subclass, and ``agents.FORMATS`` names them all."""
 
     agent: str
-    root: Path
     depth: int  # path parts below the root down to a transcript file
-    report_missing_root: bool  # a missing root is a capture problem (Claude Code's), or just an agent not in use
+    report_missing_root = False  # a missing root is a capture problem (Claude Code's), or just an agent not in use
 
-    def wants_dir(self, parts: tuple[str, ...]) -> bool: ...
+    def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.own_workdir = OwnWorkDir(agent_workdir)
 
-    def wants_file(self, parts: tuple[str, ...]) -> bool: ...
+    @classmethod
+    @abstractmethod
+    def from_settings(cls, settings: Settings) -> Self | None:
+        """The agent's transcripts where the settings say (None: the settings know no folder of the agent's)."""
 
-    def accepts(self, path: Path) -> bool: ...
+    @classmethod
+    def at(cls, path: Path) -> Self | None:
+        """The format rooted where `path` would be one of its session files, if the file's name and folders fit its
+        layout (None otherwise): how a file under no captured agent's root (a test's transcript, a benchmark's
+        copy) is read by the agent whose layout it has."""
+        parents = Path(os.path.abspath(path)).parents
+        if len(parents) < cls.depth:
+            return None
+        fmt = cls(parents[cls.depth - 1])
+        return fmt if fmt.in_layout(path) else None
 
-    def session_info(self, path: Path, f: BinaryIO) -> SessionInfo | None: ...
+    @abstractmethod
+    def wants_dir(self, parts: tuple[str, ...]) -> bool:
+        """Whether the folder `parts` below the root may hold sessions (the walk goes into it)."""
 
-    def reader(self, info: SessionInfo) -> LineReader: ...
+    @abstractmethod
+    def wants_file(self, parts: tuple[str, ...]) -> bool:
+        """Whether the file `parts` below the root (as deep as `depth`) is a session to capture."""
+
+    def accepts(self, path: Path) -> bool:
+        """Whether `path` is one of the format's session files, from the path alone."""
+        try:
+            parts = Path(os.path.abspath(path)).relative_to(self.root).parts
+        except ValueError:
+            return False
+        if len(parts) != self.depth:
+            return False
+        return all(self.wants_dir(parts[:i]) for i in range(1, self.depth)) and self.wants_file(parts)
+
+    def in_layout(self, path: Path) -> bool:
+        """Whether `path`, below this root, has the name and folders of the format's session files: those it
+        captures, unless the format says otherwise."""
+        return self.accepts(path)
+
+    @abstractmethod
+    def session_info(self, path: Path, f: BinaryIO) -> SessionInfo | None:
+        """Whose session the open file is (None while its first line, the header, is still being written)."""
+
+    @abstractmethod
+    def reader(self, info: SessionInfo) -> LineReader:
+        """A reader of the session's lines, from its first on."""
 
 
-class ClaudeReader:
-    """Claude Code's lines (``parse.parse_line``): each line stands on its own."""
+class SessionReader(LineReader):
+    """A reader of a format whose lines do not say their session (the Codex CLI's, the Gemini CLI's): the file's
+    first line does, so the session's id and directory are kept here and set on every line captured. Neither such
+    format records a parent message or a git branch."""
 
-    def parse(self, raw: bytes, awaited: Collection[str]) -> LineOutcome:
-        return parse_line(raw, awaited)
+    def __init__(self, info: SessionInfo) -> None:
+        self.session_id = info.session_id
+        self.cwd: Redacted | None = redact(info.cwd) if info.cwd else None  # captured text: through the door once
+
+    def line(self, uuid: str, role: str, timestamp: str | None, text: Redacted, *,
+             api_message_id: str | None = None,
+             tool_uses: tuple[tuple[str, signals.PendingSignal], ...] = (),
+             tool_results: tuple[captured.ToolResult, ...] = (),
+             tool_calls: tuple[captured.ToolCall, ...] = (),
+             failures: tuple[captured.ToolFailure, ...] = (),
+             replaces: bool = False) -> captured.CapturedLine:
+        """One captured line of this session."""
+        return captured.CapturedLine(
+            uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role, timestamp=timestamp,
+            ts_ms=captured.timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=text,
+            api_message_id=api_message_id, tool_uses=tool_uses, tool_results=tool_results, tool_calls=tool_calls,
+            failures=failures, replaces=replaces)
+
+    def results_only(self, uuid: str, timestamp: str | None, results: tuple[captured.ToolResult, ...],
+                     failures: tuple[captured.ToolFailure, ...]) -> captured.ToolResultsOnly:
+        """A line of this session with no conversation text that carries tool results."""
+        return captured.ToolResultsOnly(uuid, self.session_id, captured.timestamp_ms(timestamp), results, failures)
 
 
-def relative_parts(root: Path, path: Path) -> tuple[str, ...] | None:
-    import os
-
-    try:
-        return Path(os.path.abspath(path)).relative_to(root).parts
-    except ValueError:
-        return None
+def tool_note(name: str, tool_input: dict) -> str:
+    """A tool call as the line's text notes it: its tool, and the file it works on when it names one."""
+    path = tool_input.get("file_path")
+    return f"[tool: {name} {path}]" if isinstance(path, str) and path else f"[tool: {name}]"
 
 
-def accepts_path(fmt: TranscriptFormat, path: Path) -> bool:
-    """Whether `path` is one of the format's session files, from the path alone."""
-    parts = relative_parts(fmt.root, path)
-    if parts is None or len(parts) != fmt.depth:
-        return False
-    return all(fmt.wants_dir(parts[:i]) for i in range(1, fmt.depth)) and fmt.wants_file(parts)
-
-
-def loads_line(raw: bytes) -> object:
-    """A line's JSON value, or the Skipped that says why there is none. NUL bytes (a hole a crash left in the
+def loads_line(raw: bytes) -> dict | captured.Skipped:
+    """A line's JSON object, or the Skipped that says why there is none. NUL bytes (a hole a crash left in the
     file) are taken out and the line read again; bytes that are not UTF-8 are replaced, the rest is kept."""
     try:
-        return json.loads(raw)
+        return _object(json.loads(raw))
     except UnicodeDecodeError:
         raw = raw.decode("utf-8", errors="replace").encode()
     except (ValueError, RecursionError) as exc:
         if not raw.strip():
-            return Skipped("blank line")
+            return captured.Skipped("blank line")
         if b"\x00" not in raw:
-            return Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
+            return captured.Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
     try:
-        return json.loads(raw.replace(b"\x00", b""))
+        return _object(json.loads(raw.replace(b"\x00", b"")))
     except (ValueError, RecursionError) as exc:
-        return Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
+        return captured.Skipped(f"invalid JSON ({str(exc)[:200]})", problem=True)
+
+
+def _object(value: object) -> dict | captured.Skipped:
+    if isinstance(value, dict):
+        return value
+    return captured.Skipped(f"JSON line is a {type(value).__name__}, not an object", problem=True)
 
 
 def first_line(f: BinaryIO, limit: int = HEADER_LIMIT) -> bytes | None:
     """The file's first complete line (without its newline), or None while it is still being written."""
-    import os
-
     data = os.pread(f.fileno(), min(limit, 65536), 0)
     end = data.find(b"\n")
     if end < 0 and len(data) == 65536:
@@ -139,7 +219,20 @@ def first_line(f: BinaryIO, limit: int = HEADER_LIMIT) -> bytes | None:
 _unknown: dict[str, Counter[str]] = {}
 
 
-def skip_unknown(agent: str, kind: str) -> Skipped:
+def first_record(f: BinaryIO) -> dict | None:
+    """The file's first line (a session's header) as a JSON object: {} when it is damaged or no object (the session
+    is still captured, line by line), None while it is still being written."""
+    head = first_line(f)
+    if head is None:
+        return None
+    try:
+        record = json.loads(head)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def skip_unknown(agent: str, kind: str) -> captured.Skipped:
     """A record type a newer CLI added: skipped and counted (``unknown_records``), each type logged once."""
     kind = kind[:60]
     counts = _unknown.setdefault(agent, Counter())
@@ -147,7 +240,7 @@ def skip_unknown(agent: str, kind: str) -> Skipped:
     if counts[kind] == 1:
         log.info("%s: record type %r is not known to this Engram; skipped (and counted in engram status)",
                  AGENT_NAMES.get(agent, agent), kind)
-    return Skipped(f"unknown {agent} record type {kind!r}")
+    return captured.Skipped(f"unknown {agent} record type {kind!r}")
 
 
 def unknown_records() -> dict[str, dict[str, int]]:

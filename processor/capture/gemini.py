@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Collection
 from dataclasses import replace
@@ -33,29 +32,30 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture import signals
-from processor.capture.formats import (
-    GEMINI,
-    LineOutcome,
-    LineReader,
-    Rewind,
-    SessionInfo,
-    accepts_path,
-    first_line,
-    loads_line,
-    skip_unknown,
-)
-from processor.capture.parse import (
-    CapturedLine,
+from processor.capture.captured import (
     Skipped,
     ToolCall,
     ToolFailure,
     ToolResult,
     failure_text,
     strip_injected_spans,
-    timestamp_ms,
     tool_target,
 )
-from processor.redaction import Redacted, redact
+from processor.capture.formats import (
+    GEMINI,
+    LineOutcome,
+    LineReader,
+    Rewind,
+    SessionInfo,
+    SessionReader,
+    TranscriptFormat,
+    first_record,
+    loads_line,
+    skip_unknown,
+    tool_note,
+)
+from processor.config import Settings
+from processor.redaction import redact
 
 _MESSAGE_ID = re.compile(rb'\{"id":"([^"\\]+)","timestamp":"[^"\\]*","type":"(?:gemini|user)"')
 _INJECTED = re.compile(r"<(hook_context|session_context)>.*?(?:</\1>|\Z)", re.DOTALL)
@@ -69,21 +69,16 @@ _PATH_ARGS = ("file_path", "absolute_path", "path")
 _MESSAGE_TYPES = frozenset({"user", "gemini", "info", "error", "warning"})
 
 
-def gemini_sessions_root(gemini_dir: Path) -> Path:
-    return gemini_dir / "tmp"
-
-
-class GeminiFormat:
+class GeminiFormat(TranscriptFormat):
     """The Gemini CLI's chats under ``<gemini dir>/tmp/<project>/chats``."""
 
     agent = GEMINI
     depth = 3  # <project slug>/chats/session-….jsonl
-    report_missing_root = False
 
-    def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
-        self.root = Path(os.path.abspath(root))
-        self._own = tuple({str(Path(os.path.abspath(agent_workdir))), str(agent_workdir.resolve())}) \
-            if agent_workdir else ()
+    @classmethod
+    def from_settings(cls, settings: Settings) -> GeminiFormat | None:
+        """The chats under the settings' Gemini folder (None: no Gemini folder is known)."""
+        return None if settings.gemini_dir is None else cls(settings.gemini_dir / "tmp", settings.agent_workdir)
 
     def wants_dir(self, parts: tuple[str, ...]) -> bool:
         return not parts[-1].startswith(".") if len(parts) == 1 else parts[-1] == "chats"
@@ -91,29 +86,20 @@ class GeminiFormat:
     def wants_file(self, parts: tuple[str, ...]) -> bool:
         return parts[-1].startswith("session-") and parts[-1].endswith(".jsonl")
 
-    def accepts(self, path: Path) -> bool:
-        return accepts_path(self, path)
-
     def session_info(self, path: Path, f: BinaryIO) -> SessionInfo | None:
         """The session id (the header's ``sessionId``: the file name holds only 8 of its characters) and the
         project's directory; None while the header is incomplete."""
-        head = first_line(f)
-        if head is None:
+        header = first_record(f)
+        if header is None:
             return None
-        try:
-            header = json.loads(head)
-        except ValueError:
-            header = None
-        session_id = header.get("sessionId") if isinstance(header, dict) else None
+        session_id = header.get("sessionId")
         if not isinstance(session_id, str) or not session_id:
             # No header to name the session: the file name is the one stable name it has.
             return SessionInfo(f"gemini-{path.stem}")
         cwd = project_dir(path, header.get("projectHash"), self.root.parent)
         if header.get("kind") == "subagent":
             return SessionInfo(session_id, cwd, skip="a subagent's chat (its parent session is captured)")
-        if cwd and any(cwd == own or cwd.startswith(own.rstrip("/") + "/") for own in self._own):
-            return SessionInfo(session_id, cwd, skip="a session Engram's own LLM jobs ran")
-        return SessionInfo(session_id, cwd)
+        return self.own_workdir.session(session_id, cwd)
 
     def reader(self, info: SessionInfo) -> LineReader:
         return GeminiReader(info)
@@ -143,12 +129,8 @@ def project_dir(path: Path, project_hash: object, gemini_dir: Path) -> str | Non
     return None
 
 
-class GeminiReader:
+class GeminiReader(SessionReader):
     """One chat's lines, in order."""
-
-    def __init__(self, info: SessionInfo) -> None:
-        self.session_id = info.session_id
-        self.cwd: Redacted | None = redact(info.cwd) if info.cwd else None  # captured text: through the door once
 
     def _id(self, raw_id: str) -> str:
         return f"{self.session_id}:{raw_id}"
@@ -177,8 +159,6 @@ class GeminiReader:
         record = loads_line(raw)
         if isinstance(record, Skipped):
             return record
-        if not isinstance(record, dict):
-            return Skipped(f"JSON line is a {type(record).__name__}, not an object", problem=True)
         if "$rewindTo" in record:
             target = record["$rewindTo"]
             if not isinstance(target, str) or not target:
@@ -200,10 +180,7 @@ class GeminiReader:
         if kind == "user":
             if not text:
                 return Skipped("no capturable text (tool results or injected context only)")
-            return CapturedLine(
-                uuid=self._id(message_id), session_id=self.session_id, parent_uuid=None, role="user",
-                timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None,
-                text=redact(text), api_message_id=None, replaces=True)
+            return self.line(self._id(message_id), "user", timestamp, redact(text), replaces=True)
         return self._gemini(record, message_id, timestamp, text, awaited)
 
     def _gemini(self, record: dict, message_id: str, timestamp: str | None, text: str,
@@ -219,7 +196,7 @@ class GeminiReader:
                 continue
             tool_use_id = self._id(call["id"])
             name, tool_input = gemini_tool(call.get("name"), call.get("args"))
-            notes.append(_note(name, tool_input))
+            notes.append(tool_note(name, tool_input))
             tool_calls.append(ToolCall(tool_use_id, name, tool_target(tool_input)))
             pending = signals.from_tool_use(name, tool_input)
             if pending is not None:
@@ -234,11 +211,9 @@ class GeminiReader:
         body = "\n".join(part for part in (text, *notes) if part)
         if not body:
             return Skipped("no capturable text (thoughts only, or tool calls not known yet)")
-        return CapturedLine(
-            uuid=self._id(message_id), session_id=self.session_id, parent_uuid=None, role="assistant",
-            timestamp=timestamp, ts_ms=timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=redact(body),
-            api_message_id=None, tool_uses=tuple(uses), tool_results=tuple(results), tool_calls=tuple(tool_calls),
-            failures=tuple(failures), replaces=True)
+        return self.line(self._id(message_id), "assistant", timestamp, redact(body), tool_uses=tuple(uses),
+                         tool_results=tuple(results), tool_calls=tuple(tool_calls), failures=tuple(failures),
+                         replaces=True)
 
 
 def _text(content: object) -> str:
@@ -281,11 +256,6 @@ def gemini_tool(name: object, args: object) -> tuple[str, dict]:
     if canonical == "LS" and isinstance(args.get("dir_path"), str):
         return canonical, {"path": args["dir_path"]}
     return canonical, args
-
-
-def _note(name: str, tool_input: dict) -> str:
-    path = tool_input.get("file_path")
-    return f"[tool: {name} {path}]" if isinstance(path, str) and path else f"[tool: {name}]"
 
 
 def _result(call: dict, needed: bool) -> tuple[str, bool, bool]:

@@ -25,18 +25,11 @@ from typing import BinaryIO
 import apsw
 
 from processor.capture import signals
-from processor.capture.discover import TranscriptFilter
+from processor.capture.agents import layout_format
+from processor.capture.captured import CapturedLine, Skipped, ToolCall, ToolFailure, ToolResult, ToolResultsOnly
 from processor.capture.formats import LineReader, Rewind, SessionInfo, TranscriptFormat, TurnEnd
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.optout import RECORD, marker_level, stronger
-from processor.capture.parse import (
-    CapturedLine,
-    Skipped,
-    ToolCall,
-    ToolFailure,
-    ToolResult,
-    ToolResultsOnly,
-)
 from processor.capture.problems import (
     CANNOT_OPEN,
     CANNOT_READ,
@@ -65,6 +58,7 @@ _OPEN_KINDS = (CANNOT_OPEN, "not_regular", "dangling_link", "symlink_loop", "can
 @dataclass
 class TailResult:
     session_id: str
+    agent: str
     lines: int = 0
     captured: list[CapturedLine] = field(default_factory=list)  # new message rows and merged parts
     problems: int = 0
@@ -72,7 +66,6 @@ class TailResult:
     opt_out: str | None = None  # the session's opt-out after this tail ('memory', 'record' or None)
     opted_out_now: bool = False  # it was set or raised by what this tail read
     dropped_episodes: list[str] = field(default_factory=list)  # episodes erased by going off the record
-    agent: str = "claude"
     # The agent marked its turn finished after the last line captured here (Codex's task_complete).
     turn_ended: bool = False
     rewound: int = 0  # messages removed because the agent rewound its conversation
@@ -86,13 +79,16 @@ OptOutListener = Callable[["TailResult"], None]
 OptOutRequest = Callable[[str], "str | None"]
 
 
-def session_id_for(path: Path) -> str:
-    """Claude Code names each transcript after its session id."""
-    return path.stem
+class NotATranscript(ValueError):
+    """A path that is no agent's session file: under no captured agent's root, and of no agent's layout."""
+
+    def __init__(self, path: Path, formats: list[TranscriptFormat]) -> None:
+        roots = ", ".join(str(fmt.root) for fmt in formats) or "none"
+        super().__init__(f"{path} is no agent's session file: it is under none of the captured transcript roots "
+                         f"({roots}) and its name and folders fit no agent's layout; give the Tailer the format of "
+                         "the agent that wrote it (formats=[…], see processor/capture/agents.py)")
 
 
-# A path under no agent's root (a test's file, a benchmark's copy) is read as a Claude Code transcript.
-_ANYWHERE = TranscriptFilter(Path("/"))
 _INFO_CACHE = 4096  # files whose session info is kept (it is read from their first line)
 
 
@@ -170,8 +166,12 @@ class Tailer:
         return os.fdopen(fd, "rb")
 
     def format_for(self, path: Path) -> TranscriptFormat:
-        """The agent whose session file `path` is (Claude Code's for a path under no agent's root)."""
-        return next((fmt for fmt in self.formats if fmt.accepts(path)), _ANYWHERE)
+        """The format of the agent whose session file `path` is: the one whose root holds it, else (a file under no
+        captured agent's root: a test's transcript, a benchmark's copy) the one whose layout it has."""
+        fmt = next((fmt for fmt in self.formats if fmt.accepts(path)), None) or layout_format(path)
+        if fmt is None:
+            raise NotATranscript(path, self.formats)
+        return fmt
 
     def _session_info(self, fmt: TranscriptFormat, path: Path, f: BinaryIO, st: os.stat_result) -> SessionInfo | None:
         key = (str(path), st.st_ino)
@@ -187,7 +187,7 @@ class Tailer:
     def tail(self, path: Path) -> TailResult:
         """Capture everything new in `path`; returns what was captured."""
         fmt = self.format_for(path)
-        result = TailResult(session_id_for(path), agent=fmt.agent)
+        result = TailResult(path.stem, fmt.agent)  # the file's name stands for the session until the format names it
         f = self._open(path)
         if f is None:
             return result
@@ -312,7 +312,7 @@ class Tailer:
         # Every tool call and failed result, in line order: (uuid, ts_ms, calls, failures).
         worked_on: list[tuple[str, int | None, tuple[ToolCall, ...], tuple[ToolFailure, ...]]] = []
         # Lines a later line of the same batch replaces whole (a Gemini message written again): not read at all.
-        superseded = reader.superseded([line.data for line in batch]) if hasattr(reader, "superseded") else ()
+        superseded = reader.superseded([line.data for line in batch])
         for index, line in enumerate(batch):
             if index in superseded:
                 continue

@@ -15,7 +15,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from processor.capture.automem import memory_folder_of
-from processor.capture.discover import TranscriptFilter
+from processor.capture.formats import TranscriptFormat
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +35,9 @@ def _unwatch(observer: Observer | None) -> None:
 
 
 class _QueueingHandler(FileSystemEventHandler):
-    def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None],
+    def __init__(self, transcript_format: TranscriptFormat, paths: queue.Queue[Path | None],
                  on_memory: Callable[[Path], None] | None = None) -> None:
-        self.filter = transcript_filter
+        self.filter = transcript_format
         self.paths = paths
         self.on_memory = on_memory
 
@@ -76,9 +76,9 @@ class _QueueingHandler(FileSystemEventHandler):
 class TranscriptWatcher:
     """Recursive watchdog observer on the transcripts root that feeds a queue of paths."""
 
-    def __init__(self, transcript_filter: TranscriptFilter, paths: queue.Queue[Path | None],
+    def __init__(self, transcript_format: TranscriptFormat, paths: queue.Queue[Path | None],
                  on_memory: Callable[[Path], None] | None = None) -> None:
-        self.filter = transcript_filter
+        self.filter = transcript_format
         self.paths = paths
         self.on_memory = on_memory  # called with a project's auto-memory folder when a file in it changes
         self._observer: Observer | None = None

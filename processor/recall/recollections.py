@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from processor.capture.captured import CapturedLine
 from processor.capture.optout import MEMORY, OFF_SUFFIX, RECORD
-from processor.capture.parse import CapturedLine
 from processor.clock import now_ms, utc_date
 from processor.config import Settings, SettingsSource
 from processor.files import ensure_private_dir, write_atomic

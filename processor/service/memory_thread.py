@@ -21,7 +21,7 @@ from typing import ClassVar, TypeVar
 
 import apsw
 
-from processor.capture.parse import CapturedLine
+from processor.capture.captured import CapturedLine
 from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
 from processor.memory.automem import sync_folder

@@ -19,8 +19,9 @@ import apsw
 from processor.capture.agents import transcript_formats
 from processor.capture.automem import MEMORY_FOLDER, memory_folders
 from processor.capture.backfill import BackfillReport, Progress, backfill
-from processor.capture.discover import TranscriptFilter, discover_all
-from processor.capture.parse import CapturedLine
+from processor.capture.captured import CapturedLine
+from processor.capture.claude import ClaudeFormat
+from processor.capture.discover import discover_all
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
 from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
@@ -55,8 +56,8 @@ class Processor:
         self.stop_event = threading.Event()
         # Every captured agent's transcripts; Claude Code's filter also finds its auto-memory folders.
         self.formats = transcript_formats(settings)
-        self.filter = next((f for f in self.formats if isinstance(f, TranscriptFilter)),
-                           TranscriptFilter(settings.transcripts_root, settings.agent_workdir))
+        self.filter = next((f for f in self.formats if isinstance(f, ClaudeFormat)),
+                           ClaudeFormat.from_settings(settings))
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.started_at = time.time()
         self.recollections = RecollectionWriter(self.holder)

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
-
-import apsw
 
 from processor.redaction import Redacted, redacted
 
+# apsw only in annotations: capture's line types build on MessageLine, and its line parsers load no database
+# driver.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import apsw
 
-class MessageLine(Protocol):
-    """What storing a captured transcript line needs (capture's CapturedLine has these fields). Its text, cwd
-    and branch came from a session: redacted (``processor.redaction``), and passed through the door again here."""
+
+@dataclass(frozen=True)
+class MessageLine:
+    """A transcript line that carries conversation text, as its message row keeps it (capture's CapturedLine
+    adds what else it read on the line). Its text, cwd and branch came from a session: redacted
+    (``processor.redaction``), and passed through the door again here."""
 
     uuid: str
     parent_uuid: str | None
@@ -29,7 +34,7 @@ class MessageLine(Protocol):
     api_message_id: str | None
     # A later copy of a message written again under the same id (the Gemini CLI: its tool calls and results
     # known): it replaces the stored text, the last copy wins.
-    replaces: bool
+    replaces: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def upsert_session(
     last_line_len: int,
     last_activity: int | None,
     now_ms: int,
-    agent: str = "claude",
+    agent: str,
 ) -> None:
     conn.execute(
         """
@@ -108,7 +113,7 @@ def store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_o
 
 def _store_line(conn: apsw.Connection, session_id: str, line: MessageLine, line_offset: int,
                 unindexed: list[int]) -> bool:
-    if getattr(line, "replaces", False):
+    if line.replaces:
         return _store_copy(conn, session_id, line, line_offset, unindexed)
     target = _message_row(conn, session_id, line.api_message_id)
     if target is None:
@@ -246,7 +251,7 @@ def store_lines(conn: apsw.Connection, session_id: str, lines: list[tuple[Messag
     given, lines = lines, _last_copies(lines)
     parts: dict[str, list[int]] = {}  # api message id → indexes of its parts in this batch
     for index, (line, _) in enumerate(lines):
-        if line.api_message_id and not getattr(line, "replaces", False):
+        if line.api_message_id and not line.replaces:
             parts.setdefault(line.api_message_id, []).append(index)
     new = [False] * len(lines)
     merged: set[int] = set()
@@ -276,14 +281,14 @@ def _last_copies(lines: list[tuple[MessageLine, int]]) -> list[tuple[MessageLine
     copy stood, so the row is written with its final text (no update, no second full-text entry)."""
     last: dict[str, int] = {}
     for index, (line, _) in enumerate(lines):
-        if getattr(line, "replaces", False):
+        if line.replaces:
             last[line.uuid] = index
-    if len(last) == sum(1 for line, _ in lines if getattr(line, "replaces", False)):
+    if len(last) == sum(1 for line, _ in lines if line.replaces):
         return lines  # no copy repeats in this batch
     placed: set[str] = set()
     kept = []
     for line, offset in lines:
-        if getattr(line, "replaces", False):
+        if line.replaces:
             if line.uuid in placed:
                 continue
             placed.add(line.uuid)
@@ -322,7 +327,7 @@ class SessionSummary:
     byte_offset: int
     last_activity: int | None
     messages: int
-    agent: str = "claude"
+    agent: str
 
 
 def counts_by_agent(conn: apsw.Connection) -> dict[str, int]:

@@ -228,7 +228,7 @@ class SessionRow:
     messages: int
     memories: int
     injections: int
-    agent: str = "claude"
+    agent: str
 
 
 def project_sessions(conn: apsw.Connection, project: str | None, limit: int = 200) -> list[SessionRow]:

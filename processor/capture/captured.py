@@ -1,0 +1,152 @@
+"""What capture makes of a transcript line, whichever agent wrote it: the outcome types, the helpers all share.
+
+Each agent's format (``claude``, ``codex``, ``gemini``) reads its own lines into these objects: a line of
+conversation text (``CapturedLine``: the message row the store keeps, with the tool calls, results and failures
+read beside it), a line that carries only results of awaited tool uses (``ToolResultsOnly``), or a line not
+captured (``Skipped``). The helpers keep what the formats capture alike: injected spans cut before anything is
+stored, times as epoch milliseconds, what a tool call works on, and the head and tail of a failed call's output,
+every text redacted (``processor.redaction``) before it reaches the store.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+
+from processor.capture import signals
+from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
+from processor.redaction import Redacted, redact
+from processor.store.sessions import MessageLine
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapturedLine(MessageLine):
+    """One transcript line that carries conversation text: its message row (``MessageLine``), and what else the
+    line said that capture acts on."""
+
+    session_id: str | None
+    # Claude Code marks the last assistant line of a finished turn with stop_reason "end_turn" (a tool
+    # call's line says "tool_use"): the round is complete without waiting for the next user message.
+    end_turn: bool = False
+    tool_uses: tuple[tuple[str, signals.PendingSignal], ...] = ()  # (tool_use_id, what it would mean)
+    tool_results: tuple[ToolResult, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # every tool use of an assistant line: what it worked on
+    failures: tuple[ToolFailure, ...] = ()  # the failed tool results a user line carries
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool use: its tool and what it works on (a file path, a shell command, a search), redacted."""
+
+    tool_use_id: str
+    name: str
+    target: Redacted | None
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """A tool result marked ``is_error``: the head and tail of its output, redacted (never the whole of it)."""
+
+    tool_use_id: str
+    text: Redacted
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The result of an awaited high-signal tool_use (its text redacted)."""
+
+    tool_use_id: str
+    is_error: bool
+    text: Redacted
+
+
+@dataclass(frozen=True)
+class ToolResultsOnly:
+    """A line with no conversation text that carries results of awaited tool uses."""
+
+    uuid: str
+    session_id: str | None
+    ts_ms: int | None
+    tool_results: tuple[ToolResult, ...]
+    failures: tuple[ToolFailure, ...] = ()
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A line that is not captured. `problem` is set when the line is malformed (worth a log line)."""
+
+    reason: str
+    problem: bool = False
+
+
+_SPAN_PATTERNS = (
+    re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.DOTALL),
+    re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL),
+    re.compile(re.escape(FENCE_OPEN) + r".*?(?:" + re.escape(FENCE_CLOSE) + r"|\Z)", re.DOTALL),
+)
+_SPAN_OPENERS = ("<system-reminder>", "<private>", FENCE_OPEN)
+
+
+def strip_injected_spans(text: str) -> str:
+    """The text without system reminders, ``<private>`` spans and anything Engram injected (its fence)."""
+    # Cheap substring test first: most messages contain none of the markers.
+    if any(opener in text for opener in _SPAN_OPENERS):
+        for pattern in _SPAN_PATTERNS:
+            text = pattern.sub("", text)
+    return text
+
+
+def timestamp_ms(value: str | None) -> int | None:
+    """An ISO-8601 time (``Z`` or an offset) as epoch milliseconds; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=256)
+def redact_repeated(value: str) -> Redacted:
+    """Short text that lines repeat (a cwd, a git branch, a tool call's note), redacted: each is scanned once
+    (redaction is a pure function of the text while the process runs)."""
+    return redact(value)
+
+
+# A tool call's target, as stored: a command longer than this is cut (its head names the program and files).
+TARGET_CHARS = 500
+# Of a failed result's output: its head (the command's first complaint) and tail (the summary line, the exit
+# code), never the whole of it (a failing build can print megabytes).
+FAILURE_HEAD_CHARS = 1_200
+FAILURE_TAIL_CHARS = 400
+_REDACT_MARGIN = 2_000  # read past each cut before redacting, so a secret that straddles it is still whole
+_TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query")
+
+
+def tool_target(tool_input: object) -> Redacted | None:
+    """What a tool call works on (a file path, a command, a search), redacted and cut to TARGET_CHARS."""
+    if not isinstance(tool_input, dict):
+        return None
+    for key in _TARGET_KEYS:
+        value = tool_input.get(key)
+        if isinstance(value, str) and value.strip():
+            if len(value) <= TARGET_CHARS:
+                return redact(value)
+            # Redacted past the cut, cut, then redacted again: a cut can leave a token that its context had kept
+            # from matching (characters glued before it) standing alone at the edge.
+            return redact(redact(value[:TARGET_CHARS + _REDACT_MARGIN])[:TARGET_CHARS])
+    return None
+
+
+def failure_text(output: str) -> Redacted:
+    """The head and tail of a failed tool's output, redacted; the middle of a long one is left out."""
+    output = output.replace("\x00", "")
+    if len(output) <= FAILURE_HEAD_CHARS + FAILURE_TAIL_CHARS:
+        return redact(output.strip())
+    # Redacted past each cut (a secret that straddles it is still whole), cut, and the joined text once more.
+    head = redact(output[:FAILURE_HEAD_CHARS + _REDACT_MARGIN])[:FAILURE_HEAD_CHARS]
+    tail = redact(output[-(FAILURE_TAIL_CHARS + _REDACT_MARGIN):])[-FAILURE_TAIL_CHARS:]
+    return redact(f"{head.rstrip()}\n[… {len(output) - FAILURE_HEAD_CHARS - FAILURE_TAIL_CHARS} characters left out …]"
+                  f"\n{tail.lstrip()}")

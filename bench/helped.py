@@ -1,11 +1,19 @@
 """Was Engram told what a later session needed, at the moment it needed it? Real sessions replayed in time order.
 
-    python bench/helped.py [--projects-dir DIR ...] [--opportunities FILE] [--dump FILE] [--baseline-ref REF]
+    python bench/helped.py [--set dev|cipher-box ...] [--dump FILE] [--audit-out FILE] [--baseline-ref REF]
                            [--no-baseline] [--models-dir DIR] [--json]
+    python bench/helped.py --projects-dir DIR ... --opportunities FILE ...   # held-out sessions
+    python bench/helped.py --audit-in FILLED.json ...                        # the read figures of a reading
 
-The replay is ``bench/precision.py``'s: per project, each session's prompts go through the processor's code for
-a user message with the store holding only what the project's other sessions wrote before it started, and
-every tool call runs the real PreToolUse hook, every call whose result failed the real PostToolUseFailure hook.
+Two labelled dev sets (``SETS``): ``dev`` (the fixture projects the rules of issue 28 were written on,
+``bench/data/opportunities-dev.json``) and ``cipher-box`` (a second project labelled by two independent readers
+before any rule was written for it, ``bench/data/opportunities-cipher-box.json``). Every figure is given per set:
+design on one, measure the other without changing anything.
+
+The replay is ``bench/precision.py``'s: per project, each session opens with the real SessionStart hook (its
+digest), its prompts go through the processor's code for a user message with the store holding only what the
+project's other sessions wrote before it started, and every tool call runs the real PreToolUse hook, every call
+whose result failed the real PostToolUseFailure hook.
 What was told, and where (``at``: ``prompt``, ``before_tool``, ``after_tool``, with the ``tool_use_id``), is
 then checked against two sets of moments where a later session needed what an earlier one knew:
 
@@ -21,11 +29,16 @@ then checked against two sets of moments where a later session needed what an ea
   a memory made from one of those lines. Reported for the moments both readers found, and for either's.
 
 Also reported: **precision** (bites that carry what an automatic or labelled moment needed, over bites shown,
-in later sessions), **silent when nothing was needed** (later sessions' prompts with no moment in their work
-that were shown nothing), and the cost the helped moments had paid (failed calls, exploration calls, user
-corrections, as the readers counted them).
+in later sessions; and ``precision_at_moments``, the digest left out), **prompt bites per prompt**, **silent when
+nothing was needed** (later sessions' prompts with no moment in their work that were shown nothing after the
+digest), and the cost the helped moments had paid (failed calls, exploration calls, user corrections, as the
+readers counted them).
 
-Baseline, same run: the same replay on the code of ``--baseline-ref`` (main before issue 28), in a subprocess of
+The judge above counts shared words, which flatters: ``--audit-out FILE`` writes, per set, a reading sample of
+``AUDIT_BITES`` random bites and ``AUDIT_MOMENTS`` random moments for an independent reader
+(``../shared/bench/RUBRIC.md``), and ``--audit-in`` turns the filled-in sample into the read figures.
+
+Baseline, same run: the same replay on the code of ``--baseline-ref`` (main before issue 35), in a subprocess of
 its own tree. ``--json`` prints one JSON object last; ``--dump FILE`` writes every replayed prompt with what was
 told (the format of ``bench/precision.py --dump``; each bite with the moments of its session it carries), for
 sessions the sets were not built on.
@@ -59,9 +72,15 @@ from processor.hook_kit.failure_keys import (  # noqa: E402
 from processor.hook_kit.tool_keys import command_keys  # noqa: E402
 
 FIXTURES = REPO.parent / "shared" / "fixtures"
-DEFAULT_PROJECT_DIRS = [FIXTURES / "claude-projects", FIXTURES / "bookminder"]
-DEFAULT_OPPORTUNITIES = REPO / "bench" / "data" / "opportunities-dev.json"
-BASELINE_REF = "84d1884"  # main before issue 28
+DATA = REPO / "bench" / "data"
+# The labelled dev projects: the fixtures the rules were written on (issue 28), and a second project labelled by
+# two readers before any rule was written for it (issue 35). Design on one, measure the other unchanged.
+SETS = {
+    "dev": ([FIXTURES / "claude-projects", FIXTURES / "bookminder"], DATA / "opportunities-dev.json"),
+    "cipher-box": ([FIXTURES / "cipher-box"], DATA / "opportunities-cipher-box.json"),
+}
+BASELINE_REF = "5c1acfc"  # main before issue 35 (and the round's other issues)
+AUDIT_BITES = AUDIT_MOMENTS = 20  # what an independent reader reads of each set (../shared/bench/RUBRIC.md)
 _LOOK = frozenset({"Read", "Grep", "Glob", "LS", "TodoWrite", "TodoRead", "WebSearch", "WebFetch", "Task"})
 
 
@@ -233,7 +252,8 @@ def _helped(moment: dict, records_by_prompt: dict[str, dict], tells: dict[str, l
     for at_index, _, bite in tells.get(moment["session"], []):
         if at_index > index or not holds(bite, moment):
             continue
-        if at_index < index or call is None or bite["at"] == "prompt" or bite.get("tool_use_id") == call:
+        if at_index < index or call is None or bite["at"] in ("prompt", "session_start") or \
+                bite.get("tool_use_id") == call:
             return True
         if call in order and bite.get("tool_use_id") in order[:order.index(call)]:
             return True  # about an earlier call of the same prompt's work: before the moment too
@@ -254,6 +274,9 @@ def score(records: list[dict], automatic: list[dict], labelled: list[dict]) -> d
     later = [r for r in records if not r["first_session"]]
     shown = [b for r in later for b in r["bites"]]
     useful = [b for r in later for b in r["bites"] if any(holds(b, m) for m in moments_of.get(r["session"], []))]
+    # The digest opens every session whatever it is about; the bites after it answer a moment (a prompt, a call).
+    at_moments = [b for b in shown if b["at"] != "session_start"]
+    useful_at_moments = [b for b in useful if b["at"] != "session_start"]
     quiet = [r for r in later if r["prompt_uuid"] not in moment_prompts]
     cost = {"failed_calls": 0, "exploration_calls": 0, "user_corrections": 0}
     for moment, helped in label_rows:
@@ -273,7 +296,11 @@ def score(records: list[dict], automatic: list[dict], labelled: list[dict]) -> d
                                                                                        len(both)),
                      "by_kind": _by_kind(label_rows), "cost_saved": cost},
         "precision": _share(len(useful), len(shown)), "bites_shown": len(shown), "bites_useful": len(useful),
-        "silent_when_nothing_needed": _share(sum(not r["bites"] for r in quiet), len(quiet)),
+        "precision_at_moments": _share(len(useful_at_moments), len(at_moments)),
+        "bites_at_session_start": len(shown) - len(at_moments),
+        "prompt_bites_per_prompt": round(sum(b["at"] == "prompt" for b in shown) / len(later), 3) if later else None,
+        "silent_when_nothing_needed": _share(sum(not [b for b in r["bites"] if b["at"] != "session_start"]
+                                                 for r in quiet), len(quiet)),
         "prompts_later_sessions": len(later),
     }
 
@@ -321,50 +348,142 @@ def _index(records: list[dict], projects_dirs: list[Path]) -> list[dict]:
     return records
 
 
+# --- the read audit: what an independent reader judges (../shared/bench/RUBRIC.md) -------------------------
+
+
+def _told_by(moment: dict, record: dict | None, tells: dict[str, list]) -> list[dict]:
+    """Every bite told in the moment's session at or before the moment (what a reader checks the moment
+    against), whatever it carries."""
+    if record is None:
+        return []
+    index, call, order = record["prompt_index"], moment.get("tool_use_id"), record.get("calls", [])
+    before = order[:order.index(call) + 1] if call in order else order
+    return [bite for at_index, _, bite in tells.get(moment["session"], [])
+            if at_index < index or (at_index == index and (call is None or bite["at"] in ("session_start", "prompt")
+                                                            or bite.get("tool_use_id") in before))]
+
+
+def audit_sample(name: str, records: list[dict], labelled: list[dict], seed: int = 35) -> dict:
+    """A reading sample of one set: ``AUDIT_BITES`` bites shown in later sessions and ``AUDIT_MOMENTS`` labelled
+    moments, drawn at random (seeded), each with what a reader needs and an empty verdict to fill in."""
+    import random
+
+    rng = random.Random(f"{seed}-{name}")
+    by_prompt = {r["prompt_uuid"]: r for r in records}
+    tells = _tells(records)
+    shown = [(r, b) for r in records if not r["first_session"] for b in r["bites"]]
+    bites = [{"project": r["project"], "session": r["session"], "prompt_uuid": r["prompt_uuid"],
+              "prompt": r["prompt"][:800], "at": b["at"], "tool": b.get("tool"), "tool_use_id": b.get("tool_use_id"),
+              "id": b["id"], "bite": b["bite"], "verdict": None}
+             for r, b in rng.sample(shown, min(AUDIT_BITES, len(shown)))]
+    moments = []
+    for m in rng.sample(labelled, min(AUDIT_MOMENTS, len(labelled))):
+        record = by_prompt.get(m["moment"]["prompt_uuid"])
+        moments.append({"id": m["id"], "kind": m["kind"], "knowledge": m["knowledge"], "moment": m["moment"],
+                        "prompt": record["prompt"][:800] if record else None,
+                        "told": [{"at": b["at"], "tool": b.get("tool"), "bite": b["bite"]}
+                                 for b in _told_by(_moment_of(m), record, tells)],
+                        "verdict": None})
+    return {"set": name, "rubric": "../shared/bench/RUBRIC.md",
+            "how": "bites: verdict useful | related | noise, as the engineer reading it in the agent's context at "
+                   "that moment (open the session's transcript by its id for the context); moments: verdict told "
+                   "| partly | not, from what was told at or before the moment ('told' lists it) — a shared word is "
+                   "not telling; add a 'why' to each verdict",
+            "bites": bites, "moments": moments}
+
+
+def audit_figures(audit: dict) -> dict:
+    """The read figures of a filled-in sample: precision (useful bites / bites read) and helped (moments told,
+    and with partly as half)."""
+    bites = [b for b in audit["bites"] if b.get("verdict")]
+    moments = [m for m in audit["moments"] if m.get("verdict")]
+    told = sum(m["verdict"] == "told" for m in moments)
+    partly = sum(m["verdict"] == "partly" for m in moments)
+    return {"set": audit["set"], "bites_read": len(bites), "moments_read": len(moments),
+            "read_precision": _share(sum(b["verdict"] == "useful" for b in bites), len(bites)),
+            "read_related": _share(sum(b["verdict"] == "related" for b in bites), len(bites)),
+            "read_helped": _share(told, len(moments)),
+            "read_helped_partly_half": round((told + partly / 2) / len(moments), 3) if moments else None}
+
+
 def _folder(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
+def run_set(name: str, dirs: list[Path], opportunities: Path, models_dir: Path, tmp: Path, baseline_ref: str | None,
+            dump: Path | None, audit_out: Path | None) -> dict:
+    """Replay one set's projects (and the baseline's), score them against its moments."""
+    labelled = json.loads(opportunities.read_text())["opportunities"] if opportunities.exists() else []
+    automatic = automatic_moments(dirs)
+    started = time.perf_counter()
+    records = [r for i, d in enumerate(dirs) for r in replay(d, _folder(tmp / f"{name}-run-{i}"), models_dir)]
+    seconds = time.perf_counter() - started
+    records = _index(records, dirs)
+    if dump:
+        dump.write_text(json.dumps(annotate(records, automatic, labelled), indent=1, ensure_ascii=False,
+                                   default=sorted), encoding="utf-8")
+    if audit_out:
+        audit_out.write_text(json.dumps(audit_sample(name, records, labelled), indent=1, ensure_ascii=False),
+                             encoding="utf-8")
+    report = {"projects_dirs": [str(d) for d in dirs], "opportunities": str(opportunities),
+              "prompts_replayed": len(records), "replay_seconds": round(seconds, 1),
+              "engram": score(records, automatic, labelled)}
+    if baseline_ref:
+        baseline = [r for i, d in enumerate(dirs)
+                    for r in replay_baseline(baseline_ref, d, models_dir, _folder(tmp / f"{name}-base-{i}"))]
+        report["baseline"] = {"ref": baseline_ref, **score(_index(baseline, dirs), automatic, labelled)}
+    return report
+
+
+def _named(path: Path | None, name: str) -> Path | None:
+    """FILE for one set, FILE with the set's name before its suffix when several sets run."""
+    return None if path is None else path.with_name(f"{path.stem}-{name}{path.suffix}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--projects-dir", type=Path, action="append", dest="projects_dirs")
-    parser.add_argument("--opportunities", type=Path, default=DEFAULT_OPPORTUNITIES)
-    parser.add_argument("--dump", type=Path, help="write what each replayed prompt was told")
+    parser.add_argument("--set", action="append", dest="sets", choices=sorted(SETS),
+                        help="a labelled dev set (default: every one)")
+    parser.add_argument("--projects-dir", type=Path, action="append", dest="projects_dirs",
+                        help="replay these projects instead (held-out sessions), with --opportunities")
+    parser.add_argument("--opportunities", type=Path, help="the moments of --projects-dir")
+    parser.add_argument("--dump", type=Path, help="write what each replayed prompt was told (FILE-<set>.json)")
+    parser.add_argument("--audit-out", type=Path, help="write a reading sample for an independent reader")
+    parser.add_argument("--audit-in", type=Path, action="append", default=[],
+                        help="a filled-in reading sample: print its read figures (no replay)")
     parser.add_argument("--models-dir", type=Path, default=Path(os.environ["ENGRAM_MODELS_DIR"])
                         if os.environ.get("ENGRAM_MODELS_DIR") else DEFAULT_MODELS)
     parser.add_argument("--baseline-ref", default=BASELINE_REF)
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
-    dirs = args.projects_dirs or DEFAULT_PROJECT_DIRS
-    labelled = json.loads(args.opportunities.read_text())["opportunities"] if args.opportunities.exists() else []
-    automatic = automatic_moments(dirs)
+    if args.audit_in:
+        read = [audit_figures(json.loads(path.read_text(encoding="utf-8"))) for path in args.audit_in]
+        print(json.dumps({"benchmark": "helped-read", "read": read}) if args.json else json.dumps(read, indent=2))
+        return 0
+    if args.projects_dirs:
+        chosen = {"custom": (args.projects_dirs, args.opportunities or Path("/nonexistent"))}
+    else:
+        chosen = {name: SETS[name] for name in (args.sets or sorted(SETS))}
+    report: dict = {"benchmark": "helped", "sets": {}}
     with tempfile.TemporaryDirectory(prefix="engram-helped-") as tmp:
-        started = time.perf_counter()
-        records = [r for i, d in enumerate(dirs) for r in replay(d, _folder(Path(tmp) / f"run-{i}"),
-                                                                   args.models_dir)]
-        seconds = time.perf_counter() - started
-        if args.dump:
-            args.dump.write_text(json.dumps(annotate(records, automatic, labelled), indent=1, ensure_ascii=False,
-                                            default=sorted), encoding="utf-8")
-        baseline = None
-        if not args.no_baseline:
-            baseline = [r for i, d in enumerate(dirs)
-                        for r in replay_baseline(args.baseline_ref, d, args.models_dir,
-                                                 _folder(Path(tmp) / f"base-{i}"))]
-    report = {"benchmark": "helped", "projects_dirs": [str(d) for d in dirs], "prompts_replayed": len(records),
-              "replay_seconds": round(seconds, 1), "engram": score(_index(records, dirs), automatic, labelled)}
-    if baseline is not None:
-        report["baseline"] = {"ref": args.baseline_ref, **score(_index(baseline, dirs), automatic, labelled)}
-    for name in ("engram", "baseline"):
-        if name in report:
-            r = report[name]
-            print(f"{name:>8}: recurring errors told {r['automatic']['recurring_told']} of "
-                  f"{r['automatic']['recurring_errors']}, labelled helped {r['labelled']['helped']} of "
-                  f"{r['labelled']['moments']} (both readers {r['labelled']['helped_both_readers']}), precision "
-                  f"{r['precision']} ({r['bites_useful']}/{r['bites_shown']}), silent when nothing needed "
-                  f"{r['silent_when_nothing_needed']}", file=sys.stderr)
+        for name, (dirs, opportunities) in chosen.items():
+            several = len(chosen) > 1
+            report["sets"][name] = run_set(
+                name, dirs, opportunities, args.models_dir, Path(tmp), None if args.no_baseline else args.baseline_ref,
+                _named(args.dump, name) if several else args.dump,
+                _named(args.audit_out, name) if several else args.audit_out)
+    for name, result in report["sets"].items():
+        for who in ("engram", "baseline"):
+            if who in result:
+                r = result[who]
+                print(f"{name:>10} {who:>8}: recurring errors told {r['automatic']['recurring_told']} of "
+                      f"{r['automatic']['recurring_errors']}, labelled helped {r['labelled']['helped']} of "
+                      f"{r['labelled']['moments']} (both readers {r['labelled']['helped_both_readers']}), precision "
+                      f"{r['precision']} ({r['bites_useful']}/{r['bites_shown']}; at moments "
+                      f"{r['precision_at_moments']}), prompt bites/prompt {r['prompt_bites_per_prompt']}, silent when "
+                      f"nothing needed {r['silent_when_nothing_needed']}", file=sys.stderr)
     print(json.dumps(report) if args.json else json.dumps(report, indent=2))
     return 0
 

@@ -12,13 +12,15 @@ interruptions, shell-mode lines, slash-command plumbing or compaction summaries)
 processor runs for a user message (``RecollectionWriter.write``: search, topic gate, the bar a bite must
 clear), and every tool call the prompt's work made runs the real PreToolUse hook (a subprocess, stdin = the
 tool call's event), which injects the prompt's bites once and, where the code has it, what an earlier
-session left about the file or command in hand. What each prompt would have been shown is recorded.
+session left about the file or command in hand. Each session opens with the real SessionStart hook, whose
+digest is recorded with the session's first prompt (``at``: ``session_start``). What each prompt would have
+been shown is recorded.
 
 ``--dump FILE`` writes it: a JSON list of ``{"project", "session", "prompt_uuid", "prompt", "bites": [{"id",
-"bite", "at", "tool"?, "tool_use_id"?}]}`` (``at``: ``prompt``, ``before_tool`` (the PreToolUse hook) or
-``after_tool`` (the PostToolUseFailure hook, run on every call whose result failed); a tool bite names the call it
-answered), for any projects folder, labelled or not — the replay of sessions it was not built on, to be read
-and judged.
+"bite", "at", "tool"?, "tool_use_id"?}]}`` (``at``: ``session_start`` (the digest), ``prompt``, ``before_tool``
+(the PreToolUse hook) or ``after_tool`` (the PostToolUseFailure hook, run on every call whose result failed); a
+tool bite names the call it answered), for any projects folder, labelled or not — the replay of sessions it was
+not built on, to be read and judged.
 
 With labels (``bench/data/precision-dev.json``: per prompt the earlier messages, uuid and exact snippet, whose
 content would help its work, or none), per prompt:
@@ -61,6 +63,7 @@ DEFAULT_MODELS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
 BASELINE_REF = "33338cd"
 HOOK = REPO / "recall_hook" / "pretooluse.py"
 FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
+SESSION_START_HOOK = REPO / "recall_hook" / "session_start.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
 _FIX_LINE = re.compile(r"^- (This failed the same way .*) \(id: (\S+)\)$")
 
@@ -94,8 +97,14 @@ def _failure_event(session_id: str, call: ToolCall, cwd: str | None) -> bytes:
                        "is_interrupt": False, "cwd": cwd or ""}).encode()
 
 
+def _session_start_event(session: Session, cwd: str | None) -> bytes:
+    return json.dumps({"session_id": session.session_id, "transcript_path": str(session.path), "cwd": cwd or "",
+                       "hook_event_name": "SessionStart", "source": "startup"}).encode()
+
+
 def run_hook(home: Path, event: bytes, hook: Path = HOOK) -> list[tuple[str, str]]:
-    """A real hook (PreToolUse, or PostToolUseFailure), as Claude Code runs it: (id, bite) of what it told."""
+    """A real hook (SessionStart, PreToolUse, or PostToolUseFailure), as Claude Code runs it: (id, bite) of what
+    it told."""
     env = {"ENGRAM_HOME": str(home), "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
     out = subprocess.run([sys.executable, "-I", "-S", str(hook)], input=event, capture_output=True, env=env,
                          timeout=30).stdout
@@ -169,9 +178,11 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
             episodes = [episodes_sql.get_episode(conn, i) for i in ids] if conn is not None else []
             return {e.id: e.source_uuids + _merged_lines(conn, e.source_uuids) for e in episodes if e is not None}
 
-        for prompt in session.prompts:
+        # The session starts: the SessionStart hook's digest (what the agent reads before the first prompt).
+        opening = run_hook(home, _session_start_event(session, cwd), SESSION_START_HOOK) if conn is not None else []
+        for index, prompt in enumerate(session.prompts):
             records.append(_replay_prompt(home, writer, store, session, prompt, project, first=number == 0,
-                                          sources=sources))
+                                          sources=sources, opening=opening if index == 0 else []))
     return records
 
 
@@ -186,12 +197,12 @@ def _merged_lines(conn, message_uuids: list[str]) -> list[str]:
 
 
 def _replay_prompt(home: Path, writer: object, store: object, session: Session, prompt: Prompt,
-                   project: str | None, first: bool, sources) -> dict:
-    bites: list[dict] = []
+                   project: str | None, first: bool, sources, opening: list[tuple[str, str]] = ()) -> dict:
+    bites: list[dict] = [{"id": bite_id, "bite": text, "at": "session_start"} for bite_id, text in opening]
     started = time.perf_counter()
     path = writer.write(store, session.session_id, prompt.uuid, prompt.text, project) if store else None
     recollect_ms = (time.perf_counter() - started) * 1000
-    shown: set[str] = set()
+    shown: set[str] = {b["id"] for b in bites}
     if path is not None:
         for bite in json.loads(Path(path).read_text(encoding="utf-8")).get("bites", []):
             bites.append({"id": bite["id"], "bite": bite["bite"], "at": "prompt"})

@@ -1,23 +1,20 @@
-"""`engram install` / `uninstall` for the Codex CLI and the Gemini CLI: Engram's hooks, the Codex hooks' trust and
-the MCP server merged into the user's own files, idempotently, with backups, removed byte for byte; invalid files
-left untouched with one clear error; which agents are found on the machine."""
+"""`engram install` / `uninstall` for the Codex CLI: Engram's hooks, the hooks' trust and the MCP server merged into
+the user's own `config.toml` and `hooks.json`, idempotently, with backups, removed byte for byte; invalid files left
+untouched with one clear error."""
 
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from processor.config import AGENTS
-from processor.install import agents, codex, gemini
+from processor.install import codex
 from processor.install.codex_config import BLOCK_START
 from processor.install.codex_trust import engram_hooks, trust_hash, untrusted
 from processor.install.registration import InstallError, Registration, hook_python
 
-REPO = Path(__file__).resolve().parents[2]
 PYTHON = hook_python()
 
 USER_CONFIG_TOML = '''# My Codex setup
@@ -44,19 +41,6 @@ trusted_hash = "sha256:0000"
 USER_HOOKS_JSON = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
                              "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard"}]}]}}
 
-USER_GEMINI = {
-    "security": {"auth": {"selectedType": "gemini-api-key"}},
-    "ui": {"theme": "GitHub"},
-    "hooks": {"BeforeTool": [{"matcher": "write_file", "hooks": [{"type": "command", "command": "check-paths"}]}]},
-    "mcpServers": {"github": {"command": "npx", "args": ["-y", "gh"], "env": {"GITHUB_TOKEN": "ghp_SECRET"}}},
-}
-
-
-@pytest.fixture
-def registration() -> Registration:
-    return Registration(hook_python=PYTHON, engram_python=PYTHON, hook_script=REPO / "recall_hook" / "pretooluse.py")
-
-
 @pytest.fixture
 def codex_dir(tmp_path: Path) -> Path:
     folder = tmp_path / "codex-home"
@@ -66,19 +50,9 @@ def codex_dir(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture
-def gemini_settings(tmp_path: Path) -> Path:
-    path = tmp_path / "gemini" / ".gemini" / "settings.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(USER_GEMINI, indent=2) + "\n")
-    return path
-
-
 def files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if ".engram-backup-" not in p.name}
 
-
-# ---------------------------------------------------------------- Codex
 
 
 def test_codex_install_adds_hooks_trust_and_server_and_keeps_everything_else(codex_dir: Path,
@@ -230,107 +204,3 @@ def test_codex_files_are_created_private_when_missing(tmp_path: Path, registrati
 
 
 # ---------------------------------------------------------------- Gemini
-
-
-def test_gemini_install_adds_hooks_and_server_and_uninstall_restores_exactly(
-        gemini_settings: Path, registration: Registration) -> None:
-    original = gemini_settings.read_bytes()
-    report = gemini.install(registration, path=gemini_settings)
-    data = json.loads(gemini_settings.read_text())
-    assert data["security"] == USER_GEMINI["security"] and data["ui"] == USER_GEMINI["ui"]
-    assert data["hooks"]["BeforeTool"] == USER_GEMINI["hooks"]["BeforeTool"]
-    [start] = data["hooks"]["SessionStart"][0]["hooks"]
-    [after] = data["hooks"]["AfterTool"][0]["hooks"]
-    assert start["command"].endswith("session_start.py gemini") and start["timeout"] == 30_000
-    assert after["command"].endswith("pretooluse.py gemini") and after["timeout"] == 10_000
-    assert data["hooks"]["AfterTool"][0]["matcher"] == ".*"
-    assert "BeforeAgent" not in data["hooks"]
-    assert data["mcpServers"]["engram"] == {"command": PYTHON, "args": ["-I", "-m", "mcp_tools.bridge"]}
-    assert data["mcpServers"]["github"] == USER_GEMINI["mcpServers"]["github"]
-    assert "ghp_SECRET" not in report.describe() and "mcpServers" in report.describe()
-    assert not gemini.install(registration, path=gemini_settings).changed
-    gemini.uninstall(path=gemini_settings)
-    assert gemini_settings.read_bytes() == original
-
-
-def test_gemini_prompt_hook_is_before_agent(gemini_settings: Path, registration: Registration) -> None:
-    import dataclasses
-
-    gemini.install(dataclasses.replace(registration, prompt_submit=True), path=gemini_settings)
-    [hook] = json.loads(gemini_settings.read_text())["hooks"]["BeforeAgent"][0]["hooks"]
-    assert hook["command"].endswith("prompt_submit.py gemini")
-    gemini.install(dataclasses.replace(registration, prompt_submit=False), path=gemini_settings)
-    assert "BeforeAgent" not in json.loads(gemini_settings.read_text())["hooks"]
-
-
-def test_gemini_settings_with_comments_are_left_untouched_with_the_fix(gemini_settings: Path,
-                                                                      registration: Registration) -> None:
-    gemini_settings.write_text('{\n  // my theme\n  "ui": {"theme": "GitHub"}\n}\n')
-    before = gemini_settings.read_bytes()
-    with pytest.raises(InstallError, match="reads settings.json with comments.*--agent gemini --print"):
-        gemini.install(registration, path=gemini_settings)
-    assert gemini_settings.read_bytes() == before
-
-
-# ---------------------------------------------------------------- which agents
-
-
-def test_install_registers_with_the_agents_found_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "PATH": str(tmp_path / "bin")}
-    assert agents.found_agents(env) == ["claude"]  # none found: Claude Code, as before
-    (home / ".codex").mkdir()
-    assert agents.found_agents(env) == ["codex"]
-    (tmp_path / "bin").mkdir()
-    gemini_bin = tmp_path / "bin" / "gemini"
-    gemini_bin.write_text("#!/bin/sh\n")
-    os.chmod(gemini_bin, 0o755)
-    assert agents.found_agents(env) == ["codex", "gemini"]
-    (home / ".claude").mkdir()
-    assert agents.chosen(None, env) == ["claude", "codex", "gemini"]
-    assert agents.chosen("codex", env) == ["codex"] and agents.chosen("all", env) == list(agents.AGENTS)
-    assert agents.chosen(None, {"HOME": str(tmp_path / "nobody"), "PATH": ""}, uninstall=True) == list(agents.AGENTS)
-
-
-def test_one_agents_bad_file_does_not_stop_the_others(tmp_path: Path, registration: Registration,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
-    (home / ".gemini").mkdir(parents=True)
-    (home / ".gemini" / "settings.json").write_text("{ not json")
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("CODEX_HOME", str(home / ".codex"))
-    monkeypatch.delenv("GEMINI_CLI_HOME", raising=False)
-    outcomes = agents.install(["codex", "gemini"], registration, check=False)
-    assert outcomes[0].error is None and (home / ".codex" / "hooks.json").exists()
-    assert outcomes[1].error is not None and "settings.json: invalid JSON" in outcomes[1].error
-    assert (home / ".gemini" / "settings.json").read_text() == "{ not json"
-    assert "not changed" in outcomes[1].describe()
-
-
-def test_every_agent_engram_knows_is_registered_through_one_face() -> None:
-    assert list(agents.AGENTS) == list(AGENTS)  # the settings' and the CLI's agents: one line each to add one
-    for name, agent in agents.AGENTS.items():
-        assert name == agent.NAME and agent.TITLE
-        for part in ("found", "hook_specs", "install", "uninstall", "problems"):
-            assert callable(getattr(agent, part)), (name, part)
-
-
-def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, registration: Registration,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    checked: list[Registration] = []
-    monkeypatch.setattr(agents, "check_registration", checked.append)
-    monkeypatch.setattr(agents, "run_hook", lambda *args, **kwargs: None)
-    home = tmp_path / "home"
-    env = {"HOME": str(home), "CLAUDE_CONFIG_DIR": str(home / ".claude"), "CODEX_HOME": str(home / ".codex"),
-           "GEMINI_CLI_HOME": str(home)}
-    outcomes = agents.install(list(agents.AGENTS), registration, env=env)
-    assert checked == [registration]
-    assert [outcome.error for outcome in outcomes] == [None, None, None]
-    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json"):
-        assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
-    assert all(outcome.report is not None and outcome.report.changed
-               for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))
-    agents.uninstall(list(agents.AGENTS), env=env)
-    assert not any("recall_hook/" in (home / path).read_text()
-                   for path in (".claude/settings.json", ".gemini/settings.json"))

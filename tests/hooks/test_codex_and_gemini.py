@@ -1,5 +1,5 @@
 """The hooks as the Codex CLI and the Gemini CLI run them: the registered commands (the agent named after the
-script), each agent's event and tool names, the keys a call's lessons are filed under, and the output shape."""
+script), each agent's event and tool names, and the output shape."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from processor.hook_kit import hook_io
-from processor.hook_kit.tool_keys import tool_keys
 from processor.install.codex import hook_specs as codex_hooks
 from processor.install.gemini import hook_specs as gemini_hooks
 from processor.install.registration import Registration, hook_python
@@ -24,40 +23,6 @@ LESSON = {"id": "ep_1e55011e55011e55", "bite": "`dist/` is git-ignored, so `dist
           "kind": "gotcha", "session": "another-session"}
 BITE = {"id": "ep_b17eb17eb17eb17e", "bite": "shop-api bundles are built with esbuild into dist/app.js",
         "date": "2026-11-24", "importance": "normal"}
-
-
-@pytest.mark.parametrize(("name", "tool_input"), [
-    ("Bash", {"command": "git add dist/app.js"}),
-    ("run_shell_command", {"command": "git add dist/app.js"}),   # Gemini
-    ("exec_command", {"cmd": "git add dist/app.js"}),           # Codex, as its rollout records it
-])
-def test_a_shell_call_has_the_same_keys_in_every_agent(name: str, tool_input: dict) -> None:
-    keys = tool_keys(*hook_io.call_of({"tool_name": name, "tool_input": tool_input}), "/repo")
-    assert keys == tool_keys("Bash", {"command": "git add dist/app.js"}, "/repo")
-    assert keys[:2] == ["cmd:git add", "file:dist/app.js"]
-
-
-def _keys(tool: str, tool_input: dict, root: str | None = None) -> list[str]:
-    """A call's keys as the hook finds them: its tool named as Claude Code names it (hook_io.call_of)."""
-    return tool_keys(*hook_io.call_of({"tool_name": tool, "tool_input": tool_input}), root)
-
-
-def test_file_tools_and_patches_have_file_keys() -> None:
-    # Gemini's file tools have the keys of Claude Code's.
-    assert _keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo") == \
-        tool_keys("Read", {"file_path": "/repo/src/cart.ts"}, "/repo")
-    assert _keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo")[0] == "file:src/cart.ts"
-    assert _keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo")[0] == "file:src/new.ts"
-    assert _keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"})[0] == \
-        "file:src/cart.ts"
-    assert _keys("grep_search", {"pattern": "TODO", "dir_path": "/repo/src"}, "/repo") == \
-        tool_keys("Grep", {"pattern": "TODO", "path": "/repo/src"}, "/repo") == ["file:src", "name:todo"]
-    # A patch, through the shell or as Codex's own tool, works on each file it names.
-    patch = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: src/cart.ts\n@@\n-a\n+b\n"
-             "*** Add File: /repo/src/new.ts\n+x\n*** End Patch\nEOF")
-    through_shell = tool_keys("Bash", {"command": patch}, "/repo")
-    assert through_shell[:2] == ["file:src/cart.ts", "file:src/new.ts"]
-    assert tool_keys("apply_patch", {"input": patch.split("\n", 1)[1]}, "/repo") == through_shell
 
 
 def test_each_agent_is_told_the_tool_names_it_shows_its_model() -> None:

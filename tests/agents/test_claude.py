@@ -454,7 +454,7 @@ def test_plugin_layout_is_generated_from_the_same_source(tmp_path: Path, setting
     manifest = load(out / ".claude-plugin" / "plugin.json")
     assert manifest["name"] == "engram" and manifest["description"]
     # A one-plugin local marketplace whose plugin is this very folder (checked with the real CLI in
-    # tests/test_claude_cli_e2e.py).
+    # tests/e2e/test_claude_cli.py).
     market = load(out / ".claude-plugin" / "marketplace.json")
     assert market["name"] == "engram-local" and market["owner"]["name"]
     assert [(p["name"], p["source"]) for p in market["plugins"]] == [("engram", "./")]

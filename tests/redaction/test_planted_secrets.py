@@ -1,6 +1,6 @@
 """Nothing captured escapes redaction: every secret kind, planted in every field a session fills, is found nowhere.
 
-One transcript carries each secret of the redaction tests' catalog (``tests/secret_catalog.py``: every
+One transcript carries each secret of the redaction tests' catalog (``tests/support/secret_catalog.py``: every
 hand-written kind, the keys next to a service's name, the keys told by what surrounds them, a sampled token of
 every generated kind) in every place capture reads: the user's prompt, the assistant's reply, a shell command
 (a tool call's target), a fetched URL, a failed tool's error text, the diagnosis and fixed rerun a lesson is

@@ -343,7 +343,7 @@ def test_redacts_secret(text: str, expected: str) -> None:
 
 
 def test_every_kind_has_a_case() -> None:
-    """Every hand-written kind here; the generated ones in test_redact_gitleaks.py."""
+    """Every hand-written kind here; the generated ones in test_gitleaks_rules.py."""
     generated = {kind for kind, *_ in GITLEAKS_RULES}
     covered = {kind for kind in REDACTION_KINDS for case_id, _, _ in [*POSITIVE, *UNNAMED_KEYS]
                if case_id.startswith(kind)}

@@ -1,7 +1,7 @@
 """Every secret kind the redaction tests know, as text a session would hold, with the raw secrets in each.
 
-The cases come from the redaction tests themselves (``tests/test_redact.py``: the hand-written kinds, the keys
-next to a service's name, the keys told by what surrounds them; ``tests/test_redact_gitleaks.py``: a sampled
+The cases come from the redaction tests themselves (``tests/redaction/test_rules.py``: the hand-written kinds, the keys
+next to a service's name, the keys told by what surrounds them; ``tests/redaction/test_gitleaks_rules.py``: a sampled
 token of every generated kind), so a kind added there is planted everywhere the planted-secret test looks.
 Each raw secret is what the expected redaction replaced: read back by matching the expected text, markers as
 wildcards, against the original.

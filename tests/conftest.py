@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 # The shared-memory fixtures (a PostgreSQL started once per session, when a test asks for it).
-pytest_plugins = ["tests.share_fixtures"]
+pytest_plugins = ["tests.support.share_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

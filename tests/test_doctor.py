@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import socket
@@ -355,18 +353,6 @@ def test_report_format_and_exit_code() -> None:
 # --------------------------------------------------------------------------- the real CLI
 
 
-def _cli_has_doctor() -> bool:
-    from processor.cli import build_parser
-
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # argparse's "invalid choice" message
-            build_parser().parse_args(["doctor"])
-    except SystemExit:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _cli_has_doctor(), reason="`engram doctor` is not wired into processor/cli.py yet")
 def test_cli_doctor_exit_status(healthy: Home) -> None:
     done = run_engram("doctor", env=healthy.env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -7,7 +7,7 @@ fingerprint of the hook's normalized identity: sha256 of its canonical JSON (key
 ``{"event_name", "matcher"?, "hooks": [{"type": "command", "command", "timeout", "async"}]}``
 (codex-rs ``hooks/src/engine/discovery.rs`` ``command_hook_hash`` and ``config/src/fingerprint.rs``
 ``version_for_toml``; checked against what ``codex app-server``'s ``hooks/list`` reports for Codex 0.171.0,
-and by tests/test_agent_cli_e2e.py, which runs Codex without bypassing trust). A hook whose identity changes
+and by tests/e2e/test_codex_and_gemini_cli.py, which runs Codex without bypassing trust). A hook whose identity changes
 (another interpreter, another timeout) needs trusting again; ``engram install`` records it, ``engram doctor``
 checks it.
 """

@@ -1,0 +1,76 @@
+"""Every agent's sessions side by side: where each agent's transcripts are found, a file read by the agent whose
+layout it has, and the status counted per agent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apsw
+import pytest
+
+from bench.testbed.agent_transcripts import Chat, Rollout
+from processor.capture.codex import CodexFormat
+from processor.capture.gemini import GeminiFormat
+from processor.capture.tailer import Tailer
+from processor.store import sessions
+from tests.capture.conftest import codex_session
+
+
+def test_agent_folders_are_discovered_only_where_their_sessions_live(tmp_path: Path, codex_home: Path,
+                                                                    gemini_dir: Path) -> None:
+    from processor.capture.discover import discover_all
+
+    rollout = Rollout(codex_home)
+    rollout.prompt("x")
+    rollout.write()
+    chat = Chat(gemini_dir)
+    chat.prompt("y")
+    chat.write()
+    (codex_home / "sessions" / "notes.jsonl").write_text("{}\n")  # not a rollout
+    (gemini_dir / "tmp" / "project" / "logs.json").write_text("[]")
+    (gemini_dir / "tmp" / "project" / "chats" / "other.jsonl").write_text("{}\n")
+    formats = [CodexFormat(codex_home / "sessions"), GeminiFormat(gemini_dir / "tmp"),
+               CodexFormat(tmp_path / "no-codex" / "sessions")]
+    found = discover_all(formats, None)
+    assert sorted(found) == sorted([rollout.path, chat.path])
+    assert all(f.accepts(p) for f, p in zip(formats, [rollout.path, chat.path], strict=False))
+    assert not formats[0].accepts(codex_home / "sessions" / "notes.jsonl")
+    assert os.path.isfile(chat.path)
+
+
+def test_status_counts_sessions_per_agent_and_names_unknown_records() -> None:
+    from processor.status import format_status
+
+    text = format_status({"sessions": 3, "messages": 9, "episodes": 2, "db": "/x/engram.db", "db_exists": True,
+                          "sessions_by_agent": {"claude": 1, "codex": 2},
+                          "active_sessions": [{"session_id": "s1", "agent": "gemini", "messages": 4,
+                                               "last_activity": None, "capture_lag_bytes": 0, "project": "/p"}],
+                          "unknown_records": {"codex": {"holographic_state": 3}}})
+    assert "sessions: 3 (Claude Code 1, Codex 2)" in text
+    assert "s1  Gemini CLI" in text
+    assert "Codex record types not known to this Engram (skipped): holographic_state ×3" in text
+
+
+def test_a_file_under_no_captured_root_is_read_by_the_agent_whose_layout_it_has(
+        conn: apsw.Connection, tmp_path: Path) -> None:
+    """A tailer given no formats (a test's, a benchmark's) reads a rollout as Codex's, a chat as Gemini's, any
+    other JSON Lines file as Claude Code's; a file of no agent's layout is refused, naming the path."""
+    from bench.testbed.transcripts import user_line
+    from processor.capture.tailer import NotATranscript
+
+    tailer = Tailer(conn)
+    rollout = codex_session(tmp_path / "copied-codex-home")
+    assert tailer.tail(rollout.write()).agent == "codex"
+    chat = Chat(tmp_path / "copied-gemini" / ".gemini")
+    chat.prompt("Which port does the dev server use?")
+    assert tailer.tail(chat.write()).agent == "gemini"
+    claude = tmp_path / "copied" / "-tmp-app" / "agent-1234.jsonl"  # a subagent's transcript is Claude Code's too
+    claude.parent.mkdir(parents=True)
+    claude.write_text(user_line("Run the linter", session_id="agent-1234"))
+    assert tailer.tail(claude).agent == "claude"
+    assert sessions.counts_by_agent(conn) == {"claude": 1, "codex": 1, "gemini": 1}
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a transcript\n")
+    with pytest.raises(NotATranscript, match=str(notes)):
+        tailer.tail(notes)

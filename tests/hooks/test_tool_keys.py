@@ -1,0 +1,101 @@
+"""What a tool call works on, as the keys lessons are filed under (processor/hook_kit/tool_keys.py): files and
+commands of every agent's tools, each case a row."""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.hook_kit import hook_io
+from processor.hook_kit.tool_keys import command_keys, tool_keys
+
+
+@pytest.mark.parametrize(("name", "tool_input"), [
+    ("Bash", {"command": "git add dist/app.js"}),
+    ("run_shell_command", {"command": "git add dist/app.js"}),   # Gemini
+    ("exec_command", {"cmd": "git add dist/app.js"}),           # Codex, as its rollout records it
+])
+def test_a_shell_call_has_the_same_keys_in_every_agent(name: str, tool_input: dict) -> None:
+    keys = tool_keys(*hook_io.call_of({"tool_name": name, "tool_input": tool_input}), "/repo")
+    assert keys == tool_keys("Bash", {"command": "git add dist/app.js"}, "/repo")
+    assert keys[:2] == ["cmd:git add", "file:dist/app.js"]
+
+
+def _keys(tool: str, tool_input: dict, root: str | None = None) -> list[str]:
+    """A call's keys as the hook finds them: its tool named as Claude Code names it (hook_io.call_of)."""
+    return tool_keys(*hook_io.call_of({"tool_name": tool, "tool_input": tool_input}), root)
+
+
+def test_file_tools_and_patches_have_file_keys() -> None:
+    # Gemini's file tools have the keys of Claude Code's.
+    assert _keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo") == \
+        tool_keys("Read", {"file_path": "/repo/src/cart.ts"}, "/repo")
+    assert _keys("read_file", {"file_path": "/repo/src/cart.ts"}, "/repo")[0] == "file:src/cart.ts"
+    assert _keys("write_file", {"file_path": "/repo/src/new.ts", "content": "x"}, "/repo")[0] == "file:src/new.ts"
+    assert _keys("replace", {"file_path": "src/cart.ts", "old_string": "a", "new_string": "b"})[0] == \
+        "file:src/cart.ts"
+    assert _keys("grep_search", {"pattern": "TODO", "dir_path": "/repo/src"}, "/repo") == \
+        tool_keys("Grep", {"pattern": "TODO", "path": "/repo/src"}, "/repo") == ["file:src", "name:todo"]
+    # A patch, through the shell or as Codex's own tool, works on each file it names.
+    patch = ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: src/cart.ts\n@@\n-a\n+b\n"
+             "*** Add File: /repo/src/new.ts\n+x\n*** End Patch\nEOF")
+    through_shell = tool_keys("Bash", {"command": patch}, "/repo")
+    assert through_shell[:2] == ["file:src/cart.ts", "file:src/new.ts"]
+    assert tool_keys("apply_patch", {"input": patch.split("\n", 1)[1]}, "/repo") == through_shell
+
+
+ROOT = "/home/u/shop"
+
+
+@pytest.mark.parametrize(("command", "keys"), [
+    pytest.param("uv run pytest -q tests/test_cart.py", ["cmd:uv run pytest", "file:tests/test_cart.py"],
+                 id="a runner and the tool it runs, and the file named"),
+    pytest.param("cd /home/u/shop && source .venv/bin/activate && python -m pytest -x", ["cmd:python -m pytest"],
+                 id="where a chain goes and what it sets up name nothing"),
+    pytest.param("npm run build 2>&1 | tail -20", ["cmd:npm run build"], id="a pipe into a look-around command"),
+    pytest.param("ls -la src && cat README.md", ["file:README.md"], id="look-around commands: no cmd key"),
+    pytest.param("FOO=1 sudo ./start.sh --port 8080", ["cmd:start.sh", "file:start.sh"],
+                 id="variables and wrappers skipped; a script is a program"),
+    pytest.param("npx tsc --noEmit", ["cmd:npx tsc"], id="a runner without a subcommand of its own"),
+    pytest.param("uv sync", ["cmd:uv sync"], id="a runner's own subcommand"),
+    pytest.param("python3 manage.py migrate", ["cmd:python", "file:manage.py"], id="python3 read as python"),
+    pytest.param("export PATH=/opt/bin:$PATH && cargo build --release", ["cmd:cargo build"],
+                 id="an option ends the subcommand words"),
+    pytest.param("echo 'a && b' ; make test", ["cmd:make test"], id="no split inside quotes"),
+    pytest.param("cat <<'EOF' > notes.txt\nrm -rf /\nEOF", [], id="a heredoc's body is text, not commands"),
+    pytest.param("pytest " + " ".join(f"tests/test_{i}.py" for i in range(12)),
+                 ["cmd:pytest", *(f"file:tests/test_{i}.py" for i in range(7))], id="at most eight keys"),
+])
+def test_the_keys_of_a_command_line(command: str, keys: list[str]) -> None:
+    assert command_keys(command, ROOT) == keys
+
+
+@pytest.mark.parametrize(("tool", "tool_input", "keys"), [
+    pytest.param("Read", {"file_path": "/home/u/shop/src/cart/totals.py"},
+                 ["file:src/cart/totals.py", "dir:src/cart/", "name:totals"],
+                 id="a file inside the project: relative, with its folder and name"),
+    pytest.param("Read", {"file_path": "/etc/hosts"}, ["file:/etc/hosts", "dir:/etc/", "name:hosts"],
+                 id="a file outside the project: as it is"),
+    pytest.param("Edit", {"file_path": "./src/app.ts", "old_string": "a", "new_string": "b"},
+                 ["file:src/app.ts", "dir:src/"], id="no leading ./; a name too short to mean one thing"),
+    pytest.param("NotebookEdit", {"notebook_path": "/home/u/shop/notebooks/Explore.ipynb"},
+                 ["file:notebooks/Explore.ipynb", "dir:notebooks/", "name:explore"], id="a notebook"),
+    pytest.param("Grep", {"pattern": "ConnCase", "path": "/home/u/shop/test/support/conn_case.ex"},
+                 ["file:test/support/conn_case.ex", "name:conncase", "dir:test/support/"],
+                 id="a search confined to one file, for a name"),
+    pytest.param("Grep", {"pattern": "ConnCase"}, ["name:conncase"], id="a search for a plain identifier"),
+    pytest.param("Grep", {"pattern": "foo.*bar"}, [], id="a search for a pattern"),
+    pytest.param("Glob", {"pattern": "**/*.py", "path": "src"}, [], id="a glob over a folder"),
+    pytest.param("Bash", {"command": "git add src/cart.py"},
+                 ["cmd:git add", "file:src/cart.py", "prog:git", "dir:src/", "name:cart"],
+                 id="a command with its program and the file's folder and name"),
+    pytest.param("Bash", {"command": "git add -A && git commit -m wip"},
+                 ["cmd:git add", "cmd:git commit", "prog:git", "cmd:git add -A"], id="staging everything"),
+    pytest.param("Bash", {"command": "git commit -am 'fix cart totals'"},
+                 ["cmd:git commit", "prog:git", "cmd:git commit -a"], id="committing everything"),
+    pytest.param("WebFetch", {"url": "https://example.com"}, [], id="a tool that works on no file"),
+    pytest.param("Bash", {"command": 42}, [], id="a command that is not text"),
+    pytest.param("Bash", "ls", [], id="an input that is not a mapping"),
+    pytest.param(None, {"command": "ls"}, [], id="no tool"),
+])
+def test_the_keys_of_a_tool_call(tool: object, tool_input: object, keys: list[str]) -> None:
+    assert tool_keys(tool, tool_input, ROOT) == keys

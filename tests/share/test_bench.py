@@ -1,0 +1,28 @@
+"""bench/shared.py runs end to end on tiny inputs and prints its JSON figures last (figures: docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shared_memory_benchmark_runs_and_reports_its_baselines(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGRAM_", "PG"))}
+    env["ENGRAM_HOME"] = str(tmp_path / "home")
+    models = os.environ.get("ENGRAM_MODELS_DIR")
+    args = ["--sections", "throughput,team", "--memories", "300", "--sizes", "3000", "--queries", "10",
+            "--exact-queries", "3", "--json"] + (["--models-dir", models] if models else [])
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "shared.py"), *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    throughput = report["throughput"]
+    assert throughput["memories"] == 300 and throughput["push_per_s"] > 0 and throughput["bare_copy_per_s"] > 0
+    assert abs(throughput["push_ratio"] - throughput["push_per_s"] / throughput["bare_copy_per_s"]) < 0.01
+    team = report["team"]["3000"]
+    assert team["hnsw"]["n"] == 10 and team["exact_scan"]["n"] == 3 and 0 <= team["recall_at_10_vs_exact"] <= 1

@@ -94,6 +94,10 @@ class TranscriptFormat(ABC):
     agent: str
     depth: int  # path parts below the root down to a transcript file
     report_missing_root = False  # a missing root is a capture problem (Claude Code's), or just an agent not in use
+    # Seconds a turn's end must stand with no newer line of the session before its round counts as finished: 0
+    # where the agent marks the end itself; more where the end is read from a message that a later line may
+    # still continue (the Gemini CLI writes a model message before its tool calls have run).
+    turn_end_settle: float = 0.0
 
     def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
         self.root = Path(os.path.abspath(root))
@@ -162,13 +166,13 @@ class SessionReader(LineReader):
              tool_results: tuple[captured.ToolResult, ...] = (),
              tool_calls: tuple[captured.ToolCall, ...] = (),
              failures: tuple[captured.ToolFailure, ...] = (),
-             replaces: bool = False) -> captured.CapturedLine:
+             replaces: bool = False, end_turn: bool = False) -> captured.CapturedLine:
         """One captured line of this session."""
         return captured.CapturedLine(
             uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role, timestamp=timestamp,
             ts_ms=captured.timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=text,
             api_message_id=api_message_id, tool_uses=tool_uses, tool_results=tool_results, tool_calls=tool_calls,
-            failures=failures, replaces=replaces)
+            failures=failures, replaces=replaces, end_turn=end_turn)
 
     def results_only(self, uuid: str, timestamp: str | None, results: tuple[captured.ToolResult, ...],
                      failures: tuple[captured.ToolFailure, ...]) -> captured.ToolResultsOnly:

@@ -13,6 +13,13 @@ holds ``.project_root``, the project's path; ``<gemini dir>/projects.json`` maps
   so every copy carries ``replaces`` and the last one wins in the store;
 - ``{"$rewindTo": id}``: the conversation went back to just before that message (``Rewind``).
 
+No line marks a turn's end. A ``gemini`` message is written when the model's answer has streamed, and written
+again with its ``toolCalls`` once they have run; a turn is over at the model message that asked for no tool
+call. So a message with text and no tool calls ends the turn (``end_turn``) once no newer line of the session
+followed it for ``turn_end_settle`` seconds (a message whose tool calls still run is written again within them,
+and a message that asked only for tool calls has no text of its own): its round is learned seconds after the
+answer, not at the idle sweep.
+
 Injected context is not the user's words: hooks' ``additionalContext`` reaches the model inside
 ``<hook_context>`` spans (the SessionStart one prepended to the prompt, BeforeAgent's as a part of its own,
 AfterTool's appended to a tool's result), the session context inside ``<session_context>``: all are cut
@@ -74,6 +81,9 @@ class GeminiFormat(TranscriptFormat):
 
     agent = GEMINI
     depth = 3  # <project slug>/chats/session-….jsonl
+    # A model message with text and no tool calls is written before tool calls it asked for have run (they are
+    # added when done): its turn is over once nothing newer followed it for this long.
+    turn_end_settle = 2.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GeminiFormat | None:
@@ -213,7 +223,7 @@ class GeminiReader(SessionReader):
             return Skipped("no capturable text (thoughts only, or tool calls not known yet)")
         return self.line(self._id(message_id), "assistant", timestamp, redact(body), tool_uses=tuple(uses),
                          tool_results=tuple(results), tool_calls=tuple(tool_calls), failures=tuple(failures),
-                         replaces=True)
+                         replaces=True, end_turn=bool(text) and not calls)
 
 
 def _text(content: object) -> str:

@@ -66,13 +66,18 @@ class TailResult:
     opt_out: str | None = None  # the session's opt-out after this tail ('memory', 'record' or None)
     opted_out_now: bool = False  # it was set or raised by what this tail read
     dropped_episodes: list[str] = field(default_factory=list)  # episodes erased by going off the record
-    # The agent marked its turn finished after the last line captured here (Codex's task_complete).
+    # The turn was finished after the last conversation line read here: the agent marked it (Codex's
+    # task_complete) or the line says so (Claude Code's end_turn, a Gemini answer that asked for no tool call).
     turn_ended: bool = False
+    # Seconds the turn's end must stand with no newer line before it counts (the format's turn_end_settle).
+    turn_end_settle: float = 0.0
+    conversed: bool = False  # a conversation line was read (new or written again): the session went on
     rewound: int = 0  # messages removed because the agent rewound its conversation
     skipped: str | None = None  # why the whole file is not captured (a subagent's, Engram's own session)
 
 
-# Called with (session id, new message rows and merged parts, finished=whether the turn ended after them).
+# Called with (session id, new message rows and merged parts, finished=whether the turn ended after them,
+# settle=seconds the end must stand with no newer line before it counts).
 CapturedListener = Callable[..., None]
 OptOutListener = Callable[["TailResult"], None]
 # The opt-out a session asked for outside its transcript (ENGRAM_OFF=record, left by the SessionStart hook).
@@ -187,7 +192,8 @@ class Tailer:
     def tail(self, path: Path) -> TailResult:
         """Capture everything new in `path`; returns what was captured."""
         fmt = self.format_for(path)
-        result = TailResult(path.stem, fmt.agent)  # the file's name stands for the session until the format names it
+        # The file's name stands for the session until the format names it.
+        result = TailResult(path.stem, fmt.agent, turn_end_settle=fmt.turn_end_settle)
         f = self._open(path)
         if f is None:
             return result
@@ -220,10 +226,13 @@ class Tailer:
             # A message written again (its last copy stored) is passed on once, as its last copy.
             last = {c.uuid: c for c in result.captured}
             result.captured[:] = [c for c in result.captured if last[c.uuid] is c]
-        if result.captured or result.turn_ended:
+        if result.captured or result.turn_ended or result.conversed:
+            # A line that only went on with the turn (a Gemini message written again with its tool calls) is
+            # passed on too: an end waiting to settle is not the end.
             for listener in self.listeners:
                 try:
-                    listener(session_id, result.captured, finished=result.turn_ended)
+                    listener(session_id, result.captured, finished=result.turn_ended,
+                             settle=result.turn_end_settle if result.turn_ended else 0.0)
                 except Exception:
                     log.exception("listener failed after capturing %s", path)
         return result
@@ -344,10 +353,13 @@ class Tailer:
                 awaited.update(tool_use_id for tool_use_id, _ in uses)
                 tool_events.append((outcome.uuid, outcome.ts_ms, uses, outcome.tool_results))
             if isinstance(outcome, ToolResultsOnly):
+                result.turn_ended = False
+                result.conversed = True
                 continue
             parsed.append((line, outcome))
             steps[-1].append((outcome, line.offset))
-            result.turn_ended = False
+            result.turn_ended = outcome.end_turn
+            result.conversed = True
         digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
         first_cwd = next((c.cwd for _, c in parsed if c.cwd), info.cwd)
         now_ms = clock_now_ms()

@@ -100,15 +100,17 @@ class Processor:
         drop_bites(self.settings.recollections_dir, set(result.dropped_episodes))
         log.info("session %s opted out of memory (%s)", result.session_id, result.opt_out)
 
-    def _on_captured(self, session_id: str, lines: list[CapturedLine], finished: bool = False) -> None:
+    def _on_captured(self, session_id: str, lines: list[CapturedLine], finished: bool = False,
+                     settle: float = 0.0) -> None:
         self.memory.note_capture()  # a live session: episodes leave it cores
         # A new user message asks for fresh recollections before anything else.
         for line in lines:
             if line.role == "user":
                 self.memory.submit(Recollect(session_id, line))
-        # A finished turn (Claude Code's end_turn on the last line, the Codex CLI's task_complete after it)
-        # makes its round an episode at once, so a decision of a one-shot session is recallable from the next.
-        self.memory.submit(BuildEpisodes(session_id, final=finished or (bool(lines) and lines[-1].end_turn)))
+        # A finished turn (Claude Code's end_turn on the last line, the Codex CLI's task_complete after it, a
+        # Gemini answer that asked for no tool call once `settle` seconds passed with no newer line) makes its
+        # round an episode at once, so a decision of a one-shot session is recallable from the next.
+        self.memory.submit(BuildEpisodes(session_id, final=finished, settle=settle if finished else 0.0))
         self.jobs.on_messages_captured(session_id)
 
     def read_auto_memory(self, folder: Path) -> None:

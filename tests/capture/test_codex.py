@@ -22,7 +22,7 @@ def test_a_codex_session_is_captured_without_what_codex_or_engram_injected(
         conn: apsw.Connection, tailer: Tailer, codex_home: Path) -> None:
     rollout = codex_session(codex_home)
     ended: list[bool] = []
-    tailer.listeners.append(lambda session_id, lines, finished=False: ended.append(finished))
+    tailer.listeners.append(lambda session_id, lines, finished=False, settle=0.0: ended.append(finished))
     result = tailer.tail(rollout.write())
     assert result.session_id == rollout.session_id and result.agent == "codex"
     assert rows(conn, rollout.session_id) == [

@@ -48,6 +48,30 @@ def test_a_gemini_session_is_captured_without_injected_context(conn: apsw.Connec
                         (chat.session_id,)).fetchone() == ("gemini", "/tmp/shop-api")
 
 
+def test_a_gemini_turn_ends_at_the_answer_that_asked_for_no_tool_call(tailer: Tailer, gemini_dir: Path) -> None:
+    """Gemini writes no end-of-turn record: the answer with text and no tool call ends the turn, to count once it
+    settled; the message written before its tool calls ran, and its copy with them, go on with the turn."""
+    chat, first = gemini_session(gemini_dir)
+    heard: list[tuple[bool, float]] = []
+    tailer.listeners.append(lambda session_id, lines, finished=False, settle=0.0: heard.append((finished, settle)))
+    path = chat.write(upto=4)  # header, checkpoint, prompt and its $set
+    tailer.tail(path)
+    assert heard == [(False, 0.0)]
+    # "Let me run it." before its shell command ran: it may be the answer; only settling tells.
+    path.write_text("".join(chat.lines[:6]))
+    tailer.tail(path)
+    assert heard[-1] == (True, 2.0)
+    # Its copy with the tool call and its result: the turn goes on.
+    path.write_text("".join(chat.lines[:9]))
+    tailer.tail(path)
+    assert heard[-1] == (False, 0.0)
+    # The final answer; its $set line after it changes nothing.
+    path.write_text("".join(chat.lines))
+    tailer.tail(path)
+    assert heard[-1] == (True, 2.0)
+    assert len(heard) == 4
+
+
 def test_the_same_message_appended_three_times_is_one_row_and_the_last_copy_wins(
         conn: apsw.Connection, tailer: Tailer, gemini_dir: Path) -> None:
     chat = Chat(gemini_dir)

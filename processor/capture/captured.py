@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from processor.capture import signals
-from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
+from processor.hook_kit.hook_io import FENCES
 from processor.redaction import Redacted, redact
 from processor.store.sessions import MessageLine
 
@@ -84,9 +84,10 @@ class Skipped:
 _SPAN_PATTERNS = (
     re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.DOTALL),
     re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL),
-    re.compile(re.escape(FENCE_OPEN) + r".*?(?:" + re.escape(FENCE_CLOSE) + r"|\Z)", re.DOTALL),
+    # Engram's fence in each form it takes (Gemini's has no angle brackets): see hook_io.FENCES.
+    *(re.compile(re.escape(opener) + r".*?(?:" + re.escape(closer) + r"|\Z)", re.DOTALL) for opener, closer in FENCES),
 )
-_SPAN_OPENERS = ("<system-reminder>", "<private>", FENCE_OPEN)
+_SPAN_OPENERS = ("<system-reminder>", "<private>", *(opener for opener, _ in FENCES))
 
 
 def strip_injected_spans(text: str) -> str:

@@ -217,7 +217,8 @@ class GeminiReader(SessionReader):
             if pending is not None or tool_use_id in awaited:
                 results.append(ToolResult(tool_use_id, failed, redact(output)))
             if failed:
-                failures.append(ToolFailure(tool_use_id, failure_text(output)))
+                shell = call.get("name") == "run_shell_command"
+                failures.append(ToolFailure(tool_use_id, failure_text(shell_error(output) if shell else output)))
         body = "\n".join(part for part in (text, *notes) if part)
         if not body:
             return Skipped("no capturable text (thoughts only, or tool calls not known yet)")
@@ -266,6 +267,16 @@ def gemini_tool(name: object, args: object) -> tuple[str, dict]:
     if canonical == "LS" and isinstance(args.get("dir_path"), str):
         return canonical, {"path": args["dir_path"]}
     return canonical, args
+
+
+_SHELL_NOTES = ("Process Group PGID: ", "Background PIDs: ")
+
+
+def shell_error(output: str) -> str:
+    """A failed ``run_shell_command``'s result as the command printed it: Gemini labels it ``Output: …`` and adds
+    its process ids; the label would be the first word of every error line told, and the ids change each run."""
+    text = "\n".join(line for line in output.splitlines() if not line.startswith(_SHELL_NOTES))
+    return text[len("Output:"):].lstrip(" ") if text.startswith("Output:") else text
 
 
 def _result(call: dict, needed: bool) -> tuple[str, bool, bool]:

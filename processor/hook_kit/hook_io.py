@@ -26,12 +26,21 @@ except ImportError:  # not a POSIX system
 
 FENCE_OPEN = "<engram-recollection>"
 FENCE_CLOSE = "</engram-recollection>"
+# The Gemini CLI HTML-escapes a hook's context (``<`` becomes ``&lt;``) before the model reads it: its fence has
+# no angle brackets, so the model reads it as sent.
+GEMINI_FENCE_OPEN = "[engram-recollection]"
+GEMINI_FENCE_CLOSE = "[/engram-recollection]"
+# Every form of the fence a transcript can hold (Gemini's, and the escaped one an older Engram's Gemini hooks
+# made), opener first: capture drops what any of them holds, and a bite can close none of them.
+FENCES = ((FENCE_OPEN, FENCE_CLOSE), (GEMINI_FENCE_OPEN, GEMINI_FENCE_CLOSE),
+          ("&lt;engram-recollection&gt;", "&lt;/engram-recollection&gt;"))
 
 
-def fence(text: str) -> str:
+def fence(text: str, for_agent: str = "claude") -> str:
     """The marker around every text Engram injects: capture drops what is inside it, so Engram never
     captures, and so never remembers, its own recollections."""
-    return f"{FENCE_OPEN}\n{text}\n{FENCE_CLOSE}"
+    opener, closer = (GEMINI_FENCE_OPEN, GEMINI_FENCE_CLOSE) if for_agent == "gemini" else (FENCE_OPEN, FENCE_CLOSE)
+    return f"{opener}\n{text}\n{closer}"
 
 
 STDIN_LIMIT = 1 << 20  # a Write of a huge file makes a huge event; skip it, the next call injects
@@ -286,7 +295,9 @@ def newest_session(directory: str) -> str | None:
 
 def one_line(text: str, limit: int) -> str:
     # One line per bite, and a bite can never close (or reopen) the fence around it.
-    text = " ".join(text.replace(FENCE_OPEN, "").replace(FENCE_CLOSE, "").split())
+    for opener, closer in FENCES:
+        text = text.replace(opener, "").replace(closer, "")
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
@@ -675,7 +686,7 @@ def format_context(lines: list[str], for_agent: str = CLAUDE) -> str:
         *lines,
         f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) (the engram MCP server's "
         "memory_expand) with its id for the full context. Otherwise, continue your work.",
-    ]))
+    ]), for_agent)
 
 
 def format_call_context(target: str, lines: list[str], for_agent: str = CLAUDE, *, after: bool = False) -> str:
@@ -686,7 +697,7 @@ def format_call_context(target: str, lines: list[str], for_agent: str = CLAUDE, 
         *lines,
         f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if one applies. Otherwise, "
         "continue your work.",
-    ]))
+    ]), for_agent)
 
 
 def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
@@ -696,7 +707,7 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
         *lines,
         f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if it applies. Otherwise, "
         "continue your work.",
-    ]))
+    ]), for_agent)
 
 
 # --- a failed call, as each agent reports it ---------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import another_go, call_key, failure_key, not_a_failure
+from processor.hook_kit.failure_keys import another_go, call_key, exception_line, failure_key, not_a_failure
 from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.store.tool_calls import StoredToolCall
 
@@ -58,13 +58,16 @@ def _without_leaders(line: str) -> str:
 
 
 def _error_line(error: str | None) -> str:
-    """The line of an error output that says what went wrong (the first that names an error), cut."""
+    """The line of an error output that says what went wrong (a Python traceback's exception line, else the first
+    that names an error), cut."""
     text = (error or "").strip()
     if text[:6].lower() == "error:":
         text = text[6:].lstrip()  # Claude Code's wrapper, not the tool's words
+    raised = exception_line(error or "")
     lines = [line for line in (_without_leaders(" ".join(raw.split())) for raw in text.splitlines()) if line]
     lines = [line for line in lines if not line.lower().startswith(("exit code", "warn"))] or lines
-    chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0] if lines else "")
+    chosen = " ".join(raised.split()) if raised else next((line for line in lines if _ERROR_LINE.search(line)),
+                                                          lines[0] if lines else "")
     return chosen[:ERROR_LINE_CHARS] + ("…" if len(chosen) > ERROR_LINE_CHARS else "")
 
 

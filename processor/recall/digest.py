@@ -156,7 +156,7 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
     fixed = [top] + ([pending] if pending else [])
 
     def cost(lines: list[str]) -> int:
-        return estimate_tokens(fence("\n".join(lines)))
+        return estimate_tokens(fence("\n".join(lines), agent))
 
     if cost(fixed) > budget:
         return None
@@ -185,7 +185,7 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
         body.extend(section)
     if not body and not pending:
         return None
-    return fence("\n".join([top, *body, *fixed[1:]]))
+    return fence("\n".join([top, *body, *fixed[1:]]), agent)
 
 
 def budget(home: str) -> int:

@@ -44,6 +44,8 @@ def test_a_gemini_session_is_captured_without_injected_context(conn: apsw.Connec
     [(tool, target, failed, error)] = calls(conn, chat.session_id)
     assert (tool, target, failed) == ("Bash", "npm run build", 1)
     assert "TS2304" in error and "Exit Code: 2" in error and "AFTER-TOOL" not in error
+    # As the command printed it: not under Gemini's "Output:" label, nor with its process group's id.
+    assert error.startswith("error TS2304") and "PGID" not in error, error
     assert conn.execute("SELECT agent, project FROM sessions WHERE session_id = ?",
                         (chat.session_id,)).fetchone() == ("gemini", "/tmp/shop-api")
 

@@ -234,15 +234,17 @@ def cmd_install(args: argparse.Namespace) -> int:
             outcomes = agents.uninstall(agents.chosen(args.agent, uninstall=True), dry_run=args.print)
         else:
             registration = dataclasses.replace(default_registration(), prompt_submit=args.prompt_submit)
-            outcomes = agents.install(agents.chosen(args.agent), registration, dry_run=args.print,
-                                      trust=args.trust)
+            names = agents.chosen(args.agent)
+            for name in [n for n in agents.AGENTS if args.agent == "all" and n not in names]:
+                print(f"== {AGENT_NAMES[name]}: not installed here, so nothing is written for it "
+                      f"(`engram install --agent {name}` registers it anyway)")
+            outcomes = agents.install(names, registration, dry_run=args.print, trust=args.trust)
     except InstallError as exc:
         print(f"engram {args.command}: {exc}", file=sys.stderr)
         return 1
     for outcome in outcomes:
-        if outcome.error is not None:
-            print(f"engram {args.command}: {AGENT_NAMES[outcome.agent]}: {outcome.error}", file=sys.stderr)
-        print(outcome.describe(), end="")
+        # An agent's error once, on stderr (its header says which agent and that nothing was changed).
+        print(outcome.describe(), end="", file=sys.stderr if outcome.error is not None else sys.stdout)
     return 1 if any(o.error is not None for o in outcomes) else 0
 
 

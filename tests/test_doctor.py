@@ -239,10 +239,10 @@ def test_hooks_pointing_at_a_deleted_interpreter(healthy: Home, tmp_path: Path) 
 
 
 def test_hooks_not_installed(healthy: Home) -> None:
-    claude.uninstall(env=healthy.env)
+    claude.uninstall(env=healthy.env)  # install created settings.json: uninstall removed it
     found = by_name(run_checks(healthy.env))
     hooks = found["Claude Code hooks"]
-    assert not hooks.ok and "PreToolUse, PostToolUseFailure, SessionStart not registered" in hooks.detail
+    assert not hooks.ok and "does not exist: Engram's hooks are not installed" in hooks.detail
     assert not found["Claude Code MCP server"].ok and found["Claude Code MCP server"].fix == "engram install"
 
 

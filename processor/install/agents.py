@@ -64,11 +64,13 @@ def found_agents(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def chosen(agent: str | None, env: Mapping[str, str] | None = None, *, uninstall: bool = False) -> list[str]:
-    """The agents `--agent` names: one, `all`, or (none given) those found here — every agent for uninstall."""
+    """The agents `--agent` names: one, `all` (to install: every agent installed here, so nothing is created for
+    one that is not; to uninstall: every agent), or (none given) those found here — every agent for uninstall."""
     if agent in (None, ""):
         return list(AGENTS) if uninstall else found_agents(env)
     if agent == "all":
-        return list(AGENTS)
+        env = os.environ if env is None else env
+        return list(AGENTS) if uninstall else [name for name, known in AGENTS.items() if known.found(env)]
     if agent not in AGENTS:
         raise InstallError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)} or all")
     return [agent]

@@ -29,6 +29,9 @@ def test_install_registers_with_the_agents_found_here(tmp_path: Path, monkeypatc
     assert agents.chosen(None, env) == ["claude", "codex", "gemini"]
     assert agents.chosen("codex", env) == ["codex"] and agents.chosen("all", env) == list(agents.AGENTS)
     assert agents.chosen(None, {"HOME": str(tmp_path / "nobody"), "PATH": ""}, uninstall=True) == list(agents.AGENTS)
+    # `--agent all` installs with the agents installed here only: nothing is created for one that is not.
+    assert agents.chosen("all", {"HOME": str(tmp_path / "nobody"), "PATH": ""}) == []
+    assert agents.chosen("all", {"HOME": str(tmp_path / "nobody"), "PATH": ""}, uninstall=True) == list(agents.AGENTS)
 
 
 def test_one_agents_bad_file_does_not_stop_the_others(tmp_path: Path, registration: Registration,
@@ -70,5 +73,7 @@ def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, re
     assert all(outcome.report is not None and outcome.report.changed
                for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))
     agents.uninstall(list(agents.AGENTS), env=env)
-    assert not any("recall_hook/" in (home / path).read_text()
-                   for path in (".claude/settings.json", ".gemini/settings.json"))
+    # Install created every file and folder here: uninstall leaves none of them (no `{}`, no backup), so a later
+    # `engram install` finds no agent that was never installed.
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+    assert [name for name, agent in agents.AGENTS.items() if agent.found({**env, "PATH": ""})] == []

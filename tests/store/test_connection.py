@@ -24,7 +24,8 @@ def test_a_stale_statement_is_not_logged_and_a_real_error_is(engram_home: Path,
         apsw.log(apsw.SQLITE_NOTICE, "recovered 12 frames from WAL file")
     assert "schema has changed" not in caplog.text
     assert [(r.levelname, r.getMessage().split(":")[1].strip()) for r in caplog.records] == [
-        ("ERROR", "disk I/O error (10) SQLITE_IOERR"), ("WARNING", "recovered 12 frames from WAL file (27) SQLITE_NOTICE")]
+        ("ERROR", "disk I/O error (10) SQLITE_IOERR"),
+        ("WARNING", "recovered 12 frames from WAL file (27) SQLITE_NOTICE")]
 
 
 def test_opening_a_new_database_from_threads_at_once_logs_no_sqlite_line(tmp_path: Path) -> None:

@@ -322,6 +322,7 @@ class Tailer:
         worked_on: list[tuple[str, int | None, tuple[ToolCall, ...], tuple[ToolFailure, ...]]] = []
         # Lines a later line of the same batch replaces whole (a Gemini message written again): not read at all.
         superseded = reader.superseded([line.data for line in batch])
+        turn_touched = False  # a line of this batch says whether the turn ended (kept with the lines)
         for index, line in enumerate(batch):
             if index in superseded:
                 continue
@@ -335,7 +336,7 @@ class Tailer:
                 continue
             outcome = reader.parse(line.data, awaited)
             if isinstance(outcome, TurnEnd):
-                result.turn_ended = True
+                result.turn_ended = turn_touched = True
                 continue
             if isinstance(outcome, Rewind):
                 steps += [outcome, []]
@@ -354,12 +355,12 @@ class Tailer:
                 tool_events.append((outcome.uuid, outcome.ts_ms, uses, outcome.tool_results))
             if isinstance(outcome, ToolResultsOnly):
                 result.turn_ended = False
-                result.conversed = True
+                result.conversed = turn_touched = True
                 continue
             parsed.append((line, outcome))
             steps[-1].append((outcome, line.offset))
             result.turn_ended = outcome.end_turn
-            result.conversed = True
+            result.conversed = turn_touched = True
         digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
         first_cwd = next((c.cwd for _, c in parsed if c.cwd), info.cwd)
         now_ms = clock_now_ms()
@@ -406,6 +407,8 @@ class Tailer:
             self._pair_tool_events(result.session_id, tool_events)
             if level != RECORD:
                 self._record_tool_calls(result.session_id, worked_on)
+            if turn_touched:
+                session_sql.set_turn_ended(self.conn, result.session_id, result.turn_ended)
         result.lines += len(batch)
 
     def _rewind(self, path: Path, result: TailResult, rewind: Rewind) -> None:

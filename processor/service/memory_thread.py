@@ -21,6 +21,7 @@ from typing import ClassVar, TypeVar
 
 import apsw
 
+from processor.capture.agents import FORMATS
 from processor.capture.captured import CapturedLine
 from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
@@ -422,8 +423,14 @@ class MemoryThread:
                 log.error("episodes are paused (capture continues): %s", exc)
             # Rounds captured before a restart or a crash get their episodes now, not when their session
             # next writes; sessions idle since then get their last round too.
+            # A turn that had ended (the tailer keeps that with the lines) has its last round built too: the
+            # request a crash lost is made again.
+            ended = episodes_sql.ended_turns_with_new_messages(store.conn)
             for session_id, _, _ in episodes_sql.sessions_with_new_messages(store.conn):
-                self.submit(BuildEpisodes(session_id))
+                agent = ended.get(session_id)
+                fmt = FORMATS.get(agent) if agent is not None else None
+                self.submit(BuildEpisodes(session_id, final=agent is not None,
+                                          settle=fmt.turn_end_settle if fmt is not None else 0.0))
             self.submit(FinalizeIdle())
             builds = self._building
             while not self._stop.is_set():

@@ -571,6 +571,13 @@ def m020_session_agent(conn: apsw.Connection) -> None:
     )
 
 
+def m021_session_turn_ended(conn: apsw.Connection) -> None:
+    # Issue 34: whether a session's last conversation line ended its turn is kept with the lines (the tailer's
+    # batch transaction), so a processor killed before it built that turn's last round builds it when it starts
+    # again, not at the idle sweep minutes later.
+    conn.execute("ALTER TABLE sessions ADD COLUMN turn_ended INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -592,6 +599,7 @@ MIGRATIONS: list[Migration] = [
     m018_shared_memory,
     m019_failures_and_origins,
     m020_session_agent,
+    m021_session_turn_ended,
 ]
 
 

@@ -53,6 +53,11 @@ def session_state(conn: apsw.Connection, session_id: str) -> SessionState | None
     return SessionState(*row) if row else None
 
 
+def set_turn_ended(conn: apsw.Connection, session_id: str, ended: bool) -> None:
+    """Whether the session's last conversation line ended its turn (in the transaction that stores that line)."""
+    conn.execute("UPDATE sessions SET turn_ended = ? WHERE session_id = ?", (int(ended), session_id))
+
+
 def upsert_session(
     conn: apsw.Connection,
     *,

@@ -72,6 +72,9 @@ def test_a_gemini_turn_ends_at_the_answer_that_asked_for_no_tool_call(tailer: Ta
     tailer.tail(path)
     assert heard[-1] == (True, 2.0)
     assert len(heard) == 4
+    # Kept with the lines: a processor killed before it built the round builds it when it starts again.
+    assert tailer.conn.execute("SELECT turn_ended FROM sessions WHERE session_id = ?",
+                               (chat.session_id,)).fetchone() == (1,)
 
 
 def test_the_same_message_appended_three_times_is_one_row_and_the_last_copy_wins(

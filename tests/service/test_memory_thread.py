@@ -171,3 +171,29 @@ def test_a_settling_turn_end_counts_once_it_stood_and_not_when_the_session_went_
         memory.stop()
     assert rows == [("goes-on", 2), ("settles", 3)]
     assert waited < 10
+
+
+def test_a_turn_that_ended_before_a_crash_has_its_last_round_built_at_start(engram_home: Path) -> None:
+    """The request to build a finished turn's last round lives in memory: a processor killed before it ran builds
+    that round when it starts again (the tailer kept that the turn ended with the lines), not at the idle sweep."""
+    from processor.store import open_store, sessions, write_transaction
+
+    settings = make_settings()
+    now = int(time.time() * 1000)
+    add_messages(settings, "ended", conversation(3), activity_ms=now)
+    add_messages(settings, "going-on", conversation(3, topic="the deploy"), activity_ms=now)
+    conn = open_store(settings.db_path)
+    with write_transaction(conn):
+        sessions.set_turn_ended(conn, "ended", True)
+    conn.close()
+    memory = MemoryThread(settings)
+    memory.start()
+    try:
+        deadline = time.monotonic() + 60
+        while query(settings, "SELECT count(*) FROM episodes")[0][0] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        rows = query(settings, "SELECT session_id, count(*) FROM episodes GROUP BY session_id ORDER BY 1")
+    finally:
+        memory.stop()
+    assert rows == [("ended", 3), ("going-on", 2)]

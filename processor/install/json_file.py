@@ -301,7 +301,7 @@ class ChangeReport:
 
     def describe(self) -> str:
         """Human text for the CLI: what changed (or would), backups, and diffs of Engram's keys."""
-        out = []
+        out = [] if self.changes else [f"no file of {self.agent}'s here: nothing to do"]
         for change in self.changes:
             if not change.changed:
                 state = "present" if self.action == "install" else "absent"

@@ -424,7 +424,7 @@ def test_codex_and_gemini_checks(healthy: Home) -> None:
     assert check.ok and "registered and trusted" in check.detail, check
     (codex_dir / "config.toml").write_text((codex_dir / "config.toml").read_text() + "\n[broken\n")
     check = by_name(run_checks(healthy.env))["Codex CLI"]
-    assert not check.ok and "invalid TOML" in check.detail
+    assert not check.ok and "invalid TOML" in check.detail and check.detail.count("Codex cannot read it") == 1, check
 
     gemini_dir = user / ".gemini"
     gemini_dir.mkdir()

@@ -272,7 +272,8 @@ class FileChange:
                         out.append(f"@@ line {i1 + offset + 1}: {'a' if after.endswith(chr(10)) else 'no'} final "
                                    "newline @@\n")
                 continue
-            out.append(f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@\n")
+            # As diff(1) numbers them: an empty side names the line it follows.
+            out.append(f"@@ -{i1 + (i2 > i1)},{i2 - i1} +{j1 + (j2 > j1)},{j2 - j1} @@\n")
             out += [_shown("-", line) for line in old[i1:i2]] + [_shown("+", line) for line in new[j1:j2]]
         return "".join(out) if len(out) > 2 else ""
 

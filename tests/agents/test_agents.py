@@ -77,3 +77,28 @@ def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, re
     # `engram install` finds no agent that was never installed.
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
     assert [name for name, agent in agents.AGENTS.items() if agent.found({**env, "PATH": ""})] == []
+
+
+def test_engram_install_all_says_an_agents_error_once_and_writes_nothing_for_an_agent_not_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`engram install --agent all` where only Gemini is installed, its settings.json truncated: the error is
+    printed once (stderr), blamed on the JSON (not on comments), and nothing is created for Claude Code or Codex
+    (so a later install does not find them)."""
+    from processor import cli
+
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    truncated = '{\n  "ui": {"theme": "GitHub"},\n  "general": {'
+    (home / ".gemini" / "settings.json").write_text(truncated)
+    for name, value in {"HOME": str(home), "PATH": "", "CODEX_HOME": str(home / ".codex")}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["install", "--agent", "all"]) == 1
+    out, err = capsys.readouterr()
+    assert (out + err).count("invalid JSON at line 3") == 1 and "invalid JSON at line 3" in err, (out, err)
+    assert "comment" not in out + err
+    assert "Claude Code: not installed here" in out and "Codex: not installed here" in out, out
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == [".gemini", ".gemini/settings.json"]
+    assert (home / ".gemini" / "settings.json").read_text() == truncated
+    assert agents.found_agents() == ["gemini"]

@@ -85,6 +85,8 @@ def test_codex_install_adds_hooks_trust_and_server_and_keeps_everything_else(cod
     # Secrets elsewhere in the file never reach the printed change.
     assert "ghp_" not in report.describe() and "CORP_KEY" not in report.describe()
     assert any("trust" in note for note in report.notes)
+    # config.toml's diff shows the TOML lines written, not a Python dict of them.
+    assert "+[mcp_servers.engram]\n" in report.describe() and "{'command'" not in report.describe()
 
 
 def test_codex_uninstall_gives_both_files_back_byte_for_byte(codex_dir: Path, registration: Registration) -> None:

@@ -104,6 +104,54 @@ def test_the_users_edit_between_install_and_uninstall_is_kept(tmp_path: Path, re
     assert json_file.backups_of(path)  # not back as it was before install: the backups stay
 
 
+def _applied(diff: str, before: str) -> tuple[list[str], set[int]]:
+    """The lines of `before` with the diff's hunks applied, and the lines (new numbering) its notes name."""
+    old, new, noted = before.splitlines(), [], set()
+    at = 0  # the next line of `old` not yet copied
+    lines = diff.splitlines()[2:]
+    i = 0
+    while i < len(lines):
+        header = lines[i]
+        i += 1
+        if header.startswith("@@ line "):
+            noted.add(int(header.split()[2].rstrip(":")) - 1 - at + len(new))
+            continue
+        start, count = (int(n) for n in header.split()[1][1:].split(","))
+        start = start - 1 if count else start
+        new += old[at:start]
+        at = start + count
+        while i < len(lines) and not lines[i].startswith("@@"):
+            if lines[i].startswith("+"):
+                new.append(lines[i][1:])
+            i += 1
+    return new + old[at:], noted
+
+
+@pytest.mark.parametrize(("text", "agent"), cases())
+def test_the_diff_shows_exactly_the_lines_that_change(tmp_path: Path, registration: Registration, text: str,
+                                                      agent: Agent) -> None:
+    """Install's and uninstall's diffs, applied to the file, give what was written; a line of the user's that
+    only gains or loses a comma (or the final newline) is named, never shown; install shows no line it removes."""
+    _, _, install, uninstall, name = agent
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    for action in (lambda: install(registration, tmp_path), lambda: uninstall(tmp_path)):
+        [change] = [c for c in action().changes if c.path.name == name]
+        diff = change.diff()
+        assert diff.startswith(f"--- {path}\n+++ {path}\n"), diff
+        applied, noted = _applied(diff, change.before_text)
+        after = change.after_text.splitlines()
+        assert len(applied) == len(after), diff
+        for number, (shown, written) in enumerate(zip(applied, after, strict=True)):
+            if number in noted:
+                assert shown != written and shown.replace(",", "") == written.replace(",", ""), (number, diff)
+            else:
+                assert shown == written, (number, diff)
+        if "\n" in text.strip() and "GitHub" in text:  # a file of many lines: only Engram's lines are shown
+            shown_lines = [line for line in diff.splitlines()[2:] if line[:1] in "+-"]
+            assert not any(word in line for line in shown_lines for word in ("GitHub", "audit.sh", "docs-mcp")), diff
+
+
 def test_a_file_install_created_goes_with_the_folder_it_made(tmp_path: Path, registration: Registration) -> None:
     folder = tmp_path / "home" / ".claude"
     claude.install(registration, settings_path=folder / "settings.json", mcp_config_path=tmp_path / ".claude.json")

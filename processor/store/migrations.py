@@ -12,6 +12,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import APPLICATION_ID
+from processor.store import projects as projects_sql
 from processor.store import share as share_sql
 from processor.store.connection import write_transaction
 
@@ -571,6 +572,14 @@ def m020_session_agent(conn: apsw.Connection) -> None:
     )
 
 
+def m021_project_identity(conn: apsw.Connection) -> None:
+    # Issue 34: one project wherever it runs. The repositories and folders seen alive, with the project each is
+    # part of (a worktree's, a clone's, a symlinked folder's), so a folder that is gone later (a removed worktree,
+    # a backfill of old sessions) resolves the same; and the merges of what now resolves to one project
+    # (store/projects.py, processor/capture/project_merge.py).
+    conn.execute(projects_sql.SCHEMA)
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -592,6 +601,7 @@ MIGRATIONS: list[Migration] = [
     m018_shared_memory,
     m019_failures_and_origins,
     m020_session_agent,
+    m021_project_identity,
 ]
 
 

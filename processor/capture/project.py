@@ -94,6 +94,9 @@ class ProjectResolver:
         self.conn = conn
         self.aliases_dir = aliases_dir
         self._sightings: dict[str, Sighting] = {}  # existing folder → what it was when first read
+        # (folder gone, branch, the roots known then) → its repository's root: a backfill reads a session's lines
+        # in many batches, and the signs are read once for them (again once a new root is known).
+        self._vanished: dict[tuple[str, str | None, tuple[str, ...]], str | None] = {}
         self._aliased: set[str] = set()
 
     def _known(self) -> tuple[str, ...]:
@@ -138,7 +141,13 @@ class ProjectResolver:
         remembered = projects_sql.project_of_path(self.conn, cwd)
         if remembered is not None:
             return Place(remembered, None)
-        root = kit.vanished_root(cwd, branch, self._known())
+        known = self._known()
+        key = (cwd, branch, known)
+        if key not in self._vanished:
+            if len(self._vanished) >= _FOLDERS_CACHED:
+                self._vanished.clear()
+            self._vanished[key] = kit.vanished_root(cwd, branch, known)
+        root = self._vanished[key]
         if root is None:
             return Place(cwd, None)  # nothing says where it was: its own project, as it always was
         seen = self._sighting(root)

@@ -136,7 +136,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"projects: {status.get('project_count', len(projects))}")
         for p in projects:
             also = p.get("also_at") or []
-            seen = f"  (also seen at {len(also)} worktree(s) or clone(s))" if also else ""
+            seen = f"  (also ran in {len(also)} other folder{'s' if len(also) != 1 else ''}: worktrees, clones)" \
+                if also else ""
             lines.append(f"  {p['project']}  {p['sessions']} session(s), last {p['last_activity'] or '-'}{seen}")
     active = status.get("active_sessions") or []
     if active:

@@ -95,11 +95,16 @@ def reconcile(conn: apsw.Connection, resolver: ProjectResolver, lessons_dir: Pat
     for old, new in plan(conn, resolver).items():
         merged = merge(conn, old, new)
         done.append(merged)
-        log.info("project %s is now part of %s: %d session(s) and %d memory(ies) moved, %d duplicate(s) "
-                 "superseded", old, new, merged.sessions, merged.memories, merged.duplicates)
+        log.info("project %s is now part of %s: %s and %s moved, %s superseded", old, new,
+                 _count(merged.sessions, "session"), _count(merged.memories, "memory", "memories"),
+                 _count(merged.duplicates, "duplicate"))
         if lessons_dir is not None:
             _retire_index(lessons_dir, old, new)
     return done
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def _retire_index(lessons_dir: Path, old: str, new: str) -> None:

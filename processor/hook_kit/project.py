@@ -13,7 +13,8 @@ belongs to the repository it was a worktree of, when that is still here and one 
 remove``); a layout that names the repository — ``<repo>/.claude/worktrees/<name>`` (Claude Code's
 ``--worktree``), ``<repo>/.worktrees/<name>``, ``<repo>-worktrees/<name>``, ``<repo>.worktrees/<name>``;
 ``<repo>-<branch>`` beside the repository, where a branch says so (the session's, or one the repository still
-has); a folder left inside a repository that is still there; the session's branch, when exactly one of the
+has); a folder left inside a repository that is still there, unless the session's branch is none of its branches (a
+repository of its own that was nested in it); the session's branch, when exactly one of the
 repositories the caller knows has it (and not as its main checkout's branch). Else the folder is its own project,
 as before.
 
@@ -184,6 +185,12 @@ def _branches(root: str) -> tuple[set[str], str | None]:
     return names, main
 
 
+def _names(root: str) -> set[str]:
+    """Every branch the repository knows: its local branches and its main checkout's."""
+    names, main = _branches(root)
+    return names | ({main} if main else set())
+
+
 def _has_branch(root: str, branch: str) -> bool:
     names, main = _branches(root)
     return branch in names and branch != main  # the main checkout's branch says nothing of a worktree
@@ -248,7 +255,8 @@ def vanished_root(cwd: str, branch: str | None = None, known: tuple[str, ...] | 
     """The root of the repository that a folder no longer on this machine was a worktree of, or None. The signs,
     in the order they are read: a repository still lists it as a worktree (deleted, not removed with `git
     worktree remove`); a layout that names the repository; ../<repo>-<branch> beside the repository; a folder
-    left inside a repository that is still here; the session's branch, held by exactly one known repository."""
+    left inside a repository that is still here (when the session's branch, if known, is one of its branches); the
+    session's branch, held by exactly one known repository."""
     path = _clean(cwd)
     if not path.startswith("/") or path == "/":
         return None
@@ -259,6 +267,8 @@ def vanished_root(cwd: str, branch: str | None = None, known: tuple[str, ...] | 
     inside = above[0] if above is not None and above[2] is not None else None
     layouts = _layouts(path)
     candidates = list(dict.fromkeys([*layouts, *([inside] if inside else []), *known]))
+    if inside is not None and branch and branch not in _names(inside):
+        inside = None  # a repository of its own that was nested in this one (a home folder under git): not it
     found = (_listing(path, candidates)
              or next((r for r in map(_repository, layouts) if r is not None), None)
              or _beside(path, existing, branch)

@@ -117,10 +117,12 @@ def roots(conn: apsw.Connection) -> list[Root]:
 
 
 def paths_of(conn: apsw.Connection, project: str) -> list[str]:
-    """The checkouts and folders seen alive of a project, other than the project's own root."""
+    """The other folders a project's sessions ran in: its checkouts seen alive (worktrees, clones) other than its
+    own root, and the keys merged into it (folders gone before they were seen)."""
     return [r[0] for r in conn.execute(
-        "SELECT p.path FROM project_paths p JOIN project_roots r ON r.root = p.root WHERE r.project = ? "
-        "AND p.checkout = 1 AND p.path != ? ORDER BY p.path", (project, project))]
+        "SELECT p.path FROM project_paths p JOIN project_roots r ON r.root = p.root WHERE r.project = ?1 "
+        "AND p.checkout = 1 AND p.path != ?1 UNION SELECT old FROM project_merges WHERE new = ?1 ORDER BY 1",
+        (project,))]
 
 
 Summary = namedtuple("Summary", "project sessions last_activity checkouts")

@@ -255,3 +255,16 @@ def test_the_remote_is_read_from_the_repository_s_config_origin_first(tmp_path: 
     git(repo, "remote", "add", "origin", "https://github.com/me/app.git")
     assert remote_key(str(repo / ".git")) == "github.com/me/app"
     assert remote_key(str(tmp_path / "missing")) is None
+
+
+def test_a_folder_gone_from_inside_a_repository_is_that_repository_s_unless_its_branch_says_otherwise(
+        tmp_path: Path) -> None:
+    home = make_repo(tmp_path / "home")  # a home folder kept under git (dotfiles), on main
+    (home / "build" / "tmp").mkdir(parents=True)
+    shutil.rmtree(home / "build" / "tmp")
+    # A subfolder deleted after its session: the repository's, whatever the branch (main is the repository's).
+    assert vanished_root(str(home / "build" / "tmp"), "main") == real(home)
+    assert vanished_root(str(home / "build" / "tmp")) == real(home)
+    # A repository of its own that lived inside it, deleted since, its sessions on a branch the home never had.
+    assert vanished_root(str(home / "code" / "old-app"), "trunk") is None
+    assert project_root(str(home / "code" / "old-app"), "trunk") == str(home / "code" / "old-app")

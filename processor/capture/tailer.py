@@ -38,7 +38,7 @@ from processor.capture.problems import (
     not_regular,
     stat_problem,
 )
-from processor.capture.project import project_root
+from processor.capture.project import ProjectResolver
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.redaction import redact
@@ -118,8 +118,12 @@ class Tailer:
         opt_out_listeners: list[OptOutListener] | None = None,
         opt_out_request: OptOutRequest | None = None,
         formats: list[TranscriptFormat] | None = None,
+        lessons_dir: Path | None = None,
     ) -> None:
         self.conn = conn
+        # Each line's folder named as a project, and remembered with it (processor/capture/project.py); a clone's
+        # root gets an alias to its project's lesson index in `lessons_dir`.
+        self.projects = ProjectResolver(conn, lessons_dir)
         self.formats = formats if formats is not None else []
         self._infos: dict[tuple[str, int], SessionInfo] = {}
         # path → (inode, offset reached by committed batches, the reader that reached it)
@@ -362,7 +366,11 @@ class Tailer:
             result.turn_ended = outcome.end_turn
             result.conversed = turn_touched = True
         digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
-        first_cwd = next((c.cwd for _, c in parsed if c.cwd), info.cwd)
+        # Every folder the lines ran in (a session may move between worktrees), with the branch each line was on;
+        # the session's project is its first folder's (later ones are remembered, the session keeps its project).
+        folders = list(dict.fromkeys((c.cwd, c.git_branch) for _, c in parsed if c.cwd))
+        if not folders and info.cwd:
+            folders = [(info.cwd, None)]
         now_ms = clock_now_ms()
         asked = None
         for _, captured in parsed:
@@ -371,11 +379,13 @@ class Tailer:
         if self.opt_out_request is not None:
             asked = stronger(asked, self.opt_out_request(result.session_id))
         with write_transaction(self.conn):
+            places = [self.projects.resolve(cwd, branch) for cwd, branch in folders]
             session_sql.upsert_session(
                 self.conn,
                 session_id=result.session_id,
                 transcript_path=str(path),
-                project_root=project_root(first_cwd) if first_cwd else None,
+                project=places[0].project if places else None,
+                checkout=(places[0].checkout or places[0].project) if places else None,
                 inode=st.st_ino,
                 byte_offset=end,
                 last_line_hash=digest,

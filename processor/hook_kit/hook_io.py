@@ -462,6 +462,9 @@ def remove(path: str) -> None:
 # one line a key, its second line listing every key the file holds (after KEYS_MARK).
 LESSONS_FOLDER = "lessons"
 LESSONS_SUFFIX = ".index"
+# <lessons>/aliases/<name>: the name of the index to read instead (processor/capture/project.py writes one for a
+# clone's root, and for a project merged into another).
+LESSONS_ALIASES = "aliases"
 LESSONS_LIMIT = 64 * 1024
 KEYS_MARK = "#keys\t"
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
@@ -488,12 +491,24 @@ def lessons_index(recollection: object, event: dict) -> tuple[str | None, str | 
     return index_name(root), root
 
 
+def _index_name(name: object) -> bool:
+    return isinstance(name, str) and name.endswith(LESSONS_SUFFIX) and "/" not in name and not name.startswith(".")
+
+
 def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
     """What the lesson index `name` files under each of `keys`, in their order: parses only those lines."""
-    if not isinstance(name, str) or not name.endswith(LESSONS_SUFFIX) or "/" in name or name.startswith("."):
+    if not _index_name(name):
         return []
     try:
         raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{name}", LESSONS_LIMIT)
+    except FileNotFoundError:  # a clone's root, or a project merged into another: the alias names its index
+        try:
+            alias = read_limited(f"{directory}/{LESSONS_FOLDER}/{LESSONS_ALIASES}/{name}", 64)
+            target = alias.decode("utf-8").strip() if alias else ""
+            raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{target}", LESSONS_LIMIT) \
+                if _index_name(target) and target != name else None
+        except (OSError, UnicodeDecodeError):
+            return []
     except OSError:
         return []
     if raw is None:

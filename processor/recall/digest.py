@@ -10,8 +10,9 @@ this order:
    importance high, newest first;
 2. this project's lessons and rules: active gotchas and conventions first (what bit earlier sessions,
    the routine they follow), then decisions, preferences and what the user asked to remember, newest
-   first; the project is the git root of the event's ``cwd`` (``processor.capture.project.project_root``),
-   the same key capture stores in ``episodes.project``;
+   first; the project is the one capture names for the event's ``cwd`` (``processor/capture/project.py``): the
+   git root of the folder (``processor.hook_kit.project.project_root``), as the store knows it (a clone joins its
+   project; ``store/projects.py``), the same key capture stores in ``episodes.project``;
 3. what this project's sessions learned in the last 48 hours (memories, newest first).
 Never a verbatim round: those are mostly narration, tool calls and the user's own earlier prompts.
 4. pending reviews, when there are any: the open rows of the ``reviews`` table (the cold path's
@@ -45,6 +46,7 @@ from processor.hook_kit import hook_io
 from processor.hook_kit.hook_io import fence, one_line
 from processor.hook_kit.project import project_root
 from processor.store import digest as digest_sql
+from processor.store import projects as projects_sql
 from processor.store.digest import Memory
 from processor.tokens import estimate_tokens
 
@@ -228,13 +230,15 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
         for suffix in (hook_io.SHOWN_SUFFIX, hook_io.PROMPT_SUFFIX):
             hook_io.remove(f"{home}/recollections/{session_id}{suffix}")
     cwd = event.get("cwd")
-    project = project_root(cwd) if isinstance(cwd, str) and cwd else None
+    root = project_root(cwd) if isinstance(cwd, str) and cwd else None
     conn = digest_sql.open_readonly(home + "/engram.db", started + DEADLINE_SECONDS)
     if conn is None:
         return None
     try:
         if session_id and digest_sql.session_opt_out(conn, session_id) is not None:
             return None
+        # The project capture named for this folder: a clone's root, a worktree remembered, else the root itself.
+        project = (projects_sql.project_for(conn, cwd, root) or root) if root else None
         digest = collect(conn, home + "/queue", project, int(time.time() * 1000) if now_ms is None else now_ms)
     finally:
         conn.close()

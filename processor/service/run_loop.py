@@ -23,10 +23,13 @@ from processor.capture.captured import CapturedLine
 from processor.capture.claude import ClaudeFormat
 from processor.capture.discover import discover_all
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
+from processor.capture.project import known_project
+from processor.capture.project_merge import reconcile
 from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
 from processor.clock import utc_date
 from processor.config import AGENT_NAMES, Settings, SettingsHolder
+from processor.hook_kit.hook_io import LESSONS_FOLDER
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
 from processor.memory.episode_store import EpisodeStore, Expansion
@@ -81,7 +84,8 @@ class Processor:
         return self.holder.current
 
     def _open_tailer(self) -> Tailer:
-        return Tailer(
+        """The capture's tailer, after what now resolves to one project was merged (``project_merge``)."""
+        tailer = Tailer(
             open_store(self.settings.db_path),
             batch_bytes=self.settings.batch_bytes,
             max_line_bytes=self.settings.max_line_bytes,
@@ -90,7 +94,17 @@ class Processor:
             opt_out_listeners=[self._on_opt_out],
             opt_out_request=lambda session_id: requested_opt_out(self.settings.recollections_dir, session_id),
             formats=self.formats,
+            lessons_dir=self.settings.recollections_dir / LESSONS_FOLDER,
         )
+        try:
+            reconcile(tailer.conn, tailer.projects, self.settings.recollections_dir / LESSONS_FOLDER)
+        except apsw.BusyError:
+            log.warning("database locked by another process for over 5 s: projects that now resolve to one are "
+                        "merged at the next start")
+        except Exception:  # each merge is one transaction: what failed is whole, and tried again at the next start
+            log.exception("merging the projects that now resolve to one failed; capture goes on, the merge is "
+                          "tried again at the next start")
+        return tailer
 
     def _on_opt_out(self, result: TailResult) -> None:
         # Committed already (with the session's row): now tell the hooks, and take what an off-the-record
@@ -173,6 +187,7 @@ class Processor:
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
         with self.memory.reading() as store:
+            project = known_project(store.conn, project) if project else None  # a clone's root: its project
             return store.recall(query, limit=limit, project=project, session_id=session_id)
 
     def expand_for_http(self, item_id: str) -> Expansion:
@@ -182,6 +197,7 @@ class Processor:
     def offers_for_http(self, query: str, *, limit: int, project: str | None) -> list[dict]:
         """What clears the bar of a user message's bites for this text (``processor.memory.unasked``)."""
         with self.memory.reading() as store:
+            project = known_project(store.conn, project) if project else None  # the prompt hook sends its root
             found = offers(store.conn, store.index, query, store.embedder.embed_query(query), project, limit=limit)
         return [{"id": o.episode.id, "bite": o.bite, "date": utc_date(o.episode.created_at),
                  "importance": o.episode.importance, "kind": o.episode.kind, "relevance": round(o.cosine, 4)}

@@ -12,6 +12,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import APPLICATION_ID
+from processor.store import projects as projects_sql
 from processor.store import share as share_sql
 from processor.store.connection import write_transaction
 
@@ -578,6 +579,14 @@ def m021_session_turn_ended(conn: apsw.Connection) -> None:
     conn.execute("ALTER TABLE sessions ADD COLUMN turn_ended INTEGER NOT NULL DEFAULT 0")
 
 
+def m022_project_identity(conn: apsw.Connection) -> None:
+    # Issue 34: one project wherever it runs. The repositories and folders seen alive, with the project each is
+    # part of (a worktree's, a clone's, a symlinked folder's), so a folder that is gone later (a removed worktree,
+    # a backfill of old sessions) resolves the same; and the merges of what now resolves to one project
+    # (store/projects.py, processor/capture/project_merge.py).
+    conn.execute(projects_sql.SCHEMA)
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -600,6 +609,7 @@ MIGRATIONS: list[Migration] = [
     m019_failures_and_origins,
     m020_session_agent,
     m021_session_turn_ended,
+    m022_project_identity,
 ]
 
 

@@ -63,7 +63,8 @@ def upsert_session(
     *,
     session_id: str,
     transcript_path: str,
-    project_root: str | None,
+    project: str | None,
+    checkout: str | None,
     inode: int,
     byte_offset: int,
     last_line_hash: str | None,
@@ -72,11 +73,14 @@ def upsert_session(
     now_ms: int,
     agent: str,
 ) -> None:
+    """Create or advance a session's row. Its project (``processor/capture/project.py``) and its checkout (the
+    worktree or clone it ran in, kept in the ``project_root`` column) are those of its first lines: a session that
+    moves to another folder stays in its project."""
     conn.execute(
         """
         INSERT INTO sessions (session_id, transcript_path, project, project_root, inode, byte_offset,
                               last_line_hash, last_line_len, last_activity, created_at, updated_at, agent)
-        VALUES (:sid, :path, :root, :root, :inode, :offset, :hash, :hlen, :activity, :now, :now, :agent)
+        VALUES (:sid, :path, :project, :checkout, :inode, :offset, :hash, :hlen, :activity, :now, :now, :agent)
         ON CONFLICT(session_id) DO UPDATE SET
             transcript_path = excluded.transcript_path,
             project = COALESCE(sessions.project, excluded.project),
@@ -91,7 +95,8 @@ def upsert_session(
         {
             "sid": session_id,
             "path": transcript_path,
-            "root": project_root,
+            "project": project,
+            "checkout": checkout,
             "inode": inode,
             "offset": byte_offset,
             "hash": last_line_hash,

@@ -340,7 +340,8 @@ def test_the_hook_imports_neither_apsw_nor_the_processor_config(seeded: Path, re
     loaded = proc.stderr.decode().strip().splitlines()[-1]
     assert loaded == "['processor', 'processor.hook_kit', 'processor.hook_kit.hook_io', " \
                      "'processor.hook_kit.project', 'processor.recall', " \
-                     "'processor.recall.digest', 'processor.store', 'processor.store.digest', 'processor.tokens']", \
+                     "'processor.recall.digest', 'processor.store', 'processor.store.digest', " \
+                     "'processor.store.projects', 'processor.tokens']", \
         loaded
 
 

@@ -64,11 +64,13 @@ def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, re
            "GEMINI_CLI_HOME": str(home)}
     outcomes = agents.install(list(agents.AGENTS), registration, env=env)
     assert checked == [registration]
-    assert [outcome.error for outcome in outcomes] == [None, None, None]
-    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json"):
+    assert [outcome.error for outcome in outcomes] == [None] * len(agents.AGENTS)
+    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json",
+                 ".copilot/hooks/engram.json", ".copilot/mcp-config.json", ".qwen/settings.json"):
         assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
     assert all(outcome.report is not None and outcome.report.changed
                for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))
     agents.uninstall(list(agents.AGENTS), env=env)
     assert not any("recall_hook/" in (home / path).read_text()
-                   for path in (".claude/settings.json", ".gemini/settings.json"))
+                   for path in (".claude/settings.json", ".gemini/settings.json", ".qwen/settings.json"))
+    assert not (home / ".copilot" / "hooks").exists() and not (home / ".copilot" / "mcp-config.json").exists()

@@ -14,6 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+# What every answer's record holds of the model's usage.
+_USAGE = {"promptTokenCount": 100, "candidatesTokenCount": 10, "thoughtsTokenCount": 0, "totalTokenCount": 110,
+          "cachedContentTokenCount": 0}
+
 
 def _compact(record: dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":")) + "\n"  # Qwen writes compact JSON
@@ -55,7 +59,7 @@ class QwenChat:
                 "sessionId": self.session_id, "timestamp": self._stamp(), "type": kind,
                 "provenance": provenance or {"user": "real_user", "assistant": "assistant_output",
                                              "tool_result": "tool_result"}.get(kind, "system"),
-                "cwd": self.cwd, "version": "0.24.4"}
+                "cwd": self.cwd, "version": "0.24.4", "gitBranch": "main"}
         self.lines.append(_compact({**head, **fields}))
         self.uuids.append(uuid)
         self._parent = uuid
@@ -77,14 +81,21 @@ class QwenChat:
 
     def _telemetry(self, event: dict[str, Any]) -> None:
         self.system("ui_telemetry", {"uiEvent": {"event.timestamp": self._stamp(), "model": "fake-model",
-                                                 "prompt_id": f"{self.session_id}########0", **event}})
+                                                 "prompt_id": f"{self.session_id}########0",
+                                                 "response_id": f"chatcmpl_{self._calls:016d}", **event}})
+
+    def _api_response(self, text: str) -> None:
+        self._telemetry({"event.name": "qwen-code.api_response", "status_code": 200, "duration_ms": 406,
+                         "input_token_count": 100, "output_token_count": 10, "cached_content_token_count": 0,
+                         "thoughts_token_count": 0, "total_token_count": 110, "response_text": text,
+                         "auth_type": "openai", "ttft_ms": 377})
 
     def answer(self, text: str, *, thought: str | None = None) -> str:
         """A model response that calls no tool: the turn's answer."""
-        self._telemetry({"event.name": "qwen-code.api_response", "response_text": text, "duration_ms": 40})
+        self._api_response(text)
         parts = ([{"text": thought, "thought": True}] if thought else []) + [{"text": text}]
         return self.record("assistant", {"model": "fake-model", "message": {"role": "model", "parts": parts},
-                                         "usageMetadata": {"promptTokenCount": 100, "totalTokenCount": 110}})
+                                         "usageMetadata": _USAGE})
 
     def call(self, name: str, args: dict[str, Any], output: str, *, text: str = "", exit_code: int | None = None,
              error: str | None = None, context: str | None = None) -> str:
@@ -94,18 +105,20 @@ class QwenChat:
         (HTML-escaped) to the result."""
         self._calls += 1
         call_id = f"call_{self._calls:012d}"
-        self._telemetry({"event.name": "qwen-code.api_response", "response_text": text, "duration_ms": 40})
+        self._api_response(text)
         parts: list[dict[str, Any]] = ([{"text": text}] if text else []) + [
             {"functionCall": {"id": call_id, "name": name, "args": args}}]
-        self.record("assistant", {"model": "fake-model", "message": {"role": "model", "parts": parts}})
+        self.record("assistant", {"model": "fake-model", "message": {"role": "model", "parts": parts},
+                                  "usageMetadata": _USAGE})
         appended = f"\n\n{escaped(context)}" if context else ""
         if exit_code is not None:
             block = (f"Command: {args.get('command')}\nDirectory: (root)\nOutput: {output}\nError: (none)\n"
                      f"Exit Code: {exit_code}\nSignal: (none)\nProcess Group PGID: (none)")
             failed = exit_code != 0
             display: Any = {"type": "shell_result", "version": 1, "directory": self.cwd, "exitCode": exit_code,
-                            "outcome": "failed" if failed else "completed", "output": output,
-                            "text": block + appended if failed else output}
+                            "signal": None, "pid": None, "outcome": "failed" if failed else "completed",
+                            "outputFiles": [], "output": output, "text": block + appended if failed else output,
+                            "error": None, "notices": [], "truncated": False}
             response = {"error" if failed else "output": block + appended}
             extra = {"errorType": "shell_execute_error"} if failed else {}
         elif error is not None:
@@ -113,8 +126,10 @@ class QwenChat:
             extra = {"errorType": "file_not_found"}
         else:
             failed, display, response, extra = False, output, {"output": output + appended}, {}
-        self._telemetry({"event.name": "qwen-code.tool_call", "function_name": name, "function_args": args,
-                         "status": "error" if failed else "success", "success": not failed,
+        self._telemetry({"event.name": "qwen-code.tool_call", "call_id": call_id, "function_name": name,
+                         "function_args": args, "duration_ms": 414, "status": "error" if failed else "success",
+                         "execution_status": "error" if failed else "success", "success": not failed,
+                         "decision": "auto_accept", "tool_type": "native", "content_length": len(output),
                          **({"error": response.get("error")} if failed else {})})
         self.record("tool_result", {
             "message": {"role": "user", "parts": [{"functionResponse": {"id": call_id, "name": name,

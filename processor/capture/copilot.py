@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,6 +36,7 @@ from processor.capture.captured import (
     ToolFailure,
     ToolResult,
     failure_text,
+    redact_repeated,
     strip_injected_spans,
 )
 from processor.capture.formats import (
@@ -249,14 +249,14 @@ class CopilotReader(SessionReader):
         chunk, chunks = data.get("chunkIndex"), data.get("chunkCount")
         last_chunk = not isinstance(chunks, int) or not isinstance(chunk, int) or chunk >= chunks - 1
         ended = not requests and last_chunk
-        body = "\n".join(part for part in (text, *calls.notes) if part)
-        if not body:
+        if not text and not calls.notes:
             return TurnEnd() if ended else Skipped("no capturable text (reasoning only)")
+        # Notes alone (a call without a word) repeat: each is redacted once.
+        body = redact("\n".join([text, *calls.notes])) if text else redact_repeated("\n".join(calls.notes))
         api_call = data.get("apiCallId")
-        line = self.line(self._id(event_id), "assistant", timestamp, redact(body),
+        return self.line(self._id(event_id), "assistant", timestamp, body,
                          api_message_id=self._id(api_call) if isinstance(api_call, str) and api_call else None,
-                         tool_uses=tuple(calls.uses), tool_calls=tuple(calls.calls))
-        return replace(line, end_turn=True) if ended else line
+                         tool_uses=tuple(calls.uses), tool_calls=tuple(calls.calls), end_turn=ended)
 
     def _clean_result(self, raw: bytes, awaited: Collection[str]) -> bool:
         """Whether a call's result, read from its first bytes, succeeded and is awaited by no signal (then it is

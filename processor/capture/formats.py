@@ -162,13 +162,13 @@ class SessionReader(LineReader):
              tool_results: tuple[captured.ToolResult, ...] = (),
              tool_calls: tuple[captured.ToolCall, ...] = (),
              failures: tuple[captured.ToolFailure, ...] = (),
-             replaces: bool = False) -> captured.CapturedLine:
-        """One captured line of this session."""
+             replaces: bool = False, end_turn: bool = False) -> captured.CapturedLine:
+        """One captured line of this session (`end_turn`: the agent's answer that ends its turn)."""
         return captured.CapturedLine(
             uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role, timestamp=timestamp,
             ts_ms=captured.timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=text,
             api_message_id=api_message_id, tool_uses=tool_uses, tool_results=tool_results, tool_calls=tool_calls,
-            failures=failures, replaces=replaces)
+            failures=failures, replaces=replaces, end_turn=end_turn)
 
     def results_only(self, uuid: str, timestamp: str | None, results: tuple[captured.ToolResult, ...],
                      failures: tuple[captured.ToolFailure, ...]) -> captured.ToolResultsOnly:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,6 +36,7 @@ from processor.capture.captured import (
     ToolFailure,
     ToolResult,
     failure_text,
+    redact_repeated,
     strip_injected_spans,
 )
 from processor.capture.formats import (
@@ -61,8 +61,10 @@ _SESSION_FILE = re.compile(r"^[0-9a-fA-F-]{32,36}\.jsonl$")
 # The record's type from its first bytes (Qwen writes compact JSON: uuid, parentUuid, sessionId, timestamp, type).
 _HEAD = re.compile(rb'^\{"uuid":"[^"\\]*","parentUuid":(?:null|"[^"\\]*"),"sessionId":"[^"\\]*",'
                    rb'"timestamp":"[^"\\]*","type":"([a-z_]+)"')
-_SUBTYPE = re.compile(rb'"subtype":"([a-z_]+)"')
-_RESULT_STATUS = re.compile(rb'"toolCallResult":\{"callId":"([^"\\]+)","status":"([a-z_]+)"')
+_SUBTYPE = b'"subtype":"'
+# A call's result ends with its ``toolCallResult`` (its outputs, most of a chat's bytes, come before it).
+_RESULT = b'"toolCallResult":{"callId":"'
+_STATUS = b'","status":"'
 _HEAD_BYTES = 1000
 TYPES = frozenset({"user", "assistant", "tool_result", "system"})
 # The system records of @qwen-code/qwen-code 0.24.4: none is conversation but a rewind.
@@ -80,6 +82,15 @@ _QWEN_SPAN = re.compile(r"<(qwen:[a-z-]+)[^>]*>.*?(?:</\1>|\Z)", re.DOTALL)
 # Qwen's own tools beyond the Gemini CLI's, under Claude Code's names.
 _TOOL_NAMES = {"notebook_edit": "NotebookEdit", "agent": "Agent"}
 _MCP_BRIDGE = "tool_call"  # a deferred MCP tool, called through this tool: {name, arguments}
+
+
+def _value_after(raw: bytes, key: bytes, at: int) -> str | None:
+    """The string value of the `key` (``"name":"``) found at `at` in the line (None: not found)."""
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = raw.find(b'"', start)
+    return raw[start:end].decode("utf-8", "replace") if end > start else None
 
 
 class QwenFormat(TranscriptFormat):
@@ -126,16 +137,16 @@ class QwenReader(SessionReader):
         head = _HEAD.match(raw)
         kind = head.group(1) if head is not None else None
         if kind == b"system":
-            subtype = _SUBTYPE.search(raw, 0, _HEAD_BYTES)
-            name = subtype.group(1).decode() if subtype is not None else None
+            name = _value_after(raw, _SUBTYPE, raw.find(_SUBTYPE, 0, _HEAD_BYTES))
             if name != "rewind":
                 if name is None or name in SYSTEM_SUBTYPES:
                     return Skipped("a system record (not conversation)")
                 return skip_unknown(QWEN, f"system/{name}")
         elif kind == b"tool_result":
-            status = _RESULT_STATUS.search(raw)
-            if status is not None and status.group(2) == b"success" and \
-                    self._id(status.group(1).decode()) not in awaited:
+            at = raw.rfind(_RESULT)
+            call_id = _value_after(raw, _RESULT, at)
+            if call_id is not None and raw.startswith(_STATUS + b'success"', at + len(_RESULT) + len(call_id)) \
+                    and self._id(call_id) not in awaited:
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -181,13 +192,13 @@ class QwenReader(SessionReader):
                     texts.append(text)
             elif isinstance(call.get("id"), str) and call["id"]:
                 calls.add(self._id(call["id"]), *qwen_tool(call.get("name"), call.get("args")))
-        body = "\n".join([*texts, *calls.notes])
-        if not body:
+        if not texts and not calls.notes:
             return Skipped("no capturable text (thoughts only)")
-        line = self.line(self._id(uuid), "assistant", timestamp, redact(body), tool_uses=tuple(calls.uses),
-                         tool_calls=tuple(calls.calls))
+        # Notes alone (a call without a word) repeat: each is redacted once.
+        body = redact("\n".join([*texts, *calls.notes])) if texts else redact_repeated("\n".join(calls.notes))
         # An answer that calls no tool ends the turn (Qwen's Stop hook fires then): its round is complete.
-        return line if calls.calls else replace(line, end_turn=True)
+        return self.line(self._id(uuid), "assistant", timestamp, body, tool_uses=tuple(calls.uses),
+                         tool_calls=tuple(calls.calls), end_turn=not calls.calls)
 
     def _result(self, record: dict, uuid: str, timestamp: str | None, parts: list,
                 awaited: Collection[str]) -> LineOutcome:

@@ -14,8 +14,11 @@ as it happens (``docs/agents.md`` has a real one). What is captured:
 - ``tool.execution_complete``: a call's result. It failed when ``success`` is false (``error.message``) or its
   shell command exited non-zero (``shellExecution.exitCode``: Copilot counts that a success). The tool's own
   output is ``detailedContent``; ``content``, what the model got, has the postToolUse hooks' guidance appended;
-- ``session.snapshot_rewind``: the conversation went back (``Rewind``);
 - ``session.start`` / ``session.resume`` / ``session.context_changed``: the session's directory.
+
+A rewind is never a line of the file (``session.snapshot_rewind`` is an ephemeral event): Copilot takes its
+history back in the file itself, so the tailer finds it shorter or rewritten and reads it again from the start,
+nothing doubled; the messages taken back stay captured.
 
 A sub-agent's events (``agentId``, ``parentToolCallId``) are not captured, as no agent's subagent transcript is.
 Everything else — the hooks' own records (``hook.start``/``hook.end``, which hold the contexts they returned),
@@ -31,7 +34,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
-    CapturedLine,
     Skipped,
     ToolFailure,
     ToolResult,
@@ -44,7 +46,6 @@ from processor.capture.formats import (
     LineOutcome,
     LineReader,
     MessageCalls,
-    Rewind,
     SessionInfo,
     SessionReader,
     TranscriptFormat,
@@ -70,8 +71,8 @@ _SHELL_EXIT = re.compile(rb'"shellExecution":\{"exitCode":(-?\d+)')
 _HEAD_BYTES = 2000
 _WORKSPACE_CWD = re.compile(r"^cwd: *(.+?)\s*$", re.MULTILINE)
 # The events the reader acts on.
-_READ = frozenset({"user.message", "assistant.message", "tool.execution_complete", "session.snapshot_rewind",
-                   "session.start", "session.resume", "session.context_changed"})
+_READ = frozenset({"user.message", "assistant.message", "tool.execution_complete", "session.start",
+                   "session.resume", "session.context_changed"})
 # Every event type of the session-events schema that @github/copilot 1.0.102 ships (``schemas/``): the others are
 # never conversation (the hooks' records, the system prompt, usage, reasoning, deltas, permissions, MCP, …).
 KNOWN = frozenset("""
@@ -114,8 +115,6 @@ ui.ephemeral_query user.message user_input.completed user_input.requested workfl
 workflow.run_updated""".split())
 _KNOWN_BYTES = frozenset(kind.encode() for kind in KNOWN - _READ)
 _READ_BYTES = frozenset(kind.encode() for kind in _READ)
-# Event ids kept for a rewind that names an event no message was captured from (a hook's record before a prompt).
-_REWIND_IDS = 20_000
 
 
 class CopilotFormat(TranscriptFormat):
@@ -168,14 +167,7 @@ def workspace_cwd(folder: Path) -> str | None:
 
 
 class CopilotReader(SessionReader):
-    """One session's events, in order; keeps the session's directory and which call ended a turn."""
-
-    def __init__(self, info: SessionInfo) -> None:
-        super().__init__(info)
-        # Events since the last message captured, and for each event id seen, the first message captured at or
-        # after it: a rewind to an event no message came from removes from the next message on.
-        self._since: list[str] = []
-        self._message_at: dict[str, str] = {}
+    """One session's events, in order; keeps the session's directory."""
 
     def _id(self, raw_id: object) -> str:
         return f"{self.session_id}:{raw_id}"
@@ -185,10 +177,8 @@ class CopilotReader(SessionReader):
         if head is not None:
             kind = head.group(1)
             if kind not in _READ_BYTES:
-                self._seen(raw)
                 return Skipped("not conversation") if kind in _KNOWN_BYTES else skip_unknown(COPILOT, kind.decode())
             if kind == b"tool.execution_complete" and self._clean_result(raw, awaited):
-                self._seen(raw)
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -197,9 +187,7 @@ class CopilotReader(SessionReader):
         if not isinstance(kind, str) or not isinstance(data, dict):
             return Skipped("an event without type and data", problem=True)
         event_id = record.get("id") if isinstance(record.get("id"), str) else None
-        outcome = self._event(kind, data, record, event_id, awaited)
-        self._after(event_id, outcome)
-        return outcome
+        return self._event(kind, data, record, event_id, awaited)
 
     def _event(self, kind: str, data: dict, record: dict, event_id: str | None,
                awaited: Collection[str]) -> LineOutcome:
@@ -211,8 +199,6 @@ class CopilotReader(SessionReader):
             if isinstance(cwd, str) and cwd and (self.cwd is None or cwd != self.cwd):
                 self.cwd = redact(cwd)
             return Skipped(f"{kind} event")
-        if kind == "session.snapshot_rewind":
-            return self._rewind(data)
         if kind not in _READ:
             return Skipped("not conversation")
         if "agentId" in record or data.get("parentToolCallId"):
@@ -282,34 +268,6 @@ class CopilotReader(SessionReader):
         if not results and not failures:
             return Skipped("a tool's result (not a failure)")
         return self.results_only(self._id(event_id), timestamp, results, failures)
-
-    def _rewind(self, data: dict) -> LineOutcome:
-        target = data.get("upToEventId")
-        if not isinstance(target, str) or not target:
-            return Skipped("a rewind without upToEventId", problem=True)
-        if target in self._message_at:
-            return Rewind(self._message_at[target])
-        if target in self._since:
-            return Skipped("a rewind past the last message: nothing to remove")
-        return Rewind(self._id(target))  # a message's own event, or one read before this reader began
-
-    def _seen(self, raw: bytes) -> None:
-        """An event skipped from its bytes: its id is kept for a rewind that may name it."""
-        found = raw.rfind(b'"id":"')
-        if found >= 0:
-            end = raw.find(b'"', found + 6)
-            self._since.append(raw[found + 6:end].decode("utf-8", "replace"))
-
-    def _after(self, event_id: str | None, outcome: LineOutcome) -> None:
-        """An event read: a message captured from it is where a rewind to any event since the last one begins."""
-        if event_id is None:
-            return
-        self._since.append(event_id)
-        if isinstance(outcome, CapturedLine):
-            if len(self._message_at) > _REWIND_IDS:
-                self._message_at.clear()
-            self._message_at.update(dict.fromkeys(self._since, outcome.uuid))
-            self._since.clear()
 
 
 def copilot_tool(request: dict) -> tuple[str, dict]:

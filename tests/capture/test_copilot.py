@@ -1,5 +1,5 @@
 """The GitHub Copilot CLI's sessions tailed into a real SQLite file by the one tailer: what is captured (and what is
-injected context), a model call's messages as one, the end of a turn, sub-agents, rewinds, tool failures (a shell
+injected context), a model call's messages as one, the end of a turn, sub-agents, tool failures (a shell
 command that exited non-zero is a success to Copilot) and names, and the bad input the issue lists."""
 
 from __future__ import annotations
@@ -148,25 +148,6 @@ def test_event_types_a_newer_copilot_adds_are_skipped_and_counted(conn: apsw.Con
     result = tailer.tail(session.write())
     assert [c.text for c in result.captured] == ["still captured"] and result.problems == 0
     assert unknown_records()["copilot"]["assistant.hologram"] == before + 1
-
-
-def test_a_rewind_removes_from_the_prompt_on_even_named_by_its_hook(conn: apsw.Connection, tailer: Tailer,
-                                                                   copilot_home: Path) -> None:
-    session = CopilotSession(copilot_home)
-    session.prompt("first question")
-    session.answer("first answer")
-    before_second = len(session.lines)
-    session.prompt("a question the user took back")  # its userPromptSubmitted hook's records come first
-    session.answer("an answer to it")
-    tailer.tail(session.write())
-    rewound_from = session.ids[before_second]  # the hook.start before the prompt
-    session.event("session.snapshot_rewind", {"upToEventId": rewound_from, "eventsRemoved": 9}, ephemeral=False)
-    session.prompt("the question asked instead")
-    session.append(*session.lines[-5:])
-    result = tailer.tail(session.path)
-    assert result.rewound == 2
-    assert [t for _, t in rows(conn, session.session_id)] == ["first question", "first answer",
-                                                              "the question asked instead"]
 
 
 def test_tool_names_mcp_calls_and_a_commit(conn: apsw.Connection, tailer: Tailer, copilot_home: Path) -> None:

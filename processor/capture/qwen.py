@@ -162,8 +162,13 @@ class QwenReader(SessionReader):
         timestamp = record.get("timestamp") if isinstance(record.get("timestamp"), str) else None
         message = record.get("message") if isinstance(record.get("message"), dict) else {}
         parts = message.get("parts") if isinstance(message.get("parts"), list) else []
-        if kind_name == "system":
-            return self._rewind(record)
+        if kind_name == "system":  # one whose first bytes were not read (another key first)
+            subtype = record.get("subtype")
+            if subtype == "rewind":
+                return self._rewind(record)
+            if isinstance(subtype, str) and subtype not in SYSTEM_SUBTYPES:
+                return skip_unknown(QWEN, f"system/{subtype}")
+            return Skipped("a system record (not conversation)")
         if kind_name == "user":
             return self._prompt(record, uuid, timestamp, parts)
         if kind_name == "assistant":

@@ -139,6 +139,22 @@ def test_a_rewind_removes_the_turn_the_user_took_back(conn: apsw.Connection, tai
                                                            "the question asked instead"]
 
 
+def test_records_whose_first_key_is_another_are_read_all_the_same(conn: apsw.Connection, tailer: Tailer,
+                                                                   qwen_dir: Path) -> None:
+    """Qwen puts a background turn's marker first in a record: the type is then read from the parsed record, and
+    a system record is still no rewind."""
+    chat = QwenChat(qwen_dir)
+    chat.prompt("first question")
+    chat.answer("first answer")
+    chat.lines = [line.replace('{"uuid"', '{"backgroundTurn":{"id":"b1","type":"task"},"uuid"', 1)
+                  for line in chat.lines]
+    chat.system("attribution_snapshot", {"snapshot": {}})
+    chat.lines[-1] = chat.lines[-1].replace('{"uuid"', '{"backgroundTurn":{"id":"b1"},"uuid"', 1)
+    result = tailer.tail(chat.write())
+    assert [t for _, t in rows(conn, chat.session_id)] == ["first question", "first answer"]
+    assert result.problems == 0 and result.rewound == 0
+
+
 def test_a_rewind_of_a_turn_read_before_a_restart_removes_nothing_and_says_so(
         conn: apsw.Connection, qwen_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     chat = QwenChat(qwen_dir)

@@ -153,25 +153,32 @@ def test_copilot_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         lesson_2 = world.lesson("--version")
         push_fix = world.lesson("git push --set-upstream origin release")
 
-        # ---- Copilot session C: right after each failure, what fixed it in Claude Code's session
+        # ---- Copilot session C: a lesson about the file it reads, with the read's result; right after each
+        # failure, what fixed it in Claude Code's session
         before_c = len(world.chat_api.conversation)
         prompt_c = "Release the current build"
+        view = Turn.call("view", {"path": str(world.repo / "dist" / "app.js")})
         release = Turn.call("bash", {"command": "python3 tools/release.py", "description": "release"})
         push = Turn.call("bash", {"command": "git push", "description": "push"})
         world.copilot_run(prompt_c, [
-            after_recollection(world, "copilot", prompt_c, release),
+            after_recollection(world, "copilot", prompt_c, view),
+            release,
             Turn.call("bash", {"command": "git checkout -q -b hotfix", "description": "branch"}),
             push,
             Turn.text_only("It needs a version."),
         ])
+        # Copilot reads no context before a call: what session A left about dist/app.js comes with the result.
+        after_view = output_of(world.chat_api.conversation[before_c + 1], view)
+        assert "console.log('shop-api')" in after_view
+        assert f"(id: {lesson_1})" in told_about_call(after_view), after_view
         # A non-zero exit is a successful call to Copilot: its PostToolUse hook reads the exit code, and tells
         # the fix with the result (the command exited 2, yet Copilot says the tool succeeded).
-        after_release = output_of(world.chat_api.conversation[before_c + 1], release)
+        after_release = output_of(world.chat_api.conversation[before_c + 2], release)
         assert "arguments are required: --version" in after_release
         fixed = failure_context(after_release)
         assert f"(id: {lesson_2})" in fixed, after_release[-2000:]
         assert f"(id: {lesson_1})" not in fixed  # a lesson about another command is not told at this call
-        after_push = output_of(world.chat_api.conversation[before_c + 3], push)
+        after_push = output_of(world.chat_api.conversation[before_c + 4], push)
         assert "has no upstream branch" in after_push
         fixed = failure_context(after_push)
         assert f"(id: {push_fix})" in fixed and "git push --set-upstream origin release" in fixed, after_push
@@ -268,8 +275,17 @@ def test_qwen_code_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         told = world.server.conversation[before + 1].all_text()
         assert "Before this call on git add dist/app.js" in told and f"(id: {lesson_qwen})" in told, told[-3000:]
 
+        # ---- Qwen session D: what session B left about the file it reads, with the read's result (Qwen drops a
+        # context given before a call)
+        before_d = len(world.chat_api.conversation)
+        read = Turn.call("read_file", {"file_path": str(world.repo / "dist" / "app.js")})
+        world.qwen_run("Show me the bundle", [read, Turn.text_only("It logs shop-api.")])
+        after_read = unescaped(output_of(world.chat_api.conversation[before_d + 1], read))
+        assert "console.log('shop-api')" in after_read
+        assert f"(id: {lesson_qwen})" in told_about_call(after_read), after_read
+
         status = json.loads(world.engram("status", "--json").stdout)
-        assert status["sessions_by_agent"] == {"claude": 2, "qwen": 1}
+        assert status["sessions_by_agent"] == {"claude": 2, "qwen": 2}
         world.uninstall("qwen")
         assert snapshot(settings) == before_install
         returncode, stderr = world.stop_processor()

@@ -391,7 +391,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="engram", description="Engram: memory for coding agents (Claude Code, the Codex CLI, the Gemini CLI).")
+        prog="engram", description=f"Engram: memory for coding agents ({', '.join(AGENT_NAMES.values())}).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
@@ -438,8 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     remember.add_argument("--scope", choices=SCOPES)
     remember.add_argument("--project", help="project root (default: the git root of the current directory)")
 
-    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code, the Codex CLI "
-                                        "and the Gemini CLI (those found here)"),
+    for name, help_text in (("install", "register Engram's hooks and MCP server with each agent found here ("
+                                        f"{', '.join(AGENT_NAMES.values())})"),
                             ("uninstall", "remove exactly what `engram install` added")):
         p = add(name, cmd_install, help_text)
         p.add_argument("--print", action="store_true", help="show the change without writing anything")

@@ -13,7 +13,8 @@ Two locations are special because everything else hangs off them:
 - the transcripts root: ``projects_dir`` if set, else
   ``${CLAUDE_CONFIG_DIR:-~/.claude}/projects``; the other agents' folders likewise: ``codex_home`` (else
   ``$CODEX_HOME``, else ``~/.codex``) and ``gemini_home`` (else ``${GEMINI_CLI_HOME:-~}/.gemini``), where
-  those CLIs keep their sessions (``processor/capture/agents.py``).
+  those CLIs keep their sessions (``processor/capture/agents.py``); ``copilot_home`` (else ``$COPILOT_HOME``,
+  else ``~/.copilot``) and ``qwen_home`` (else ``$QWEN_RUNTIME_DIR``, else ``$QWEN_HOME``, else ``~/.qwen``).
 """
 
 from __future__ import annotations
@@ -73,12 +74,19 @@ class Settings:
     # The Codex CLI's and the Gemini CLI's own folders (None: not captured, e.g. settings built by hand).
     codex_dir: Path | None = None
     gemini_dir: Path | None = None
+    # The GitHub Copilot CLI's and Qwen Code's folders (None likewise).
+    copilot_dir: Path | None = None
+    qwen_dir: Path | None = None
 
     projects_dir = Option("", "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
     codex_home = Option("", "the Codex CLI's folder (its sessions/ are captured); empty = $CODEX_HOME, else ~/.codex")
     gemini_home = Option("", "the Gemini CLI's folder (its tmp/*/chats/ are captured); empty = "
                              "${GEMINI_CLI_HOME:-~}/.gemini")
-    capture_agents = Option("claude,codex,gemini", "the agents whose sessions are captured, comma-separated",
+    copilot_home = Option("", "the GitHub Copilot CLI's folder (its session-state/ is captured); empty = "
+                              "$COPILOT_HOME, else ~/.copilot")
+    qwen_home = Option("", "Qwen Code's folder (its projects/*/chats/ are captured); empty = $QWEN_RUNTIME_DIR, "
+                           "else $QWEN_HOME, else ~/.qwen")
+    capture_agents = Option(",".join(hook_io.AGENTS), "the agents whose sessions are captured, comma-separated",
                             key="agents")
     recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
     rescan_seconds = Option(60.0, "safety-net rescan of the transcripts root, in case a watch event was missed")
@@ -273,6 +281,26 @@ def gemini_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return (Path(env.get("GEMINI_CLI_HOME") or _user_home(env)) / ".gemini").expanduser()
 
 
+def copilot_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The GitHub Copilot CLI's folder, as Copilot finds it: $COPILOT_HOME, else ~/.copilot."""
+    env = os.environ if env is None else env
+    return Path(env.get("COPILOT_HOME") or _user_home(env) / ".copilot").expanduser()
+
+
+def qwen_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Qwen Code's settings folder, as Qwen finds it: $QWEN_HOME, else ~/.qwen."""
+    env = os.environ if env is None else env
+    return Path(env.get("QWEN_HOME") or _user_home(env) / ".qwen").expanduser()
+
+
+def qwen_runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where Qwen Code writes its sessions: $QWEN_RUNTIME_DIR, else its settings folder (Qwen's own
+    ``advanced.runtimeOutputDir`` setting is not read: ``qwen_home`` names such a folder)."""
+    env = os.environ if env is None else env
+    runtime = env.get("QWEN_RUNTIME_DIR")
+    return Path(runtime).expanduser() if runtime else qwen_config_dir(env)
+
+
 # The name Engram is installed under (pip, importlib.metadata): "engram" on the package index is an unrelated
 # project. The command (`engram`), the packages and the data paths keep Engram's own name.
 DISTRIBUTION = "engram-recall"
@@ -397,8 +425,11 @@ def load_settings(
     root = Path(configured).expanduser() if configured else claude_config_dir(env) / "projects"
     codex = Path(str(values["codex_home"])).expanduser() if values.get("codex_home") else codex_config_dir(env)
     gemini = Path(str(values["gemini_home"])).expanduser() if values.get("gemini_home") else gemini_config_dir(env)
+    copilot = Path(str(values["copilot_home"])).expanduser() if values.get("copilot_home") else copilot_config_dir(env)
+    qwen = Path(str(values["qwen_home"])).expanduser() if values.get("qwen_home") else qwen_runtime_dir(env)
     return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values,
-                    codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)))
+                    codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)),
+                    copilot_dir=Path(os.path.abspath(copilot)), qwen_dir=Path(os.path.abspath(qwen)))
 
 
 def ensure_home(settings: Settings) -> Path:

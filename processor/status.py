@@ -52,7 +52,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
     try:
         migrate(conn)
         status: dict[str, Any] = dict(sessions.counts(conn))
-        # Which agents wrote them (Claude Code, the Codex CLI, the Gemini CLI).
+        # Which agents wrote them (config.AGENTS).
         status["sessions_by_agent"] = sessions.counts_by_agent(conn)
         by_status = episodes_sql.counts_by_status(conn)
         status["episodes"] = sum(by_status.values())

@@ -1,8 +1,10 @@
 """Engram's tool-call hook: inject this session's precomputed memory bites, once per user message.
 
-Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same) and as the Gemini
+Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same), as the Gemini
 CLI's ``AfterTool``: Gemini drops a ``BeforeTool`` hook's context, and delivers an ``AfterTool`` one with the
-call's result, before the model's next step — the nearest moment it has. The registered command names its
+call's result, before the model's next step — the nearest moment it has —, and for the same reason as the GitHub
+Copilot CLI's and Qwen Code's ``PostToolUse`` and ``PostToolUseFailure`` (Copilot delivers a ``PreToolUse``
+context only after the call's result, Qwen drops it). The registered command names its
 agent after the script (``… pretooluse.py gemini``); what differs per agent is the kit's business
 (``processor/hook_kit/hook_io.py``, each agent's events).
 
@@ -35,8 +37,9 @@ or created. All of it goes out as
 setting, which costs a config.toml read only when the environment does not decide) and never
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
-After a Gemini shell command that exited non-zero, the same answer also carries what fixed the same failure
-in an earlier session (``tool_failure.py``): Gemini has no event for a failed call alone.
+After a call that failed, where the answer comes after the call (a Gemini shell command that exited non-zero, a
+Copilot one — a successful call to Copilot —, any call at Copilot's and Qwen's ``PostToolUseFailure``), the same
+answer also carries what fixed the same failure in an earlier session (``tool_failure.py``).
 
 A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
 by the processor after an ``[engram off]`` prompt) gets nothing.
@@ -106,8 +109,9 @@ def run(stdin: bytes) -> str | None:
 
 
 def _failure_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str], str] | None:
-    """After a call the agent reads the answer only after (Gemini's AfterTool) of a shell command that exited
-    non-zero: what fixed the same failure before (``tool_failure.py``, imported only then)."""
+    """After a call the agent reads the answer only after (Gemini's AfterTool, Copilot's and Qwen's PostToolUse and
+    PostToolUseFailure), when it failed: what fixed the same failure before (``tool_failure.py``, imported only
+    then)."""
     if not _io.may_have_failed(event):
         return None
     if __package__:

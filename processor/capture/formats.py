@@ -19,17 +19,17 @@ import os
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol, Self
 
 from processor.capture import captured, signals
-from processor.config import AGENT_NAMES, AGENTS, Settings
+from processor.config import AGENT_NAMES, Settings
+from processor.hook_kit.hook_io import CLAUDE, CODEX, COPILOT, GEMINI, QWEN  # noqa: F401 - each format's agent
 from processor.redaction import Redacted, redact
 
 log = logging.getLogger(__name__)
 
-CLAUDE, CODEX, GEMINI = AGENTS
 # How far into a transcript its first line (a session header) is looked for.
 HEADER_LIMIT = 1 << 20
 
@@ -167,7 +167,7 @@ class SessionReader(LineReader):
              tool_calls: tuple[captured.ToolCall, ...] = (),
              failures: tuple[captured.ToolFailure, ...] = (),
              replaces: bool = False, end_turn: bool = False) -> captured.CapturedLine:
-        """One captured line of this session."""
+        """One captured line of this session (`end_turn`: the agent's answer that ends its turn)."""
         return captured.CapturedLine(
             uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role, timestamp=timestamp,
             ts_ms=captured.timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=text,
@@ -178,6 +178,24 @@ class SessionReader(LineReader):
                      failures: tuple[captured.ToolFailure, ...]) -> captured.ToolResultsOnly:
         """A line of this session with no conversation text that carries tool results."""
         return captured.ToolResultsOnly(uuid, self.session_id, captured.timestamp_ms(timestamp), results, failures)
+
+
+class MessageCalls:
+    """The tool calls of one assistant message as capture keeps them, added one by one under Claude Code's names:
+    the line's note of each (``notes``), what each works on (``calls``), and the high-signal ones whose result a
+    signal awaits (``uses``: a commit message, a closing comment)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.calls: list[captured.ToolCall] = []
+        self.uses: list[tuple[str, signals.PendingSignal]] = []
+
+    def add(self, tool_use_id: str, name: str, tool_input: dict) -> None:
+        self.notes.append(tool_note(name, tool_input))
+        self.calls.append(captured.ToolCall(tool_use_id, name, captured.tool_target(tool_input)))
+        pending = signals.from_tool_use(name, tool_input)
+        if pending is not None:  # a commit or tracker text: redacted like every captured text
+            self.uses.append((tool_use_id, replace(pending, text=redact(pending.text))))
 
 
 def tool_note(name: str, tool_input: dict) -> str:

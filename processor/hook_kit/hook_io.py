@@ -606,6 +606,13 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
 
 CLAUDE, CODEX, GEMINI = AGENTS = ("claude", "codex", "gemini")
 AGENT_NAMES = {CLAUDE: "Claude Code", CODEX: "Codex", GEMINI: "Gemini CLI"}
+# The GitHub Copilot CLI and Qwen Code run them through command hooks in Claude Code's shape (snake_case input,
+# ``hook_event_name``, ``hookSpecificOutput``). Neither puts a hook's context before a call: Copilot delivers a
+# PreToolUse context only after the call's result, Qwen drops it. So both tell a call's lessons after it
+# (``PostToolUse``, ``PostToolUseFailure``), with the fix of a failure beside them, as the Gemini CLI does.
+COPILOT, QWEN = "copilot", "qwen"
+AGENTS += (COPILOT, QWEN)
+AGENT_NAMES.update({COPILOT: "Copilot CLI", QWEN: "Qwen Code"})
 
 # The events whose answer carries context, per agent: Claude Code's names, and those the others add.
 AFTER_TOOL = "AfterTool"  # the Gemini CLI's event after a call (its context arrives with the call's result)
@@ -620,8 +627,16 @@ _ANSWERED = (PRE_TOOL, FAILED_TOOL, POST_TOOL, AFTER_TOOL, "SessionStart", *PROM
 TOOL_NAMES = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files": "Read", "write_file": "Write",
               "replace": "Edit", "edit": "Edit", "glob": "Glob", "grep_search": "Grep",
               "search_file_content": "Grep", "exec_command": "Bash", "shell_command": "Bash"}
+# The Copilot CLI's tools under Claude Code's names (its Claude-shaped hooks already say Bash, Read, Write; its
+# session files keep its own names: processor/capture/copilot.py maps them the same way).
+COPILOT_TOOL_NAMES = {"bash": "Bash", "view": "Read", "create": "Write", "edit": "Edit", "grep": "Grep",
+                      "glob": "Glob"}
+# The agents whose hooks read a call's context only after it: their PostToolUse and PostToolUseFailure (the
+# Gemini CLI's AfterTool is its own event).
+AFTER_CALL_AGENTS = (COPILOT, QWEN)
 _CREATING = ("Write", "NotebookEdit")
-_GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new
+_GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new (Qwen's, a fork's, too)
+_COPILOT_CREATED = "Created file "  # how the Copilot CLI's create says it
 _GEMINI_SHELL = "run_shell_command"
 _EXIT_CODE = "Exit Code: "
 ROLLOUT_TAIL = 256 * 1024  # a Codex rollout's last bytes searched for the call's exit status
@@ -636,7 +651,10 @@ def agent() -> str:
 def mcp_tool(tool: str, for_agent: str) -> str:
     """An Engram MCP tool's name as the agent shows it to its model: Claude Code and the Codex CLI
     ``mcp__engram__memory_expand`` (Claude Code defers MCP tools behind ToolSearch, where the model finds a tool
-    by the name it was told), the Gemini CLI ``mcp_engram_memory_expand``."""
+    by the name it was told), the Gemini CLI ``mcp_engram_memory_expand``, the Copilot CLI
+    ``engram-memory_expand``; Qwen Code as Claude Code (it defers MCP tools too, behind tool_search)."""
+    if for_agent == COPILOT:
+        return f"engram-{tool}"
     return f"mcp_engram_{tool}" if for_agent == GEMINI else f"mcp__engram__{tool}"
 
 
@@ -655,6 +673,8 @@ def call_of(event: dict) -> tuple[str, dict] | None:
     tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
     if not isinstance(tool_input, dict) or not isinstance(tool_name, str) or not tool_name:
         return None
+    if agent() == COPILOT:
+        tool_name = COPILOT_TOOL_NAMES.get(tool_name, tool_name)
     return TOOL_NAMES.get(tool_name, tool_name), tool_input
 
 
@@ -666,8 +686,10 @@ def command_of(tool_input: object) -> str | None:
 
 
 def after_call(event: dict) -> bool:
-    """Whether the answer reaches the model after the call ran (Gemini's AfterTool), not before it."""
-    return event.get("hook_event_name") == AFTER_TOOL
+    """Whether the answer reaches the model after the call ran (Gemini's AfterTool; the Copilot CLI's and Qwen
+    Code's PostToolUse and PostToolUseFailure), not before it."""
+    name = event.get("hook_event_name")
+    return name == AFTER_TOOL or (name in (POST_TOOL, FAILED_TOOL) and agent() in AFTER_CALL_AGENTS)
 
 
 def creating(event: dict, tool: str, tool_input: dict) -> bool:
@@ -676,6 +698,8 @@ def creating(event: dict, tool: str, tool_input: dict) -> bool:
     if tool not in _CREATING:
         return False
     if after_call(event):
+        if agent() == COPILOT:
+            return _copilot_output(event).startswith(_COPILOT_CREATED)
         return _gemini_output(event).startswith(_GEMINI_CREATED)
     path = tool_input.get("file_path") or tool_input.get("notebook_path")
     if not isinstance(path, str):
@@ -691,7 +715,12 @@ def answer(event: dict, default: str, context: str, ids: list[str], home: str | 
     """The hook's stdout: the context for the model, under the event the agent called (``default`` when it
     named none Engram knows), and the line the user sees."""
     name = event.get("hook_event_name")
-    return hook_json(name if name in _ANSWERED else default, context, ids, home)
+    out = hook_json(name if name in _ANSWERED else default, context, ids, home)
+    if agent() == COPILOT:
+        # The Copilot CLI reads a Claude-shaped hook's context at the top level for every event but PreToolUse
+        # (hookSpecificOutput there): given both, it delivers exactly one.
+        out = out[:-1] + ',"additionalContext":' + quote(context) + "}"
+    return out
 
 
 def format_context(lines: list[str], for_agent: str = CLAUDE) -> str:
@@ -731,6 +760,8 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
 def failed_call(event: dict) -> tuple[str, str] | None:
     """(the tool's name as Claude Code says it, the error) when this event reports a failed call, else None."""
     name = event.get("hook_event_name")
+    if agent() in AFTER_CALL_AGENTS:
+        return _after_call_failure(event)
     if name == POST_TOOL:  # the Codex CLI: the output is the error when the rollout says the call failed
         output = event.get("tool_response")
         if event.get("tool_name") != "Bash" or not isinstance(output, str):
@@ -745,7 +776,12 @@ def failed_call(event: dict) -> tuple[str, str] | None:
 
 
 def may_have_failed(event: dict) -> bool:
-    """A cheap first look: whether a Gemini AfterTool event can be a failed shell command (most are not)."""
+    """A cheap first look: whether an event after a call can report a failed one (most do not): a Gemini
+    AfterTool of a shell command that exited non-zero, a PostToolUseFailure, a Copilot shell call's PostToolUse
+    (its non-zero exit is a successful call there)."""
+    if agent() in AFTER_CALL_AGENTS:
+        name = event.get("hook_event_name")
+        return name == FAILED_TOOL or (name == POST_TOOL and _COPILOT_EXIT in _copilot_output(event)[-200:])
     content = _gemini_output(event)
     return "\n" + _EXIT_CODE in content and "\n" + _EXIT_CODE + "0\n" not in content
 
@@ -770,6 +806,61 @@ def _gemini_failure(event: dict) -> tuple[str, str] | None:
         return None
     output = head.replace("<untrusted_context>", "").strip()
     return "Bash", output[len("Output:"):].strip() if output.startswith("Output:") else output
+
+
+# The Copilot CLI ends a shell call's result with ``<shellId: N completed with exit code K>``; a command that exited
+# non-zero is a successful call there (PostToolUse, not PostToolUseFailure). Qwen Code, like Gemini, reports a
+# shell call as a block: ``Command: …\nDirectory: …\nOutput: …\nError: …\nExit Code: K\n…``.
+_COPILOT_EXIT = " completed with exit code "
+_SHELL_OUTPUT = "Output: "
+
+
+def _copilot_output(event: dict) -> str:
+    result = event.get("tool_result")
+    text = result.get("text_result_for_llm") if isinstance(result, dict) else None
+    return text if isinstance(text, str) else ""
+
+
+def copilot_shell_exit(text: str) -> tuple[str, int | None]:
+    """A Copilot shell result without its closing ``<shellId: N completed with exit code K>`` line, and K (None
+    when the line is not there). The processor's capture reads the session file's copy the same way."""
+    head, mark, tail = text.rstrip().rpartition("\n<shellId: ")
+    if not mark and text.startswith("<shellId: "):
+        head, mark, tail = "", "<shellId: ", text.strip()[len("<shellId: "):]
+    code = tail.rpartition(_COPILOT_EXIT)[2].rstrip(">").strip() if mark and tail.endswith(">") else ""
+    if not code.lstrip("-").isdigit():
+        return text, None
+    return head, int(code)
+
+
+def shell_block_output(text: str) -> str:
+    """The command's own output of a Qwen Code (or Gemini CLI) shell result block, the block itself when it is
+    none."""
+    start = text.find(_SHELL_OUTPUT) if text.startswith("Command: ") else -1
+    if start < 0:
+        return text
+    end = text.find("\nError: ", start)
+    if end < 0:
+        end = text.find("\n" + _EXIT_CODE, start)
+    return text[start + len(_SHELL_OUTPUT):end if end >= 0 else len(text)].strip()
+
+
+def _after_call_failure(event: dict) -> tuple[str, str] | None:
+    """The failed call a Copilot CLI or Qwen Code event after a call reports: every PostToolUseFailure (the
+    error), and a Copilot shell call's PostToolUse whose command exited non-zero (its output)."""
+    call = call_of(event)
+    if call is None or event.get("is_interrupt") is True:
+        return None
+    name = event.get("hook_event_name")
+    if name == FAILED_TOOL:
+        error = event.get("error")
+        if not isinstance(error, str):
+            return None
+        return call[0], shell_block_output(error) if call[0] == "Bash" else error
+    if name == POST_TOOL and call[0] == "Bash" and agent() == COPILOT:
+        output, code = copilot_shell_exit(_copilot_output(event))
+        return ("Bash", output) if code else None
+    return None
 
 
 def _codex_failed(transcript: object, call_id: object) -> bool:

@@ -27,7 +27,7 @@ def test_install_registers_with_the_agents_found_here(tmp_path: Path, monkeypatc
     assert agents.found_agents(env) == ["codex", "gemini"]
     (home / ".claude").mkdir()
     assert agents.chosen(None, env) == ["claude", "codex", "gemini"]
-    assert agents.chosen("codex", env) == ["codex"] and agents.chosen("all", env) == list(agents.AGENTS)
+    assert agents.chosen("codex", env) == ["codex"] and agents.chosen("all", env) == ["claude", "codex", "gemini"]
     assert agents.chosen(None, {"HOME": str(tmp_path / "nobody"), "PATH": ""}, uninstall=True) == list(agents.AGENTS)
     # `--agent all` installs with the agents installed here only: nothing is created for one that is not.
     assert agents.chosen("all", {"HOME": str(tmp_path / "nobody"), "PATH": ""}) == []
@@ -67,8 +67,9 @@ def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, re
            "GEMINI_CLI_HOME": str(home)}
     outcomes = agents.install(list(agents.AGENTS), registration, env=env)
     assert checked == [registration]
-    assert [outcome.error for outcome in outcomes] == [None, None, None]
-    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json"):
+    assert [outcome.error for outcome in outcomes] == [None] * len(agents.AGENTS)
+    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json",
+                 ".copilot/hooks/engram.json", ".copilot/mcp-config.json", ".qwen/settings.json"):
         assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
     assert all(outcome.report is not None and outcome.report.changed
                for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))

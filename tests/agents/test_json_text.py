@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.install import claude, codex, gemini, json_file, json_text
+from processor.install import claude, codex, copilot, gemini, json_file, json_text, qwen
 from processor.install.registration import Registration
 
 USER = {
@@ -62,6 +62,10 @@ AGENT_FILES: list[Agent] = [
      lambda d: codex.uninstall(codex_dir=d), "hooks.json"),
     ("Gemini settings.json", True, lambda reg, d: gemini.install(reg, path=d / "settings.json"),
      lambda d: gemini.uninstall(path=d / "settings.json"), "settings.json"),
+    ("Qwen Code settings.json", True, lambda reg, d: qwen.install(reg, path=d / "settings.json"),
+     lambda d: qwen.uninstall(path=d / "settings.json"), "settings.json"),
+    ("Copilot CLI mcp-config.json", False, lambda reg, d: copilot.install(reg, copilot_dir=d),
+     lambda d: copilot.uninstall(copilot_dir=d), "mcp-config.json"),
 ]
 
 

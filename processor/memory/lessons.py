@@ -40,7 +40,7 @@ from processor.memory.bites import fit
 from processor.memory.command_text import command_shown, command_told
 from processor.memory.commit_hooks import HookFailure, hook_failure
 from processor.memory.diagnosis import LESSON_CHARS, diagnosis_in, names_a_tool
-from processor.memory.failed_calls import Failure, failures_of, inspects, same_call
+from processor.memory.failed_calls import Failure, failures_of, inspects, same_call, stages_only
 from processor.memory.findings import FailureFix, Finding, Round
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
@@ -158,49 +158,41 @@ def findings(round_: Round) -> list[Finding]:
     return lessons
 
 
-# git's subcommands that stage, unstage or look: steps that only prepare running the same command again.
-_STAGING = frozenset({"add", "stage", "status", "diff", "log", "show", "restore", "reset", "rm"})
 # What an error says when a path the command named does not exist: the command was mistyped, not the project.
 _MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory|cannot access|does not exist|"
                            r"not found in (?:the )?(?:index|working tree)|no matches found", re.IGNORECASE)
-
-
-def _stages(command: str) -> bool:
-    """Whether a command line only stages or looks at git state (``git add x && git status``)."""
-    segments = [seg.strip() for seg in re.split(r"&&|;|\|\|", command) if seg.strip()]
-    for segment in segments:
-        words = segment.split()
-        while words and words[0] in ("cd",) and len(words) > 1:
-            words = words[2:]
-        if not words:
-            continue
-        if words[0] != "git":
-            return False
-        sub = next((w for w in words[1:] if not w.startswith("-") and "/" not in w), "")
-        if sub not in _STAGING:
-            return False
-    return bool(segments)
+# A `cd` the shell could not make: the shell keeps its working directory between calls, so a relative path that
+# worked from the project's folder fails after an earlier `cd` moved it.
+_CD_FAILED = re.compile(r"\bcd:? (?:\S+: )?(?:\d+: )?(?:no such file or directory|can't cd)|cd: .*no such file",
+                        re.IGNORECASE)
 
 
 def retry_only(fix: Fix) -> bool:
     """A fix whose only change is running the same command again (after staging, or prefixed with staging): every
     agent retries anyway, so a later session learns nothing from being told it."""
-    if fix.edits or any(not _stages(step) for step in fix.setup):
+    if fix.edits or any(not stages_only(step) for step in fix.setup):
         return False
     failed = " ".join(command_shown(fix.failure.call.target, 10_000).split())
     again = command_shown(fix.resolved_by.target, 10_000)
     tail = [seg.strip() for seg in re.split(r"&&|;", again) if seg.strip()]
-    while tail and _stages(tail[0]) and " ".join(tail[0].split()) != failed:
+    while tail and stages_only(tail[0]) and " ".join(tail[0].split()) != failed:
         tail = tail[1:]
     return " ".join(" && ".join(tail).split()) == failed or not fix.changed_command
 
 
+def cd_moved(fix: Fix) -> bool:
+    """The failure was a relative `cd` from a folder an earlier `cd` had moved the shell to."""
+    return bool(_CD_FAILED.search(fix.failure.call.error or ""))
+
+
 def wrong_path(fix: Fix) -> bool:
     """The command named a path that is not there and the session typed it right (only paths changed, nothing was
-    set up): a slip of that one session, not something of the project to learn."""
-    if not _MISSING_PATH.search(fix.failure.error_line or fix.failure.call.error or "") or fix.edits:
+    set up): a slip of that one session, not something of the project to learn. Not a `cd` that failed because the
+    shell was elsewhere: that one comes back (``cd_moved``)."""
+    error = fix.failure.error_line or fix.failure.call.error or ""
+    if not _MISSING_PATH.search(error) or fix.edits or cd_moved(fix):
         return False
-    if any(not _stages(step) for step in fix.setup):
+    if any(not stages_only(step) for step in fix.setup):
         return False
     return all(path_like(word) for word in fix.added)
 
@@ -241,6 +233,9 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
     how = fix.how(project)
     if diagnosis is not None:
         summary = diagnosis[1]
+    elif cd_moved(fix):  # the lesson is the shell's, not this command's
+        summary = fit(f"The shell keeps its working directory between calls: `{command}` failed ({failure.error_line}) "
+                      f"because an earlier `cd` had moved it; use absolute paths, as {how} did.", LESSON_CHARS)
     else:
         summary = fit(f"`{command}` failed: {failure.error_line} What fixed it: {how}.", LESSON_CHARS)
     lines = [summary, f"Failed: `{command}`" + (f" — {failure.error_line}" if failure.error_line else "")]

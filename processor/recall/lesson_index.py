@@ -24,7 +24,9 @@ or path. Newest first, at most ``IDS_PER_KEY`` per key and ``MAX_BITES`` in all,
 A memory that tells what fixed a way of failing (``store/failures.py``) is filed under its failure key
 (``fail:git``, ``processor/hook_kit/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
 ``"fix"``): the PostToolUseFailure hook tells it right after the same failure. Under its command's key (told
-before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more.
+before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more, and
+never when it depends on the moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
+.of_the_moment``).
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index
@@ -50,7 +52,9 @@ from processor.hook_kit import hook_io
 from processor.hook_kit.project import index_name
 from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, prog_key, stages_everything
 from processor.memory.bites import BITE_CHARS
+from processor.memory.decisions import tool_names
 from processor.memory.facts import statement_of
+from processor.memory.failed_calls import of_the_moment
 from processor.memory.guards import forbidden_commands, guard
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
@@ -115,9 +119,10 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
         return list(dict.fromkeys(k for k in keys if k.startswith("cmd:")))
     if origin == "decision":
         keys: list[str] = []
+        tools = tool_names(ep.summary)
         for name in ep.entities:
             found = fact_keys(name, root)
-            if " " not in name and name.isascii() and name.replace("-", "").replace("_", "").isalnum():
+            if name.lower() in tools:
                 found.append("prog:" + name.lower())  # a tool or service chosen or dropped: `pnpm`, `npm`
             keys += [k for k in found if k not in keys]
         return keys
@@ -225,7 +230,7 @@ class LessonIndex:
                 if uses:
                     entry = {**entry, "uses": uses}  # before the call: not when the call already applies it
                 met_in = set().union(*(fix.sessions for fix in ways))
-                if len(met_in) < RECURRING_SESSIONS:
+                if len(met_in) < RECURRING_SESSIONS or all(of_the_moment(fix.signature) for fix in ways):
                     keys = [k for k in keys if not k.startswith("cmd:")]  # before the call only once it recurred
             for key in keys:
                 entries = filed.setdefault(key, [])

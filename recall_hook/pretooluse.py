@@ -178,6 +178,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             when = entry.get("when")
             if isinstance(when, list) and when and not all(w in words for w in when):
                 continue  # a rule's guard: this call does not have the form the rule forbids
+            on = entry.get("on")
+            if isinstance(on, list) and tool_name not in on:
+                continue  # told before these tools only (how a file is to be edited: not at a read of it)
             line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))

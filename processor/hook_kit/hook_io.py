@@ -595,6 +595,8 @@ TOOL_NAMES = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files
               "replace": "Edit", "edit": "Edit", "glob": "Glob", "grep_search": "Grep",
               "search_file_content": "Grep", "exec_command": "Bash", "shell_command": "Bash"}
 _CREATING = ("Write", "NotebookEdit")
+# The calls that change a file (Claude Code's names): a wish about how a file is worked on is told before these only.
+EDITING = ("Edit", "MultiEdit", "Write", "NotebookEdit")
 _GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new
 _GEMINI_SHELL = "run_shell_command"
 _EXIT_CODE = "Exit Code: "

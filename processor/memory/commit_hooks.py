@@ -43,13 +43,13 @@ class HookFailure:
     run_first: str | None  # the command that runs the failed checks on demand, when the runner has one
 
     def lesson(self) -> str:
-        """The step that avoids the failure, in a line."""
+        """The step that avoids the failure, in a line: the step first (a bite cut to its length keeps it), then
+        why."""
         checks = ", ".join(f"`{c}`" for c in self.checks) if self.checks else "its checks"
-        what = "rewrote files" if self.modified else "failed"
-        first = f"run `{self.run_first}` first" if self.run_first else "run them first"
-        staged = " and stage what they change" if self.modified or self.runner == "pre-commit" else ""
-        return (f"`git commit` here runs a {self.runner} hook whose {checks} {what}: before committing, "
-                f"{first}{staged}, so the commit goes through the first time")
+        what = "rewrite files and stop the commit" if self.modified else "stop the commit when they fail"
+        first = f"run `{self.run_first}`" if self.run_first else f"run the {self.runner} hook's checks"
+        staged = " and stage what it changes" if self.modified or self.runner == "pre-commit" else ""
+        return f"Before `git commit` here, {first}{staged}: its {self.runner} hook's {checks} {what}"
 
 
 def hook_failure(command: str | None, error: str | None) -> HookFailure | None:

@@ -73,11 +73,11 @@ CONTENT_NAMES = 6
 
 
 def tool_names(sentence: str) -> set[str]:
-    """What a decision chose or dropped that may be a program (lower case): a backticked word, or the word after a
-    choice (``use pnpm instead of npm``): a call running it is about the decision."""
-    found = {m.group(1) for m in re.finditer(r"`([\w.@+-]{2,40})`", sentence)}
-    found |= {g for m in _CHOSEN.finditer(sentence) for g in m.groups() if g}
-    return {name.lower().strip(".,;:") for name in found if " " not in name}
+    """What a decision names that may be a program (one word, lower-cased: a backticked word, a proper name, the
+    word after a choice — ``use pnpm instead of npm``): a call running it is about the decision. A decision said
+    in plain words names no program: its content words are not ones."""
+    return {name.lower() for name in names_in(sentence)
+            if " " not in name and name.replace("-", "").replace("_", "").replace(".", "").isalnum()}
 
 
 def content_words(sentence: str) -> list[str]:

@@ -26,7 +26,7 @@ from processor.memory.guards import forbidden_commands
 from processor.memory.identity import episode_id
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
-from processor.memory.stale_fixes import ran_clean_without
+from processor.memory.stale_fixes import ran_clean_without, retirable
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
 from processor.redaction import redact
 from processor.store import cold as cold_sql
@@ -299,7 +299,16 @@ class Episodizer:
         caller's transaction: the marks move with the progress marker)."""
         if not calls:
             return
-        shown = ran_clean_without(failures_sql.with_memories(self.conn, project), calls, session_id)
+        fixes = retirable(failures_sql.with_memories(self.conn, project), session_id)
+        if not fixes:
+            return
+        failed = {}  # memory id → the command that failed, as the memory writes it (its "$ " entity)
+        for fix in fixes:
+            ep = sql.get_episode(self.conn, fix.memory_id) if fix.memory_id else None
+            command = next((e[2:] for e in ep.entities if e.startswith("$ ")), None) if ep is not None else None
+            if command is not None:
+                failed[ep.id] = command
+        shown = ran_clean_without(fixes, failed, calls, session_id)
         for memory_id, call in shown.items():
             ep = sql.get_episode(self.conn, memory_id)
             if ep is None or ep.status != "active" or ep.session_id == session_id:

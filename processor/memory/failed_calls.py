@@ -118,11 +118,7 @@ def stages_only(command: str) -> bool:
     segments = [seg.strip() for seg in re.split(r"&&|;|\|\|", command) if seg.strip()]
     for segment in segments:
         words = segment.split()
-        while words and words[0] in ("cd",) and len(words) > 1:
-            words = words[2:]
-        if not words:
-            continue
-        if words[0] != "git":
+        if not words or words[0] != "git":  # a `cd` moves the shell: that is a change, not staging
             return False
         sub = next((w for w in words[1:] if not w.startswith("-") and "/" not in w), "")
         if sub not in _STAGING:

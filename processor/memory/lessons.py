@@ -163,6 +163,8 @@ _MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory
                            r"not found in (?:the )?(?:index|working tree)|no matches found", re.IGNORECASE)
 # A `cd` the shell could not make: the shell keeps its working directory between calls, so a relative path that
 # worked from the project's folder fails after an earlier `cd` moved it.
+_CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute paths: an earlier `cd` had moved "
+           "the shell")
 _CD_FAILED = re.compile(r"\bcd:? (?:\S+: )?(?:\d+: )?(?:no such file or directory|can't cd)|cd: .*no such file",
                         re.IGNORECASE)
 
@@ -172,8 +174,8 @@ def retry_only(fix: Fix) -> bool:
     agent retries anyway, so a later session learns nothing from being told it."""
     if fix.edits or any(not stages_only(step) for step in fix.setup):
         return False
-    failed = " ".join(command_shown(fix.failure.call.target, 10_000).split())
-    again = command_shown(fix.resolved_by.target, 10_000)
+    failed = " ".join((fix.failure.call.target or "").split())  # as run: a `cd` first is a change of where
+    again = " ".join((fix.resolved_by.target or "").split())
     tail = [seg.strip() for seg in re.split(r"&&|;", again) if seg.strip()]
     while tail and stages_only(tail[0]) and " ".join(tail[0].split()) != failed:
         tail = tail[1:]
@@ -181,8 +183,15 @@ def retry_only(fix: Fix) -> bool:
 
 
 def cd_moved(fix: Fix) -> bool:
-    """The failure was a relative `cd` from a folder an earlier `cd` had moved the shell to."""
-    return bool(_CD_FAILED.search(fix.failure.call.error or ""))
+    """The shell was not where the command expected: a relative `cd` failed from a folder an earlier `cd` had moved
+    it to, or a path the command named was missing and what worked was the same command after a `cd` back."""
+    error = fix.failure.call.error or ""
+    if _CD_FAILED.search(error):
+        return True
+    if not _MISSING_PATH.search(error) or (fix.failure.call.target or "").lstrip().startswith("cd "):
+        return False
+    return (fix.resolved_by.target or "").lstrip().startswith("cd ") or any(
+        step.lstrip().startswith("cd ") and "&&" not in step for step in fix.setup)
 
 
 def wrong_path(fix: Fix) -> bool:
@@ -234,8 +243,9 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
     if diagnosis is not None:
         summary = diagnosis[1]
     elif cd_moved(fix):  # the lesson is the shell's, not this command's
-        summary = fit(f"The shell keeps its working directory between calls: `{command}` failed ({failure.error_line}) "
-                      f"because an earlier `cd` had moved it; use absolute paths, as {how} did.", LESSON_CHARS)
+        summary = fit(f"The shell keeps its working directory between calls: `{command}` failed "
+                      f"({failure.error_line}) because an earlier `cd` had moved it; run commands from the project's "
+                      "folder (`cd` to it first) or with absolute paths.", LESSON_CHARS)
     else:
         summary = fit(f"`{command}` failed: {failure.error_line} What fixed it: {how}.", LESSON_CHARS)
     lines = [summary, f"Failed: `{command}`" + (f" — {failure.error_line}" if failure.error_line else "")]
@@ -263,4 +273,5 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
                    created_at=(said.ts_ms if said else None) or failure.call.ts_ms,
                    miner="error_fix" if session_fixed else "lesson", scope=scope_for(None, project),
                    failure=FailureFix(key=failure.fail_key, signature=tuple(failure.signature),
-                                      fix=redact(fit(how, FIX_CHARS)), uses=fix.added, session_fixed=session_fixed))
+                                      fix=redact(fit(_CD_FIX if cd_moved(fix) else how, FIX_CHARS)),
+                                      uses=() if cd_moved(fix) else fix.added, session_fixed=session_fixed))

@@ -123,7 +123,7 @@ def _scope(sentence: str, project: str | None) -> str:
     return "global"
 
 
-def user_sentences(text: str) -> list[tuple[str, str]]:
+def user_sentences(text: str, min_words: int = MIN_WORDS) -> list[tuple[str, str]]:
     """(sentence as written, its own words) of a user message's prose: code, quotes and pasted output left out,
     questions and sentences too short to state anything dropped (shared with ``processor.memory.decisions``)."""
     if not text or not isinstance(text, str):
@@ -135,7 +135,7 @@ def user_sentences(text: str) -> list[tuple[str, str]]:
         if not sentence or len(sentence) > MAX_SENTENCE_CHARS or "?" in sentence:
             continue
         words = own_words(sentence)
-        if len(_WORD.findall(words)) < MIN_WORDS or _QUESTION.match(words):
+        if len(_WORD.findall(words)) < min_words or _QUESTION.match(words):
             continue
         found.append((sentence, words))
     return found

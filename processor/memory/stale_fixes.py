@@ -3,8 +3,9 @@
 A fix is told right after the same failure, and before the call once the failure recurred, for as long as it
 holds. It stops holding when the project changes under it: the virtual environment a fix activated was replaced
 (``pytest`` now runs clean bare), the tool a fix put on ``PATH`` is installed. The evidence is positive: a later
-session ran the very command that failed (the same call key), it ran clean, and nothing the fix added (its
-``uses``: ``source``, ``activate``, ``--set-upstream``…) was in that command or in the session's calls before it.
+session ran the very command that failed (the same command line, as a memory writes it), it ran clean, and
+nothing the fix added (its ``uses``: ``source``, ``activate``…) was in that command or in the session's calls
+before it. Another command of the same program proves nothing (``node -e`` of another script).
 
 Only a failure that said something was missing (``command not found``, ``No module named``, ``not installed``…)
 is retired this way: whether a tool exists is a fact of the environment, while most other failures depend on the
@@ -20,6 +21,7 @@ import re
 from collections.abc import Iterable
 
 from processor.hook_kit.failure_keys import call_key
+from processor.memory.command_text import command_told
 from processor.store.failures import FailureSignature
 from processor.store.tool_calls import StoredToolCall
 
@@ -38,14 +40,21 @@ def said_missing(fix: FailureSignature) -> bool:
     return any(_MISSING.search(line) for line in fix.signature)
 
 
-def ran_clean_without(fixes: Iterable[FailureSignature], calls: list[StoredToolCall],
-                      session_id: str) -> dict[str, StoredToolCall]:
+def retirable(fixes: Iterable[FailureSignature], session_id: str) -> list[FailureSignature]:
+    """The fixes a session could show unneeded: told by a memory, with words the fix added, for a failure that
+    said something was missing, never met in this session."""
+    return [fix for fix in fixes if fix.memory_id and fix.uses and said_missing(fix) and session_id not in fix.sessions]
+
+
+def ran_clean_without(fixes: Iterable[FailureSignature], failed_commands: dict[str, str],
+                      calls: list[StoredToolCall], session_id: str) -> dict[str, StoredToolCall]:
     """The fixes (by memory id) that `calls` — one session's, in order — showed unneeded: a clean run of the
-    command that failed, in a session other than those that failed it, after the fix was learned, with none of
-    the fix's added words in it or in the session's calls before it. Each with the call that showed it."""
+    command that failed (`failed_commands`: memory id → the failed command as its memory writes it), in a session
+    other than those that failed it, after the fix was learned, with none of the fix's added words in it or in the
+    session's calls before it. Each with the call that showed it."""
     by_key: dict[str, list[FailureSignature]] = {}
-    for fix in fixes:
-        if fix.memory_id and fix.uses and said_missing(fix) and session_id not in fix.sessions:
+    for fix in retirable(fixes, session_id):
+        if fix.memory_id in failed_commands:
             by_key.setdefault(fix.call_key, []).append(fix)
     if not by_key:
         return {}
@@ -57,7 +66,8 @@ def ran_clean_without(fixes: Iterable[FailureSignature], calls: list[StoredToolC
             key = call_key(call.tool, call.target, "")
             for fix in by_key.get(key or "", []):
                 learned = fix.first_ms or 0
-                if (call.ts_ms or 0) > learned and not any(u in seen or u in words for u in fix.uses or []):
+                same = command_told(call.target) == failed_commands[fix.memory_id]  # type: ignore[index]
+                if same and (call.ts_ms or 0) > learned and not any(u in seen or u in words for u in fix.uses or []):
                     shown.setdefault(fix.memory_id, call)  # type: ignore[arg-type]
         seen |= words
     return shown

@@ -101,6 +101,8 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
     names and programs it names; anything else under what its entities say (``keys_of``)."""
     if origin == "fact":
         return fact_keys(ep.entities[0], root) if ep.entities else []
+    if origin in ("correction", "file"):  # every name it gives, every file it is about
+        return list(dict.fromkeys(k for name in ep.entities for k in fact_keys(name, root)))
     if origin in ("lesson", "error_fix"):
         # About running the command that failed: its key, and (a lesson) the files it named. Not the files edited
         # on the way (told on every read of them), and an error's fix not its files either: it is told after its
@@ -207,6 +209,8 @@ class LessonIndex:
             entry = {"id": ep.id, "bite": bite_of(ep, RECIPE_ROOM if origin == "recipe" else BITE_CHARS),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
+            if origin == "file":  # how the user wants a file worked on: told when it is changed, not read
+                entry["on"] = list(hook_io.EDITING)
             placed = False
             keys = keys_by_origin(ep, origin, root)
             guards = guards_of(ep, origin)

@@ -30,8 +30,9 @@ The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state
 works on a file or runs a command, what earlier sessions left about that file or command: the project's
 lesson index named by the recollection (``lessons/<project>.index``, ``processor/recall/lesson_index.py``),
 looked up by the call's keys (``hook_kit/tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
-(``<session_id>.shown``), none learned in this same session, and nothing about a file the agent is creating
-or created. All of it goes out as
+(``<session_id>.shown``), none learned in this same session, nothing about a file the agent is creating
+or created, no fix the call already applies (its ``uses``), and a rule's guard only before a call of the form
+the rule forbids (its ``when``). All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
 "Engram: 2 memories — ep_…, ep_…"}`` (the line the user sees; off with the ``show_injected``
 setting, which costs a config.toml read only when the environment does not decide) and never
@@ -178,6 +179,12 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             uses = entry.get("uses")
             if isinstance(uses, list) and uses and sum(u in words for u in uses) * 2 >= len(uses):
                 continue  # the call already does what fixed it: nothing to tell
+            when = entry.get("when")
+            if isinstance(when, list) and when and not all(w in words for w in when):
+                continue  # a rule's guard: this call does not have the form the rule forbids
+            on = entry.get("on")
+            if isinstance(on, list) and tool_name not in on:
+                continue  # told before these tools only (how a file is to be edited: not at a read of it)
             line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))

@@ -40,12 +40,14 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
+    TODO_TOOL,
     Skipped,
     ToolCall,
     ToolFailure,
     ToolResult,
     failure_text,
     strip_injected_spans,
+    todos_input,
     tool_target,
 )
 from processor.capture.formats import (
@@ -253,6 +255,8 @@ def gemini_tool(name: object, args: object) -> tuple[str, dict]:
     name = name if isinstance(name, str) and name else "tool"
     args = args if isinstance(args, dict) else {}
     canonical = TOOL_NAMES.get(name, name)
+    if name == "write_todos":  # the todo list, as Claude Code's
+        return TODO_TOOL, todos_input(args.get("todos"), "description")
     if canonical == "Bash":
         command = args.get("command")
         return canonical, ({"command": command} if isinstance(command, str) else {})

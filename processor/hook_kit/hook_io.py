@@ -635,6 +635,8 @@ COPILOT_TOOL_NAMES = {"bash": "Bash", "view": "Read", "create": "Write", "edit":
 # Gemini CLI's AfterTool is its own event).
 AFTER_CALL_AGENTS = (COPILOT, QWEN)
 _CREATING = ("Write", "NotebookEdit")
+# The calls that change a file (Claude Code's names): a wish about how a file is worked on is told before these only.
+EDITING = ("Edit", "MultiEdit", "Write", "NotebookEdit")
 _GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new (Qwen's, a fork's, too)
 _COPILOT_CREATED = "Created file "  # how the Copilot CLI's create says it
 _GEMINI_SHELL = "run_shell_command"

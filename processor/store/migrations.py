@@ -587,6 +587,19 @@ def m022_project_identity(conn: apsw.Connection) -> None:
     conn.execute(projects_sql.SCHEMA)
 
 
+def m023_signal_origins(conn: apsw.Connection) -> None:
+    # Issue 35: a commit message, a tracker reason or a question's answer is a record of the work, recalled when
+    # asked for, never told unasked (at a prompt, in the digest): its memory's origin says so. Memories built
+    # from signals before this version get the origin too (their id is the one episodize gives a signal's).
+    import hashlib
+
+    built = [row[0] for row in conn.execute("SELECT tool_use_id FROM tool_signals WHERE state = 'built'")]
+    conn.executemany("INSERT OR IGNORE INTO memory_origins (episode_id, miner) "
+                     "SELECT id, 'signal' FROM episodes WHERE id = ?",
+                     [("ep_" + hashlib.sha1(f"signal:{tool_use_id}".encode()).hexdigest()[:16],)
+                      for tool_use_id in built])
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -610,6 +623,7 @@ MIGRATIONS: list[Migration] = [
     m020_session_agent,
     m021_session_turn_ended,
     m022_project_identity,
+    m023_signal_origins,
 ]
 
 

@@ -184,3 +184,15 @@ def test_a_gemini_session_run_in_engrams_own_work_dir_is_not_captured(conn: apsw
     result = tailer.tail(own.write())
     assert result.captured == [] and result.skipped == "a session Engram's own LLM jobs ran"
     assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+def test_gemini_write_todos_is_the_todo_list_as_claude_codes() -> None:
+    from processor.capture.captured import tool_target
+    from processor.capture.gemini import gemini_tool
+
+    tool, tool_input = gemini_tool("write_todos", {"todos": [
+        {"description": "Fix the flaky import test", "status": "in_progress"},
+        {"description": "Update docs", "status": "someday"}, "not a todo"]})
+    assert tool == "TodoWrite"
+    assert tool_target(tool_input) == "in_progress: Fix the flaky import test\npending: Update docs"
+    assert gemini_tool("write_todos", None) == ("TodoWrite", {"todos": []})

@@ -571,6 +571,13 @@ def m020_session_agent(conn: apsw.Connection) -> None:
     )
 
 
+def m021_shared_lessons(conn: apsw.Connection) -> None:
+    # Issue 32: a fix learned on one machine is told at the same failure on every other. What makes a memory
+    # tellable (its miner, its failure, where it was met) travels with it; a receiver keeps the lesson as pulled,
+    # unknown fields included, and a failure's new session queues its memory for a push (store/share.py).
+    share_sql.create_lesson_tables(conn)
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -592,6 +599,7 @@ MIGRATIONS: list[Migration] = [
     m018_shared_memory,
     m019_failures_and_origins,
     m020_session_agent,
+    m021_shared_lessons,
 ]
 
 

@@ -421,7 +421,15 @@ class PulledFix:
 
 def pulled_fixes(conn: apsw.Connection, limit: int = 10_000) -> list[PulledFix]:
     """The active memories made on another machine that tell a failure's fix, newest first."""
-    rows = conn.execute(
+    try:
+        rows = _pulled_fixes(conn, limit)
+    except apsw.SQLError:  # a database from before lessons travelled
+        return []
+    return [PulledFix(r[0], r[1], r[2], bool(r[3]), Origin(r[4], r[5], r[6], r[7], True, bool(r[8]))) for r in rows]
+
+
+def _pulled_fixes(conn: apsw.Connection, limit: int) -> list[tuple]:
+    return conn.execute(
         "SELECT l.memory_id, e.project, e.created_at, EXISTS (SELECT 1 FROM failure_signatures f "
         "WHERE f.memory_id = l.memory_id AND f.project IS e.project), r.origin_machine, r.owner, m.hostname, r.team, "
         "r.owner = coalesce(s.role, r.owner) FROM share_lessons l JOIN episodes e ON e.id = l.memory_id "
@@ -429,7 +437,6 @@ def pulled_fixes(conn: apsw.Connection, limit: int = 10_000) -> list[PulledFix]:
         "LEFT JOIN share_machines m ON m.machine_id = r.origin_machine LEFT JOIN share_state s ON s.id = 1 "
         "WHERE e.status = 'active' AND json_extract(l.payload, '$.failure') IS NOT NULL "
         "ORDER BY e.created_at DESC LIMIT ?", (limit,)).fetchall()
-    return [PulledFix(r[0], r[1], r[2], bool(r[3]), Origin(r[4], r[5], r[6], r[7], True, bool(r[8]))) for r in rows]
 
 
 # --- what the shared database holds -------------------------------------------------------------------
@@ -490,13 +497,14 @@ class Origin:
             return f"your machine {machine}"
         return f"teammate {self.owner}, machine {machine}" + (f", team {self.team}" if self.team else "")
 
+    def source(self) -> str:
+        """Where a memory told here came from: "learned on laptop" (one of your machines, by its name) or "from
+        teammate bob" (a person: never their machine or their paths)."""
+        return f"learned on {self.hostname or self.machine_id}" if self.mine else f"from teammate {self.owner}"
+
     def learned(self, created_at: int) -> str:
-        """Where a memory told here was learned, in a line: "learned on laptop, 2026-11-20" (one of your machines,
-        by its name) or "from teammate bob, 2026-11-20" (a person: never their machine or their paths)."""
-        day = utc_date(created_at)
-        if self.mine:
-            return f"learned on {self.hostname or self.machine_id}, {day}"
-        return f"from teammate {self.owner}, {day}"
+        """The source with the day it was learned: "learned on laptop, 2026-11-20"."""
+        return f"{self.source()}, {utc_date(created_at)}"
 
 
 def origins_of(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, Origin]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -169,6 +170,15 @@ def write_session(machine: Machine, session_id: str, rounds: list[tuple[str, str
     with open(path, "a") as f:
         f.writelines(lines)
     return path
+
+
+def git_clone(path: Path, remote: str | None) -> str:
+    """A git repository at path (a clone, as far as Engram can tell), with `remote` as its origin; its root."""
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    if remote:
+        subprocess.run(["git", "-C", str(path), "remote", "add", "origin", remote], check=True)
+    return str(path)
 
 
 def capture(machine: Machine) -> int:

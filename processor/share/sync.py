@@ -73,6 +73,7 @@ class Sharing:
         self._owns_conn = conn is None
         self.store = EpisodeStore(settings, self.conn)
         self.db: SharedDatabase | None = None
+        self._placed: set[str] = set()  # project roots whose pulled memories were moved to them in this run
         self.machine_id = machine_id(self.conn)
         self.warnings: list[str] = []
         if share_connection.configured(self.settings):
@@ -188,21 +189,29 @@ class Sharing:
 
     def learn_projects(self, role: str) -> Filed:
         """Project keys of the projects worked on here (git, once each); memories pulled before a project was
-        known here move to its local root (their paths with them), and their failures are filed there."""
+        known here move to its local root (their paths with them), and their failures are filed there. A root is
+        looked at once per run of the sync, and again whenever it is new: a push may have learned its key first."""
         filed = Filed()
         known = sql.project_keys(self.conn)
-        new = {root: project_key(root) for root in sql.session_projects(self.conn) if root not in known}
-        if not new:
-            return filed
+        roots = sql.session_projects(self.conn)
+        new = {root: project_key(root) for root in roots if root not in known}
+        unchecked = {root: (new.get(root) or known[root])[0] for root in roots if root not in self._placed}
+        if not new and not any(sql.replicas_to_relocate(self.conn, key, root) for root, key in unchecked.items()):
+            self._placed.update(unchecked)
+            return filed  # nothing to write: no lock taken
         stamp = now_ms()
         with write_transaction(self.conn):
             sql.set_applying(self.conn, True)
             owns = owner_check(self.conn, role, {})
             for root, (key, has_remote) in new.items():
                 sql.set_project_key(self.conn, root, key, has_remote, stamp)
-                lessons.relocated(self.conn, sql.replicas_to_relocate(self.conn, key, root), root, owns, stamp, filed)
+            for root, key in unchecked.items():
+                moving = sql.replicas_to_relocate(self.conn, key, root)
+                if moving:
+                    lessons.relocated(self.conn, moving, root, owns, stamp, filed)
             sql.queue(self.conn, sorted(filed.queued), stamp)
             sql.set_applying(self.conn, False)
+        self._placed.update(unchecked)
         return filed
 
     def pull(self, *, max_batches: int | None = None) -> PullReport:

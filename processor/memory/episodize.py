@@ -289,6 +289,7 @@ class Episodizer:
                     sql.active_with_hash(self.conn, content_hash(lesson.full_content), memories_only=True)
                 if teller is not None:
                     failures_sql.set_memory(self.conn, row.id, teller, redact(lesson.failure.fix), lesson.failure.uses)
+                    origins_sql.set_origin(self.conn, teller, lesson.miner)  # a copy from an older Engram has none
 
     def _next_rounds(self, session_id: str, through: int, final: bool,
                      first_page: int = SLICE_PAGE_MESSAGES) -> tuple[list[list[StoredMessage]], bool]:

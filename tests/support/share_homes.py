@@ -164,6 +164,12 @@ def at_prompt(where: Home, session_id: str, prompt: str, ids: set[str]) -> set[s
     return {b["id"] for b in json.loads(path.read_text())["bites"]} & ids
 
 
+def session_begins(where: Home, tag: str) -> None:
+    """A new session's first prompt, processed: the processor brings the project's lesson index up to date with
+    what this machine learned since (as every prompt does)."""
+    at_prompt(where, sid(tag), "Carry on with the release checklist", set())
+
+
 def at_start(where: Home, ids: set[str]) -> set[str]:
     return told_ids(hook(where, "session_start.py", {"session_id": sid("st"), "hook_event_name": "SessionStart",
                                                      "cwd": where.repo, "source": "startup"}), ids)

@@ -29,6 +29,7 @@ database's ``memories.lesson``, migration p005)::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,7 +185,7 @@ def _failure(value: Any) -> Failure | None:
     if not isinstance(sessions, dict) or len(sessions) > MAX_SESSIONS:
         raise BadLesson("failure.sessions is not an object of sessions")
     for session_id, at in sessions.items():
-        if len(session_id) > 200 or _ms(at, "failure.sessions' time") is None:
+        if len(session_id) > 200 or not isinstance(at, int) or isinstance(at, bool) or at < 0:
             raise BadLesson("failure.sessions is not an object of sessions")
     return Failure(key=key, call=_text(value.get("call"), "failure.call", 300) or key,
                    signature=signature, fix=_text(value.get("fix"), "failure.fix", 2000) or "",
@@ -215,11 +216,12 @@ def parse(value: Any) -> Lesson | None:
 
 
 def moved(values: list[str], theirs: str | None, ours: str | None) -> list[str]:
-    """A memory's anchors (the paths it names) under another clone's root, moved under this machine's clone."""
+    """A memory's anchors (the paths it names, alone or in a command) under another clone's root, moved under
+    this machine's clone: the root itself, or a path in it (not a sibling whose name merely begins the same)."""
     if not theirs or not ours or theirs == ours or not theirs.startswith("/"):
         return values
-    old, new = theirs.rstrip("/") + "/", ours.rstrip("/") + "/"
-    return [new if value == theirs else value.replace(old, new) for value in values]
+    root = re.compile(r"(?<![\w./-])" + re.escape(theirs.rstrip("/")) + r"(?=$|[/\s'\"`:;,)])")
+    return [root.sub(ours.rstrip("/").replace("\\", "\\\\"), value) for value in values]
 
 
 Owns = Callable[[str], bool]  # memory id → whether it is this person's (its changes may be pushed)

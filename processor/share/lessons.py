@@ -36,7 +36,8 @@ from typing import Any
 
 import apsw
 
-from processor.redaction import Redacted, redact, redacted_json
+from processor.hook_kit.failure_keys import same_failure
+from processor.redaction import Redacted, redact, redacted_json, redacted_list
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
@@ -59,9 +60,9 @@ class Failure:
 
     key: str  # ``fail:<program>``: where the hooks look failures of its kind up
     call: str  # the failed call's key (``cmd:pytest``)
-    signature: list[str]
-    fix: str  # what fixed it, in a line
-    uses: list[str]  # the words the fix added to the command: a call that has them applies it
+    signature: list[Redacted]
+    fix: Redacted  # what fixed it, in a line
+    uses: list[Redacted]  # the words the fix added to the command: a call that has them applies it
     sessions: dict[str, int]  # the sessions that met it, and when
     first_ms: int | None
     last_ms: int | None
@@ -187,9 +188,10 @@ def _failure(value: Any) -> Failure | None:
     for session_id, at in sessions.items():
         if len(session_id) > 200 or not isinstance(at, int) or isinstance(at, bool) or at < 0:
             raise BadLesson("failure.sessions is not an object of sessions")
+    # Through this machine's door (its rules may be newer than the sender's), each text once.
     return Failure(key=key, call=_text(value.get("call"), "failure.call", 300) or key,
-                   signature=signature, fix=_text(value.get("fix"), "failure.fix", 2000) or "",
-                   uses=_texts(value.get("uses"), "failure.uses", 20, 200), sessions=dict(sessions),
+                   signature=redacted_list(signature), fix=redact(_text(value.get("fix"), "failure.fix", 2000) or ""),
+                   uses=redacted_list(_texts(value.get("uses"), "failure.uses", 20, 200)), sessions=dict(sessions),
                    first_ms=_ms(value.get("first_ms"), "failure.first_ms"),
                    last_ms=_ms(value.get("last_ms"), "failure.last_ms"))
 
@@ -207,9 +209,12 @@ def parse(value: Any) -> Lesson | None:
         raise BadLesson("is not an object")
     if len(json.dumps(value)) > MAX_BYTES:
         raise BadLesson(f"is over {MAX_BYTES} bytes")
+    failure = _failure(value.get("failure"))
+    if failure is not None:  # the redacted texts in the lesson kept: its storing scans only the rest
+        value = {**value, "failure": {**value["failure"], "signature": failure.signature, "fix": failure.fix,
+                                      "uses": failure.uses}}
     return Lesson(raw=value, miner=_name(value.get("miner"), "miner"), agent=_name(value.get("agent"), "agent"),
-                  machines=_texts(value.get("machines"), "machines", MAX_MACHINES, 200),
-                  failure=_failure(value.get("failure")))
+                  machines=_texts(value.get("machines"), "machines", MAX_MACHINES, 200), failure=failure)
 
 
 # --- filed ----------------------------------------------------------------------------------------------------
@@ -242,13 +247,15 @@ def _file_failure(conn: apsw.Connection, memory_id: str, failure: Failure, root:
                   filed: Filed) -> None:
     pulled = episodes_sql.get_episode(conn, memory_id)
     telling = pulled is not None and pulled.status == "active"
-    row = failures_sql.find(conn, root, failure.key, failure.signature)
+    known = failures_sql.signatures_for(conn, root, failure.key)
+    row = next((r for r in known if same_failure(r.signature, failure.signature)), None)
     if row is None:
         if not telling:
             return  # superseded elsewhere, or forgotten here: nothing to tell of this failure
         row = failures_sql.add_known(conn, root, failure.key, failure.call, failure.signature, failure.sessions,
-                                     failure.first_ms, failure.last_ms)
-        failures_sql.relink(conn, row.id, memory_id, redact(failure.fix), failure.uses)
+                                     failure.first_ms, failure.last_ms,
+                                     crowded=len(known) >= failures_sql.ROWS_PER_KEY)
+        failures_sql.relink(conn, row.id, memory_id, failure.fix, failure.uses)
         filed.roots.add(root)
         return
     merged = failures_sql.merge_sessions(conn, row, failure.sessions, failure.first_ms, failure.last_ms)
@@ -257,7 +264,7 @@ def _file_failure(conn: apsw.Connection, memory_id: str, failure: Failure, root:
     if telling and teller != memory_id:
         winner, loser = _one_of(conn, teller, memory_id, pulled.created_at if pulled else 0)
         if winner == memory_id:
-            failures_sql.relink(conn, row.id, memory_id, redact(failure.fix), failure.uses)
+            failures_sql.relink(conn, row.id, memory_id, failure.fix, failure.uses)
         if loser is not None:
             episodes_sql.supersede(conn, loser, winner, stamp)
             if owns(loser):

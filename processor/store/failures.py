@@ -137,16 +137,20 @@ def of_memories(conn: apsw.Connection, memory_ids: list[str]) -> dict[str, Failu
     return found
 
 
-def add_known(conn: apsw.Connection, project: str | None, fail_key: str, call_key: str, signature: list[str],
-              sessions: dict[str, int], first_ms: int | None, last_ms: int | None) -> FailureSignature:
-    """A way of failing this machine has not met, as another machine knows it (its sessions: theirs)."""
+def add_known(conn: apsw.Connection, project: str | None, fail_key: str, call_key: str, signature: list[Redacted],
+              sessions: dict[str, int], first_ms: int | None, last_ms: int | None, *, crowded: bool = True
+              ) -> FailureSignature:
+    """A way of failing this machine has not met, as another machine knows it (its sessions: theirs). crowded:
+    the program may already have ``ROWS_PER_KEY`` signatures here (False when the caller read fewer)."""
     kept = dict(sorted(sessions.items(), key=lambda item: item[1])[-SESSIONS_KEPT:])
     conn.execute("INSERT INTO failure_signatures (project, fail_key, call_key, signature, sessions, first_ms, last_ms) "
                  "VALUES (?, ?, ?, ?, ?, ?, ?)",
                  (project, fail_key, call_key, redacted_json(signature), json.dumps(kept), first_ms, last_ms))
-    _trim(conn, project, fail_key)
-    return _row(conn.execute(f"SELECT {_COLUMNS} FROM failure_signatures WHERE id = ?",
-                             (conn.last_insert_rowid(),)).fetchone())
+    row_id = conn.last_insert_rowid()
+    if crowded:
+        _trim(conn, project, fail_key)
+    return FailureSignature(row_id, project, fail_key, call_key, list(signature), kept, first_ms, last_ms, None, None,
+                            None)
 
 
 def merge_sessions(conn: apsw.Connection, row: FailureSignature, sessions: dict[str, int], first_ms: int | None,

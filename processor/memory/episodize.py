@@ -23,7 +23,7 @@ from processor.memory.episode_store import EpisodeStore
 from processor.memory.failed_calls import Failure, failures_of
 from processor.memory.findings import Finding, Round
 from processor.memory.guards import forbidden_commands
-from processor.memory.identity import episode_id
+from processor.memory.identity import content_hash, episode_id
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
 from processor.memory.stale_fixes import ran_clean_without, retirable
@@ -290,8 +290,14 @@ class Episodizer:
             row = failures_sql.record(self.conn, project, failure.fail_key, failure.key, failure.signature,
                                       session_id, failure.call.result_ts_ms or failure.call.ts_ms,
                                       redact(failure.error_line))
-            if lesson is not None and lesson.failure is not None and sql.get_episode(self.conn, lesson.id) is not None:
-                failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.failure.fix), lesson.failure.uses)
+            if lesson is not None and lesson.failure is not None:
+                # Its memory, or the same words made elsewhere and pulled here (shared memory): a copy that kept
+                # this lesson from being stored again tells it instead.
+                teller = lesson.id if sql.get_episode(self.conn, lesson.id) is not None else \
+                    sql.active_with_hash(self.conn, content_hash(lesson.full_content), memories_only=True)
+                if teller is not None:
+                    failures_sql.set_memory(self.conn, row.id, teller, redact(lesson.failure.fix), lesson.failure.uses)
+                    origins_sql.set_origin(self.conn, teller, lesson.miner)  # a copy from an older Engram has none
 
     def _retire_unneeded_fixes(self, session_id: str, project: str | None, calls: list[StoredToolCall],
                                stamp: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import apsw
 
 from processor.capture.project import project_of_folder
-from processor.clock import now_ms, utc_clock
+from processor.clock import now_ms, utc_clock, utc_date
 from processor.config import Settings
 from processor.share import connection as share_connection
 from processor.share.errors import SchemaTooNew, ShareError, explain_connection_error
@@ -239,7 +239,23 @@ def status_of(conn: apsw.Connection, settings: Settings) -> dict[str, Any]:
         # Which ones, and why (newest first): what `engram doctor` sends the user here for.
         "problems": [{"id": episode_id, "direction": direction, "reason": reason, "at": utc_clock(at)}
                      for episode_id, direction, reason, at in sql.problems(conn)] if problems else [],
+        **fixes_from_elsewhere(conn),
     }
+
+
+def fixes_from_elsewhere(conn: apsw.Connection) -> dict[str, Any]:
+    """The error fixes learned on another machine that are told here, by where they came from ("learned on laptop",
+    "from teammate bob": never a teammate's machine, paths or sessions), and those waiting for a clone here."""
+    sources: dict[str, dict[str, Any]] = {}
+    waiting = 0
+    for fix in sql.pulled_fixes(conn):
+        if not fix.filed:
+            waiting += 1
+            continue
+        source = sources.setdefault(fix.origin.source(), {"from": fix.origin.source(), "fixes": 0,
+                                                          "newest": utc_date(fix.created_at)})
+        source["fixes"] += 1
+    return {"fixes_from_elsewhere": list(sources.values()), "fixes_waiting_for_a_clone": waiting}
 
 
 def status(settings: Settings, *, network: bool = True) -> Outcome:
@@ -288,6 +304,11 @@ def format_status(data: dict[str, Any]) -> list[str]:
         for problem in data.get("problems") or []:
             verb = "kept here" if problem["direction"] == "push" else "refused"
             lines.append(f"    {problem['id']} {verb} ({problem['at']}): {problem['reason']}")
+    if data.get("fixes_from_elsewhere") or data.get("fixes_waiting_for_a_clone"):
+        told = "; ".join(f"{s['from']}: {s['fixes']} (newest {s['newest']})" for s in data["fixes_from_elsewhere"])
+        waiting = data.get("fixes_waiting_for_a_clone") or 0
+        lines.append("  error fixes from elsewhere, told here at the same failure: " + (told or "none")
+                     + (f"; {waiting} more wait for a clone of their project here" if waiting else ""))
     if data.get("last_error"):
         lines.append(f"  last error ({data.get('last_error_at')}): {data['last_error']}")
         if data.get("last_error_fix"):

@@ -134,6 +134,7 @@ def _checked(conn: Any, settings: Settings, where: str, require_schema: bool) ->
     conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
     with conn.cursor() as cur:
         installed, available = schema.extension_state(cur)
+        required = schema.required_versions(cur)
         versions = schema.applied_versions(cur)
     if installed is None and (require_schema or available is None):
         if available is None:
@@ -147,11 +148,13 @@ def _checked(conn: Any, settings: Settings, where: str, require_schema: bool) ->
         raise ShareError(f"the server's pgvector is {installed}; shared memory needs 0.7 or later.",
                          "upgrade pgvector on the server, then run ALTER EXTENSION vector UPDATE")
     newest = max(versions) if versions else 0
-    if newest > schema.latest_version():
-        raise SchemaTooNew(f"the shared database at {where} has schema version {newest}; this Engram knows up to "
-                           f"version {schema.latest_version()} and will not read or write it.",
+    # Only a migration a client must know makes the schema too new: an additive one (a column older clients
+    # neither send nor read) leaves them working.
+    if required and max(required) > schema.latest_version():
+        raise SchemaTooNew(f"the shared database at {where} has schema version {max(required)}; this Engram knows "
+                           f"up to version {schema.latest_version()} and will not read or write it.",
                            "upgrade Engram on this machine (another machine's newer Engram upgraded the database)")
-    if require_schema and newest < schema.latest_version():
+    if require_schema and schema.missing_versions(versions):
         if not versions:
             raise ShareError(f"the shared database at {where} has no Engram schema yet.",
                              "run `engram share init` once (as the database owner, or a role that may create a "
@@ -174,8 +177,9 @@ def prepare(conn: Any) -> None:
 
     conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
     with conn.cursor() as cur:
+        required = schema.required_versions(cur)
         versions = schema.applied_versions(cur)
-    if not versions or max(versions) != schema.latest_version():
+    if not versions or schema.missing_versions(versions) or max(required, default=0) > schema.latest_version():
         raise ShareError("the shared database's schema is not the one this Engram knows.",
                          "run `engram share status` (it says which side to upgrade)")
     vector_home = pg.vector_schema(conn)

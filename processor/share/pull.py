@@ -6,8 +6,10 @@ applying a memory's state is idempotent. Rules, in order: a tombstone always win
 here, and a local change still waiting to be pushed is dropped); a memory forgotten here stays forgotten;
 a memory changed here and not yet pushed keeps the local change (pushed next, it becomes the later one by
 sequence); otherwise the pulled state replaces the local one. A row that fails validation (bad fields, a
-vector of the wrong size for its model) is refused with one log line, recorded, and never half-applied.
-Vectors made by another embedding model are not used: the text is embedded again with this machine's.
+vector of the wrong size for its model, a lesson whose known fields are wrong) is refused with one log line,
+recorded, and never half-applied. Vectors made by another embedding model are not used: the text is embedded
+again with this machine's. A memory's lesson (what makes it tellable: ``processor/share/lessons.py``) is filed in
+the same transaction, under this machine's clone of its project, its paths moved under that clone.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import numpy as np
 from processor.clock import now_ms
 from processor.config import Settings
 from processor.memory.kinds import IMPORTANCES, KINDS, SCOPES
+from processor.share import lessons
 from processor.share.connection import SharedDatabase
+from processor.share.lessons import BadLesson, Filed, Lesson
 from processor.share.postgres import statements as pg
 from processor.share.postgres.migrations import MAX_CONTENT_BYTES, STATUSES
 from processor.store import episodes as episodes_sql
@@ -54,6 +58,7 @@ class Checked:
     replica: Replica | None  # None: a tombstone
     vector: bytes | None  # usable as it is (this machine's model and size)
     embed: bool  # the text must be embedded here (another model, or no vector)
+    lesson: Lesson | None = None  # what makes it tellable (None: it has none, or an older client made it)
 
 
 @dataclass
@@ -65,6 +70,7 @@ class PullReport:
     embedded: int = 0  # pulled texts embedded again with this machine's model
     cursor: int = 0
     own_from_elsewhere: list[str] = field(default_factory=list)  # this person's memories made on other machines
+    filed: Filed = field(default_factory=Filed)  # lessons filed here: the projects whose lesson index changed
 
 
 def _text(value: Any, name: str, limit: int, *, optional: bool = False) -> str | None:
@@ -135,11 +141,17 @@ def check(row: pg.PulledRow, model: str, dims: int, key_to_root: dict[str, str])
     if superseded_by is not None and not _ID.match(superseded_by):
         raise Refused("superseded_by is not an Engram memory id")
     project_key = _text(row.project_key, "project_key", 4000, optional=True)
-    project = key_to_root.get(project_key or "") or _text(row.project, "project", 4000, optional=True)
+    theirs = _text(row.project, "project", 4000, optional=True)
+    project = key_to_root.get(project_key or "") or theirs
+    try:
+        lesson = lessons.parse(row.lesson)
+    except BadLesson as exc:
+        raise Refused(f"its lesson {exc}") from None
     replica = Replica(
         id=row.id, session_id=_text(row.session_id, "session_id", 200, optional=True),
         project=project if scope == "project" else None, scope=scope, summary=summary or "",
-        entities=_strings(row.entities, "entities"), importance=importance, kind=kind, source_type=source_type,
+        entities=lessons.moved(_strings(row.entities, "entities"), theirs, project), importance=importance,
+        kind=kind, source_type=source_type,
         full_content=content or "", source_uuids=_strings(row.source_uuids, "source_uuids"),
         content_hash=_text(row.content_hash, "content_hash", 200) or "", created_at=created_at or 0,
         valid_from=valid_from or 0, valid_to=valid_to, superseded_by=superseded_by, status=status)
@@ -150,8 +162,8 @@ def check(row: pg.PulledRow, model: str, dims: int, key_to_root: dict[str, str])
         norm = float(np.linalg.norm(vector))
         if not math.isclose(norm, 1.0, rel_tol=1e-2, abs_tol=1e-2):
             raise Refused(f"its vector is not a unit vector (norm {norm:.3f})")
-        return Checked(row, replica, vector.tobytes(), False)
-    return Checked(row, replica, None, True)
+        return Checked(row, replica, vector.tobytes(), False, lesson)
+    return Checked(row, replica, None, True, lesson)
 
 
 def _refuse(conn: apsw.Connection, row: pg.PulledRow, reason: str, report: PullReport, stamp: int) -> None:
@@ -188,7 +200,7 @@ def pull_new(conn: apsw.Connection, db: SharedDatabase, settings: Settings, mach
                 refused.append((row, str(exc)))
         _embed_missing(checked, embed, report)
         last_seq = max(r.seq for r in rows if isinstance(r.seq, int))
-        _apply(conn, checked, refused, db.role, machine_id, last_seq, report)
+        _apply(conn, checked, refused, db.role, machine_id, last_seq, report, set(key_to_root.values()))
         report.cursor = max(report.cursor, last_seq)
         if len(rows) < settings.share_batch:
             break
@@ -207,10 +219,24 @@ def _embed_missing(checked: list[Checked], embed: Embed, report: PullReport) -> 
     report.embedded += len(wanted)
 
 
+def owner_check(conn: apsw.Connection, role: str, pulled: dict[str, str]) -> lessons.Owns:
+    """Whether a memory is this person's (made here, or on another of their machines): only those are pushed.
+    `pulled`: the owners of the rows being applied, known before their share_rows are recorded."""
+    def owns(memory_id: str) -> bool:
+        owner = pulled.get(memory_id)
+        if owner is None:
+            known = sql.shared_rows(conn, [memory_id]).get(memory_id)
+            owner = known.owner if known is not None else role  # never shared: made here
+        return owner == role
+    return owns
+
+
 def _apply(conn: apsw.Connection, checked: list[Checked], refused: list[tuple[pg.PulledRow, str]], role: str,
-           machine_id: str, last_seq: int, report: PullReport) -> None:
+           machine_id: str, last_seq: int, report: PullReport, roots: set[str]) -> None:
     stamp = now_ms()
     ids = [c.row.id for c in checked]
+    owns = owner_check(conn, role, {c.row.id: c.row.owner for c in checked})
+    filed = Filed()
     with write_transaction(conn):
         sql.set_applying(conn, True)
         local = sql.local_versions(conn, ids)
@@ -224,6 +250,7 @@ def _apply(conn: apsw.Connection, checked: list[Checked], refused: list[tuple[pg
                     episodes_sql.forget(conn, row.id, stamp, row.forgotten_reason or "forgotten on another machine")
                     report.erased.append(row.id)
                 sql.drop_from_outbox(conn, [row.id])
+                sql.drop_lessons(conn, [row.id])
             elif current is None:
                 sql.insert_replica(conn, replica, item.vector)
                 report.applied += 1
@@ -233,15 +260,22 @@ def _apply(conn: apsw.Connection, checked: list[Checked], refused: list[tuple[pg
                 new_text = current.content_hash != replica.content_hash
                 sql.update_replica(conn, replica, item.vector, new_vector=new_text and item.vector is not None)
                 report.applied += 1
+            if replica is not None and item.lesson is not None and (current is None or current.status != "forgotten"):
+                root = replica.project if replica.project in roots else None  # None: no clone of it here
+                lessons.file(conn, row.id, item.lesson, root, owns, stamp, filed)
             shared.append(SharedRow(row.id, row.seq, row.machine_id, row.owner, row.team, row.project_key,
                                     row.machine_id != machine_id or row.owner != role))
             if replica is not None and row.owner == role and row.machine_id != machine_id:
                 report.own_from_elsewhere.append(row.id)
+        # This person's memories changed here while applying (the triggers are off): pushed next.
+        sql.queue(conn, sorted(filed.queued - sql.queued_ids(conn, sorted(filed.queued))), stamp)
         sql.record_shared(conn, shared)
         for row, reason in refused:
             _refuse(conn, row, reason, report, stamp)
         sql.record_pull(conn, last_seq, last_seq, len(checked), stamp)
         sql.set_applying(conn, False)
+    report.filed.roots |= filed.roots
+    report.filed.queued |= filed.queued
 
 
 def reconcile_replicas(conn: apsw.Connection, db: SharedDatabase, others: bool, page: int = 1000) -> list[str]:
@@ -263,5 +297,6 @@ def reconcile_replicas(conn: apsw.Connection, db: SharedDatabase, others: bool, 
                 for memory_id in gone:
                     episodes_sql.forget(conn, memory_id, stamp, NO_LONGER_SHARED)
                 sql.forget_shared_rows(conn, gone)
+                sql.drop_lessons(conn, gone)
                 sql.set_applying(conn, False)
             erased += gone

@@ -17,8 +17,8 @@ import numpy as np
 
 from processor.clock import now_ms
 from processor.config import Settings
-from processor.redaction import redact, redacted_json, redacted_list
-from processor.share import policy
+from processor.redaction import Redacted, redact, redacted_json, redacted_list
+from processor.share import lessons, policy
 from processor.share.connection import SharedDatabase
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
@@ -83,7 +83,7 @@ def _tombstone(memory_id: str, machine_id: str, shared: SharedRow | None, memory
 
 
 def _live_row(memory: LocalMemory, machine_id: str, shared: SharedRow | None, key: str | None, team: str | None,
-              model: str | None, dims: int) -> pg.PushRow:
+              model: str | None, dims: int, lesson: Redacted | None) -> pg.PushRow:
     summary, content = redact(memory.summary), redact(memory.full_content)
     entities = redacted_list(memory.entities)
     vector = None
@@ -99,7 +99,7 @@ def _live_row(memory: LocalMemory, machine_id: str, shared: SharedRow | None, ke
         full_content=content, entities=redacted_json(entities), source_uuids=json.dumps(memory.source_uuids),
         content_hash=memory.content_hash, superseded_by=memory.superseded_by, created_at=memory.created_at,
         valid_from=memory.valid_from, valid_to=memory.valid_to, forgotten_reason=None,
-        embedding=vector, embedding_model=model if vector is not None else None)
+        embedding=vector, embedding_model=model if vector is not None else None, lesson=lesson)
 
 
 def prepare(conn: apsw.Connection, entries: list[tuple[int, str]], db_role: str, machine_id: str,
@@ -109,6 +109,7 @@ def prepare(conn: apsw.Connection, entries: list[tuple[int, str]], db_role: str,
     memories = sql.memories_for_push(conn, ids)
     shared = sql.shared_rows(conn, ids)
     commits = sql.commit_ids(conn, ids)
+    told_by = lessons.outgoing(conn, ids, machine_id)  # what makes each tellable elsewhere
     teams = sql.team_projects(conn)
     model = episodes_sql.get_meta(conn, "embedding_model")
     dims = int(episodes_sql.get_meta(conn, "embedding_dim") or 0)
@@ -143,7 +144,7 @@ def prepare(conn: apsw.Connection, entries: list[tuple[int, str]], db_role: str,
         was_team = known is not None and known.pulled and known.team is not None
         if team and not policy.team_eligible(memory, is_commit=episode_id in commits or was_team):
             team = None
-        rows.append(_live_row(memory, machine_id, known, key, team, model, dims))
+        rows.append(_live_row(memory, machine_id, known, key, team, model, dims, told_by.get(episode_id)))
     return rows
 
 
@@ -196,6 +197,7 @@ def push_pending(conn: apsw.Connection, db: SharedDatabase, settings: Settings, 
             for memory_id, reason in result.forgotten.items():
                 episodes_sql.forget(conn, memory_id, stamp, reason or "forgotten on another machine")
                 report.forgotten_here.append(memory_id)
+            sql.drop_lessons(conn, list(result.forgotten))
             for memory_id, reason in report.kept_local[kept_before:]:
                 sql.record_problem(conn, memory_id, "push", reason, stamp)
             sql.outbox_done(conn, entries)

@@ -24,14 +24,17 @@ import apsw
 from processor.clock import now_ms
 from processor.config import Settings, SettingsSource
 from processor.memory.episode_store import EpisodeStore
+from processor.recall.lesson_index import LessonIndex
 from processor.recall.recollections import drop_bites
 from processor.share import connection as share_connection
+from processor.share import lessons
 from processor.share.connection import SharedDatabase
 from processor.share.errors import ShareError, explain_connection_error, is_psycopg_error
+from processor.share.lessons import Filed
 from processor.share.machine import fingerprint, hostname, new_machine_id
 from processor.share.postgres import statements as pg
 from processor.share.projects import project_key
-from processor.share.pull import PullReport, pull_new, reconcile_replicas
+from processor.share.pull import PullReport, owner_check, pull_new, reconcile_replicas
 from processor.share.push import PushReport, push_pending
 from processor.store import episodes as episodes_sql
 from processor.store import open_store, write_transaction
@@ -70,6 +73,7 @@ class Sharing:
         self._owns_conn = conn is None
         self.store = EpisodeStore(settings, self.conn)
         self.db: SharedDatabase | None = None
+        self._placed: set[str] = set()  # project roots whose pulled memories were moved to them in this run
         self.machine_id = machine_id(self.conn)
         self.warnings: list[str] = []
         if share_connection.configured(self.settings):
@@ -183,31 +187,53 @@ class Sharing:
             drop_bites(self.settings.recollections_dir, set(report.forgotten_here))
         return report
 
-    def learn_projects(self) -> None:
+    def learn_projects(self, role: str) -> Filed:
         """Project keys of the projects worked on here (git, once each); memories pulled before a project was
-        known here move to its local root."""
+        known here move to its local root (their paths with them), and their failures are filed there. A root is
+        looked at once per run of the sync, and again whenever it is new: a push may have learned its key first."""
+        filed = Filed()
         known = sql.project_keys(self.conn)
-        new = {root: project_key(root) for root in sql.session_projects(self.conn) if root not in known}
-        if not new:
-            return
+        roots = sql.session_projects(self.conn)
+        new = {root: project_key(root) for root in roots if root not in known}
+        unchecked = {root: (new.get(root) or known[root])[0] for root in roots if root not in self._placed}
+        if not new and not any(sql.replicas_to_relocate(self.conn, key, root) for root, key in unchecked.items()):
+            self._placed.update(unchecked)
+            return filed  # nothing to write: no lock taken
+        stamp = now_ms()
         with write_transaction(self.conn):
             sql.set_applying(self.conn, True)
+            owns = owner_check(self.conn, role, {})
             for root, (key, has_remote) in new.items():
-                sql.set_project_key(self.conn, root, key, has_remote, now_ms())
-                sql.relocate(self.conn, sql.replicas_to_relocate(self.conn, key, root), root)
+                sql.set_project_key(self.conn, root, key, has_remote, stamp)
+            for root, key in unchecked.items():
+                moving = sql.replicas_to_relocate(self.conn, key, root)
+                if moving:
+                    lessons.relocated(self.conn, moving, root, owns, stamp, filed)
+            sql.queue(self.conn, sorted(filed.queued), stamp)
             sql.set_applying(self.conn, False)
+        self._placed.update(unchecked)
+        return filed
 
     def pull(self, *, max_batches: int | None = None) -> PullReport:
         with self._talking() as db:
-            self.learn_projects()
+            relocated = self.learn_projects(db.role)
             model, dims = self._model()
             report = pull_new(self.conn, db, self.settings, self.machine_id, model, dims, self.store.vectors_for,
                               max_batches=max_batches)
+            report.filed.roots |= relocated.roots
             if self.settings.share_messages and report.own_from_elsewhere:
                 self._pull_messages(db, report.own_from_elsewhere)
         if report.erased:
             drop_bites(self.settings.recollections_dir, set(report.erased))
+        self.refresh_lessons(report.filed.roots)
         return report
+
+    def refresh_lessons(self, roots: set[str]) -> None:
+        """Rewrite the lesson index of projects whose fixes came from elsewhere: the next failure there (or call, in
+        a session already running) is told them, as it would be a fix learned here."""
+        index = LessonIndex(self.settings.recollections_dir)
+        for root in sorted(roots):
+            index.refresh(self.conn, root, root)
 
     def _pull_messages(self, db: SharedDatabase, memory_ids: list[str]) -> None:
         """The transcript messages of this person's memories made elsewhere (share_messages = true)."""

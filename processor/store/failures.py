@@ -120,3 +120,60 @@ def project_failures(conn: apsw.Connection, project: str | None) -> list[Failure
     rows = conn.execute(f"SELECT {_COLUMNS} FROM failure_signatures WHERE project IS ? ORDER BY last_ms DESC",
                         (project,))
     return [_row(r) for r in rows]
+
+
+# --- failures known from another machine (shared memory: processor/share/lessons.py) -----------------------------
+
+
+def of_memories(conn: apsw.Connection, memory_ids: list[str]) -> dict[str, FailureSignature]:
+    """The failure each of these memories tells the fix of (the most recently met, when several link it)."""
+    found: dict[str, FailureSignature] = {}
+    for start in range(0, len(memory_ids), 500):
+        part = memory_ids[start:start + 500]
+        marks = ",".join("?" * len(part))
+        for row in conn.execute(f"SELECT {_COLUMNS} FROM failure_signatures WHERE memory_id IN ({marks}) "
+                                "ORDER BY last_ms", part):
+            found[row[9]] = _row(row)  # the last one read is the most recent
+    return found
+
+
+def add_known(conn: apsw.Connection, project: str | None, fail_key: str, call_key: str, signature: list[Redacted],
+              sessions: dict[str, int], first_ms: int | None, last_ms: int | None, *, crowded: bool = True
+              ) -> FailureSignature:
+    """A way of failing this machine has not met, as another machine knows it (its sessions: theirs). crowded:
+    the program may already have ``ROWS_PER_KEY`` signatures here (False when the caller read fewer)."""
+    kept = dict(sorted(sessions.items(), key=lambda item: item[1])[-SESSIONS_KEPT:])
+    conn.execute("INSERT INTO failure_signatures (project, fail_key, call_key, signature, sessions, first_ms, last_ms) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                 (project, fail_key, call_key, redacted_json(signature), json.dumps(kept), first_ms, last_ms))
+    row_id = conn.last_insert_rowid()
+    if crowded:
+        _trim(conn, project, fail_key)
+    return FailureSignature(row_id, project, fail_key, call_key, list(signature), kept, first_ms, last_ms, None, None,
+                            None)
+
+
+def merge_sessions(conn: apsw.Connection, row: FailureSignature, sessions: dict[str, int], first_ms: int | None,
+                   last_ms: int | None) -> FailureSignature:
+    """Count in this row the sessions another machine met the failure in (each session once, at its latest time;
+    the most recent ``SESSIONS_KEPT`` kept); writes only when that changes something."""
+    merged = dict(row.sessions)
+    for session_id, at in sessions.items():
+        merged[session_id] = max(merged.get(session_id, 0) or 0, at or 0)
+    merged = dict(sorted(merged.items(), key=lambda item: item[1])[-SESSIONS_KEPT:])
+    first = min((v for v in (row.first_ms, first_ms) if v is not None), default=None)
+    last = max((v for v in (row.last_ms, last_ms) if v is not None), default=None)
+    if merged == row.sessions and (first, last) == (row.first_ms, row.last_ms):
+        return row
+    conn.execute("UPDATE failure_signatures SET sessions = ?, first_ms = ?, last_ms = ? WHERE id = ?",
+                 (json.dumps(merged), first, last, row.id))
+    return FailureSignature(row.id, row.project, row.fail_key, row.call_key, row.signature, merged, first, last,
+                            row.example, row.memory_id, row.fix, row.uses)
+
+
+def relink(conn: apsw.Connection, signature_id: int, memory_id: str, fix: Redacted,
+           uses: list[str] | tuple[str, ...] = ()) -> None:
+    """Make this memory the one that tells the failure's fix, replacing any other (one fix learned on two machines
+    is one memory: the other was superseded by it)."""
+    conn.execute("UPDATE failure_signatures SET memory_id = ?, fix = ?, uses = ? WHERE id = ?",
+                 (memory_id, redacted(fix), redacted_json(list(uses)) if uses else None, signature_id))

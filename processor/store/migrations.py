@@ -600,6 +600,13 @@ def m023_signal_origins(conn: apsw.Connection) -> None:
                       for tool_use_id in built])
 
 
+def m024_shared_lessons(conn: apsw.Connection) -> None:
+    # Issue 32: a fix learned on one machine is told at the same failure on every other. What makes a memory
+    # tellable (its miner, its failure, where it was met) travels with it; a receiver keeps the lesson as pulled,
+    # unknown fields included, and a failure's new session queues its memory for a push (store/share.py).
+    share_sql.create_lesson_tables(conn)
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -624,6 +631,7 @@ MIGRATIONS: list[Migration] = [
     m021_session_turn_ended,
     m022_project_identity,
     m023_signal_origins,
+    m024_shared_lessons,
 ]
 
 

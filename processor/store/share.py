@@ -16,7 +16,8 @@ from typing import Any
 
 import apsw
 
-from processor.redaction import Redacted, redacted
+from processor.clock import utc_date
+from processor.redaction import Redacted, redacted, redacted_json
 from processor.store.episodes import EPISODE_COLUMNS, Episode, NewEpisode
 from processor.store.in_list import rows_in
 
@@ -57,16 +58,30 @@ TRIGGERS = (
 )
 
 
+# What makes a memory tellable elsewhere changes without the episode changing: another session meets the failure
+# it tells the fix of (its count), or it becomes the failure's fix. Its memory is pushed again (issue 32).
+LESSON_TRIGGERS = (
+    f"CREATE TRIGGER IF NOT EXISTS share_outbox_failure AFTER UPDATE OF sessions, memory_id, fix, uses "
+    f"ON failure_signatures WHEN {_SHARING} AND new.memory_id IS NOT NULL AND (old.sessions IS NOT new.sessions "
+    f"OR old.memory_id IS NOT new.memory_id OR old.fix IS NOT new.fix OR old.uses IS NOT new.uses) "
+    f"BEGIN {_queue('new.memory_id')} END",
+    # A forgotten memory's lesson as other machines sent it (its fix in a line) goes with its content.
+    "CREATE TRIGGER IF NOT EXISTS share_lessons_forget AFTER UPDATE OF status ON episodes "
+    "WHEN new.status = 'forgotten' BEGIN DELETE FROM share_lessons WHERE memory_id = new.id; END",
+)
+
+
 def ensure_triggers(conn: apsw.Connection) -> None:
-    """Create the outbox triggers if missing (a later migration that rebuilds ``episodes`` drops them)."""
-    for statement in TRIGGERS:
+    """Create the outbox triggers if missing (a later migration that rebuilds ``episodes`` or
+    ``failure_signatures`` drops them)."""
+    for statement in TRIGGERS + LESSON_TRIGGERS:
         conn.execute(statement)
 
 
 def triggers_missing(conn: apsw.Connection) -> bool:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' "
                                         "AND name LIKE 'share_%'")}
-    return len(names) < len(TRIGGERS)
+    return len(names) < len(TRIGGERS) + len(LESSON_TRIGGERS)
 
 
 def create_tables(conn: apsw.Connection) -> None:
@@ -153,7 +168,29 @@ def create_tables(conn: apsw.Connection) -> None:
     )
     # Which memories are commit messages (policy: teams get them) is looked up by the tool call's line.
     conn.execute("CREATE INDEX IF NOT EXISTS idx_tool_signals_use ON tool_signals(use_uuid)")
-    ensure_triggers(conn)
+    for statement in TRIGGERS:  # the failure table's come with its own migration (create_lesson_tables)
+        conn.execute(statement)
+
+
+def create_lesson_tables(conn: apsw.Connection) -> None:
+    """What makes a memory tellable, as other machines know it (migration m024_shared_lessons)."""
+    conn.execute(
+        """
+        -- A memory's lesson as last pulled (or merged from a copy learned elsewhere): a JSON object whose fields
+        -- this version does not know are kept here and sent on with the memory (processor/share/lessons.py).
+        CREATE TABLE share_lessons (
+            memory_id TEXT PRIMARY KEY,
+            payload   TEXT NOT NULL
+        ) WITHOUT ROWID;
+        """
+    )
+    for statement in LESSON_TRIGGERS:
+        conn.execute(statement)
+    # Memories mined before their lessons travelled go out again with them (an unchanged one's push changes
+    # nothing but its lesson on the server).
+    conn.execute(f"INSERT INTO share_outbox(episode_id, queued_at) SELECT episode_id, {_NOW_MS} FROM memory_origins "
+                 "WHERE (SELECT enabled FROM share_state WHERE id = 1) = 1 "
+                 "AND episode_id NOT IN (SELECT episode_id FROM share_outbox)")
 
 
 # --- the sync state -------------------------------------------------------------------------------
@@ -341,6 +378,67 @@ def own_projects_of(conn: apsw.Connection, episode_ids: list[str]) -> list[str]:
     return [r[0] for r in rows]
 
 
+# --- what makes a memory tellable elsewhere (processor/share/lessons.py) --------------------------------------
+
+
+def pulled_lessons(conn: apsw.Connection, memory_ids: list[str]) -> dict[str, str]:
+    """memory id → its lesson as other machines know it (JSON), for those that have one."""
+    return dict(rows_in(conn, "SELECT memory_id, payload FROM share_lessons WHERE memory_id IN ({marks})",
+                        memory_ids))
+
+
+def save_lesson(conn: apsw.Connection, memory_id: str, payload: Redacted) -> None:
+    conn.execute("INSERT INTO share_lessons(memory_id, payload) VALUES (?, ?) ON CONFLICT(memory_id) DO UPDATE "
+                 "SET payload = excluded.payload WHERE payload IS NOT excluded.payload", (memory_id, redacted(payload)))
+
+
+def drop_lessons(conn: apsw.Connection, memory_ids: list[str]) -> None:
+    conn.executemany("DELETE FROM share_lessons WHERE memory_id = ?", [(i,) for i in memory_ids])
+
+
+def session_agents(conn: apsw.Connection, memory_ids: list[str]) -> dict[str, str]:
+    """memory id → the agent whose session it was learned in, for memories of a session captured here."""
+    return dict(rows_in(conn, "SELECT e.id, s.agent FROM episodes e JOIN sessions s ON s.session_id = e.session_id "
+                              "WHERE e.id IN ({marks})", memory_ids))
+
+
+def captured_sessions(conn: apsw.Connection, session_ids: list[str]) -> set[str]:
+    """Which of these sessions were captured here (the others were met on another machine)."""
+    return {r[0] for r in rows_in(conn, "SELECT session_id FROM sessions WHERE session_id IN ({marks})",
+                                  session_ids)}
+
+
+@dataclass(frozen=True)
+class PulledFix:
+    """A fix made elsewhere whose lesson this machine holds, and where it came from (engram status, the viewer)."""
+
+    memory_id: str
+    project: str | None
+    created_at: int
+    filed: bool  # filed under its failure here (a clone of its project is here)
+    origin: Origin
+
+
+def pulled_fixes(conn: apsw.Connection, limit: int = 10_000) -> list[PulledFix]:
+    """The active memories made on another machine that tell a failure's fix, newest first."""
+    try:
+        rows = _pulled_fixes(conn, limit)
+    except apsw.SQLError:  # a database from before lessons travelled
+        return []
+    return [PulledFix(r[0], r[1], r[2], bool(r[3]), Origin(r[4], r[5], r[6], r[7], True, bool(r[8]))) for r in rows]
+
+
+def _pulled_fixes(conn: apsw.Connection, limit: int) -> list[tuple]:
+    return conn.execute(
+        "SELECT l.memory_id, e.project, e.created_at, EXISTS (SELECT 1 FROM failure_signatures f "
+        "WHERE f.memory_id = l.memory_id AND f.project IS e.project), r.origin_machine, r.owner, m.hostname, r.team, "
+        "r.owner = coalesce(s.role, r.owner) FROM share_lessons l JOIN episodes e ON e.id = l.memory_id "
+        "JOIN share_rows r ON r.episode_id = l.memory_id AND r.pulled = 1 "
+        "LEFT JOIN share_machines m ON m.machine_id = r.origin_machine LEFT JOIN share_state s ON s.id = 1 "
+        "WHERE e.status = 'active' AND json_extract(l.payload, '$.failure') IS NOT NULL "
+        "ORDER BY e.created_at DESC LIMIT ?", (limit,)).fetchall()
+
+
 # --- what the shared database holds -------------------------------------------------------------------
 
 
@@ -398,6 +496,15 @@ class Origin:
         if self.mine:
             return f"your machine {machine}"
         return f"teammate {self.owner}, machine {machine}" + (f", team {self.team}" if self.team else "")
+
+    def source(self) -> str:
+        """Where a memory told here came from: "learned on laptop" (one of your machines, by its name) or "from
+        teammate bob" (a person: never their machine or their paths)."""
+        return f"learned on {self.hostname or self.machine_id}" if self.mine else f"from teammate {self.owner}"
+
+    def learned(self, created_at: int) -> str:
+        """The source with the day it was learned: "learned on laptop, 2026-11-20"."""
+        return f"{self.source()}, {utc_date(created_at)}"
 
 
 def origins_of(conn: apsw.Connection, episode_ids: list[str]) -> dict[str, Origin]:
@@ -477,8 +584,10 @@ def replicas_to_relocate(conn: apsw.Connection, key: str, root: str) -> list[str
         "AND r.project_key = ? AND e.scope = 'project' AND (e.project IS NULL OR e.project != ?)", (key, root))]
 
 
-def relocate(conn: apsw.Connection, episode_ids: list[str], root: str) -> None:
-    conn.executemany("UPDATE episodes SET project = ? WHERE id = ?", [(root, i) for i in episode_ids])
+def move_replica(conn: apsw.Connection, episode_id: str, root: str, entities: list[str]) -> None:
+    """A pulled memory moved to this machine's clone of its project, with the paths it names under that clone."""
+    conn.execute("UPDATE episodes SET project = ?, entities = ? WHERE id = ?",
+                 (root, redacted_json(entities), episode_id))
 
 
 # --- applying pulled memories ---------------------------------------------------------------------

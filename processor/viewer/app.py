@@ -330,12 +330,15 @@ class Viewer:
         statements = sql.project_statements(conn, project)
         origins = origins_sql.origins(conn, [ep.id for ep in statements])
         counts = sql.told_counts(conn, [ep.id for ep in statements])
+        elsewhere = share_sql.origins_of(conn, [ep.id for ep in statements])  # learned on another machine
         groups: dict[str, list[dict[str, Any]]] = {}
         for ep in statements:
             name = category(ep, origins.get(ep.id))
             if name is not None:
+                made = elsewhere.get(ep.id)
                 groups.setdefault(name, []).append({"ep": ep, "origin": origins.get(ep.id) or ep.source_type,
-                                                    "told": counts.get(ep.id)})
+                                                    "told": counts.get(ep.id),
+                                                    "learned": made.learned(ep.created_at) if made else None})
         return [(name, groups[name]) for name in CATEGORIES if name in groups]
 
     def timeline_items(self, conn: apsw.Connection, session_id: str, after: sql.Cursor, *,

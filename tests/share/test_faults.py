@@ -21,7 +21,7 @@ from processor.share.sync import ShareThread, Sharing
 from processor.store import open_store
 from processor.store import share as share_sql
 from tests.conftest import REPO
-from tests.support.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, sync
+from tests.support.share_fixtures import Machine, SharedSetup, seed_memories, set_model_meta, stalled_pull, sync
 
 
 def local_ids(machine: Machine) -> list[str]:
@@ -115,28 +115,12 @@ def test_the_server_killed_mid_sync_loses_nothing(tmp_path: Path, shared: Shared
         ids = seed_memories(a, 300)
         sync(a)
         # B's pull applies its first batch, then waits for the local write lock while the server dies.
-        sharing = Sharing(b.settings)
-        sharing.open()
-        blocker = apsw.Connection(str(b.settings.db_path))
-        blocker.execute("BEGIN IMMEDIATE")
-        failure: list[BaseException] = []
-
-        def pull() -> None:
-            try:
-                sharing.pull()
-            except BaseException as exc:  # noqa: BLE001 - the test looks at it
-                failure.append(exc)
-
-        puller = threading.Thread(target=pull)
-        puller.start()
+        stalled = stalled_pull(b)
         time.sleep(1.0)  # the first batch is fetched and waits for the lock
         cluster.kill()
-        blocker.execute("ROLLBACK")
-        blocker.close()
-        puller.join(timeout=60)
-        sharing.close_all()
-        assert failure, "the pull should have met the dead server"
-        assert isinstance(failure[0], Exception)
+        stalled.release()
+        assert stalled.failure, "the pull should have met the dead server"
+        assert isinstance(stalled.failure[0], Exception)
         applied = local_ids(b)
         assert 0 < len(applied) < 300  # half done: the batch before the failure is in, with its cursor
         # The processor's sync thread meets the dead server, local work goes on, and it catches up after.

@@ -32,7 +32,9 @@ def test_init_upgrades_an_older_schema_which_clients_refuse_until_then(shared: S
     assert "engram share init" in (raised.value.fix or "")
     shared.init()
     assert shared.admin_sql("SELECT version, name FROM engram.migrations ORDER BY version") == [
-        (schema.version_of(m), m.__name__) for m in schema.MIGRATIONS]
+        (schema.version_of(m), m.__name__) for m in schema.MIGRATIONS if m.__name__ not in schema.ADDITIVE]
+    assert shared.admin_sql("SELECT version, name FROM engram.additions ORDER BY version") == [
+        (schema.version_of(m), m.__name__) for m in schema.MIGRATIONS if m.__name__ in schema.ADDITIVE]
     shared.grant(alice)
     sync(a)
     assert shared.admin_sql("SELECT count(*) FROM engram.memories") == [(1,)]

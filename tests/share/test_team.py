@@ -4,7 +4,6 @@ row-level security with several roles, leaving a team; a project is one project 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import psycopg
@@ -16,14 +15,7 @@ from processor.share.errors import ShareError
 from processor.share.pull import NO_LONGER_SHARED
 from processor.store import open_store
 from tests.support.share_fixtures import Machine, SharedSetup, capture, store_of, sync, write_session
-
-
-def repo(path: Path, remote: str | None) -> str:
-    path.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
-    if remote:
-        subprocess.run(["git", "-C", str(path), "remote", "add", "origin", remote], check=True)
-    return str(path)
+from tests.support.share_fixtures import git_clone as repo
 
 
 def compact(line: str) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -171,6 +173,15 @@ def write_session(machine: Machine, session_id: str, rounds: list[tuple[str, str
     return path
 
 
+def git_clone(path: Path, remote: str | None) -> str:
+    """A git repository at path (a clone, as far as Engram can tell), with `remote` as its origin; its root."""
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    if remote:
+        subprocess.run(["git", "-C", str(path), "remote", "add", "origin", remote], check=True)
+    return str(path)
+
+
 def capture(machine: Machine) -> int:
     """`engram backfill` on the machine: capture its transcripts and build their episodes; returns episodes."""
     from processor.config import ensure_home
@@ -238,3 +249,45 @@ def sync(machine: Machine) -> None:
         sharing.sync()
     finally:
         sharing.close_all()
+
+
+@dataclass
+class StalledPull:
+    """A machine's pull running in a thread, its batches fetched but waiting for the store's write lock, which
+    the test holds (``blocker``) until it has done what it wanted in between (killed the server, say)."""
+
+    sharing: Any
+    blocker: Any
+    thread: threading.Thread
+    failure: list[BaseException]
+
+    def release(self, timeout: float = 60.0) -> None:
+        """Let the pull apply what it fetched and finish (or fail); its connections closed after."""
+        self.blocker.execute("ROLLBACK")
+        self.blocker.close()
+        self.thread.join(timeout=timeout)
+        self.sharing.close_all()
+
+
+def stalled_pull(machine: Machine) -> StalledPull:
+    """The machine's pull started in a thread while the test holds its store's write lock (see ``StalledPull``);
+    what the pull raises is kept in ``failure``."""
+    import apsw
+
+    from processor.share.sync import Sharing
+
+    sharing = Sharing(machine.settings)
+    sharing.open()
+    blocker = apsw.Connection(str(machine.settings.db_path))
+    blocker.execute("BEGIN IMMEDIATE")
+    failure: list[BaseException] = []
+
+    def pull() -> None:
+        try:
+            sharing.pull()
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            failure.append(exc)
+
+    thread = threading.Thread(target=pull)
+    thread.start()
+    return StalledPull(sharing, blocker, thread, failure)

@@ -7,6 +7,12 @@ two ``engram share init`` at once apply each migration once and a failure leaves
 server whose schema is newer than this client knows is refused (``processor/share/connection.py``), never
 written to.
 
+A migration is *additive* (``ADDITIVE``) when a client that does not know it still reads and writes the
+schema correctly: it adds what older clients neither send nor read, and the server keeps it through their
+changes. Those are recorded in ``engram.additions``, not ``engram.migrations``: older clients read only the
+latter, so an additive upgrade never locks them out. A client refuses a schema only when
+``engram.migrations`` holds a version it does not know; it needs every migration it knows, additive or not.
+
 Access is row-level security: a role reads its own rows and its teams', writes only its own. It is forced
 on the tables' owner too for machines, project links and messages; on memories it is not (p003: the team
 search function must read past it to use the full-text index), and Engram's own queries repeat its rule.
@@ -284,6 +290,31 @@ def p004_instance(cur: Cursor) -> None:
     )
 
 
+def p005_lessons(cur: Cursor) -> None:
+    # Issue 32: what makes a memory tellable on another machine — the miner that made it, the failure it tells
+    # the fix of (key, signature, the fix in a line, the words it adds, the sessions and machines that met it),
+    # the agent it was learned in (processor/share/lessons.py) — as one JSON object, so a newer client's fields
+    # travel through an older one untouched. Additive: older clients neither send nor read it, and an update of
+    # theirs keeps it. A forget drops it, whoever forgets (theirs do not name the column: the trigger does it).
+    cur.execute(
+        """
+        ALTER TABLE engram.memories ADD COLUMN lesson jsonb
+            CHECK (lesson IS NULL OR (jsonb_typeof(lesson) = 'object' AND octet_length(lesson::text) <= 65536));
+        CREATE FUNCTION engram.tombstone_without_lesson() RETURNS trigger LANGUAGE plpgsql AS $fn$
+        BEGIN
+            NEW.lesson := NULL;
+            RETURN NEW;
+        END
+        $fn$;
+        CREATE TRIGGER memories_tombstone_lesson BEFORE INSERT OR UPDATE ON engram.memories FOR EACH ROW
+            WHEN (NEW.status = 'forgotten' AND NEW.lesson IS NOT NULL)
+            EXECUTE FUNCTION engram.tombstone_without_lesson();
+        ALTER TABLE engram.memories ADD CONSTRAINT memories_tombstone_no_lesson
+            CHECK (status <> 'forgotten' OR lesson IS NULL);
+        """
+    )
+
+
 def vector_index_name(model: str) -> str:
     import hashlib
 
@@ -302,7 +333,10 @@ MIGRATIONS: list[Migration] = [
     p002_messages,
     p003_team_search,
     p004_instance,
+    p005_lessons,
 ]
+# Migrations an older client may ignore (see the module's docstring): recorded in engram.additions.
+ADDITIVE = frozenset({"p005_lessons"})
 
 
 def latest_version() -> int:
@@ -357,8 +391,9 @@ def extension_state(cur: Cursor) -> tuple[str | None, str | None]:
     return installed, (row[0] if row else None)
 
 
-def applied_versions(cur: Cursor) -> list[int]:
-    """The migrations this database has; [] before `engram share init`."""
+def required_versions(cur: Cursor) -> list[int]:
+    """The migrations a client must know to use this database (every one but the additive); [] before
+    `engram share init`."""
     cur.execute("SELECT to_regclass('engram.migrations') IS NOT NULL")
     if not cur.fetchone()[0]:
         return []
@@ -366,12 +401,28 @@ def applied_versions(cur: Cursor) -> list[int]:
     return [row[0] for row in cur.fetchall()]
 
 
+def applied_versions(cur: Cursor) -> list[int]:
+    """Every migration this database has, additive ones included; [] before `engram share init`."""
+    versions = required_versions(cur)
+    cur.execute("SELECT to_regclass('engram.additions') IS NOT NULL")
+    if cur.fetchone()[0]:
+        cur.execute("SELECT version FROM engram.additions")
+        versions += [row[0] for row in cur.fetchall()]
+    return sorted(versions)
+
+
+def missing_versions(applied: list[int]) -> list[int]:
+    """The migrations this client knows that the database lacks (`engram share init` applies them)."""
+    have = set(applied)
+    return [version_of(m) for m in MIGRATIONS if version_of(m) not in have]
+
+
 def migrate(conn: Any) -> list[str]:
     """Create or upgrade the schema in one transaction; returns the migrations applied now.
 
     Raises NoVector when the extension is missing and cannot be created, SchemaNewer when the database
-    already has migrations this client does not know, and psycopg's InsufficientPrivilege when this role
-    may not create the schema (the caller explains each).
+    already has a migration this client must know and does not (an additive one it may ignore), and psycopg's
+    InsufficientPrivilege when this role may not create the schema (the caller explains each).
     """
     applied_now: list[str] = []
     with conn.transaction(), conn.cursor() as cur:
@@ -387,20 +438,24 @@ def migrate(conn: Any) -> list[str]:
         cur.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (SCHEMA,))
         if cur.fetchone() is None:
             cur.execute("CREATE SCHEMA engram")
-        cur.execute("SELECT to_regclass('engram.migrations') IS NOT NULL")
-        if not cur.fetchone()[0]:
-            cur.execute("CREATE TABLE engram.migrations (version integer PRIMARY KEY, name text NOT NULL, "
-                        "applied_at timestamptz NOT NULL DEFAULT now())")
+        for table in ("migrations", "additions"):
+            cur.execute(f"SELECT to_regclass('engram.{table}') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                cur.execute(f"CREATE TABLE engram.{table} (version integer PRIMARY KEY, name text NOT NULL, "
+                            "applied_at timestamptz NOT NULL DEFAULT now())")
+                if table == "additions":  # read by every client, whatever grants it was given (older ones' lack it)
+                    cur.execute("GRANT SELECT ON engram.additions TO PUBLIC")
+        required = required_versions(cur)
+        if required and max(required) > latest_version():
+            raise SchemaNewer(f"schema version {max(required)}")
         done = set(applied_versions(cur))
-        if done and max(done) > latest_version():
-            raise SchemaNewer(f"schema version {max(done)}")
         for migration in MIGRATIONS:
             version = version_of(migration)
             if version in done:
                 continue
             migration(cur)
-            cur.execute("INSERT INTO engram.migrations (version, name) VALUES (%s, %s)",
-                        (version, migration.__name__))
+            table = "additions" if migration.__name__ in ADDITIVE else "migrations"
+            cur.execute(f"INSERT INTO engram.{table} (version, name) VALUES (%s, %s)", (version, migration.__name__))
             applied_now.append(migration.__name__)
     return applied_now
 

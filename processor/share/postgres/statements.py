@@ -140,32 +140,33 @@ class PushRow:
     forgotten_reason: Redacted | None
     embedding: np.ndarray | None
     embedding_model: str | None
+    lesson: Redacted | None = None  # JSON: what makes it tellable elsewhere (processor/share/lessons.py)
 
     def __post_init__(self) -> None:
-        for name in ("summary", "full_content", "entities", "forgotten_reason"):
+        for name in ("summary", "full_content", "entities", "forgotten_reason", "lesson"):
             object.__setattr__(self, name, redacted(getattr(self, name)))
 
 
 _PUSH_COLUMNS = ("id", "machine_id", "team", "project_key", "project", "session_id", "scope", "kind", "importance",
                  "source_type", "status", "summary", "full_content", "entities", "source_uuids", "content_hash",
                  "superseded_by", "created_at", "valid_from", "valid_to", "forgotten_reason", "embedding",
-                 "embedding_model")
-_PUSH_TYPES = ["integer"] + ["text"] * 17 + ["bigint", "bigint", "bigint", "text", "vector", "text"]
+                 "embedding_model", "lesson")
+_PUSH_TYPES = ["integer"] + ["text"] * 17 + ["bigint", "bigint", "bigint", "text", "vector", "text", "text"]
 _STAGING = (
     "CREATE TEMP TABLE IF NOT EXISTS engram_push (ord integer, id text, machine_id text, team text, "
     "project_key text, project text, session_id text, scope text, kind text, importance text, source_type text, "
     "status text, summary text, full_content text, entities text, source_uuids text, content_hash text, "
     "superseded_by text, created_at bigint, valid_from bigint, valid_to bigint, forgotten_reason text, "
-    "embedding vector, embedding_model text) ON COMMIT DELETE ROWS")
+    "embedding vector, embedding_model text, lesson text) ON COMMIT DELETE ROWS")
 _STATE = ("team, project_key, project, session_id, scope, kind, importance, source_type, status, summary, "
           "full_content, entities, source_uuids, content_hash, superseded_by, created_at, valid_from, valid_to, "
-          "forgotten_reason, embedding_model")
+          "forgotten_reason, embedding_model, lesson")
 _UPSERT = f"""
     INSERT INTO engram.memories AS m (id, machine_id, changed_by, seq, {_STATE}, embedding)
     SELECT id, machine_id, %(me)s, nextval('engram.change_seq'), team, project_key, project, session_id, scope, kind,
            importance, source_type, status, summary, full_content, entities::jsonb, source_uuids::jsonb,
            content_hash, superseded_by, created_at, valid_from, valid_to, forgotten_reason, embedding_model,
-           embedding
+           lesson::jsonb, embedding
     FROM engram_push WHERE status <> 'forgotten' ORDER BY ord
     ON CONFLICT (id) DO UPDATE SET
         changed_by = excluded.changed_by, seq = excluded.seq, changed_at = now(), team = excluded.team,
@@ -176,19 +177,19 @@ _UPSERT = f"""
         content_hash = excluded.content_hash, superseded_by = excluded.superseded_by,
         created_at = excluded.created_at, valid_from = excluded.valid_from, valid_to = excluded.valid_to,
         forgotten_reason = excluded.forgotten_reason, embedding_model = excluded.embedding_model,
-        embedding = excluded.embedding
+        lesson = excluded.lesson, embedding = excluded.embedding
     -- A forget wins over any change: a tombstone never comes back. An unchanged state is no change (a
     -- re-push after a crash, or of everything when sharing is turned back on, moves no sequence).
     WHERE m.status <> 'forgotten' AND (
         (m.team, m.project_key, m.project, m.session_id, m.scope, m.kind, m.importance, m.source_type, m.status,
          m.summary, m.full_content, m.entities, m.source_uuids, m.content_hash, m.superseded_by, m.created_at,
-         m.valid_from, m.valid_to, m.forgotten_reason, m.embedding_model)
+         m.valid_from, m.valid_to, m.forgotten_reason, m.embedding_model, m.lesson)
         IS DISTINCT FROM
         (excluded.team, excluded.project_key, excluded.project, excluded.session_id, excluded.scope, excluded.kind,
          excluded.importance, excluded.source_type, excluded.status, excluded.summary, excluded.full_content,
          excluded.entities, excluded.source_uuids, excluded.content_hash, excluded.superseded_by,
          excluded.created_at, excluded.valid_from, excluded.valid_to, excluded.forgotten_reason,
-         excluded.embedding_model)
+         excluded.embedding_model, excluded.lesson)
         -- vectors of two sizes cannot be compared with =: the model's name tells them apart first
         OR CASE WHEN m.embedding IS NULL OR excluded.embedding IS NULL
                      OR vector_dims(m.embedding) <> vector_dims(excluded.embedding)
@@ -207,7 +208,7 @@ _TOMBSTONE = """
     ON CONFLICT (id) DO UPDATE SET
         changed_by = excluded.changed_by, seq = excluded.seq, changed_at = now(), status = 'forgotten',
         summary = NULL, full_content = NULL, entities = NULL, source_uuids = NULL, content_hash = NULL,
-        embedding = NULL, embedding_model = NULL, forgotten_reason = excluded.forgotten_reason,
+        embedding = NULL, embedding_model = NULL, lesson = NULL, forgotten_reason = excluded.forgotten_reason,
         valid_to = coalesce(m.valid_to, excluded.valid_to)
     -- the team stays: its members' copies must see the tombstone to erase theirs
     WHERE m.status <> 'forgotten'
@@ -318,7 +319,8 @@ _VISIBLE = ("(owner = current_user OR team = ANY (ARRAY(SELECT t.team FROM engra
 
 _PULL_COLUMNS = ("id, owner, machine_id, changed_by, seq, team, project_key, project, session_id, scope, kind, "
                  "importance, source_type, status, summary, full_content, entities, source_uuids, content_hash, "
-                 "superseded_by, created_at, valid_from, valid_to, forgotten_reason, embedding, embedding_model")
+                 "superseded_by, created_at, valid_from, valid_to, forgotten_reason, embedding, embedding_model, "
+                 "lesson")
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,7 @@ class PulledRow:
     forgotten_reason: Any
     embedding: Any
     embedding_model: Any
+    lesson: Any = None  # a JSON object (psycopg: a dict), None from an older client
 
 
 def pull(conn: Any, after_seq: int, limit: int, *, others: bool) -> list[PulledRow]:

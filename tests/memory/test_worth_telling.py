@@ -321,6 +321,32 @@ def test_a_decision_in_plain_words_is_kept_and_its_follow_up_is_not(engram_home:
     assert mined(store, "standing") == []  # "keep that in mind" has no referent of its own
 
 
+def digest(home: Path, session: str) -> str:
+    event = {"session_id": session, "cwd": CWD, "hook_event_name": "SessionStart", "source": "startup",
+             "transcript_path": f"/x/{session}.jsonl"}
+    out = subprocess.run([sys.executable, "-I", "-S", str(REPO / "recall_hook" / "session_start.py")],
+                         input=json.dumps(event).encode(), capture_output=True, timeout=30,
+                         env={"ENGRAM_HOME": str(home), "PATH": "/usr/bin:/bin"}).stdout
+    return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
+
+
+def test_a_rule_the_user_later_reverses_is_told_as_the_later_one_only(engram_home: Path, projects_dir: Path) -> None:
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("From now on, always use `npm` to install packages in this project.")
+    first.say("Will do.", end_turn=True)
+    write_conversations(projects_dir, first)
+    process()
+    assert "always use `npm`" in digest(engram_home, S3)
+    later = Conversation(S2, cwd=CWD, start="2026-11-05T10:00:00")
+    later.user("Decision: we switched to `pnpm`. From now on use `pnpm` instead of `npm` in this project.")
+    later.say("Switched.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    process()
+    told = digest(engram_home, S4)
+    assert "instead of `npm`" in told, told
+    assert "always use `npm`" not in told, told  # the earlier rule is retired, never told beside the later
+
+
 # --- 13. what the extractor learned is told as what the miners learned ----------------------------------------
 
 

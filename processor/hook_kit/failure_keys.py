@@ -217,13 +217,27 @@ def failure_key(key: str, error: str = "") -> str:
     word's: ``python -c …`` meets it too."""
     if not key.startswith("cmd:"):
         return "fail:" + key
-    program = program_of(key)
     lowered = error[:2000].lower()
+    if refused_cd(lowered):
+        return CD_REFUSED  # the agent's harness refused the `cd`, whatever the command went on to run
+    program = program_of(key)
     if lowered and program not in lowered:
         for word in key[4:].split():
             if len(word) >= 2 and word != program and word[0].isalpha() and _names_missing(lowered, word):
                 return "fail:" + word
     return "fail:" + program
+
+
+# Where a `cd` the agent's harness refused is filed: the same refusal whichever program the command ran after it
+# (Claude Code: "cd to '/tmp' was blocked. For security, Claude Code may only change directories to child
+# directories of the original working directory").
+CD_REFUSED = "fail:cd"
+
+
+def refused_cd(lowered_error: str) -> bool:
+    """Whether a failed call's error (lower-cased) is the agent's harness refusing a `cd` out of its folder."""
+    start = lowered_error.find("cd to '")
+    return start >= 0 and "' was blocked" in lowered_error[start:start + 600]
 
 
 def _names_missing(error: str, word: str) -> bool:

@@ -22,21 +22,21 @@ def without_console(command: str) -> str:
 _GIT_MESSAGE = re.compile(r"""((?:^|\s)(?:-[a-zA-Z]*m|--message))(=|\s+)(?:"(?:[^"\\]|\\.)*"?|'[^']*'?)""")
 
 
-def command_shown(target: str | None, limit: int = 120) -> str:
+def command_shown(target: str | None, limit: int = 120, keep_cd: bool = False) -> str:
     """A command as a memory shows it: its first line, without a leading ``cd <folder> &&`` (where it ran is
-    the project, not the lesson), cut."""
+    the project, not the lesson; ``keep_cd``: unless the `cd` is what failed), cut."""
     first = without_console((target or "").strip().splitlines()[0]) if (target or "").strip() else ""
-    while first.startswith("cd ") and "&&" in first:
+    while not keep_cd and first.startswith("cd ") and "&&" in first:
         first = first.split("&&", 1)[1].strip()
     cut = len(first) > limit or "\n" in (target or "").strip()
     return first[:limit] + ("…" if cut else "")
 
 
-def command_told(target: str | None, limit: int = 120, root: str | None = None) -> str:
+def command_told(target: str | None, limit: int = 120, root: str | None = None, keep_cd: bool = False) -> str:
     """A command as a memory tells it: as ``command_shown``, without a ``cd <the project> &&`` later in it
     either (where it ran is the project), and with a git message (``-m "…"``) left out — it says what that one
     commit was, never what the lesson is, and at a hundred characters it pushed the fix out of the bite."""
-    shown = command_shown(target, 10_000)
+    shown = command_shown(target, 10_000, keep_cd)
     if root:
         for folder in (root, f'"{root}"', f"'{root}'"):
             shown = shown.replace(f"&& cd {folder} && ", "&& ").replace(f"; cd {folder} && ", "; ")

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import same_failure
+from processor.hook_kit.failure_keys import CD_REFUSED, same_failure
 from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.hook_kit.tool_keys import command_keys, path_like
 from processor.memory.bites import fit
@@ -238,10 +238,14 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
         kind = "gotcha" if diagnosis[0] == "gotcha" and names_a_tool(diagnosis[1]) else "bugfix"
     else:
         kind = "gotcha"
-    command = command_told(failure.call.target, root=project) or failure.call.tool
+    refused = failure.fail_key == CD_REFUSED  # the harness refused the `cd`: it is what the lesson is about
+    command = command_told(failure.call.target, root=project, keep_cd=refused) or failure.call.tool
     how = fix.how(project)
     if diagnosis is not None:
         summary = diagnosis[1]
+    elif refused:
+        summary = fit(f"Here `cd` may only go below the session's folder: `{command}` was refused. What worked "
+                      f"instead: {how}.", LESSON_CHARS)
     elif cd_moved(fix):  # the lesson is the shell's, not this command's
         summary = fit(f"The shell keeps its working directory between calls: `{command}` failed "
                       f"({failure.error_line}) because an earlier `cd` had moved it; run commands from the project's "

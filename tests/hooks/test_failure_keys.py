@@ -152,6 +152,10 @@ def test_the_call_key_of_a_failed_call(tool: object, command: str | None, error:
                  id="the program itself missing"),
     pytest.param("tool:Read", "File content (312KB) exceeds maximum allowed size (256KB)", "fail:tool:Read",
                  id="another tool"),
+    pytest.param("cmd:uv venv", "Error: ERROR: cd to '/tmp' was blocked. For security, Claude Code may only change "
+                 "directories to child directories of the original working directory", "fail:cd",
+                 id="a cd the harness refused, whatever ran after it"),
+    pytest.param("cmd:pytest", "ERROR: cd to '~/x' failed", "fail:pytest", id="a cd that failed is not refused"),
 ])
 def test_where_a_failure_is_filed(key: str, error: str, filed_under: str) -> None:
     assert failure_key(key, error) == filed_under

@@ -195,6 +195,45 @@ def test_a_path_missing_because_an_earlier_cd_moved_the_shell_is_a_lesson_a_typo
     assert "an earlier `cd` had moved the shell" in told, told
 
 
+# Claude Code's refusal of a `cd` out of the session's folder, as recorded (BookMinder's session c6723904).
+CD_REFUSED = ("Error: ERROR: cd to '/tmp' was blocked. For security, Claude Code may only change directories to "
+              "child directories of the original working directory\n(/work/shop) for this session.")
+# A user's own PreToolUse hook blocking a call, in the user's language.
+HOOK_BLOCK = ("PreToolUse:Bash hook error: [~/.claude/hooks/guard.sh]: git add -A ist hier verboten: "
+              "füge die Dateien einzeln hinzu.")
+
+
+def test_a_refused_cd_is_told_with_what_worked_instead_whatever_the_command_ran(engram_home: Path,
+                                                                                   projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Try the package in a scratch folder")
+    c.bash("cd /tmp && mkdir -p scratch && cd scratch && uv venv", CD_REFUSED, error=True)
+    c.bash("mkdir -p scratch && cd scratch && uv venv", "Creating virtual environment at: .venv")
+    c.say("Done.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(_, kind, summary, _)] = mined(store, "error_fix")
+    assert kind == "gotcha" and summary.startswith("Here `cd` may only go below the session's folder: "
+                                                   "`cd /tmp && mkdir"), summary
+    # A later session refused the same way on its way to another program, in another folder: told what worked.
+    told = after(engram_home, S2, "cd /var/tmp && pytest", CD_REFUSED.replace("/tmp", "/var/tmp"))
+    assert "what fixed it: `mkdir -p scratch && cd scratch && uv venv`" in told, told
+
+
+def test_a_call_the_users_hook_blocked_in_another_language_is_told_with_what_got_past_it(
+        engram_home: Path, projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Commit the coupon work")
+    c.bash("git add -A", HOOK_BLOCK, error=True)
+    c.bash("git add src/coupons.py tests/test_coupons.py", "")
+    c.bash('git commit -m "Coupons"', "[main 1a2b3c4] Coupons")
+    c.say("Done.", end_turn=True)
+    write_conversations(projects_dir, c)
+    process()
+    told = after(engram_home, S2, "git add -A", HOOK_BLOCK)
+    assert "what fixed it: `git add src/coupons.py tests/test_coupons.py`" in told, told
+
+
 # --- 4. standing rules as guards, at the call that breaks them ----------------------------------------------
 
 

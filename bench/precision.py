@@ -167,7 +167,10 @@ def session_project(conn: object, cwd: str, branch: str | None) -> str:
 
 def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder: object) -> list[dict]:
     from processor.config import load_settings
-    from processor.memory.episode_store import EpisodeStore
+    try:
+        from processor.memory.episode_store import EpisodeStore
+    except ImportError:  # a baseline tree from before mining and reading were apart (5c1acfc)
+        from processor.memory.episodes import EpisodeStore
     from processor.recall.recollections import RecollectionWriter
     from processor.store import episodes as episodes_sql
 

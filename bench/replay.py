@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from processor.capture.captured import CapturedLine
-from processor.capture.claude import ClaudeFormat, parse_line, session_id_for
+try:
+    from processor.capture.captured import CapturedLine
+    from processor.capture.claude import ClaudeFormat, parse_line, session_id_for
+except ImportError:  # a baseline tree from before capture's agents were peers (5c1acfc): the same, by older names
+    from processor.capture.discover import TranscriptFilter as ClaudeFormat
+    from processor.capture.parse import CapturedLine, parse_line
+    from processor.capture.tailer import session_id_for
 
 INTERRUPTION = "[Request interrupted by user"
 # What the user ran in Claude Code's shell mode ("! cmd") and its output: context for the next prompt, not a

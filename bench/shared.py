@@ -404,7 +404,8 @@ def _fixes_sync(bench: Bench, count: int, n: int) -> tuple[float, float, int]:
         with write_transaction(conn):
             for n in range(PROJECTS):
                 sessions_sql.upsert_session(conn, session_id=f"b{n}", transcript_path=f"/b/{n}.jsonl",
-                                            project_root=f"/bench/project-{n}", inode=n, byte_offset=0,
+                                            project=f"/bench/project-{n}", checkout=f"/bench/project-{n}",
+                                            inode=n, byte_offset=0,
                                             last_line_hash=None, last_line_len=0, last_activity=1, now_ms=1,
                                             agent="claude")
     finally:

@@ -578,10 +578,14 @@ def memories_of_projects(conn: apsw.Connection, roots: list[str]) -> list[str]:
 
 
 def replicas_to_relocate(conn: apsw.Connection, key: str, root: str) -> list[str]:
-    """Pulled memories of a project known here by another root (made elsewhere, before this root was known)."""
+    """Pulled memories of a project known here by another root (made elsewhere, before this root was known), and
+    pulled fixes already under this root whose failure is not filed yet (they came before any session here named
+    the root its project: a clone that joined the project by its remote)."""
     return [r[0] for r in conn.execute(
         "SELECT e.id FROM share_rows r JOIN episodes e ON e.id = r.episode_id WHERE r.pulled = 1 "
-        "AND r.project_key = ? AND e.scope = 'project' AND (e.project IS NULL OR e.project != ?)", (key, root))]
+        "AND r.project_key = ?1 AND e.scope = 'project' AND (e.project IS NULL OR e.project != ?2 "
+        "OR (e.id IN (SELECT memory_id FROM share_lessons WHERE json_extract(payload, '$.failure') IS NOT NULL) "
+        "AND e.id NOT IN (SELECT memory_id FROM failure_signatures WHERE memory_id IS NOT NULL)))", (key, root))]
 
 
 def move_replica(conn: apsw.Connection, episode_id: str, root: str, entities: list[str]) -> None:

@@ -25,6 +25,7 @@ from processor.status import collect_status
 from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import migrations, open_store, write_transaction
+from processor.store import origins as origins_sql
 from processor.store.episodes import NewEpisode
 from processor.store.jobs import LLMCall
 from tests.conftest import run_engram
@@ -165,6 +166,7 @@ def test_context_check_measures_and_makes_the_sweep_stricter(engram_home: Path, 
             sql.insert_episode(conn, NewEpisode(f"ep_d{i}", "s1", PROJECT, "project", text, [], "high", "decision",
                                                 "auto", text, [], content_hash(text), now_ms()),
                                unit(np.random.default_rng(i).standard_normal(DIM)).tobytes())
+            origins_sql.set_origin(conn, f"ep_d{i}", "decision")  # the user's decisions: what the digest tells
     conn.close()
     settings.recollections_dir.mkdir(parents=True, exist_ok=True)
     (settings.recollections_dir / "s1.json").write_text(json.dumps({"messageUuid": "u", "timestamp": 1, "bites": [

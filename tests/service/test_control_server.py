@@ -547,8 +547,11 @@ def test_a_flood_of_bad_connections_is_summarised_not_logged_one_by_one(
             for _ in range(300):
                 raw_exchange(control.port, b"\x16\x03\x01 not http\r\n\r\n", timeout=2)
             control.stop()
-        warnings = [r for r in caplog.records if r.levelno >= logging.INFO]
-        assert 1 <= len(warnings) <= 3, [r.getMessage() for r in warnings]
+        # The control plane's own lines (not the token file's): a summary per report interval, and a loaded
+        # machine stretches the flood over a few more intervals — still a handful, never one line a connection.
+        warnings = [r for r in caplog.records
+                    if r.levelno >= logging.INFO and r.name == "processor.service.control_server"]
+        assert 1 <= len(warnings) <= 10, [r.getMessage() for r in warnings]
         assert control_total(warnings) == 300
     finally:
         control.stop()

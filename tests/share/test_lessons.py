@@ -83,9 +83,9 @@ def test_what_leaves_keeps_what_other_machines_sent_and_says_what_is_known_here(
             failures_sql.relink(conn, row.id, "ep_fix1", FAILURE["fix"], FAILURE["uses"])
             share_sql.save_lesson(conn, "ep_fix1", json.dumps({"v": 3, "told": {"at": ["after"]},
                                                                "machines": ["m_a"], "failure": {"exit_codes": [1]}}))
-            sessions_sql.upsert_session(conn, session_id="s-local", transcript_path="/x.jsonl", project_root="/src/app",
-                                        inode=1, byte_offset=0, last_line_hash=None, last_line_len=0,
-                                        last_activity=9, now_ms=9, agent="codex")
+            sessions_sql.upsert_session(conn, session_id="s-local", transcript_path="/x.jsonl", project="/src/app",
+                                        checkout="/src/app", inode=1, byte_offset=0, last_line_hash=None,
+                                        last_line_len=0, last_activity=9, now_ms=9, agent="codex")
         [(memory_id, text)] = lessons.outgoing(conn, ["ep_fix1", "ep_other"], "m_b").items()
     finally:
         conn.close()

@@ -73,13 +73,20 @@ class Settings:
     # The Codex CLI's and the Gemini CLI's own folders (None: not captured, e.g. settings built by hand).
     codex_dir: Path | None = None
     gemini_dir: Path | None = None
+    # opencode's data folder (its opencode.db) and pi's agent folder (None: not captured).
+    opencode_dir: Path | None = None
+    pi_dir: Path | None = None
 
     projects_dir = Option("", "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
     codex_home = Option("", "the Codex CLI's folder (its sessions/ are captured); empty = $CODEX_HOME, else ~/.codex")
     gemini_home = Option("", "the Gemini CLI's folder (its tmp/*/chats/ are captured); empty = "
                              "${GEMINI_CLI_HOME:-~}/.gemini")
-    capture_agents = Option("claude,codex,gemini", "the agents whose sessions are captured, comma-separated",
-                            key="agents")
+    opencode_data = Option("", "opencode's data folder (its opencode.db is captured); empty = "
+                               "$XDG_DATA_HOME/opencode, else ~/.local/share/opencode")
+    pi_home = Option("", "pi's agent folder (its sessions/ are captured); empty = $PI_CODING_AGENT_DIR, else "
+                         "~/.pi/agent")
+    capture_agents = Option("claude,codex,gemini,opencode,pi", "the agents whose sessions are captured, "
+                            "comma-separated", key="agents")
     recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
     rescan_seconds = Option(60.0, "safety-net rescan of the transcripts root, in case a watch event was missed")
     max_line_bytes = Option(16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line")
@@ -273,6 +280,20 @@ def gemini_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return (Path(env.get("GEMINI_CLI_HOME") or _user_home(env)) / ".gemini").expanduser()
 
 
+def opencode_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """opencode's data folder, as opencode finds it (xdg-basedir, on every platform): $XDG_DATA_HOME/opencode,
+    else ~/.local/share/opencode."""
+    env = os.environ if env is None else env
+    data = env.get("XDG_DATA_HOME")
+    return (Path(data) if data else _user_home(env) / ".local" / "share") / "opencode"
+
+
+def pi_agent_dir(env: Mapping[str, str] | None = None) -> Path:
+    """pi's agent folder, as pi finds it: $PI_CODING_AGENT_DIR, else ~/.pi/agent."""
+    env = os.environ if env is None else env
+    return Path(env.get("PI_CODING_AGENT_DIR") or _user_home(env) / ".pi" / "agent").expanduser()
+
+
 # The name Engram is installed under (pip, importlib.metadata): "engram" on the package index is an unrelated
 # project. The command (`engram`), the packages and the data paths keep Engram's own name.
 DISTRIBUTION = "engram-recall"
@@ -397,8 +418,12 @@ def load_settings(
     root = Path(configured).expanduser() if configured else claude_config_dir(env) / "projects"
     codex = Path(str(values["codex_home"])).expanduser() if values.get("codex_home") else codex_config_dir(env)
     gemini = Path(str(values["gemini_home"])).expanduser() if values.get("gemini_home") else gemini_config_dir(env)
+    opencode = (Path(str(values["opencode_data"])).expanduser() if values.get("opencode_data")
+                else opencode_data_dir(env))
+    pi = Path(str(values["pi_home"])).expanduser() if values.get("pi_home") else pi_agent_dir(env)
     return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values,
-                    codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)))
+                    codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)),
+                    opencode_dir=Path(os.path.abspath(opencode)), pi_dir=Path(os.path.abspath(pi)))
 
 
 def ensure_home(settings: Settings) -> Path:

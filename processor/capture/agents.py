@@ -1,9 +1,10 @@
 """Which agents' transcripts are captured, and where each keeps them: one format per agent, in one table.
 
 Claude Code's under ``projects_dir`` (``claude``), the Codex CLI's under ``<codex home>/sessions`` (``codex``),
-the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``); the ``agents`` setting names the ones captured (all
-three by default). Engram's own LLM jobs run in its agent work directory, and no agent's session from there is
-captured. Adding an agent is a module holding its ``TranscriptFormat``, and one line in ``FORMATS``.
+the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``), opencode's in ``<data dir>/opencode.db`` (``opencode``:
+one SQLite file holds every session), pi's under ``<agent dir>/sessions`` (``pi``); the ``agents`` setting names
+the ones captured (all by default). Engram's own LLM jobs run in its agent work directory, and no agent's session
+from there is captured. Adding an agent is a module holding its ``TranscriptFormat``, and one line in ``FORMATS``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from pathlib import Path
 
 from processor.capture.claude import ClaudeFormat
 from processor.capture.codex import CodexFormat
-from processor.capture.formats import AGENTS, CLAUDE, CODEX, GEMINI, TranscriptFormat
+from processor.capture.formats import AGENTS, CLAUDE, CODEX, GEMINI, OPENCODE, PI, TranscriptFormat
 from processor.capture.gemini import GeminiFormat
+from processor.capture.opencode import OpencodeFormat
+from processor.capture.pi import PiFormat
 from processor.config import Settings, agent_names
 
 FORMATS: dict[str, type[TranscriptFormat]] = {CLAUDE: ClaudeFormat, CODEX: CodexFormat, GEMINI: GeminiFormat}
+FORMATS[OPENCODE] = OpencodeFormat
+FORMATS[PI] = PiFormat
 
 
 def captured_agents(settings: Settings) -> tuple[str, ...]:

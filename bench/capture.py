@@ -7,10 +7,13 @@ sessions under new uuids until it reaches --generated-mb. Corpora 3 and 4 are th
 same fixture conversations written as the Codex CLI's rollouts and the Gemini CLI's
 chats (their prompts, answers, tool calls and outputs, with each format's own
 records around them: Codex's reasoning items, events and token counts, Gemini's
-later copies of a message and its `$set` lines), repeated to --agent-mb. For each
-corpus the baseline reads every line and json.loads it; Engram runs the real
-Tailer into a fresh SQLite file (parse, redact, merge, FTS, offsets). The ratio is
-baseline time / Engram time (1.0 = as fast as the bare loop). Goal: >= 0.33.
+later copies of a message and its `$set` lines), repeated to --agent-mb; corpora 5
+and 6 the same as opencode's SQLite store (every change of a part in its event log:
+a tool call pending, running, completed) and as pi's session files. For each
+corpus the baseline reads every line and json.loads it (opencode: every event row,
+read through sqlite3 and json.loads'd); Engram runs the real Tailer into a fresh
+SQLite file (parse, redact, merge, FTS, offsets). The ratio is baseline time /
+Engram time (1.0 = as fast as the bare loop). Goal: >= 0.33.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import random
 import re
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
@@ -32,11 +36,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.testbed.agent_transcripts import Chat, Rollout  # noqa: E402
+from bench.testbed.opencode_db import OpencodeStore  # noqa: E402
+from bench.testbed.pi_sessions import PiSession  # noqa: E402
 from processor.capture.claude import ClaudeFormat  # noqa: E402
 from processor.capture.codex import CodexFormat  # noqa: E402
 from processor.capture.discover import discover, discover_all  # noqa: E402
 from processor.capture.formats import TranscriptFormat  # noqa: E402
 from processor.capture.gemini import GeminiFormat  # noqa: E402
+from processor.capture.opencode import OpencodeFormat  # noqa: E402
+from processor.capture.pi import PiFormat  # noqa: E402
 from processor.capture.tailer import Tailer  # noqa: E402
 from processor.store import open_store  # noqa: E402
 
@@ -154,21 +162,112 @@ def write_chat(gemini_dir: Path, session: str, steps: list[Step]) -> None:
     chat.write()
 
 
+def model_steps(steps: list[Step]) -> list[tuple[str, object]]:
+    """The conversation as the model's steps: ("user", text) or ("step", (text, [calls])), a step being what one
+    model response holds (its text, then its tool calls), as opencode and pi write them."""
+    found: list[tuple[str, object]] = []
+    text: list[str] = []
+    calls: list[tuple] = []
+
+    def flush() -> None:
+        if text or calls:
+            found.append(("step", ("\n".join(text), list(calls))))
+        text.clear()
+        calls.clear()
+
+    for kind, value in steps:
+        if kind == "user":
+            flush()
+            found.append(("user", value))
+        elif kind == "assistant":
+            if calls:
+                flush()
+            text.append(str(value))
+        else:
+            calls.append(value)  # type: ignore[arg-type]
+    flush()
+    return found
+
+
+def _agent_tool(name: str, tool_input: object, path_key: str) -> tuple[str, dict]:
+    tool = {"Bash": "bash", "Read": "read", "Write": "write", "Edit": "edit"}.get(name, name)
+    args = dict(tool_input) if isinstance(tool_input, dict) else {}
+    if "file_path" in args:
+        args[path_key] = args.pop("file_path")
+    return tool, args
+
+
+def write_opencode(store: OpencodeStore, session_id: str, steps: list[Step]) -> None:
+    """One conversation in opencode's store (bench/testbed/opencode_db): an assistant message a model step, each
+    part written as it changes; one transaction a session (the CLI commits each change, a cost of its own)."""
+    with store.conn:
+        session = store.session(f"/tmp/p{session_id[:8]}", session_id=f"ses_{session_id}")
+        for kind, value in model_steps(steps):
+            if kind == "user":
+                session.prompt(str(value))
+                continue
+            text, calls = value  # type: ignore[misc]
+            step = session.step()
+            if text:
+                session.answer(step, text)
+            for _call_id, name, tool_input, output, failed in calls:
+                tool, args = _agent_tool(name, tool_input, "filePath")
+                if failed and tool != "bash":
+                    session.tool(step, tool, args, "", error=output or "failed")
+                else:
+                    session.tool(step, tool, args, output, exit_code=1 if failed else 0)
+            session.finish(step, "tool-calls" if calls else "stop")
+            session.touch()
+
+
+def write_pi(agent_dir: Path, session_id: str, steps: list[Step]) -> None:
+    """One conversation as a pi session file (bench/testbed/pi_sessions): an assistant message a model step, then
+    a result per call."""
+    session = PiSession(agent_dir, cwd=f"/tmp/p{session_id[:8]}", session_id=session_id)
+    for kind, value in model_steps(steps):
+        if kind == "user":
+            session.prompt(str(value))
+            continue
+        text, calls = value  # type: ignore[misc]
+        session.answer(text, *((call_id, *_agent_tool(name, tool_input, "path")) for call_id, name, tool_input, _, _
+                               in calls))
+        for call_id, name, tool_input, output, failed in calls:
+            session.result(call_id, _agent_tool(name, tool_input, "path")[0], output, error=failed)
+    session.write()
+
+
 def generate_agent_corpus(agent: str, target: Path, megabytes: int) -> TranscriptFormat:
     """Copies of the fixture conversations in `agent`'s format, each a session of its own, up to `megabytes`."""
     sources = conversations(FIXTURES)
     written, copy = 0, 0
-    root = target / ("codex-home" if agent == "codex" else "gemini")
+    root = target / {"codex": "codex-home", "gemini": "gemini", "opencode": "opencode", "pi": "pi"}[agent]
+    store = OpencodeStore(root) if agent == "opencode" else None
     while written < megabytes * 1024 * 1024:
         for index, steps in enumerate(sources):
             session = f"{copy:08x}-{index:04x}-4000-8000-000000000000"
             if agent == "codex":
                 write_rollout(root, session, steps)
-            else:
+            elif agent == "gemini":
                 write_chat(root, session, steps)
+            elif store is not None:
+                write_opencode(store, session, steps)
+            else:
+                write_pi(root, session, steps)
             copy += 1
-        written = sum(p.stat().st_size for p in root.rglob("*.jsonl"))
-    return CodexFormat(root / "sessions") if agent == "codex" else GeminiFormat(root / "tmp")
+        written = event_bytes(store.path) if store is not None else sum(
+            p.stat().st_size for p in root.rglob("*.jsonl"))
+    if store is not None:
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.close()
+        return OpencodeFormat(root)
+    return {"codex": lambda: CodexFormat(root / "sessions"), "gemini": lambda: GeminiFormat(root / "tmp"),
+            "pi": lambda: PiFormat(root / "sessions")}[agent]()
+
+
+def event_bytes(db: Path) -> int:
+    """The bytes of an opencode database's event rows (its data): the corpus size of that format."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        return conn.execute("SELECT coalesce(sum(length(data)), 0) FROM event").fetchone()[0]
 
 
 def generate_corpus(target: Path, megabytes: int) -> None:
@@ -187,9 +286,16 @@ def generate_corpus(target: Path, megabytes: int) -> None:
 
 
 def baseline(files: list[Path]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of the bare loop."""
+    """(wall seconds, CPU seconds) of the bare loop: every line json.loads'd (a database of sessions: every event
+    row read through sqlite3 and its data json.loads'd)."""
     started, cpu = time.perf_counter(), time.process_time()
     for path in files:
+        if path.suffix == ".db":
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+                for (data,) in conn.execute("SELECT data FROM event ORDER BY aggregate_id, seq"):
+                    with contextlib.suppress(ValueError):
+                        json.loads(data)
+            continue
         with open(path, "rb") as f:
             for line in f:
                 with contextlib.suppress(ValueError):
@@ -212,7 +318,7 @@ def engram(files: list[Path], workdir: Path, formats: list[TranscriptFormat] | N
 
 def measure(name: str, root: Path, workdir: Path, repeats: int, fmt: TranscriptFormat | None = None) -> dict:
     files = session_files(root) if fmt is None else discover_all([fmt], since_days=None)
-    size = sum(p.stat().st_size for p in files)
+    size = sum(event_bytes(p) if p.suffix == ".db" else p.stat().st_size for p in files)
     bases = [baseline(files) for _ in range(repeats)]
     base, base_cpu = min(b[0] for b in bases), min(b[1] for b in bases)
     runs = [engram(files, workdir, [fmt] if fmt else None) for _ in range(repeats)]
@@ -230,7 +336,8 @@ def measure(name: str, root: Path, workdir: Path, repeats: int, fmt: TranscriptF
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--generated-mb", type=int, default=200)
-    parser.add_argument("--agent-mb", type=int, default=50, help="size of the Codex and Gemini corpora (0: none)")
+    parser.add_argument("--agent-mb", type=int, default=50,
+                        help="size of the Codex, Gemini, opencode and pi corpora (0: none)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -242,7 +349,7 @@ def main() -> int:
             generate_corpus(generated, args.generated_mb)
             results.append(measure(f"generated-{args.generated_mb}MB", generated, workdir, 1))
             shutil.rmtree(generated)
-        for agent in ("codex", "gemini") if args.agent_mb > 0 else ():
+        for agent in ("codex", "gemini", "opencode", "pi") if args.agent_mb > 0 else ():
             corpus = workdir / agent
             fmt = generate_agent_corpus(agent, corpus, args.agent_mb)
             results.append(measure(f"{agent}-{args.agent_mb}MB", fmt.root, workdir, 1, fmt))

@@ -194,8 +194,8 @@ def test_helped_bench_finds_a_recurring_failure_and_whether_it_was_told(tmp_path
 def test_capture_bench_has_a_row_per_agent_format(tmp_path: Path) -> None:
     report = run_bench("capture.py", "--generated-mb", "0", "--agent-mb", "1", "--repeats", "1", home=tmp_path)
     rows = {r["corpus"]: r for r in report["results"]}
-    assert set(rows) == {"fixtures", "codex-1MB", "gemini-1MB"}
-    for name in ("codex-1MB", "gemini-1MB"):
+    assert set(rows) == {"fixtures", "codex-1MB", "gemini-1MB", "opencode-1MB", "pi-1MB"}
+    for name in ("codex-1MB", "gemini-1MB", "opencode-1MB", "pi-1MB"):
         row = rows[name]
         assert row["files"] > 0 and row["megabytes"] >= 1 and row["messages"] > 0, row
         assert row["ratio"] > 0 and row["cpu_ratio"] > 0

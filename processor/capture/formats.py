@@ -221,6 +221,10 @@ class SessionDatabase(TranscriptFormat):
         raise TypeError(f"{path} is a database of sessions: its sessions are read with changes()")
 
     @abstractmethod
+    def ends(self, path: Path) -> dict[str, int]:
+        """Each session's cursor past its newest row (what `engram status` compares the captured cursor with)."""
+
+    @abstractmethod
     def changes(self, path: Path, cursors: dict[str, int], since_ms: int | None,
                 batch_bytes: int) -> Iterator[StoredRows]:
         """The sessions with rows past their cursor (`cursors`: session id → the cursor captured so far; a session

@@ -123,14 +123,14 @@ class OpencodeDatabase:
 
     def events(self, session_id: str, start: int, max_bytes: int) -> list[tuple[int, str, bytes | None]]:
         """The session's events from seq `start` on, in order, about `max_bytes` of them at most (at least one):
-        (seq, type, data); data None when it is no text (a newer opencode's blob)."""
+        (seq, type, data as bytes; None for a NULL)."""
         found: list[tuple[int, str, bytes | None]] = []
         size = 0
-        cursor = self.conn.execute("SELECT seq, type, data FROM event WHERE aggregate_id = ? AND seq >= ? "
-                                   "ORDER BY seq LIMIT ?", (session_id, start, EVENT_ROWS))
+        # The data as bytes straight from SQLite (the reader parses bytes: no decoding to str and back).
+        cursor = self.conn.execute("SELECT seq, type, CAST(data AS BLOB) FROM event WHERE aggregate_id = ? "
+                                   "AND seq >= ? ORDER BY seq LIMIT ?", (session_id, start, EVENT_ROWS))
         try:
-            for seq, kind, data in cursor:
-                raw = data.encode() if isinstance(data, str) else None
+            for seq, kind, raw in cursor:
                 found.append((seq, kind if isinstance(kind, str) else "", raw))
                 size += len(raw or b"") + 64
                 if size >= max_bytes:

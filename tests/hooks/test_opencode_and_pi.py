@@ -1,11 +1,15 @@
 """The hooks as opencode's plugin and pi's extension run them: the commands install writes into them (the agent
 named after the script), the events they make of their agent's (after a call, a call that threw), each agent's
-tool names, and what is told after a call: the bites, the call's lessons, the fix of a failure."""
+tool names, and what is told after a call: the bites, the call's lessons, the fix of a failure. And Engram's opencode
+plugin as install writes it, run under Node with opencode's hook inputs and outputs (the real CLI runs it in
+tests/e2e/test_opencode_and_pi_cli.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import pytest
 
 from processor.hook_kit import hook_io
 from processor.hook_kit.failure_keys import signature
+from processor.install import opencode
 from processor.install.opencode import hook_specs as opencode_hooks
 from processor.install.pi import hook_specs as pi_hooks
 from processor.install.registration import Registration, hook_python
@@ -168,3 +173,73 @@ def test_the_kit_reads_each_plugin_event() -> None:
     assert hook_io.call_of({"tool_name": "read", "tool_input": {"filePath": "/r/a.py"}}) == (
         "Read", {"filePath": "/r/a.py", "file_path": "/r/a.py"})
     assert not hook_io.after_call({"hook_event_name": "PreToolUse"})
+
+
+# ---------------------------------------------------------------- the opencode plugin under Node
+
+NODE = shutil.which("node")
+HARNESS = """
+const { EngramMemory } = await import(process.argv[2])
+const hooks = await EngramMemory({ directory: process.argv[3], client: null })
+const out = {}
+const bash = { tool: "bash", sessionID: "%(session)s", callID: "call_1", args: { command: "python3 tools/release.py" } }
+const result = { title: "", output: %(release)s, metadata: { output: %(release)s, exit: 2 } }
+await hooks["tool.execute.after"](bash, result)
+out.afterTool = result.output
+const mcp = { output: { content: [{ type: "text", text: "hits" }] }, metadata: {} }
+await hooks["tool.execute.after"]({ ...bash, tool: "engram_memory_recall", callID: "call_2", args: {} }, mcp)
+out.mcp = mcp.output
+const thrown = () => ({ messages: [
+  { info: { role: "user", sessionID: "%(session)s" }, parts: [{ type: "text", text: "hi" }] },
+  { info: { role: "assistant", sessionID: "%(session)s" }, parts: [{ type: "tool", callID: "call_3", tool: "read",
+    sessionID: "%(session)s", state: { status: "error", input: { filePath: "/repo/config/settings.toml" },
+    error: %(read)s } }] }] })
+const first = thrown(); await hooks["experimental.chat.messages.transform"]({}, first)
+const second = thrown(); await hooks["experimental.chat.messages.transform"]({}, second)
+out.thrown = [first.messages[1].parts[0].state.error, second.messages[1].parts[0].state.error]
+console.log(JSON.stringify(out))
+"""
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed: the plugin cannot be run outside opencode")
+def test_the_plugin_tells_after_calls_and_after_a_tool_that_threw(tmp_path: Path, registration: Registration,
+                                                                 home: Path) -> None:
+    folder = tmp_path / "opencode"
+    (folder).mkdir()
+    opencode.install(registration, folder=folder)
+    # Node reads a .js file as CommonJS: the same module under .mjs, as Bun reads it in opencode.
+    module = tmp_path / "engram.mjs"
+    module.write_text((folder / "plugin" / "engram.js").read_text())
+    script = tmp_path / "harness.mjs"
+    script.write_text(HARNESS % {"session": SESSION, "release": json.dumps(RELEASE_ERROR),
+                                 "read": json.dumps(READ_ERROR)})
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ENGRAM_HOME": str(home), "ENGRAM_SHOW_INJECTED": "0"}
+    done = subprocess.run([NODE, str(script), module.as_uri(), str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["afterTool"].startswith(RELEASE_ERROR)  # the result first, then what is told
+    assert BITE["id"] in out["afterTool"] and FIX["id"] in out["afterTool"] and FIX["fix"] in out["afterTool"]
+    assert LESSON["id"] not in out["afterTool"]  # a lesson about another command
+    assert out["mcp"] == {"content": [{"type": "text", "text": "hits"}]}  # an MCP result is left alone
+    first, second = out["thrown"]
+    assert first.startswith(READ_ERROR) and READ_FIX["id"] in first and READ_FIX["fix"] in first
+    assert second == first  # asked once, re-applied to the next request's copy of the messages
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed: the plugin cannot be run outside opencode")
+def test_a_hook_that_cannot_run_leaves_opencode_as_it_was(tmp_path: Path, registration: Registration) -> None:
+    folder = tmp_path / "opencode"
+    folder.mkdir()
+    opencode.install(dataclasses.replace(registration, hook_python=str(tmp_path / "gone" / "python")),
+                     folder=folder)
+    module = tmp_path / "engram.mjs"
+    module.write_text((folder / "plugin" / "engram.js").read_text())
+    script = tmp_path / "harness.mjs"
+    script.write_text(HARNESS % {"session": SESSION, "release": json.dumps(RELEASE_ERROR),
+                                 "read": json.dumps(READ_ERROR)})
+    done = subprocess.run([NODE, str(script), module.as_uri(), str(tmp_path)], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["afterTool"] == RELEASE_ERROR and out["thrown"] == [READ_ERROR, READ_ERROR]

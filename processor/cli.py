@@ -436,8 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     remember.add_argument("--scope", choices=SCOPES)
     remember.add_argument("--project", help="project root (default: the git root of the current directory)")
 
-    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code, the Codex CLI "
-                                        "and the Gemini CLI (those found here)"),
+    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code, the Codex CLI, "
+                                        "the Gemini CLI, opencode and pi (those found here)"),
                             ("uninstall", "remove exactly what `engram install` added")):
         p = add(name, cmd_install, help_text)
         p.add_argument("--print", action="store_true", help="show the change without writing anything")

@@ -2,9 +2,11 @@
 
 Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same) and as the Gemini
 CLI's ``AfterTool``: Gemini drops a ``BeforeTool`` hook's context, and delivers an ``AfterTool`` one with the
-call's result, before the model's next step — the nearest moment it has. The registered command names its
-agent after the script (``… pretooluse.py gemini``); what differs per agent is the kit's business
-(``processor/hook_kit/hook_io.py``, each agent's events).
+call's result, before the model's next step — the nearest moment it has. opencode's plugin runs it after each call
+that returned (``tool.execute.after``) and pi's extension after each call (``tool_result``), for the same reason:
+neither lets anything reach the model before a call. The registered command names its agent after the script
+(``… pretooluse.py gemini``); what differs per agent is the kit's business (``processor/hook_kit/hook_io.py``,
+each agent's events).
 
 Claude Code runs this before every tool call, so its whole-process time is its cost. It is
 registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/pretooluse.py`` (it also
@@ -35,8 +37,9 @@ or created. All of it goes out as
 setting, which costs a config.toml read only when the environment does not decide) and never
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
-After a Gemini shell command that exited non-zero, the same answer also carries what fixed the same failure
-in an earlier session (``tool_failure.py``): Gemini has no event for a failed call alone.
+After a Gemini shell command that exited non-zero (an opencode one; a pi call marked ``isError``), the same answer
+also carries what fixed the same failure in an earlier session (``tool_failure.py``): these agents have no event
+for a failed call alone.
 
 A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
 by the processor after an ``[engram off]`` prompt) gets nothing.

@@ -699,13 +699,18 @@ def answer(event: dict, default: str, context: str, ids: list[str], home: str | 
     return hook_json(name if name in _ANSWERED else default, context, ids, home)
 
 
+_MCP = "the engram MCP server's "
+_SERVED_BY = {PI: "Engram's extension's "}  # pi has no MCP: Engram's extension registers the tools
+
+
 def format_context(lines: list[str], for_agent: str = CLAUDE) -> str:
     """A message's bites as the model reads them, fenced."""
     return fence("\n".join([
         "You have memories related to this conversation:",
         *lines,
-        f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) (the engram MCP server's "
-        "memory_expand) with its id for the full context. Otherwise, continue your work.",
+        f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) "
+        f"({_SERVED_BY.get(for_agent, _MCP)}memory_expand) with its id for the full context. Otherwise, continue "
+        "your work.",
     ]))
 
 

@@ -123,15 +123,21 @@ def test_opencode_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         assert "Before this call on git add dist/app.js" in told and f"(id: {lesson_1})" in told, told[-3000:]
         lesson_2, push_fix = learn_in_claude_code(world)
 
-        # ---- opencode session C: right after the same failures, what fixed them in Claude Code's session
+        # ---- opencode session C: right after the same failures, what fixed them in Claude Code's session; and right
+        # after a call, the lesson about its command
         before_c = len(world.chat.conversation)
         world.opencode_run("Release the current build", [
             Turn.call("bash", {"command": "python3 tools/release.py", "description": "release"}),
             Turn.call("bash", {"command": "git checkout -q -b hotfix", "description": "branch"}),
             Turn.call("bash", {"command": "git push", "description": "push"}),
+            Turn.call("bash", {"command": "git add dist/app.js", "description": "stage"}),
             Turn("It needs a version."),
         ])
         requests = world.chat.conversation[before_c:]
+        staged = requests[4].outputs()[requests[3].turn.call_ids[0]]
+        print("opencode, told after `git add dist/app.js`:", staged[staged.find(FENCE_OPEN):])
+        # The lesson, right after the call (a call that failed as it did then: told as what fixed it).
+        assert f"(id: {lesson_1})" in call_context(staged) + failure_context(staged), staged[-2000:]
         release = requests[1].outputs()[requests[0].turn.call_ids[0]]
         assert "arguments are required: --version" in release
         fixed = failure_context(release)
@@ -233,8 +239,16 @@ def test_pi_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         told = world.server.conversation[-1].all_text()
         assert "Before this call on git add dist/app.js" in told and f"(id: {lesson_pi})" in told, told[-3000:]
 
+        # ---- pi session C: right after the same call, the lesson about its command
+        before_c = len(world.chat.conversation)
+        world.pi_run("Stage the bundle", [Turn.call("bash", {"command": "git add dist/app.js"}), Turn("Ignored.")])
+        requests = world.chat.conversation[before_c:]
+        staged = requests[1].outputs()[requests[0].turn.call_ids[0]]
+        print("pi, told after `git add dist/app.js`:", staged[staged.find(FENCE_OPEN):])
+        assert f"(id: {lesson_pi})" in call_context(staged) + failure_context(staged), staged[-2000:]
+
         status = json.loads(world.engram("status", "--json").stdout)
-        assert status["sessions_by_agent"] == {"claude": 2, "pi": 1}, status["sessions_by_agent"]
+        assert status["sessions_by_agent"] == {"claude": 2, "pi": 2}, status["sessions_by_agent"]
         recalled = world.engram("recall", "dist git-ignored force-added", "--project", str(world.repo)).stdout
         assert any(lesson_pi in line and ", pi)" in line for line in recalled.splitlines()), recalled
 

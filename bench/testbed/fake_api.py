@@ -108,3 +108,12 @@ def json_body(handler: BaseHTTPRequestHandler) -> dict[str, Any]:
         return json.loads(raw) if raw else {}
     except ValueError:
         return {"_raw": raw.decode(errors="replace")}
+
+
+def send(handler: BaseHTTPRequestHandler, status: int, content_type: str, data: bytes) -> None:
+    """A whole answer: its status, type and length, then its body."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -48,6 +48,7 @@ from processor.capture.captured import (
     ToolCall,
     ToolFailure,
     ToolResult,
+    claude_tool,
     failure_text,
     redact_repeated,
     strip_injected_spans,
@@ -82,7 +83,6 @@ _UNFINISHED = (b'"state":{"status":"pending"', b'"state":{"status":"running"')
 TOOL_NAMES = {"bash": "Bash", "read": "Read", "write": "Write", "edit": "Edit", "multiedit": "MultiEdit",
               "glob": "Glob", "grep": "Grep", "list": "LS", "webfetch": "WebFetch", "websearch": "WebSearch",
               "todowrite": "TodoWrite", "task": "Task"}
-ENGRAM_TOOLS = "engram_"  # Engram's MCP tools, as opencode names them (<server>_<tool>)
 KNOWN_EVENTS = frozenset({"session.created.1", "session.updated.1", "session.deleted.1", "message.updated.1",
                           "message.part.updated.1", "message.removed.1", "message.part.removed.1"})
 KNOWN_PARTS = frozenset({"text", "tool", "step-start", "step-finish", "reasoning", "file", "patch", "snapshot",
@@ -364,21 +364,5 @@ def _outcome(name: str, state: dict, status: str, needed: bool) -> tuple[bool, s
 
 
 def opencode_tool(name: object, arguments: object) -> tuple[str, dict]:
-    """An opencode tool call as Claude Code's tool name and input keys (an unknown tool keeps its own; Engram's
-    MCP tools get Claude Code's ``mcp__engram__`` names)."""
-    name = name if isinstance(name, str) and name else "tool"
-    args = arguments if isinstance(arguments, dict) else {}
-    if name.startswith(ENGRAM_TOOLS):
-        return "mcp__engram__" + name[len(ENGRAM_TOOLS):], args
-    canonical = TOOL_NAMES.get(name, name)
-    if canonical == "Bash":
-        command = args.get("command")
-        return canonical, ({"command": command} if isinstance(command, str) else {})
-    if canonical in ("Read", "Write", "Edit", "MultiEdit"):
-        path = args.get("filePath") if isinstance(args.get("filePath"), str) else args.get("file_path")
-        return canonical, ({"file_path": path} if isinstance(path, str) and path else {})
-    if canonical in ("Glob", "Grep", "LS"):
-        return canonical, {k: args[k] for k in ("pattern", "path") if isinstance(args.get(k), str)}
-    if canonical == "WebFetch" and isinstance(args.get("url"), str):
-        return canonical, {"url": args["url"]}
-    return canonical, args
+    """An opencode tool call as Claude Code's tool name and input keys (``captured.claude_tool``)."""
+    return claude_tool(name, arguments, TOOL_NAMES, "filePath")

@@ -33,6 +33,7 @@ from processor.capture.captured import (
     ToolCall,
     ToolFailure,
     ToolResult,
+    claude_tool,
     failure_text,
     strip_injected_spans,
     tool_target,
@@ -55,7 +56,6 @@ from processor.redaction import redact
 # pi's tools under the names Claude Code gives the same tools (pi's optional grep/find/ls included).
 TOOL_NAMES = {"bash": "Bash", "read": "Read", "write": "Write", "edit": "Edit", "grep": "Grep", "find": "Glob",
               "ls": "LS"}
-ENGRAM_TOOLS = "engram_"  # Engram's memory tools, as its extension registers them (engram_memory_recall, …)
 _NOT_CONVERSATION = frozenset({"model_change", "thinking_level_change", "custom", "compaction", "branch_summary",
                                "label", "session_info"})
 # The entries that are most of a session's bytes and never captured, recognised from their first bytes.
@@ -207,19 +207,5 @@ def _text(content: object) -> str:
 
 
 def pi_tool(name: object, arguments: object) -> tuple[str, dict]:
-    """A pi tool call as Claude Code's tool name and input keys (an unknown tool keeps its own; Engram's memory
-    tools get Claude Code's ``mcp__engram__`` names)."""
-    name = name if isinstance(name, str) and name else "tool"
-    args = arguments if isinstance(arguments, dict) else {}
-    if name.startswith(ENGRAM_TOOLS):
-        return "mcp__engram__" + name[len(ENGRAM_TOOLS):], args
-    canonical = TOOL_NAMES.get(name, name)
-    if canonical == "Bash":
-        command = args.get("command")
-        return canonical, ({"command": command} if isinstance(command, str) else {})
-    if canonical in ("Read", "Write", "Edit"):
-        path = args.get("path") if isinstance(args.get("path"), str) else args.get("file_path")
-        return canonical, ({"file_path": path} if isinstance(path, str) and path else {})
-    if canonical in ("Grep", "Glob", "LS"):
-        return canonical, {k: args[k] for k in ("pattern", "path") if isinstance(args.get(k), str)}
-    return canonical, args
+    """A pi tool call as Claude Code's tool name and input keys (``captured.claude_tool``)."""
+    return claude_tool(name, arguments, TOOL_NAMES, "path")

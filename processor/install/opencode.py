@@ -52,7 +52,7 @@ from processor.install.registration import (
     missing_programs,
     on_this_machine,
 )
-from processor.install.shipped_file import ShippedFile, hooks_config
+from processor.install.shipped_file import PluginHooks, ShippedFile
 
 NAME = "opencode"
 TITLE = AGENT_NAMES[NAME]
@@ -66,10 +66,10 @@ PLUGIN_PACKAGE = "@opencode-ai/plugin"
 PACKAGE_JSON = '{"dependencies": {"@opencode-ai/plugin": "*"}}\n'
 PACKAGE_LOCK = '{"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}\n'
 # The plugin's names for its hooks, the opencode event each serves, and the hook script it runs.
-PLUGIN_HOOKS = (("sessionStart", "chat.message", SESSION_START),
-                ("afterTool", "tool.execute.after", PRETOOLUSE),
-                ("toolError", "experimental.chat.messages.transform", TOOL_FAILURE))
-PROMPT_HOOK = ("prompt", "chat.message", PROMPT_SUBMIT)
+PLUGIN_HOOKS = PluginHooks(NAME, (("sessionStart", "chat.message", SESSION_START),
+                                  ("afterTool", "tool.execute.after", PRETOOLUSE),
+                                  ("toolError", "experimental.chat.messages.transform", TOOL_FAILURE)),
+                           ("prompt", "chat.message", PROMPT_SUBMIT))
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -87,22 +87,11 @@ def found(env: Mapping[str, str] | None = None) -> bool:
 
 def hook_specs(registration: Registration) -> list[tuple[HookSpec, bool]]:
     """(hook, required), under the opencode events the plugin runs them at; the prompt hook only when asked for."""
-    specs = [(registration.hook_spec(event, script, NAME), True) for _, event, script in PLUGIN_HOOKS]
-    return specs + registration.with_prompt_hook(registration.hook_spec(PROMPT_HOOK[1], PROMPT_HOOK[2], NAME))
+    return PLUGIN_HOOKS.specs(registration)
 
 
 def plugin(folder: Path) -> ShippedFile:
     return ShippedFile("opencode_plugin.js", folder / PLUGIN_FILE)
-
-
-def plugin_config(registration: Registration, existing: dict[str, Any] | None) -> dict[str, Any]:
-    """The plugin's ENGRAM line: its hooks' argv and timeouts (the prompt hook as `prompt_submit` asks: kept as the
-    installed plugin has it when not said)."""
-    specs = {key: registration.hook_spec(event, script, NAME) for key, event, script in PLUGIN_HOOKS}
-    had_prompt = bool(((existing or {}).get("hooks") or {}).get(PROMPT_HOOK[0]))
-    if registration.prompt_submit or (registration.prompt_submit is None and had_prompt):
-        specs[PROMPT_HOOK[0]] = registration.hook_spec(PROMPT_HOOK[1], PROMPT_HOOK[2], NAME)
-    return hooks_config(specs)
 
 
 def server_entry(registration: Registration) -> dict[str, Any]:
@@ -172,7 +161,7 @@ def install(registration: Registration, *, dry_run: bool = False, env: Mapping[s
     shipped = plugin(folder)
     after = _with_server(data, server_entry(registration), path)
     change = json_file.plan_change(path, data, text, after, "mcp", MCP_SERVER_NAME)
-    plugin_change = shipped.plan(plugin_config(registration, shipped.config()))
+    plugin_change = shipped.plan(PLUGIN_HOOKS.config(registration, shipped.config()))
     seeded = _preseed(folder)
     notes = ()
     if seeded:

@@ -39,7 +39,7 @@ from processor.install.registration import (
     Registration,
     on_this_machine,
 )
-from processor.install.shipped_file import ShippedFile, hooks_config
+from processor.install.shipped_file import PluginHooks, ShippedFile
 
 NAME = "pi"
 TITLE = AGENT_NAMES[NAME]
@@ -47,9 +47,9 @@ COMMAND = "pi"  # on PATH when pi is installed
 EXTENSION_FILE = Path("extensions") / "engram.ts"
 FIX = "engram install --agent pi"
 # The extension's names for its hooks, the pi event each serves, and the hook script it runs.
-EXTENSION_HOOKS = (("sessionStart", "before_agent_start", SESSION_START),
-                   ("afterTool", "tool_result", PRETOOLUSE))
-PROMPT_HOOK = ("prompt", "before_agent_start", PROMPT_SUBMIT)
+EXTENSION_HOOKS = PluginHooks(NAME, (("sessionStart", "before_agent_start", SESSION_START),
+                                     ("afterTool", "tool_result", PRETOOLUSE)),
+                              ("prompt", "before_agent_start", PROMPT_SUBMIT))
 
 
 def found(env: Mapping[str, str] | None = None) -> bool:
@@ -60,8 +60,7 @@ def found(env: Mapping[str, str] | None = None) -> bool:
 
 def hook_specs(registration: Registration) -> list[tuple[HookSpec, bool]]:
     """(hook, required), under the pi events the extension runs them at; the prompt hook only when asked for."""
-    specs = [(registration.hook_spec(event, script, NAME), True) for _, event, script in EXTENSION_HOOKS]
-    return specs + registration.with_prompt_hook(registration.hook_spec(PROMPT_HOOK[1], PROMPT_HOOK[2], NAME))
+    return EXTENSION_HOOKS.specs(registration)
 
 
 def extension(folder: Path) -> ShippedFile:
@@ -84,13 +83,10 @@ def mcp_tools() -> tuple[list[dict[str, Any]], str]:
 def extension_config(registration: Registration, existing: dict[str, Any] | None) -> dict[str, Any]:
     """The extension's ENGRAM line: its hooks' argv and timeouts (the prompt hook as `prompt_submit` asks: kept as
     installed when not said), Engram's MCP tools and the bridge's command."""
-    specs = {key: registration.hook_spec(event, script, NAME) for key, event, script in EXTENSION_HOOKS}
-    had_prompt = bool(((existing or {}).get("hooks") or {}).get(PROMPT_HOOK[0]))
-    if registration.prompt_submit or (registration.prompt_submit is None and had_prompt):
-        specs[PROMPT_HOOK[0]] = registration.hook_spec(PROMPT_HOOK[1], PROMPT_HOOK[2], NAME)
     tools, version = mcp_tools()
     server = registration.mcp_server
-    return {**hooks_config(specs), "mcp": [server.command, *server.args], "tools": tools, "protocolVersion": version}
+    return {**EXTENSION_HOOKS.config(registration, existing), "mcp": [server.command, *server.args], "tools": tools,
+            "protocolVersion": version}
 
 
 def install(registration: Registration, *, dry_run: bool = False, env: Mapping[str, str] | None = None,

@@ -19,7 +19,7 @@ from typing import Any
 from processor.check import Check, error, shown_path
 from processor.files import write_atomic
 from processor.install.json_file import FileChange
-from processor.install.registration import HookSpec, InstallError, gone_in
+from processor.install.registration import HookScript, HookSpec, InstallError, Registration, gone_in
 
 _CONFIG_LINE = "const ENGRAM"  # the template's line that install fills in: `const ENGRAM… = null…`
 
@@ -108,6 +108,32 @@ class ShippedFile:
         if gone:
             return error(name, f"{shown} runs {shown_path(Path(gone[0]), env)}, which is gone", fix)
         return None
+
+
+@dataclass(frozen=True)
+class PluginHooks:
+    """The hooks a plugin runs for its agent: (the template's name for each, the agent's event it serves, the hook
+    script), and the optional prompt hook likewise."""
+
+    agent: str
+    hooks: tuple[tuple[str, str, HookScript], ...]
+    prompt: tuple[str, str, HookScript]
+
+    def specs(self, registration: Registration) -> list[tuple[HookSpec, bool]]:
+        """(hook, required), under the events the plugin runs them at; the prompt hook only when asked for."""
+        found = [(registration.hook_spec(event, script, self.agent), True) for _, event, script in self.hooks]
+        _, event, script = self.prompt
+        return found + registration.with_prompt_hook(registration.hook_spec(event, script, self.agent))
+
+    def config(self, registration: Registration, existing: dict[str, Any] | None) -> dict[str, Any]:
+        """The template's hooks: each one's argv and timeout; the prompt hook as `prompt_submit` asks, kept as the
+        installed file has it when not said."""
+        specs = {key: registration.hook_spec(event, script, self.agent) for key, event, script in self.hooks}
+        key, event, script = self.prompt
+        had_prompt = bool(((existing or {}).get("hooks") or {}).get(key))
+        if registration.prompt_submit or (registration.prompt_submit is None and had_prompt):
+            specs[key] = registration.hook_spec(event, script, self.agent)
+        return hooks_config(specs)
 
 
 def hook_argv(spec: HookSpec) -> list[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,8 +19,9 @@ from processor.hook_kit.failure_keys import signature
 from processor.install import opencode
 from processor.install.opencode import hook_specs as opencode_hooks
 from processor.install.pi import hook_specs as pi_hooks
-from processor.install.registration import Registration, hook_python
+from processor.install.registration import Registration
 from processor.recall.digest import header
+from tests.hooks.test_codex_and_gemini import run
 
 REPO = Path(__file__).resolve().parents[2]
 SESSION = "ses_ddf44e531ffegh4nsLDG3f0U4G"
@@ -48,12 +48,6 @@ def test_opencode_and_pi_are_told_the_tool_names_they_show_their_model() -> None
 
 
 @pytest.fixture
-def registration() -> Registration:
-    python = hook_python()
-    return Registration(hook_python=python, engram_python=python, hook_script=REPO / "recall_hook" / "pretooluse.py")
-
-
-@pytest.fixture
 def home(tmp_path: Path) -> Path:
     root = tmp_path / "engram-home"
     (root / "recollections" / "lessons").mkdir(parents=True, mode=0o700)
@@ -70,14 +64,6 @@ def home(tmp_path: Path) -> Path:
 def command(specs: list, event: str, script: str) -> str:
     [spec] = [spec for spec, _ in specs if spec.event == event and script in spec.command]
     return spec.command
-
-
-def run(hook: str, event: dict, home: Path, tmp_path: Path) -> dict:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ENGRAM_HOME": str(home), "ENGRAM_SHOW_INJECTED": "0"}
-    done = subprocess.run(shlex.split(hook), input=json.dumps(event).encode(), capture_output=True, env=env,
-                          timeout=10)
-    assert done.returncode == 0 and done.stderr == b"", done.stderr
-    return json.loads(done.stdout) if done.stdout else {}
 
 
 def context(answer: dict) -> str:

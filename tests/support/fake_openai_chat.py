@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from bench.testbed.fake_api import ScriptedApi, json_body
+from bench.testbed.fake_api import ScriptedApi, json_body, send
 
 JsonObject = dict[str, Any]
 MODEL = "fake-model"
@@ -172,10 +172,6 @@ class FakeChat(ScriptedApi[Turn]):
                     self._send(200, "application/json", json.dumps(completion(turn, model)).encode())
 
             def _send(self, status: int, content_type: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send(self, status, content_type, data)
 
         return Handler

@@ -78,9 +78,8 @@ class ShippedFile:
         """The change that writes the file with `config` (None: removes it)."""
         before = self.current()
         after = None if config is None else self.text(config)
-        shown = lambda text: _config_line(text) if text else ""  # noqa: E731 - the diff shows the commands only
-        return FileChange(self.path, {"text": before}, before, {"text": after}, after or "", shown(before),
-                          shown(after))
+        return FileChange(self.path, {"text": before}, before, {"text": after}, after or "",
+                          _shown(self.config() if before else None), _shown(config))
 
     def apply(self, change: FileChange) -> FileChange:
         """Write (or remove) the file as planned; unchanged, nothing is touched."""
@@ -148,6 +147,11 @@ def hooks_config(specs: dict[str, HookSpec]) -> dict[str, Any]:
             "timeouts": {key: spec.timeout * 1000 for key, spec in specs.items()}}
 
 
-def _config_line(text: str) -> str:
-    line = next((line for line in text.split("\n") if line.startswith(_CONFIG_LINE)), "")
-    return line + "\n" if line else ""
+def _shown(config: dict[str, Any] | None) -> str:
+    """What the diff shows of a file's ENGRAM line: its commands, one a line, and its tools by name."""
+    if config is None:
+        return ""
+    tools = config.get("tools")
+    if isinstance(tools, list):
+        config = {**config, "tools": [tool.get("name") for tool in tools if isinstance(tool, dict)]}
+    return json.dumps(config, indent=2, ensure_ascii=False) + "\n"

@@ -9,6 +9,10 @@ downstream of the tailer (episodes, lessons, recollections, the digest, recall) 
 every agent. What the formats share is here too: the check that a session ran in Engram's own work directory,
 the reader of a format whose lines do not say their session (``SessionReader``), and reading a first line or a
 line's JSON.
+
+opencode keeps every session in one SQLite file: its format is a ``SessionDatabase``, whose ``changes`` give the
+tailer each session's new rows (``StoredRows``, read by the agent's own cursor) as lines its reader reads, and
+whose problems (``DatabaseProblem``) are capture problems. pi writes JSON Lines, one file a session.
 """
 
 from __future__ import annotations

@@ -85,17 +85,20 @@ class OpencodeStore:
         self.close()
 
     def session(self, directory: str = "/tmp/project", *, session_id: str | None = None,
-                parent_id: str | None = None, start_ms: int = 1_795_845_462_735) -> Session:
-        return Session(self, directory, session_id or _id("ses"), parent_id, start_ms)
+                parent_id: str | None = None, start_ms: int = 1_795_845_462_735, logged: bool = True) -> Session:
+        """A new session; `logged`: its changes go to the event log too (False: as an opencode older than the log
+        wrote it, its rows only)."""
+        return Session(self, directory, session_id or _id("ses"), parent_id, start_ms, logged)
 
 
 class Session:
     """One session, written change by change as opencode writes it: ``prompt``, ``answer``, ``tool``…"""
 
     def __init__(self, store: OpencodeStore, directory: str, session_id: str, parent_id: str | None,
-                 start_ms: int) -> None:
+                 start_ms: int, logged: bool = True) -> None:
         self.store, self.id, self.directory, self.at = store, session_id, directory, start_ms
         self.seq = -1
+        self.logged = logged
         self.info = {"id": session_id, "slug": "sunny-tiger", "projectID": "global", "directory": directory,
                      "title": "New session", "version": "1.18.33", "time": {"created": start_ms, "updated": start_ms}}
         with store.conn:
@@ -114,14 +117,16 @@ class Session:
         self.at = int(time.time() * 1000)
 
     def event(self, kind: str, data: dict[str, Any]) -> int:
-        """One change, appended to the event log in the transaction that upserts the row it describes."""
-        self.seq += 1
+        """One change, appended to the event log (when the session is logged) in the transaction that upserts the
+        row it describes."""
         conn = self.store.conn
         with conn:
-            conn.execute("INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, ?)",
-                         (_id("evt"), self.id, self.seq, kind, _compact(data)))
-            conn.execute("INSERT INTO event_sequence (aggregate_id, seq) VALUES (?, ?) ON CONFLICT(aggregate_id) DO "
-                         "UPDATE SET seq = excluded.seq", (self.id, self.seq))
+            if self.logged:
+                self.seq += 1
+                conn.execute("INSERT INTO event (id, aggregate_id, seq, type, data) VALUES (?, ?, ?, ?, ?)",
+                             (_id("evt"), self.id, self.seq, kind, _compact(data)))
+                conn.execute("INSERT INTO event_sequence (aggregate_id, seq) VALUES (?, ?) ON CONFLICT(aggregate_id) "
+                             "DO UPDATE SET seq = excluded.seq", (self.id, self.seq))
             if kind == "message.updated.1":
                 info = data["info"]
                 row = {k: v for k, v in info.items() if k not in ("id", "sessionID")}

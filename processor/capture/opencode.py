@@ -83,6 +83,7 @@ _UNFINISHED = (b'"state":{"status":"pending"', b'"state":{"status":"running"')
 TOOL_NAMES = {"bash": "Bash", "read": "Read", "write": "Write", "edit": "Edit", "multiedit": "MultiEdit",
               "glob": "Glob", "grep": "Grep", "list": "LS", "webfetch": "WebFetch", "websearch": "WebSearch",
               "todowrite": "TodoWrite", "task": "Task"}
+FIRST_EVENT = "session.created.1"  # a session's event 0 when its log goes back to its start
 KNOWN_EVENTS = frozenset({"session.created.1", "session.updated.1", "session.deleted.1", "message.updated.1",
                           "message.part.updated.1", "message.removed.1", "message.part.removed.1"})
 KNOWN_PARTS = frozenset({"text", "tool", "step-start", "step-finish", "reasoning", "file", "patch", "snapshot",
@@ -169,6 +170,10 @@ class OpencodeFormat(SessionDatabase):
             heads = db.heads()
             wanted = [sid for sid, last in heads.items() if last >= cursors.get(sid, 0)]
             stored = db.sessions(wanted)
+            for session in db.unlogged(list(cursors), since_ms):
+                # Made before opencode kept its event log: its messages and parts as they are, once.
+                info = self._info(session.session_id, session.directory, session.parent_id)
+                yield StoredRows(info, [] if info.skip else self._stored(db, session.session_id), 0)
             for session_id in sorted(wanted, key=lambda sid: stored[sid].time_updated or 0 if sid in stored else 0):
                 session = stored.get(session_id)
                 if session is None:
@@ -180,6 +185,9 @@ class OpencodeFormat(SessionDatabase):
                     yield StoredRows(info, [], 0)
                     continue
                 start = cursors.get(session_id, 0)
+                if session_id not in cursors and schema.messages and db.first_event(session_id) != FIRST_EVENT:
+                    # Its log begins later than the session (an older opencode made it): what it held before.
+                    yield StoredRows(info, self._stored(db, session_id), 0)
                 while start <= heads[session_id]:
                     events = db.events(session_id, start, batch_bytes)
                     if not events:
@@ -194,6 +202,16 @@ class OpencodeFormat(SessionDatabase):
         finally:
             self._db = None
             db.close()
+
+    @staticmethod
+    def _stored(db: OpencodeDatabase, session_id: str) -> list[Line]:
+        """A session's messages and parts as they are now, as lines (at cursor 0: before any event)."""
+        try:
+            return [Line(0, 0, _line(kind, data)) for kind, data in db.stored_rows(session_id)]
+        except apsw.SQLError as exc:  # a row whose data is no JSON: the session's events are still read
+            log.warning("opencode session %s: its stored messages cannot be read (%s); only its event log is",
+                        session_id, exc)
+            return []
 
     def _info(self, session_id: str, directory: str | None, parent_id: str | None) -> SessionInfo:
         if parent_id:

@@ -27,10 +27,12 @@ READ: dict[str, tuple[str, ...]] = {
 }
 OPTIONAL: dict[str, tuple[str, ...]] = {
     "event_sequence": ("aggregate_id", "seq"),  # the last seq of each session (else computed from event)
-    "message": ("id", "data"),  # a message's role, when its own event came before the rows read
+    # a message's role, when its own event came before the rows read; a session older than the event log
+    "message": ("id", "session_id", "time_created", "data"),
+    "part": ("id", "message_id", "session_id", "time_updated", "data"),
 }
 KNOWN_TABLES = frozenset({*READ, *OPTIONAL, "workspace", "data_migration", "account_state", "account",
-                          "control_account", "credential", "permission", "project_directory", "project", "part",
+                          "control_account", "credential", "permission", "project_directory", "project",
                           "session_context_epoch", "session_input", "session_message", "todo", "session_share",
                           "migration", "sqlite_sequence", "sqlite_stat1", "sqlite_stat4"})
 # Columns of the tables read, as opencode 1.18.33 has them: any other is a newer opencode's, counted.
@@ -43,6 +45,7 @@ KNOWN_COLUMNS: dict[str, frozenset[str]] = {
                           "agent", "model", "time_created", "time_updated", "time_compacting", "time_archived"}),
     "event_sequence": frozenset({"aggregate_id", "seq", "owner_id"}),
     "message": frozenset({"id", "session_id", "time_created", "time_updated", "data"}),
+    "part": frozenset({"id", "message_id", "session_id", "time_created", "time_updated", "data"}),
 }
 EVENT_ROWS = 500  # rows per statement; a batch stops earlier once it holds enough bytes
 
@@ -65,7 +68,7 @@ class Schema:
     missing: tuple[str, ...]
     unknown: tuple[str, ...]
     sequences: bool  # event_sequence is there
-    messages: bool  # message is there
+    messages: bool  # message and part are there
     fresh: bool  # none of the tables read is there yet: opencode is creating the database
 
 
@@ -92,6 +95,7 @@ class OpencodeDatabase:
         if self._schema is None:
             tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             missing: list[str] = []
+            usable: set[str] = set()  # the optional tables there with every column read
             unknown = [f"table {name}" for name in sorted(tables - KNOWN_TABLES)]
             for table, needed in (*READ.items(), *OPTIONAL.items()):
                 if table not in tables:
@@ -99,10 +103,14 @@ class OpencodeDatabase:
                         missing.append(f"table {table}")
                     continue
                 columns = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
-                missing += [f"{table}.{column}" for column in needed if column not in columns]
+                gone = [f"{table}.{column}" for column in needed if column not in columns]
+                if table in READ:
+                    missing += gone
+                elif not gone:
+                    usable.add(table)
                 unknown += [f"column {table}.{column}" for column in sorted(columns - KNOWN_COLUMNS[table])]
-            self._schema = Schema(tuple(missing), tuple(unknown), "event_sequence" in tables, "message" in tables,
-                                  fresh=not tables & set(READ))
+            self._schema = Schema(tuple(missing), tuple(unknown), "event_sequence" in usable,
+                                  {"message", "part"} <= usable, fresh=not tables & set(READ))
         return self._schema
 
     def heads(self) -> dict[str, int]:
@@ -138,6 +146,40 @@ class OpencodeDatabase:
         finally:
             cursor.close()
         return found
+
+    def first_event(self, session_id: str) -> str | None:
+        """The type of the session's event 0 (None: it has none): ``session.created.1`` when its log is whole."""
+        row = self.conn.execute("SELECT type FROM event WHERE aggregate_id = ? AND seq = 0", (session_id,)).fetchone()
+        return row[0] if row else None
+
+    def unlogged(self, known: list[str], since_ms: int | None) -> list[StoredSession]:
+        """The sessions with no event at all (made before opencode kept its event log), not among `known`, changed
+        since `since_ms` (None: any)."""
+        if not self.schema().messages:
+            return []
+        heads = "SELECT aggregate_id FROM event_sequence" if self.schema().sequences else \
+            "SELECT DISTINCT aggregate_id FROM event"
+        rows = self.conn.execute(
+            f"SELECT id, directory, parent_id, time_updated FROM session WHERE id NOT IN ({heads}) "
+            "AND id NOT IN (SELECT value FROM json_each(?)) AND time_updated >= ?",
+            (json.dumps(known), since_ms or 0))
+        return [StoredSession(*row) for row in rows]
+
+    def stored_rows(self, session_id: str) -> list[tuple[str, bytes]]:
+        """A session's messages and parts as they are now, as the events that would have written them: (type,
+        data), each message before its parts, in the order they were made. For a session whose event log does not
+        go back to its start."""
+        return [(kind, data) for kind, data in self.conn.execute(
+            "SELECT kind, data FROM ("
+            " SELECT m.time_created AS t, m.id AS mid, 0 AS k, '' AS pid, 'message.updated.1' AS kind,"
+            "  CAST(json_object('sessionID', m.session_id, 'info', json(json_set(m.data, '$.id', m.id,"
+            "  '$.sessionID', m.session_id))) AS BLOB) AS data FROM message m WHERE m.session_id = ?1"
+            " UNION ALL"
+            " SELECT m.time_created, m.id, 1, p.id, 'message.part.updated.1',"
+            "  CAST(json_object('sessionID', p.session_id, 'part', json(json_set(p.data, '$.id', p.id,"
+            "  '$.sessionID', p.session_id, '$.messageID', p.message_id)), 'time', p.time_updated) AS BLOB)"
+            "  FROM part p JOIN message m ON m.id = p.message_id WHERE p.session_id = ?1"
+            ") ORDER BY t, mid, k, pid", (session_id,))]
 
     def role_of(self, message_id: str) -> str | None:
         """The role of a message (``user``, ``assistant``) as its row says, when its own event was read earlier."""

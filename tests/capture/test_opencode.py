@@ -240,3 +240,24 @@ def test_the_watch_on_the_data_folder_maps_the_write_ahead_log_to_the_database(f
     assert fmt.transcript_of(data_dir / "snapshot" / "global" / "HEAD") is None
     assert fmt.transcript_of(data_dir / "log" / "2026.log") is None
     assert fmt.depth == 1  # its data folder is watched, not the snapshots below it
+
+
+def test_a_session_older_than_the_event_log_is_read_from_its_rows_once(conn: apsw.Connection, tailer: Tailer,
+                                                                      store: OpencodeStore) -> None:
+    old = store.session("/tmp/shop-api", logged=False)  # an opencode before the event log made it
+    old.prompt(PROMPT)
+    step = old.step()
+    old.tool(step, "bash", {"command": "npm run build"}, "error TS2304\n", exit_code=2)
+    old.answer(step, "Order is not imported.")
+    resumed = store.session("/tmp/shop-api", logged=False)  # made before, resumed after opencode's upgrade
+    resumed.prompt("first question, before the upgrade")
+    resumed.logged = True
+    resumed.prompt("second question, after it")
+    tailer.tail(store.path)
+    assert rows(conn, old.id) == [("user", PROMPT), ("assistant", "[tool: Bash]\nOrder is not imported.")]
+    assert calls(conn, old.id) == [("Bash", "npm run build", 1, "error TS2304")]
+    assert rows(conn, resumed.id) == [("user", "first question, before the upgrade"),
+                                      ("user", "second question, after it")]
+    store.conn.execute("CREATE TABLE touched (x)")  # the database changed: read again, nothing doubled
+    tailer.tail(store.path)
+    assert len(rows(conn, old.id)) == 2 and len(rows(conn, resumed.id)) == 2

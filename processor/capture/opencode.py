@@ -22,6 +22,8 @@ What the events mean:
   ``reason: "stop"`` ends the turn (``TurnEnd``);
 - ``session.*``: the session's row (title, tokens), ``message.removed`` / ``message.part.removed`` (a revert):
   not captured (what the reverted messages said did happen);
+- a session older than the event log (no events, or a log whose event 0 is not ``session.created.1``): its
+  ``message`` and ``part`` rows, read once as the events that would have written them;
 - any other type, part type, table or column (a newer opencode): skipped and counted.
 
 Tool calls take Claude Code's names (``bash`` is ``Bash``, ``read`` ``Read`` with ``filePath`` as

@@ -21,15 +21,9 @@ from processor.install.opencode import hook_specs as opencode_hooks
 from processor.install.pi import hook_specs as pi_hooks
 from processor.install.registration import Registration
 from processor.recall.digest import header
-from tests.hooks.test_codex_and_gemini import run
+from tests.hooks.test_codex_and_gemini import BITE, LESSON, run
 
-REPO = Path(__file__).resolve().parents[2]
 SESSION = "ses_ddf44e531ffegh4nsLDG3f0U4G"
-LESSON = {"id": "ep_1e55011e55011e55", "bite": "`dist/` is git-ignored, so `dist/app.js` must be force-added with "
-                                               "`git add -f`.", "date": "2026-11-27", "importance": "normal",
-          "kind": "gotcha", "session": "another-session"}
-BITE = {"id": "ep_b17eb17eb17eb17e", "bite": "shop-api bundles are built with esbuild into dist/app.js",
-        "date": "2026-11-24", "importance": "normal"}
 RELEASE_ERROR = ("usage: release.py [-h] --version VERSION\n"
                  "release.py: error: the following arguments are required: --version")
 FIX = {"id": "ep_f1f1f1f1f1f1f1f1", "bite": "tools/release.py needs --version", "date": "2026-11-26",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from bench.testbed.fake_api import ScriptedApi, json_body, send
+from bench.testbed.fake_api import QuietHandler, ScriptedApi, json_body
 
 JsonObject = dict[str, Any]
 MODEL = "fake-model"
@@ -143,35 +143,27 @@ class FakeChat(ScriptedApi[Turn]):
     def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.split("?")[0].rstrip("/").endswith("/models"):
                     data = {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0,
                                                         "owned_by": "fake"}]}
-                    self._send(200, "application/json", json.dumps(data).encode())
+                    self.send(200, "application/json", json.dumps(data).encode())
                 else:
-                    self._send(404, "application/json", b'{"error": {"message": "not found"}}')
+                    self.send(404, "application/json", b'{"error": {"message": "not found"}}')
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json_body(self)
                 if not self.path.split("?")[0].endswith("/chat/completions"):
-                    self._send(404, "application/json", b'{"error": {"message": "not found"}}')
+                    self.send(404, "application/json", b'{"error": {"message": "not found"}}')
                     return
                 request = Request(self.path, body)
                 request.turn = turn = fake.answer(request)
                 model = str(body.get("model") or MODEL)
                 if body.get("stream"):
                     data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks(turn, model))
-                    self._send(200, "text/event-stream", data + b"data: [DONE]\n\n")
+                    self.send(200, "text/event-stream", data + b"data: [DONE]\n\n")
                 else:
-                    self._send(200, "application/json", json.dumps(completion(turn, model)).encode())
-
-            def _send(self, status: int, content_type: str, data: bytes) -> None:
-                send(self, status, content_type, data)
+                    self.send(200, "application/json", json.dumps(completion(turn, model)).encode())
 
         return Handler

@@ -19,20 +19,33 @@ For each size N:
 - also timed on the same database: the SessionStart hook (`python -I -m recall_hook.session_start`,
   whole process, best and median of 5 runs; goal < 1 s).
 Goal: freshness p95 <= 250 ms at 100k. `--json` prints one JSON object as the last line.
+
+    python bench/freshness.py --turns 10 [--baseline-ref house-kit] [--json]
+
+Turn freshness, a row per agent (Claude Code, the Codex CLI, the Gemini CLI): the real processor runs on a fresh
+home with each agent's transcripts in temp folders, and one session per agent is written a turn at a time (a
+prompt and its answer, as the agent writes them, timestamped now); the clock runs from the write of a turn's
+last line until its memories are built (the session's messages all captured and in episodes, polled every
+20 ms). Baseline, same run, same turns: the processor of `--baseline-ref` (its code exported with `git archive`,
+run from there), which built a Gemini turn's last round only at the idle sweep (5 minutes): a turn not built
+within the timeout is missed. Goal: p90 <= 5 s for every agent.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid as uuidlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +54,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a plain script from anywhere
 
 from bench.synthetic import build_store, pseudo_words  # noqa: E402
+from bench.testbed.agent_transcripts import Chat, Rollout  # noqa: E402
 from bench.testbed.transcripts import assistant_line, user_line  # noqa: E402
 from processor.memory.embedder import load_embedder  # noqa: E402
 
@@ -130,6 +144,27 @@ def wait_for_uuid(path: Path, uid: bytes, timeout: float) -> float | None:
         time.sleep(POLL_SECONDS)
 
 
+@contextlib.contextmanager
+def running_processor(code: Path, env: dict[str, str], home: Path, log_path: Path) -> Iterator[None]:
+    """`engram run` of the code in `code`, from when its control plane listens until it is stopped (SIGTERM)."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=code, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 120
+            while not (home / "run" / "engram.port").exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the processor did not start; see {log_path}")
+                time.sleep(0.05)
+            yield
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 def stats(ms: list[float]) -> dict:
     if not ms:
         return {"p50_ms": None, "p95_ms": None, "max_ms": None}
@@ -171,18 +206,10 @@ def measure(n: int, count: int, workdir: Path, embedder, seed: int, verbose: boo
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(ENGRAM_HOME=str(home), ENGRAM_PROJECTS_DIR=str(projects), ENGRAM_HTTP_PORT="0",
                ENGRAM_MODELS_DIR=str(embedder.path.parent))
-    log = open(workdir / f"processor-{n}.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "processor.cli", "run"], cwd=REPO, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
     latencies: list[float] = []
     missed = 0
-    try:
-        deadline = time.monotonic() + 120
-        while not (home / "run" / "engram.port").exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the processor did not start; see {log.name}")
-            time.sleep(0.05)
-
+    log_path = workdir / f"processor-{n}.log"
+    with running_processor(REPO, env, home, log_path):
         def append(line: str) -> None:
             with open(transcript, "a") as f:
                 f.write(line)
@@ -191,7 +218,7 @@ def measure(n: int, count: int, workdir: Path, embedder, seed: int, verbose: boo
         uid = str(uuidlib.uuid4())
         append(user_line(texts[0], session_id=SESSION, uid=uid, cwd=PROJECT, timestamp=iso_now()))
         if wait_for_uuid(recollection, uid.encode(), 600) is None:
-            raise SystemExit(f"no recollection for the warm-up message; see {log.name}")
+            raise SystemExit(f"no recollection for the warm-up message; see {log_path}")
         warmup = time.perf_counter() - started
         for i, text in enumerate(texts[1:], 1):
             append(assistant_line(f"Answer {i}: noted, looking into it.", session_id=SESSION,
@@ -206,13 +233,6 @@ def measure(n: int, count: int, workdir: Path, embedder, seed: int, verbose: boo
                 missed += 1
             else:
                 latencies.append((t1 - t0) * 1000)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
     # Baseline: the least a recollection costs, on the same vectors and messages.
     matrix = np.ascontiguousarray(vectors)
@@ -236,6 +256,135 @@ def measure(n: int, count: int, workdir: Path, embedder, seed: int, verbose: boo
     return result
 
 
+# ---------------------------------------------------------------- turn freshness, per agent
+
+TURN_GOAL_P90_S = 5.0
+TURN_TIMEOUT_S = 20.0
+TURN_AGENTS = ("claude", "codex", "gemini")
+
+
+class TurnWriter:
+    """One agent's session, a turn (a prompt and its answer) at a time, appended as the agent writes it."""
+
+    def __init__(self, agent: str, root: Path) -> None:
+        self.agent, self.root = agent, root
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+        self.written = 0
+        if agent == "claude":
+            self.session_id = str(uuidlib.uuid4())
+            self.path = root / "projects" / "-bench-turns" / f"{self.session_id}.jsonl"
+            self.lines: list[str] = []
+        elif agent == "codex":
+            self.rollout = Rollout(root / "codex-home", cwd="/bench/turns", start=start)
+            self.session_id, self.path, self.lines = self.rollout.session_id, self.rollout.path, self.rollout.lines
+        else:
+            self.chat = Chat(root / "gemini-home" / ".gemini", project="/bench/turns", slug="turns", start=start)
+            self.session_id, self.path, self.lines = self.chat.session_id, self.chat.path, self.chat.lines
+
+    def turn(self, k: int) -> None:
+        """Append turn `k`'s lines to the transcript (in one write, as a finished answer lands)."""
+        prompt, answer = f"Turn {k}: which port does the staging API use?", f"Turn {k}: staging listens on 80{k:02d}."
+        if self.agent == "claude":
+            now = iso_now()
+            self.lines.append(user_line(prompt, session_id=self.session_id, cwd="/bench/turns", timestamp=now))
+            entry = json.loads(assistant_line(answer, session_id=self.session_id, message_id=f"msg_{k}",
+                                              cwd="/bench/turns", timestamp=now))
+            entry["message"]["stop_reason"] = "end_turn"
+            self.lines.append(json.dumps(entry) + "\n")
+        elif self.agent == "codex":
+            self.rollout.turn()
+            self.rollout.prompt(prompt)
+            self.rollout.answer(answer)
+            self.rollout.done()
+        else:
+            self.chat.prompt(prompt)
+            self.chat.reply(answer)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write("".join(self.lines[self.written:]))
+        self.written = len(self.lines)
+
+
+def built(db: sqlite3.Connection, session_id: str, messages: int) -> bool:
+    """The session's `messages` messages are captured and all in episodes."""
+    row = db.execute("SELECT (SELECT count(*) FROM messages WHERE session_id = s.session_id), s.episodized_through, "
+                     "(SELECT max(id) FROM messages WHERE session_id = s.session_id) FROM sessions s "
+                     "WHERE session_id = ?", (session_id,)).fetchone()
+    return row is not None and row[0] >= messages and row[2] is not None and row[1] >= row[2]
+
+
+def measure_turns(code: Path, agent: str, turns: int, workdir: Path, models: Path) -> dict:
+    """Seconds from each turn's last line to its memories, with the processor of `code` capturing `agent`."""
+    root = Path(tempfile.mkdtemp(prefix=f"turns-{agent}-", dir=workdir))
+    home = root / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGRAM_", "CODEX_", "GEMINI_"))}
+    env.update(ENGRAM_HOME=str(home), ENGRAM_PROJECTS_DIR=str(root / "projects"), ENGRAM_HTTP_PORT="0",
+               ENGRAM_MODELS_DIR=str(models), CODEX_HOME=str(root / "codex-home"),
+               GEMINI_CLI_HOME=str(root / "gemini-home"), PYTHONPATH=str(code))
+    writer = TurnWriter(agent, root)
+    writer.path.parent.mkdir(parents=True, exist_ok=True)
+    writer.path.write_text("")  # the session's folder exists from the start: no wait for its appearance
+    seconds: list[float] = []
+    missed = 0
+    with running_processor(code, env, home, root / "processor.log"):
+        while not (home / "engram.db").exists():
+            time.sleep(0.05)
+        db = sqlite3.connect(f"file:{home / 'engram.db'}?mode=ro", uri=True, timeout=10)
+        try:
+            for k in range(1, turns + 1):
+                writer.turn(k)
+                t0 = time.perf_counter()
+                while not built(db, writer.session_id, 2 * k):
+                    if time.perf_counter() - t0 > TURN_TIMEOUT_S:
+                        break
+                    time.sleep(0.02)
+                else:
+                    seconds.append(time.perf_counter() - t0)
+                    continue
+                missed += 1
+                if missed >= 2 and not seconds:
+                    missed = turns - len(seconds)  # never built in time: the rest would wait as long
+                    break
+        finally:
+            db.close()
+    # A missed turn counts as never built: p90 only when none was missed (p90_built_s: of those built).
+    p90 = round(float(np.percentile(seconds, 90)), 2) if len(seconds) == turns else None
+    return {"turns": turns, "built": len(seconds), "missed": missed, "p90_s": p90,
+            "p90_built_s": round(float(np.percentile(seconds, 90)), 2) if seconds else None,
+            "p50_s": round(float(np.percentile(seconds, 50)), 2) if seconds else None}
+
+
+def exported(ref: str, workdir: Path) -> Path:
+    """The code of git ref `ref`, exported into `workdir` (run from there: its `processor` is imported)."""
+    target = workdir / f"code-{ref.replace('/', '-')}"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
+def turn_freshness(turns: int, baseline_ref: str, models: Path, verbose: bool,
+                   agents: tuple[str, ...] = TURN_AGENTS) -> dict:
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="engram-turns-") as tmp:
+        work = Path(tmp)
+        baseline = exported(baseline_ref, work)
+        for agent in agents:
+            mine = measure_turns(REPO, agent, turns, work, models)
+            theirs = measure_turns(baseline, agent, turns, work, models)
+            rows[agent] = {"engram": mine, "baseline": theirs}
+            if verbose:
+                print(f"{agent:>7}: turn → memories p90 {mine['p90_s']} s (p50 {mine['p50_s']} s, "
+                      f"{mine['missed']} missed of {turns}); {baseline_ref}: p90 {theirs['p90_s']} s "
+                      f"({theirs['missed']} missed within {TURN_TIMEOUT_S:g} s; p90 of those built "
+                      f"{theirs['p90_built_s']} s)", file=sys.stderr)
+    return {"benchmark": "turn_freshness", "baseline_ref": baseline_ref, "goal_p90_s": TURN_GOAL_P90_S,
+            "timeout_s": TURN_TIMEOUT_S,
+            "goal_met": all(r["engram"]["p90_s"] is not None and r["engram"]["p90_s"] <= TURN_GOAL_P90_S
+                            for r in rows.values()),
+            "python": sys.version.split()[0], "cpus": os.cpu_count(), "agents": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000", help="comma-separated episode counts")
@@ -245,7 +394,16 @@ def main(argv: list[str] | None = None) -> int:
                         else DEFAULT_MODELS, help=f"converted models (default $ENGRAM_MODELS_DIR or {DEFAULT_MODELS})")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    parser.add_argument("--turns", type=int, default=0,
+                        help="instead: turn freshness, this many turns per agent (a row per agent)")
+    parser.add_argument("--baseline-ref", default="house-kit", help="the code --turns compares with (a git ref)")
+    parser.add_argument("--agents", default=",".join(TURN_AGENTS), help="--turns: the agents, comma-separated")
     args = parser.parse_args(argv)
+    if args.turns:
+        turn_report = turn_freshness(args.turns, args.baseline_ref, args.models_dir, verbose=not args.json,
+                                     agents=tuple(args.agents.split(",")))
+        print(json.dumps(turn_report) if args.json else json.dumps(turn_report, indent=2))
+        return 0
     embedder = load_embedder("default", args.models_dir)
     results = []
     with tempfile.TemporaryDirectory(prefix="engram-freshness-") as tmp:

@@ -163,7 +163,7 @@ def write_lesson_index(directory: Path, root: str) -> None:
     others = [FailureSignature(n + 2, root, "fail:git", "cmd:git commit", [f"error {n} hook {n} rejected the commit"],
                                {}, None, None, None, f"ep_{n:016x}", "x") for n in range(15)]
     path = LessonIndex(directory).write(root, root, [fix, newest, *memories],
-                                        {s.memory_id: s for s in [signature, *others]},
+                                        {s.memory_id: [s] for s in [signature, *others]},
                                         {"ep_fix_push": "error_fix"})
     os.replace(path, directory / "lessons" / INDEX_NAME)
 

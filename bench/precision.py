@@ -150,8 +150,22 @@ def stores_in_time(sessions: list[Session], root: Path, settings: object) -> Ite
                 conn.close()
 
 
-def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder: object) -> list[dict]:
+def session_project(conn: object, cwd: str, branch: str | None) -> str:
+    """The session's project as the processor names it for its lines: capture's resolver, reading the store as it
+    stands (what earlier sessions showed of the repository). A tree from before project identity (a baseline)
+    names it by the folder's git root."""
+    try:
+        from processor.capture.project import ProjectResolver
+    except ImportError:
+        ProjectResolver = None  # noqa: N806 - the class, when this tree has it
+    if ProjectResolver is not None and conn is not None:
+        return ProjectResolver(conn).lookup(cwd, branch).project
     from processor.capture.project import project_root
+
+    return project_root(cwd)
+
+
+def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder: object) -> list[dict]:
     from processor.config import load_settings
     from processor.memory.episode_store import EpisodeStore
     from processor.recall.recollections import RecollectionWriter
@@ -172,7 +186,8 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
             continue
         store = EpisodeStore(settings, conn, embedder=embedder) if conn is not None else None
         cwd = next((p.cwd for p in session.prompts if p.cwd), None)
-        project = project_root(cwd) if cwd else None
+        project = session_project(conn, cwd, next((p.branch for p in session.prompts if p.branch), None)) \
+            if cwd else None
         def sources(ids: list[str], conn=conn) -> dict[str, list[str]]:
             """Each told memory's source lines: its messages and every transcript line merged into them."""
             episodes = [episodes_sql.get_episode(conn, i) for i in ids] if conn is not None else []

@@ -43,6 +43,7 @@ class Prompt:
     ts_ms: int | None
     cwd: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
+    branch: str | None = None  # the git branch the prompt's line names
 
 
 @dataclass
@@ -132,7 +133,8 @@ def read_session(path: Path) -> Session:
                     calls[tool_use_id].error = error
             if is_prompt(parsed):
                 assert isinstance(parsed, CapturedLine)
-                prompts.append(Prompt(session_id, parsed.uuid, parsed.text, parsed.ts_ms or ts, parsed.cwd))
+                prompts.append(Prompt(session_id, parsed.uuid, parsed.text, parsed.ts_ms or ts, parsed.cwd,
+                                      branch=parsed.git_branch))
             elif prompts and isinstance(parsed, CapturedLine) and parsed.role == "assistant":
                 made = [ToolCall(parsed.uuid, use_id, name, tool_input, parsed.ts_ms or ts)
                         for use_id, name, tool_input in _tool_uses(raw)]

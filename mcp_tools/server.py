@@ -59,7 +59,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter
 
 from mcp_tools import PROJECT_HEADER, SESSION_HEADER
-from processor.capture.project import project_root
+from processor.capture.project import known_project, project_root
 from processor.config import ConfigError, Settings, load_settings
 from processor.memory.errors import EmbedderError, EmbeddingMismatch, UnknownEpisode
 from processor.memory.kinds import KINDS, SCOPES
@@ -300,8 +300,12 @@ class MemoryService:
 
     # Each call below runs on the DB thread.
 
+    def _project(self, project: str | None) -> str | None:
+        """The project a client's root belongs to (a clone's root: its project's key), on the DB thread."""
+        return known_project(self._episodes().conn, project) if project else None
+
     def recall(self, query: str, limit: int, project: str | None, session_id: str | None = None) -> list[Hit]:
-        return self._episodes().recall(query, limit=limit, project=project, session_id=session_id)
+        return self._episodes().recall(query, limit=limit, project=self._project(project), session_id=session_id)
 
     def recall_by_processor(self, query: str, limit: int, project: str | None,
                             session_id: str | None, *, light: bool = False) -> list[Hit] | None:
@@ -354,7 +358,7 @@ class MemoryService:
         if not settings.shared_database_url.strip():
             raise ToolError("scope 'team' searches the shared database, and shared memory is not configured: set "
                             "shared_database_url in $ENGRAM_HOME/config.toml (docs/shared-memory.md)")
-        return search_team(settings, self._episodes().embedder, query, limit=limit, project=project)
+        return search_team(settings, self._episodes().embedder, query, limit=limit, project=self._project(project))
 
     def forget(self, item_id: str, reason: str | None) -> list[Episode]:
         from processor.recall.forget import forget as forget_memory
@@ -365,6 +369,7 @@ class MemoryService:
         return self._episodes().status()
 
     def reviews(self, project: str | None) -> list[ReviewItem]:
+        project = self._project(project)
         return [ReviewItem(id=r.id, memory_id=r.episode_id, project=r.project, question=r.question,
                            options=[str(o.get("label", o.get("action"))) for o in r.options], why=r.context,
                            created_at_commit=r.created_commit)

@@ -234,15 +234,17 @@ def cmd_install(args: argparse.Namespace) -> int:
             outcomes = agents.uninstall(agents.chosen(args.agent, uninstall=True), dry_run=args.print)
         else:
             registration = dataclasses.replace(default_registration(), prompt_submit=args.prompt_submit)
-            outcomes = agents.install(agents.chosen(args.agent), registration, dry_run=args.print,
-                                      trust=args.trust)
+            names = agents.chosen(args.agent)
+            for name in [n for n in agents.AGENTS if args.agent == "all" and n not in names]:
+                print(f"== {AGENT_NAMES[name]}: not installed here, so nothing is written for it "
+                      f"(`engram install --agent {name}` registers it anyway)")
+            outcomes = agents.install(names, registration, dry_run=args.print, trust=args.trust)
     except InstallError as exc:
         print(f"engram {args.command}: {exc}", file=sys.stderr)
         return 1
     for outcome in outcomes:
-        if outcome.error is not None:
-            print(f"engram {args.command}: {AGENT_NAMES[outcome.agent]}: {outcome.error}", file=sys.stderr)
-        print(outcome.describe(), end="")
+        # An agent's error once, on stderr (its header says which agent and that nothing was changed).
+        print(outcome.describe(), end="", file=sys.stderr if outcome.error is not None else sys.stdout)
     return 1 if any(o.error is not None for o in outcomes) else 0
 
 
@@ -389,7 +391,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="engram", description="Engram: memory for coding agents (Claude Code, the Codex CLI, the Gemini CLI).")
+        prog="engram", description=f"Engram: memory for coding agents ({', '.join(AGENT_NAMES.values())}).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
@@ -436,8 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     remember.add_argument("--scope", choices=SCOPES)
     remember.add_argument("--project", help="project root (default: the git root of the current directory)")
 
-    for name, help_text in (("install", "register Engram's hooks and MCP server with Claude Code, the Codex CLI, "
-                                        "the Gemini CLI, opencode and pi (those found here)"),
+    for name, help_text in (("install", "register Engram's hooks and MCP server with each agent found here ("
+                                        f"{', '.join(AGENT_NAMES.values())})"),
                             ("uninstall", "remove exactly what `engram install` added")):
         p = add(name, cmd_install, help_text)
         p.add_argument("--print", action="store_true", help="show the change without writing anything")

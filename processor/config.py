@@ -13,7 +13,8 @@ Two locations are special because everything else hangs off them:
 - the transcripts root: ``projects_dir`` if set, else
   ``${CLAUDE_CONFIG_DIR:-~/.claude}/projects``; the other agents' folders likewise: ``codex_home`` (else
   ``$CODEX_HOME``, else ``~/.codex``) and ``gemini_home`` (else ``${GEMINI_CLI_HOME:-~}/.gemini``), where
-  those CLIs keep their sessions (``processor/capture/agents.py``).
+  those CLIs keep their sessions (``processor/capture/agents.py``); ``copilot_home`` (else ``$COPILOT_HOME``,
+  else ``~/.copilot``) and ``qwen_home`` (else ``$QWEN_RUNTIME_DIR``, else ``$QWEN_HOME``, else ``~/.qwen``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class Settings:
     # The Codex CLI's and the Gemini CLI's own folders (None: not captured, e.g. settings built by hand).
     codex_dir: Path | None = None
     gemini_dir: Path | None = None
+    # The GitHub Copilot CLI's and Qwen Code's folders (None likewise).
+    copilot_dir: Path | None = None
+    qwen_dir: Path | None = None
     # opencode's data folder (its opencode.db) and pi's agent folder (None: not captured).
     opencode_dir: Path | None = None
     pi_dir: Path | None = None
@@ -81,12 +85,16 @@ class Settings:
     codex_home = Option("", "the Codex CLI's folder (its sessions/ are captured); empty = $CODEX_HOME, else ~/.codex")
     gemini_home = Option("", "the Gemini CLI's folder (its tmp/*/chats/ are captured); empty = "
                              "${GEMINI_CLI_HOME:-~}/.gemini")
+    copilot_home = Option("", "the GitHub Copilot CLI's folder (its session-state/ is captured); empty = "
+                              "$COPILOT_HOME, else ~/.copilot")
+    qwen_home = Option("", "Qwen Code's folder (its projects/*/chats/ are captured); empty = $QWEN_RUNTIME_DIR, "
+                           "else $QWEN_HOME, else ~/.qwen")
     opencode_data = Option("", "opencode's data folder (its opencode.db is captured); empty = "
                                "$XDG_DATA_HOME/opencode, else ~/.local/share/opencode")
     pi_home = Option("", "pi's agent folder (its sessions/ are captured); empty = $PI_CODING_AGENT_DIR, else "
                          "~/.pi/agent")
-    capture_agents = Option("claude,codex,gemini,opencode,pi", "the agents whose sessions are captured, "
-                            "comma-separated", key="agents")
+    capture_agents = Option(",".join(hook_io.AGENTS), "the agents whose sessions are captured, comma-separated",
+                            key="agents")
     recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
     rescan_seconds = Option(60.0, "safety-net rescan of the transcripts root, in case a watch event was missed")
     max_line_bytes = Option(16 * 1024 * 1024, "transcript lines longer than this are skipped with a log line")
@@ -280,6 +288,26 @@ def gemini_config_dir(env: Mapping[str, str] | None = None) -> Path:
     return (Path(env.get("GEMINI_CLI_HOME") or _user_home(env)) / ".gemini").expanduser()
 
 
+def copilot_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The GitHub Copilot CLI's folder, as Copilot finds it: $COPILOT_HOME, else ~/.copilot."""
+    env = os.environ if env is None else env
+    return Path(env.get("COPILOT_HOME") or _user_home(env) / ".copilot").expanduser()
+
+
+def qwen_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Qwen Code's settings folder, as Qwen finds it: $QWEN_HOME, else ~/.qwen."""
+    env = os.environ if env is None else env
+    return Path(env.get("QWEN_HOME") or _user_home(env) / ".qwen").expanduser()
+
+
+def qwen_runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where Qwen Code writes its sessions: $QWEN_RUNTIME_DIR, else its settings folder (Qwen's own
+    ``advanced.runtimeOutputDir`` setting is not read: ``qwen_home`` names such a folder)."""
+    env = os.environ if env is None else env
+    runtime = env.get("QWEN_RUNTIME_DIR")
+    return Path(runtime).expanduser() if runtime else qwen_config_dir(env)
+
+
 def opencode_data_dir(env: Mapping[str, str] | None = None) -> Path:
     """opencode's data folder, as opencode finds it (xdg-basedir, on every platform): $XDG_DATA_HOME/opencode,
     else ~/.local/share/opencode."""
@@ -418,11 +446,14 @@ def load_settings(
     root = Path(configured).expanduser() if configured else claude_config_dir(env) / "projects"
     codex = Path(str(values["codex_home"])).expanduser() if values.get("codex_home") else codex_config_dir(env)
     gemini = Path(str(values["gemini_home"])).expanduser() if values.get("gemini_home") else gemini_config_dir(env)
+    copilot = Path(str(values["copilot_home"])).expanduser() if values.get("copilot_home") else copilot_config_dir(env)
+    qwen = Path(str(values["qwen_home"])).expanduser() if values.get("qwen_home") else qwen_runtime_dir(env)
     opencode = (Path(str(values["opencode_data"])).expanduser() if values.get("opencode_data")
                 else opencode_data_dir(env))
     pi = Path(str(values["pi_home"])).expanduser() if values.get("pi_home") else pi_agent_dir(env)
     return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values,
                     codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)),
+                    copilot_dir=Path(os.path.abspath(copilot)), qwen_dir=Path(os.path.abspath(qwen)),
                     opencode_dir=Path(os.path.abspath(opencode)), pi_dir=Path(os.path.abspath(pi)))
 
 

@@ -1,4 +1,5 @@
-"""What `engram status` reports: counts, and capture lag for recently active sessions.
+"""What `engram status` reports: counts, the projects (one each, whatever folders its sessions ran in), and capture
+lag for recently active sessions.
 
 While the processor runs, `engram status` prints its answer (``current_status``), and only the
 formatting is imported; the database side (apsw, the job queue) is imported when it is read here.
@@ -15,6 +16,7 @@ from processor.jobs.status_text import format_jobs_status
 
 ACTIVE_WINDOW_MS = 24 * 3600 * 1000
 STATUS_TIMEOUT_SECONDS = 5.0
+PROJECTS_LISTED = 10
 
 
 def _iso(ms: int | None) -> str | None:
@@ -41,6 +43,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
     from processor.store import cold as cold_sql
     from processor.store import connect, migrate, sessions
     from processor.store import episodes as episodes_sql
+    from processor.store import projects as projects_sql
 
     if not settings.db_path.exists():
         return {"sessions": 0, "messages": 0, "episodes": 0, "db": str(settings.db_path), "db_exists": False,
@@ -49,7 +52,7 @@ def collect_status(settings: Settings) -> dict[str, Any]:
     try:
         migrate(conn)
         status: dict[str, Any] = dict(sessions.counts(conn))
-        # Which agents wrote them (Claude Code, the Codex CLI, the Gemini CLI).
+        # Which agents wrote them (config.AGENTS).
         status["sessions_by_agent"] = sessions.counts_by_agent(conn)
         by_status = episodes_sql.counts_by_status(conn)
         status["episodes"] = sum(by_status.values())
@@ -94,6 +97,10 @@ def collect_status(settings: Settings) -> dict[str, Any]:
                 found["capture_lag_rows"] = None if end is None else max(end - s.byte_offset, 0)
             active.append(found)
         status["active_sessions"] = active
+        # One line a project, whatever folders its sessions ran in (processor/capture/project.py).
+        status["project_count"] = projects_sql.project_count(conn)
+        status["projects"] = [{"project": p.project, "sessions": p.sessions, "last_activity": _iso(p.last_activity),
+                               "also_at": p.checkouts} for p in projects_sql.summaries(conn, PROJECTS_LISTED)]
         status["capture_problems"] = capture_problems(settings)
         # Record types a newer agent CLI wrote that this Engram skipped (counted by the process that read them).
         status["unknown_records"] = unknown_records()
@@ -152,6 +159,14 @@ def format_status(status: dict[str, Any]) -> str:
         from processor.share.commands import format_status as format_share_status
 
         lines += format_share_status(status["share"])
+    projects = status.get("projects") or []
+    if projects:
+        lines.append(f"projects: {status.get('project_count', len(projects))}")
+        for p in projects:
+            also = p.get("also_at") or []
+            seen = f"  (also ran in {len(also)} other folder{'s' if len(also) != 1 else ''}: worktrees, clones)" \
+                if also else ""
+            lines.append(f"  {p['project']}  {p['sessions']} session(s), last {p['last_activity'] or '-'}{seen}")
     active = status.get("active_sessions") or []
     if active:
         lines.append(f"active in the last 24 h: {len(active)}")

@@ -1,12 +1,13 @@
 """Engram's tool-call hook: inject this session's precomputed memory bites, once per user message.
 
-Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same) and as the Gemini
+Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are the same), as the Gemini
 CLI's ``AfterTool``: Gemini drops a ``BeforeTool`` hook's context, and delivers an ``AfterTool`` one with the
-call's result, before the model's next step — the nearest moment it has. opencode's plugin runs it after each call
-that returned (``tool.execute.after``) and pi's extension after each call (``tool_result``), for the same reason:
-neither lets anything reach the model before a call. The registered command names its agent after the script
-(``… pretooluse.py gemini``); what differs per agent is the kit's business (``processor/hook_kit/hook_io.py``,
-each agent's events).
+call's result, before the model's next step — the nearest moment it has —, and for the same reason as the GitHub
+Copilot CLI's and Qwen Code's ``PostToolUse`` and ``PostToolUseFailure`` (Copilot delivers a ``PreToolUse``
+context only after the call's result, Qwen drops it), opencode's plugin runs it after each call that returned
+(``tool.execute.after``) and pi's extension after each call (``tool_result``): neither lets anything reach the
+model before a call. The registered command names its agent after the script (``… pretooluse.py gemini``); what
+differs per agent is the kit's business (``processor/hook_kit/hook_io.py``, each agent's events).
 
 Claude Code runs this before every tool call, so its whole-process time is its cost. It is
 registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/pretooluse.py`` (it also
@@ -30,16 +31,18 @@ The hook injects it once per ``messageUuid`` (remembered in ``<session_id>.state
 works on a file or runs a command, what earlier sessions left about that file or command: the project's
 lesson index named by the recollection (``lessons/<project>.index``, ``processor/recall/lesson_index.py``),
 looked up by the call's keys (``hook_kit/tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
-(``<session_id>.shown``), none learned in this same session, and nothing about a file the agent is creating
-or created. All of it goes out as
+(``<session_id>.shown``), none learned in this same session, nothing about a file the agent is creating
+or created, no fix the call already applies (its ``uses``), and a rule's guard only before a call of the form
+the rule forbids (its ``when``). All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
 "Engram: 2 memories — ep_…, ep_…"}`` (the line the user sees; off with the ``show_injected``
 setting, which costs a config.toml read only when the environment does not decide) and never
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
-After a Gemini shell command that exited non-zero (an opencode one; a pi call marked ``isError``), the same answer
-also carries what fixed the same failure in an earlier session (``tool_failure.py``): these agents have no event
-for a failed call alone.
+After a call that failed, where the answer comes after the call (a Gemini shell command that exited non-zero, a
+Copilot one — a successful call to Copilot —, any call at Copilot's and Qwen's ``PostToolUseFailure``, an opencode
+shell command that exited non-zero, a pi call marked ``isError``), the same answer also carries what fixed the same
+failure in an earlier session (``tool_failure.py``).
 
 A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
 by the processor after an ``[engram off]`` prompt) gets nothing.
@@ -109,8 +112,9 @@ def run(stdin: bytes) -> str | None:
 
 
 def _failure_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str], str] | None:
-    """After a call the agent reads the answer only after (Gemini's AfterTool) of a shell command that exited
-    non-zero: what fixed the same failure before (``tool_failure.py``, imported only then)."""
+    """After a call the agent reads the answer only after (Gemini's AfterTool, Copilot's and Qwen's PostToolUse and
+    PostToolUseFailure, opencode's tool.execute.after, pi's tool_result), when it failed: what fixed the same
+    failure before (``tool_failure.py``, imported only then)."""
     if not _io.may_have_failed(event):
         return None
     if __package__:
@@ -177,6 +181,12 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             uses = entry.get("uses")
             if isinstance(uses, list) and uses and sum(u in words for u in uses) * 2 >= len(uses):
                 continue  # the call already does what fixed it: nothing to tell
+            when = entry.get("when")
+            if isinstance(when, list) and when and not all(w in words for w in when):
+                continue  # a rule's guard: this call does not have the form the rule forbids
+            on = entry.get("on")
+            if isinstance(on, list) and tool_name not in on:
+                continue  # told before these tools only (how a file is to be edited: not at a read of it)
             line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))

@@ -1,7 +1,9 @@
 """Engram's optional prompt hook: memory bites for the prompt before the model sees it.
 
-Registered as Claude Code's and the Codex CLI's ``UserPromptSubmit`` and as the Gemini CLI's ``BeforeAgent``
-(whose context Gemini appends to the prompt); it answers in the event it was called for.
+Registered as Claude Code's, the Codex CLI's, the GitHub Copilot CLI's and Qwen Code's ``UserPromptSubmit`` and as
+the Gemini CLI's ``BeforeAgent`` (whose context Gemini appends to the prompt); it answers in the event it was
+called for. Qwen runs it before every model request, the later ones of a turn with an empty prompt: those get
+nothing, so a prompt's bites are told once.
 
 Off by default. It acts only when the ``prompt_submit_enabled`` setting is true: the environment
 variable ``ENGRAM_PROMPT_SUBMIT_ENABLED`` (1/true/yes/on or 0/false/no/off) decides if set, else

@@ -1,10 +1,11 @@
 """Engram's SessionStart hook: print the digest of what Engram remembers for this session's project.
 
 Claude Code runs it on every start, resume, clear and compact, so its whole-process time is a
-delay before the session starts. The Codex CLI and the Gemini CLI run it as their own SessionStart hook (the
-same input and output shape); the registered command names the agent after the script (``… gemini``), so the
-digest names Engram's tools as that agent shows them. Registered like the other hooks as ``<real python> -I -S -c
-LAUNCHER /abs/path/recall_hook/session_start.py``: no site-packages, no apsw, no processor.config;
+delay before the session starts. The Codex CLI, the Gemini CLI, the GitHub Copilot CLI and Qwen Code run it as
+their own SessionStart hook (the same input and output shape); the registered command names the agent after the
+script (``… gemini``), so the digest names Engram's tools as that agent shows them. Registered like the other
+hooks as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/session_start.py``: no site-packages, no apsw, no
+processor.config;
 the digest (``processor.recall.digest``) reads the database with stdlib ``sqlite3``, read-only, and
 the settings it needs (``$ENGRAM_HOME``, config.toml) through the hooks' kit (``processor/hook_kit/``).
 The launcher puts the folder holding ``recall_hook`` and ``processor`` on ``sys.path`` (the repository of an editable

@@ -28,10 +28,13 @@ def shared_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 def other_agents_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The Codex CLI's and the Gemini CLI's folders point into the test's own (empty) folder: a processor a test
-    starts never captures the sessions of the machine's real agents."""
+    """The other agents' folders point into the test's own (empty) folder: a processor a test starts never
+    captures the sessions of the machine's real agents."""
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "no-codex-home"))
     monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path / "no-gemini-home"))
+    monkeypatch.setenv("COPILOT_HOME", str(tmp_path / "no-copilot-home"))
+    monkeypatch.setenv("QWEN_HOME", str(tmp_path / "no-qwen-home"))
+    monkeypatch.delenv("QWEN_RUNTIME_DIR", raising=False)
 
 
 @pytest.fixture

@@ -193,10 +193,37 @@ def test_helped_bench_finds_a_recurring_failure_and_whether_it_was_told(tmp_path
 
 def test_capture_bench_has_a_row_per_agent_format(tmp_path: Path) -> None:
     report = run_bench("capture.py", "--generated-mb", "0", "--agent-mb", "1", "--repeats", "1", home=tmp_path)
+    from bench.capture import AGENT_CORPORA
+
     rows = {r["corpus"]: r for r in report["results"]}
-    assert set(rows) == {"fixtures", "codex-1MB", "gemini-1MB", "opencode-1MB", "pi-1MB"}
-    for name in ("codex-1MB", "gemini-1MB", "opencode-1MB", "pi-1MB"):
+    agents = [f"{agent}-1MB" for agent in AGENT_CORPORA]  # every agent's format: codex, gemini, copilot, qwen, …
+    assert set(rows) == {"fixtures", *agents}
+    assert {"copilot-1MB", "qwen-1MB", "opencode-1MB", "pi-1MB"} <= set(rows)
+    for name in agents:
         row = rows[name]
         assert row["files"] > 0 and row["megabytes"] >= 1 and row["messages"] > 0, row
         assert row["ratio"] > 0 and row["cpu_ratio"] > 0
     assert report["ratio"] == min(r["ratio"] for r in report["results"])
+
+
+def test_worktrees_bench_replays_sessions_of_removed_worktrees_as_one_project(tmp_path: Path,
+                                                                               models_dir: Path) -> None:
+    """Two sessions on two branches meet `git push` without an upstream; the bench moves each into a worktree of a
+    real repository, removes them, and the replay tells the second the first's fix: one project."""
+    from bench.testbed.transcripts import Conversation
+
+    folder = tmp_path / "projects" / "-work-shop"
+    folder.mkdir(parents=True)
+    for number, branch in enumerate(("feat-a", "feat-b")):
+        session = f"{'ab'[number] * 8}-0000-4000-8000-00000000000{number + 1}"
+        c = Conversation(session, cwd="/work/shop", start=f"2026-11-0{number + 1}T10:00:00", branch=branch)
+        c.user(f"Push the {branch} work")
+        c.bash("git push", f"fatal: The current branch {branch} has no upstream branch.", error=True)
+        c.bash(f"git push --set-upstream origin {branch}", f"branch '{branch}' set up to track 'origin/{branch}'.")
+        c.say("Pushed.", end_turn=True)
+        (folder / f"{session}.jsonl").write_text(c.text())
+    result = run_bench("worktrees.py", "--source", str(tmp_path / "projects"), "--lived", "/work/shop",
+                       "--no-baseline", "--models-dir", str(models_dir), home=tmp_path / "home")
+    custom = result["sets"]["custom"]
+    assert custom["worktrees"] == 2 and custom["projects"]["engram"] == 1 and custom["projects"]["baseline"] == 2
+    assert custom["engram"]["automatic"]["recurring_told"] == 1.0

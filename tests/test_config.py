@@ -76,3 +76,14 @@ def test_the_agents_setting_names_known_agents_only(tmp_path: Path) -> None:
         load_settings(env={**env, "ENGRAM_AGENTS": "claude,cursor"})
     settings = load_settings(env={**env, "CODEX_HOME": str(tmp_path / "cx"), "GEMINI_CLI_HOME": str(tmp_path / "g")})
     assert settings.codex_dir == tmp_path / "cx" and settings.gemini_dir == tmp_path / "g" / ".gemini"
+
+
+def test_the_copilot_cli_and_qwen_code_folders_follow_their_own_variables(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "ENGRAM_HOME": str(tmp_path / "h")}
+    settings = load_settings(env=env)
+    assert settings.copilot_dir == tmp_path / ".copilot" and settings.qwen_dir == tmp_path / ".qwen"
+    moved = load_settings(env={**env, "COPILOT_HOME": str(tmp_path / "cp"), "QWEN_HOME": str(tmp_path / "qw")})
+    assert moved.copilot_dir == tmp_path / "cp" and moved.qwen_dir == tmp_path / "qw"
+    # Qwen writes its sessions under $QWEN_RUNTIME_DIR when that is set; `qwen_home` overrides both.
+    assert load_settings(env={**env, "QWEN_RUNTIME_DIR": str(tmp_path / "rt")}).qwen_dir == tmp_path / "rt"
+    assert load_settings(env={**env, "ENGRAM_QWEN_HOME": str(tmp_path / "q2")}).qwen_dir == tmp_path / "q2"

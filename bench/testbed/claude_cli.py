@@ -372,11 +372,11 @@ class EngramClaude:
         return Reply.from_request(check)
 
     def ask(self, prompt: str, replies: Sequence[Reply], *, resume: str | None = None,
-            output_format: str = "json", env: Mapping[str, str] | None = None) -> RunResult:
-        """One user message: script the model's turns, run `claude -p` (with `env` added to its
-        environment), and check it went through."""
+            output_format: str = "json", env: Mapping[str, str] | None = None, cwd: Path | None = None) -> RunResult:
+        """One user message: script the model's turns, run `claude -p` in `cwd` (default: the repository; with `env`
+        added to its environment), and check it went through."""
         self.server.script.extend(replies)
-        run = self.cli.run(prompt, cwd=self.repo, env={**self.cli_env, **(env or {})}, resume=resume,
+        run = self.cli.run(prompt, cwd=cwd or self.repo, env={**self.cli_env, **(env or {})}, resume=resume,
                            output_format=output_format)
         run.check()
         assert not self.server.script, f"unused scripted turns: {list(self.server.script)}"

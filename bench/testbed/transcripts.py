@@ -39,9 +39,10 @@ class Conversation:
     line a few seconds after the one before. ``lines`` is the transcript (JSON lines, newline-ended)."""
 
     def __init__(self, session_id: str, *, cwd: str = "/tmp/project", start: str = "2026-11-01T10:00:00",
-                 step_seconds: int = 5) -> None:
+                 step_seconds: int = 5, branch: str = "main") -> None:
         self.session_id = session_id
         self.cwd = cwd
+        self.branch = branch  # each line's gitBranch
         self._at = datetime.fromisoformat(start).replace(tzinfo=UTC)
         self._step = step_seconds
         self._messages = 0
@@ -59,13 +60,14 @@ class Conversation:
         return uid
 
     def user(self, text: str) -> str:
-        return self._add(user_line(text, session_id=self.session_id, cwd=self.cwd, timestamp=self._stamp()))
+        return self._add(user_line(text, session_id=self.session_id, cwd=self.cwd, timestamp=self._stamp(),
+                                   gitBranch=self.branch))
 
     def say(self, text: str, *, end_turn: bool = False) -> str:
         self._messages += 1
         line = assistant_line(text, session_id=self.session_id,
                               message_id=f"msg_{self.session_id[:8]}_{self._messages}", cwd=self.cwd,
-                              timestamp=self._stamp())
+                              timestamp=self._stamp(), gitBranch=self.branch)
         if end_turn:
             entry = json.loads(line)
             entry["message"]["stop_reason"] = "end_turn"
@@ -79,11 +81,12 @@ class Conversation:
         self._add(assistant_line([{"type": "tool_use", "id": use_id, "name": name, "input": tool_input}],
                                  session_id=self.session_id,
                                  message_id=f"msg_{self.session_id[:8]}_{self._messages}", cwd=self.cwd,
-                                 timestamp=self._stamp()))
+                                 timestamp=self._stamp(), gitBranch=self.branch))
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": use_id, "content": output}
         if error:
             result["is_error"] = True
-        self._add(user_line([result], session_id=self.session_id, cwd=self.cwd, timestamp=self._stamp()))
+        self._add(user_line([result], session_id=self.session_id, cwd=self.cwd, timestamp=self._stamp(),
+                            gitBranch=self.branch))
         return use_id
 
     def bash(self, command: str, output: str = "", *, error: bool = False) -> str:

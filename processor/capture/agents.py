@@ -1,10 +1,12 @@
 """Which agents' transcripts are captured, and where each keeps them: one format per agent, in one table.
 
 Claude Code's under ``projects_dir`` (``claude``), the Codex CLI's under ``<codex home>/sessions`` (``codex``),
-the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``), opencode's in ``<data dir>/opencode.db`` (``opencode``:
-one SQLite file holds every session), pi's under ``<agent dir>/sessions`` (``pi``); the ``agents`` setting names
-the ones captured (all by default). Engram's own LLM jobs run in its agent work directory, and no agent's session
-from there is captured. Adding an agent is a module holding its ``TranscriptFormat``, and one line in ``FORMATS``.
+the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``), the GitHub Copilot CLI's under
+``<copilot home>/session-state`` (``copilot``), Qwen Code's under ``<qwen dir>/projects`` (``qwen``), opencode's
+in ``<data dir>/opencode.db`` (``opencode``: one SQLite file holds every session), pi's under
+``<agent dir>/sessions`` (``pi``); the ``agents`` setting names the ones captured (all of them by default).
+Engram's own LLM jobs run in its agent work directory, and no agent's session from there is captured. Adding an
+agent is a module holding its ``TranscriptFormat``, and one line in ``FORMATS``.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from pathlib import Path
 
 from processor.capture.claude import ClaudeFormat
 from processor.capture.codex import CodexFormat
-from processor.capture.formats import AGENTS, CLAUDE, CODEX, GEMINI, OPENCODE, PI, TranscriptFormat
+from processor.capture.copilot import CopilotFormat
+from processor.capture.formats import CLAUDE, CODEX, COPILOT, GEMINI, OPENCODE, PI, QWEN, TranscriptFormat
 from processor.capture.gemini import GeminiFormat
 from processor.capture.opencode import OpencodeFormat
 from processor.capture.pi import PiFormat
-from processor.config import Settings, agent_names
+from processor.capture.qwen import QwenFormat
+from processor.config import AGENTS, Settings, agent_names
 
-FORMATS: dict[str, type[TranscriptFormat]] = {CLAUDE: ClaudeFormat, CODEX: CodexFormat, GEMINI: GeminiFormat}
+FORMATS: dict[str, type[TranscriptFormat]] = {CLAUDE: ClaudeFormat, CODEX: CodexFormat, GEMINI: GeminiFormat,
+                                              COPILOT: CopilotFormat, QWEN: QwenFormat}
 FORMATS[OPENCODE] = OpencodeFormat
 FORMATS[PI] = PiFormat
 

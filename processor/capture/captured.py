@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from processor.capture import signals
-from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
+from processor.hook_kit.hook_io import FENCES
 from processor.redaction import Redacted, redact
 from processor.store.sessions import MessageLine
 
@@ -84,9 +84,10 @@ class Skipped:
 _SPAN_PATTERNS = (
     re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.DOTALL),
     re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL),
-    re.compile(re.escape(FENCE_OPEN) + r".*?(?:" + re.escape(FENCE_CLOSE) + r"|\Z)", re.DOTALL),
+    # Engram's fence in each form it takes (Gemini's has no angle brackets): see hook_io.FENCES.
+    *(re.compile(re.escape(opener) + r".*?(?:" + re.escape(closer) + r"|\Z)", re.DOTALL) for opener, closer in FENCES),
 )
-_SPAN_OPENERS = ("<system-reminder>", "<private>", FENCE_OPEN)
+_SPAN_OPENERS = ("<system-reminder>", "<private>", *(opener for opener, _ in FENCES))
 
 
 def strip_injected_spans(text: str) -> str:
@@ -123,12 +124,45 @@ FAILURE_HEAD_CHARS = 1_200
 FAILURE_TAIL_CHARS = 400
 _REDACT_MARGIN = 2_000  # read past each cut before redacting, so a secret that straddles it is still whole
 _TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query")
+# The agent's own todo list, under Claude Code's name and shape: each agent's format maps its tool to it (the
+# Codex CLI's update_plan, the Gemini CLI's write_todos), so where a session stopped reads alike for every agent.
+TODO_TOOL = "TodoWrite"
+TODO_CHARS = 1_500  # a todo list, as stored: its items, one a line, cut past this
+TODO_STATUSES = ("pending", "in_progress", "completed", "cancelled")
+
+
+def todos_input(items: object, text_key: str) -> dict:
+    """A todo list as Claude Code's TodoWrite input (``{"todos": [{"content", "status"}]}``), from another agent's
+    items (``text_key``: the key holding each item's words); items without words are left out."""
+    todos = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and isinstance(item.get(text_key), str) and item[text_key].strip():
+            status = item.get("status")
+            todos.append({"content": item[text_key], "status": status if status in TODO_STATUSES else "pending"})
+    return {"todos": todos}
+
+
+def todo_text(tool_input: dict) -> str | None:
+    """A todo list as stored: one ``status: content`` line an item, in the agent's order."""
+    items = tool_input.get("todos")
+    if not isinstance(items, list):
+        return None
+    lines = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("content"), str) and item["content"].strip():
+            status = item.get("status") if item.get("status") in TODO_STATUSES else "pending"
+            lines.append(f"{status}: {' '.join(item['content'].split())}")
+    return "\n".join(lines) if lines else None
 
 
 def tool_target(tool_input: object) -> Redacted | None:
-    """What a tool call works on (a file path, a command, a search), redacted and cut to TARGET_CHARS."""
+    """What a tool call works on (a file path, a command, a search; a todo list's items), redacted and cut to
+    TARGET_CHARS (a todo list to TODO_CHARS)."""
     if not isinstance(tool_input, dict):
         return None
+    todos = todo_text(tool_input)
+    if todos is not None:
+        return redact(redact(todos[:TODO_CHARS + _REDACT_MARGIN])[:TODO_CHARS])
     for key in _TARGET_KEYS:
         value = tool_input.get(key)
         if isinstance(value, str) and value.strip():

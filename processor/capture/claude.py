@@ -97,6 +97,27 @@ def _is_command_plumbing(text: str) -> bool:
     return any(head.startswith(marker) or marker in head for marker in _COMMAND_MARKERS)
 
 
+_COMMAND_NAME = re.compile(r"<command-name>\s*(/[^<\s]{1,80})\s*</command-name>")
+_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.DOTALL)
+# Claude Code's own commands that run in the terminal and start no turn of the model (/clear, /compact, /model…):
+# plumbing. Any other slash command (the project's own, /review, /init) is work the model does, like a typed prompt.
+LOCAL_COMMANDS = frozenset({
+    "add-dir", "agents", "bashes", "bug", "clear", "compact", "config", "context", "cost", "doctor", "exit",
+    "export", "help", "hooks", "ide", "install-github-app", "login", "logout", "mcp", "memory", "migrate-installer",
+    "model", "output-style", "permissions", "plugin", "privacy-settings", "release-notes", "resume", "rewind",
+    "status", "statusline", "terminal-setup", "todos", "upgrade", "usage", "vim"})
+
+
+def slash_command(text: str) -> str | None:
+    """The slash command a user line ran, as the user typed it (``/review 12``), when it is work for the model;
+    None for a built-in terminal command or a line that runs none."""
+    found = _COMMAND_NAME.search(text[:2000])
+    if found is None or found.group(1)[1:].split(":")[0] in LOCAL_COMMANDS:
+        return None
+    args = _COMMAND_ARGS.search(text[:20_000])
+    return " ".join(f"{found.group(1)} {args.group(1).strip() if args else ''}".split())
+
+
 def _opt_str(entry: dict, key: str) -> str | None:
     value = entry.get(key)
     return value if isinstance(value, str) and value else None
@@ -219,7 +240,12 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
     results = _tool_results(raw_content, awaited) if kind == "user" else ()
     failures = _failures(raw_content) if kind == "user" else ()
     if kind == "user" and _is_command_plumbing(content):
-        return Skipped("slash-command line")
+        # A slash command the model works on is the session's work like a typed prompt: captured as typed, so
+        # its round (its tool calls, its lessons) is its own. Its expansion follows as a meta line (skipped).
+        command = slash_command(content)
+        if command is None:
+            return Skipped("slash-command line")
+        content = command
     content = content.replace("\x00", "").strip()
     if not content:
         if results or failures:

@@ -37,6 +37,7 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
+    TODO_TOOL,
     Skipped,
     ToolCall,
     ToolFailure,
@@ -44,6 +45,7 @@ from processor.capture.captured import (
     failure_text,
     redact_repeated,
     strip_injected_spans,
+    todos_input,
     tool_target,
 )
 from processor.capture.formats import (
@@ -305,6 +307,8 @@ def codex_tool_calls(payload: dict) -> list[tuple[str, dict]]:
         return _shell(_joined(arguments.get("cmd", arguments.get("command"))))
     if name == "view_image":
         return [("Read", {"file_path": arguments.get("path")})]
+    if name == "update_plan":  # the plan, as Claude Code's todo list
+        return [(TODO_TOOL, todos_input(arguments.get("plan"), "step"))]
     return [(str(name), arguments)]
 
 

@@ -23,20 +23,18 @@ import os
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol, Self
 
 from processor.capture import captured, signals
 from processor.capture.lines import Line
-from processor.config import AGENT_NAMES, AGENTS, Settings
-from processor.hook_kit import hook_io
+from processor.config import AGENT_NAMES, Settings
+from processor.hook_kit.hook_io import CLAUDE, CODEX, COPILOT, GEMINI, OPENCODE, PI, QWEN  # noqa: F401 - each agent
 from processor.redaction import Redacted, redact
 
 log = logging.getLogger(__name__)
 
-CLAUDE, CODEX, GEMINI = AGENTS[:3]
-OPENCODE, PI = hook_io.OPENCODE, hook_io.PI
 # How far into a transcript its first line (a session header) is looked for.
 HEADER_LIMIT = 1 << 20
 
@@ -101,6 +99,10 @@ class TranscriptFormat(ABC):
     agent: str
     depth: int  # path parts below the root down to a transcript file
     report_missing_root = False  # a missing root is a capture problem (Claude Code's), or just an agent not in use
+    # Seconds a turn's end must stand with no newer line of the session before its round counts as finished: 0
+    # where the agent marks the end itself; more where the end is read from a message that a later line may
+    # still continue (the Gemini CLI writes a model message before its tool calls have run).
+    turn_end_settle: float = 0.0
 
     def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
         self.root = Path(os.path.abspath(root))
@@ -179,7 +181,8 @@ class SessionReader(LineReader):
              tool_calls: tuple[captured.ToolCall, ...] = (),
              failures: tuple[captured.ToolFailure, ...] = (),
              replaces: bool = False, end_turn: bool = False, ts_ms: int | None = None) -> captured.CapturedLine:
-        """One captured line of this session (`ts_ms`: its time when the format says it in milliseconds)."""
+        """One captured line of this session (`end_turn`: the agent's answer that ends its turn; `ts_ms`: its
+        time when the format says it in milliseconds)."""
         return captured.CapturedLine(
             uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role, timestamp=timestamp,
             ts_ms=captured.timestamp_ms(timestamp) if ts_ms is None else ts_ms, cwd=self.cwd, git_branch=None,
@@ -234,6 +237,24 @@ class SessionDatabase(TranscriptFormat):
         """The sessions with rows past their cursor (`cursors`: session id → the cursor captured so far; a session
         not in it is read from its first row when it changed since `since_ms`, None: any), at most about
         `batch_bytes` of rows a batch. Raises ``apsw.BusyError`` when the database stays locked (retried)."""
+
+
+class MessageCalls:
+    """The tool calls of one assistant message as capture keeps them, added one by one under Claude Code's names:
+    the line's note of each (``notes``), what each works on (``calls``), and the high-signal ones whose result a
+    signal awaits (``uses``: a commit message, a closing comment)."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+        self.calls: list[captured.ToolCall] = []
+        self.uses: list[tuple[str, signals.PendingSignal]] = []
+
+    def add(self, tool_use_id: str, name: str, tool_input: dict) -> None:
+        self.notes.append(tool_note(name, tool_input))
+        self.calls.append(captured.ToolCall(tool_use_id, name, captured.tool_target(tool_input)))
+        pending = signals.from_tool_use(name, tool_input)
+        if pending is not None:  # a commit or tracker text: redacted like every captured text
+            self.uses.append((tool_use_id, replace(pending, text=redact(pending.text))))
 
 
 def tool_note(name: str, tool_input: dict) -> str:

@@ -13,6 +13,13 @@ holds ``.project_root``, the project's path; ``<gemini dir>/projects.json`` maps
   so every copy carries ``replaces`` and the last one wins in the store;
 - ``{"$rewindTo": id}``: the conversation went back to just before that message (``Rewind``).
 
+No line marks a turn's end. A ``gemini`` message is written when the model's answer has streamed, and written
+again with its ``toolCalls`` once they have run; a turn is over at the model message that asked for no tool
+call. So a message with text and no tool calls ends the turn (``end_turn``) once no newer line of the session
+followed it for ``turn_end_settle`` seconds (a message whose tool calls still run is written again within them,
+and a message that asked only for tool calls has no text of its own): its round is learned seconds after the
+answer, not at the idle sweep.
+
 Injected context is not the user's words: hooks' ``additionalContext`` reaches the model inside
 ``<hook_context>`` spans (the SessionStart one prepended to the prompt, BeforeAgent's as a part of its own,
 AfterTool's appended to a tool's result), the session context inside ``<session_context>``: all are cut
@@ -33,12 +40,14 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
+    TODO_TOOL,
     Skipped,
     ToolCall,
     ToolFailure,
     ToolResult,
     failure_text,
     strip_injected_spans,
+    todos_input,
     tool_target,
 )
 from processor.capture.formats import (
@@ -74,6 +83,9 @@ class GeminiFormat(TranscriptFormat):
 
     agent = GEMINI
     depth = 3  # <project slug>/chats/session-….jsonl
+    # A model message with text and no tool calls is written before tool calls it asked for have run (they are
+    # added when done): its turn is over once nothing newer followed it for this long.
+    turn_end_settle = 2.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GeminiFormat | None:
@@ -207,13 +219,14 @@ class GeminiReader(SessionReader):
             if pending is not None or tool_use_id in awaited:
                 results.append(ToolResult(tool_use_id, failed, redact(output)))
             if failed:
-                failures.append(ToolFailure(tool_use_id, failure_text(output)))
+                shell = call.get("name") == "run_shell_command"
+                failures.append(ToolFailure(tool_use_id, failure_text(shell_error(output) if shell else output)))
         body = "\n".join(part for part in (text, *notes) if part)
         if not body:
             return Skipped("no capturable text (thoughts only, or tool calls not known yet)")
         return self.line(self._id(message_id), "assistant", timestamp, redact(body), tool_uses=tuple(uses),
                          tool_results=tuple(results), tool_calls=tuple(tool_calls), failures=tuple(failures),
-                         replaces=True)
+                         replaces=True, end_turn=bool(text) and not calls)
 
 
 def _text(content: object) -> str:
@@ -242,6 +255,8 @@ def gemini_tool(name: object, args: object) -> tuple[str, dict]:
     name = name if isinstance(name, str) and name else "tool"
     args = args if isinstance(args, dict) else {}
     canonical = TOOL_NAMES.get(name, name)
+    if name == "write_todos":  # the todo list, as Claude Code's
+        return TODO_TOOL, todos_input(args.get("todos"), "description")
     if canonical == "Bash":
         command = args.get("command")
         return canonical, ({"command": command} if isinstance(command, str) else {})
@@ -256,6 +271,16 @@ def gemini_tool(name: object, args: object) -> tuple[str, dict]:
     if canonical == "LS" and isinstance(args.get("dir_path"), str):
         return canonical, {"path": args["dir_path"]}
     return canonical, args
+
+
+_SHELL_NOTES = ("Process Group PGID: ", "Background PIDs: ")
+
+
+def shell_error(output: str) -> str:
+    """A failed ``run_shell_command``'s result as the command printed it: Gemini labels it ``Output: …`` and adds
+    its process ids; the label would be the first word of every error line told, and the ids change each run."""
+    text = "\n".join(line for line in output.splitlines() if not line.startswith(_SHELL_NOTES))
+    return text[len("Output:"):].lstrip(" ") if text.startswith("Output:") else text
 
 
 def _result(call: dict, needed: bool) -> tuple[str, bool, bool]:

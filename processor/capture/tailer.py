@@ -46,7 +46,7 @@ from processor.capture.problems import (
     not_regular,
     stat_problem,
 )
-from processor.capture.project import project_root
+from processor.capture.project import ProjectResolver
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.redaction import redact
@@ -74,13 +74,18 @@ class TailResult:
     opt_out: str | None = None  # the session's opt-out after this tail ('memory', 'record' or None)
     opted_out_now: bool = False  # it was set or raised by what this tail read
     dropped_episodes: list[str] = field(default_factory=list)  # episodes erased by going off the record
-    # The agent marked its turn finished after the last line captured here (Codex's task_complete).
+    # The turn was finished after the last conversation line read here: the agent marked it (Codex's
+    # task_complete) or the line says so (Claude Code's end_turn, a Gemini answer that asked for no tool call).
     turn_ended: bool = False
+    # Seconds the turn's end must stand with no newer line before it counts (the format's turn_end_settle).
+    turn_end_settle: float = 0.0
+    conversed: bool = False  # a conversation line was read (new or written again): the session went on
     rewound: int = 0  # messages removed because the agent rewound its conversation
     skipped: str | None = None  # why the whole file is not captured (a subagent's, Engram's own session)
 
 
-# Called with (session id, new message rows and merged parts, finished=whether the turn ended after them).
+# Called with (session id, new message rows and merged parts, finished=whether the turn ended after them,
+# settle=seconds the end must stand with no newer line before it counts).
 CapturedListener = Callable[..., None]
 OptOutListener = Callable[["TailResult"], None]
 # The opt-out a session asked for outside its transcript (ENGRAM_OFF=record, left by the SessionStart hook).
@@ -138,11 +143,15 @@ class Tailer:
         opt_out_request: OptOutRequest | None = None,
         formats: list[TranscriptFormat] | None = None,
         recent_days: float | None = None,
+        lessons_dir: Path | None = None,
     ) -> None:
         self.conn = conn
         # A database of sessions (opencode's) is one file: only its sessions changed within this many days are
         # read the first time (None: every session), as `engram run` tails only recent files.
         self.recent_days = recent_days
+        # Each line's folder named as a project, and remembered with it (processor/capture/project.py); a clone's
+        # root gets an alias to its project's lesson index in `lessons_dir`.
+        self.projects = ProjectResolver(conn, lessons_dir)
         self.formats = formats if formats is not None else []
         self._infos: dict[tuple[str, int], SessionInfo] = {}
         # path → (inode, offset reached by committed batches, the reader that reached it)
@@ -220,7 +229,8 @@ class Tailer:
         fmt = self.format_for(path)
         if isinstance(fmt, SessionDatabase):
             return self._tail_database(path, fmt)
-        result = TailResult(path.stem, fmt.agent)  # the file's name stands for the session until the format names it
+        # The file's name stands for the session until the format names it.
+        result = TailResult(path.stem, fmt.agent, turn_end_settle=fmt.turn_end_settle)
         f = self._open(path)
         if f is None:
             return result
@@ -258,10 +268,13 @@ class Tailer:
             # A message written again (its last copy stored) is passed on once, as its last copy.
             last = {c.uuid: c for c in result.captured}
             result.captured[:] = [c for c in result.captured if last[c.uuid] is c]
-        if result.captured or result.turn_ended:
+        if result.captured or result.turn_ended or result.conversed:
+            # A line that only went on with the turn (a Gemini message written again with its tool calls) is
+            # passed on too: an end waiting to settle is not the end.
             for listener in self.listeners:
                 try:
-                    listener(session_id, result.captured, finished=result.turn_ended)
+                    listener(session_id, result.captured, finished=result.turn_ended,
+                             settle=result.turn_end_settle if result.turn_ended else 0.0)
                 except Exception:
                     log.exception("listener failed after capturing %s", path)
 
@@ -291,7 +304,8 @@ class Tailer:
         try:
             for change in fmt.changes(path, cursors, since_ms, self.batch_bytes):
                 info = change.info
-                result = results.setdefault(info.session_id, TailResult(info.session_id, fmt.agent))
+                result = results.setdefault(info.session_id, TailResult(info.session_id, fmt.agent,
+                                                                        turn_end_settle=fmt.turn_end_settle))
                 if info.skip:
                     result.skipped = info.skip
                     key = f"{path}#{info.session_id}"
@@ -322,6 +336,7 @@ class Tailer:
                 total.captured += result.captured
                 total.problems += result.problems
                 total.turn_ended = total.turn_ended or result.turn_ended
+                total.conversed = total.conversed or result.conversed
         return total
 
     def _start_offset(self, path: Path, f, st: os.stat_result, state: session_sql.SessionState | None) -> int:
@@ -408,6 +423,7 @@ class Tailer:
         worked_on: list[tuple[str, int | None, tuple[ToolCall, ...], tuple[ToolFailure, ...]]] = []
         # Lines a later line of the same batch replaces whole (a Gemini message written again): not read at all.
         superseded = reader.superseded([line.data for line in batch])
+        turn_touched = False  # a line of this batch says whether the turn ended (kept with the lines)
         for index, line in enumerate(batch):
             if index in superseded:
                 continue
@@ -421,7 +437,7 @@ class Tailer:
                 continue
             outcome = reader.parse(line.data, awaited)
             if isinstance(outcome, TurnEnd):
-                result.turn_ended = True
+                result.turn_ended = turn_touched = True
                 continue
             if isinstance(outcome, Rewind):
                 steps += [outcome, []]
@@ -439,11 +455,18 @@ class Tailer:
                 awaited.update(tool_use_id for tool_use_id, _ in uses)
                 tool_events.append((outcome.uuid, outcome.ts_ms, uses, outcome.tool_results))
             if isinstance(outcome, ToolResultsOnly):
+                result.turn_ended = False
+                result.conversed = turn_touched = True
                 continue
             parsed.append((line, outcome))
             steps[-1].append((outcome, line.offset))
-            result.turn_ended = False
-        first_cwd = next((c.cwd for _, c in parsed if c.cwd), info.cwd)
+            result.turn_ended = outcome.end_turn
+            result.conversed = turn_touched = True
+        # Every folder the lines ran in (a session may move between worktrees), with the branch each line was on;
+        # the session's project is its first folder's (later ones are remembered, the session keeps its project).
+        folders = list(dict.fromkeys((c.cwd, c.git_branch) for _, c in parsed if c.cwd))
+        if not folders and info.cwd:
+            folders = [(info.cwd, None)]
         now_ms = clock_now_ms()
         asked = None
         for _, captured in parsed:
@@ -452,11 +475,13 @@ class Tailer:
         if self.opt_out_request is not None:
             asked = stronger(asked, self.opt_out_request(result.session_id))
         with write_transaction(self.conn):
+            places = [self.projects.resolve(cwd, branch) for cwd, branch in folders]
             session_sql.upsert_session(
                 self.conn,
                 session_id=result.session_id,
                 transcript_path=str(path),
-                project_root=project_root(first_cwd) if first_cwd else None,
+                project=places[0].project if places else None,
+                checkout=(places[0].checkout or places[0].project) if places else None,
                 inode=progress.inode,
                 byte_offset=progress.end,
                 last_line_hash=progress.digest,
@@ -488,6 +513,8 @@ class Tailer:
             self._pair_tool_events(result.session_id, tool_events)
             if level != RECORD:
                 self._record_tool_calls(result.session_id, worked_on)
+            if turn_touched:
+                session_sql.set_turn_ended(self.conn, result.session_id, result.turn_ended)
         result.lines += len(batch)
 
     def _rewind(self, path: Path, result: TailResult, rewind: Rewind) -> None:

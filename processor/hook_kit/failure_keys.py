@@ -99,16 +99,60 @@ def _says_what(line: str) -> bool:
         and not line.startswith(("exit code", "traceback"))
 
 
+_TRACEBACK = "Traceback (most recent call last)"
+# What Python prints between chained tracebacks: it says they are chained, not what failed.
+_CHAINING = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def exception_line(error: str) -> str | None:
+    """A Python traceback's exception line, the one that names the error (``KeyError: 'port'``; of a chain of
+    tracebacks, the last one's); None when the error holds no traceback. Its frames (``  File …`` and their
+    source lines) are indented; the exception line is the first line after them that is not."""
+    lines = error[-8000:].splitlines()
+    start = max((i for i, line in enumerate(lines) if line.lstrip().startswith(_TRACEBACK)), default=None)
+    if start is None:
+        return None
+    indent = len(lines[start]) - len(lines[start].lstrip())  # a traceback printed indented (a log, a runner)
+    for line in lines[start + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            return line.strip()
+    return None
+
+
+def _outside_tracebacks(lines: list[str]) -> list[str]:
+    """The lines that are no traceback's header, frames (their source lines would read as errors) or chaining."""
+    kept: list[str] = []
+    indent: int | None = None  # the traceback's own indentation while within its frames
+    for line in lines:
+        depth = len(line) - len(line.lstrip())
+        if line.lstrip().startswith(_TRACEBACK):
+            indent = depth
+            continue
+        if indent is not None and depth > indent:
+            continue
+        indent = None
+        if not line.lstrip().startswith(_CHAINING):
+            kept.append(line)
+    return kept
+
+
 def signature(error: str) -> list[str]:
-    """The error's signature lines (at most three); [] when nothing in it says what went wrong."""
+    """The error's signature lines (at most three); [] when nothing in it says what went wrong. A Python
+    traceback is known by its exception line first, never by its frames."""
     found: list[str] = []
     lines = [line for line in _message(error[:8000]).splitlines()[:SCANNED_LINES] if line.strip()]
+    raised = exception_line(error)
+    if raised is not None:
+        lines = _outside_tracebacks(lines)
+        named = normalise(raised)
+        if named and named not in _BARE:
+            found.append(named)  # "keyerror port": the exception's name says what, even in two words
     for line in lines:
         lowered = line.lower()
         if not any(cue in lowered for cue in CUES):
             continue
         normal = normalise(line)
-        if _says_what(normal) and normal not in found:
+        if _says_what(normal) and normal not in found and len(found) < MAX_LINES:
             found.append(normal)
             if len(found) == MAX_LINES:
                 break

@@ -26,12 +26,21 @@ except ImportError:  # not a POSIX system
 
 FENCE_OPEN = "<engram-recollection>"
 FENCE_CLOSE = "</engram-recollection>"
+# The Gemini CLI HTML-escapes a hook's context (``<`` becomes ``&lt;``) before the model reads it: its fence has
+# no angle brackets, so the model reads it as sent.
+GEMINI_FENCE_OPEN = "[engram-recollection]"
+GEMINI_FENCE_CLOSE = "[/engram-recollection]"
+# Every form of the fence a transcript can hold (Gemini's, and the escaped one an older Engram's Gemini hooks
+# made), opener first: capture drops what any of them holds, and a bite can close none of them.
+FENCES = ((FENCE_OPEN, FENCE_CLOSE), (GEMINI_FENCE_OPEN, GEMINI_FENCE_CLOSE),
+          ("&lt;engram-recollection&gt;", "&lt;/engram-recollection&gt;"))
 
 
-def fence(text: str) -> str:
+def fence(text: str, for_agent: str = "claude") -> str:
     """The marker around every text Engram injects: capture drops what is inside it, so Engram never
     captures, and so never remembers, its own recollections."""
-    return f"{FENCE_OPEN}\n{text}\n{FENCE_CLOSE}"
+    opener, closer = (GEMINI_FENCE_OPEN, GEMINI_FENCE_CLOSE) if for_agent == "gemini" else (FENCE_OPEN, FENCE_CLOSE)
+    return f"{opener}\n{text}\n{closer}"
 
 
 STDIN_LIMIT = 1 << 20  # a Write of a huge file makes a huge event; skip it, the next call injects
@@ -286,7 +295,9 @@ def newest_session(directory: str) -> str | None:
 
 def one_line(text: str, limit: int) -> str:
     # One line per bite, and a bite can never close (or reopen) the fence around it.
-    text = " ".join(text.replace(FENCE_OPEN, "").replace(FENCE_CLOSE, "").split())
+    for opener, closer in FENCES:
+        text = text.replace(opener, "").replace(closer, "")
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
@@ -451,6 +462,9 @@ def remove(path: str) -> None:
 # one line a key, its second line listing every key the file holds (after KEYS_MARK).
 LESSONS_FOLDER = "lessons"
 LESSONS_SUFFIX = ".index"
+# <lessons>/aliases/<name>: the name of the index to read instead (processor/capture/project.py writes one for a
+# clone's root, and for a project merged into another).
+LESSONS_ALIASES = "aliases"
 LESSONS_LIMIT = 64 * 1024
 KEYS_MARK = "#keys\t"
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
@@ -477,12 +491,24 @@ def lessons_index(recollection: object, event: dict) -> tuple[str | None, str | 
     return index_name(root), root
 
 
+def _index_name(name: object) -> bool:
+    return isinstance(name, str) and name.endswith(LESSONS_SUFFIX) and "/" not in name and not name.startswith(".")
+
+
 def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
     """What the lesson index `name` files under each of `keys`, in their order: parses only those lines."""
-    if not isinstance(name, str) or not name.endswith(LESSONS_SUFFIX) or "/" in name or name.startswith("."):
+    if not _index_name(name):
         return []
     try:
         raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{name}", LESSONS_LIMIT)
+    except FileNotFoundError:  # a clone's root, or a project merged into another: the alias names its index
+        try:
+            alias = read_limited(f"{directory}/{LESSONS_FOLDER}/{LESSONS_ALIASES}/{name}", 64)
+            target = alias.decode("utf-8").strip() if alias else ""
+            raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{target}", LESSONS_LIMIT) \
+                if _index_name(target) and target != name else None
+        except (OSError, UnicodeDecodeError):
+            return []
     except OSError:
         return []
     if raw is None:
@@ -578,13 +604,21 @@ def claim_shown(directory: str, session_id: str, ids: list[str], created: str | 
 # command names its agent after the script (`… pretooluse.py gemini`; none named is Claude Code, as an older
 # Engram registered it). A new agent's events are added here, and nowhere else in the hooks.
 
-CLAUDE, CODEX, GEMINI = "claude", "codex", "gemini"
+CLAUDE, CODEX, GEMINI = AGENTS = ("claude", "codex", "gemini")
+AGENT_NAMES = {CLAUDE: "Claude Code", CODEX: "Codex", GEMINI: "Gemini CLI"}
+# The GitHub Copilot CLI and Qwen Code run them through command hooks in Claude Code's shape (snake_case input,
+# ``hook_event_name``, ``hookSpecificOutput``). Neither puts a hook's context before a call: Copilot delivers a
+# PreToolUse context only after the call's result, Qwen drops it. So both tell a call's lessons after it
+# (``PostToolUse``, ``PostToolUseFailure``), with the fix of a failure beside them, as the Gemini CLI does.
+COPILOT, QWEN = "copilot", "qwen"
+AGENTS += (COPILOT, QWEN)
+AGENT_NAMES.update({COPILOT: "Copilot CLI", QWEN: "Qwen Code"})
 # opencode and pi have no command hooks: the plugin (opencode's, JavaScript: processor/install/opencode_plugin.js)
 # and the extension (pi's, TypeScript: processor/install/pi_extension.ts) that `engram install` ships run these
 # same scripts, with events of their own making (below: OPENCODE_* and PI_*).
 OPENCODE, PI = "opencode", "pi"
-AGENTS = (CLAUDE, CODEX, GEMINI, OPENCODE, PI)
-AGENT_NAMES = {CLAUDE: "Claude Code", CODEX: "Codex", GEMINI: "Gemini CLI", OPENCODE: "opencode", PI: "pi"}
+AGENTS += (OPENCODE, PI)
+AGENT_NAMES.update({OPENCODE: "opencode", PI: "pi"})
 
 # The events whose answer carries context, per agent: Claude Code's names, and those the others add.
 AFTER_TOOL = "AfterTool"  # the Gemini CLI's event after a call (its context arrives with the call's result)
@@ -619,8 +653,18 @@ TOOL_NAMES = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files
 # names a file ``filePath`` (read as ``file_path``), pi ``path``.
 TOOL_NAMES.update({"bash": "Bash", "read": "Read", "write": "Write", "multiedit": "MultiEdit", "glob": "Glob",
                    "grep": "Grep", "list": "LS", "ls": "LS", "find": "Glob", "webfetch": "WebFetch"})
+# The Copilot CLI's tools under Claude Code's names (its Claude-shaped hooks already say Bash, Read, Write; its
+# session files keep its own names: processor/capture/copilot.py maps them the same way).
+COPILOT_TOOL_NAMES = {"bash": "Bash", "view": "Read", "create": "Write", "edit": "Edit", "grep": "Grep",
+                      "glob": "Glob"}
+# The agents whose hooks read a call's context only after it: their PostToolUse and PostToolUseFailure (the
+# Gemini CLI's AfterTool is its own event).
+AFTER_CALL_AGENTS = (COPILOT, QWEN)
 _CREATING = ("Write", "NotebookEdit")
-_GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new
+# The calls that change a file (Claude Code's names): a wish about how a file is worked on is told before these only.
+EDITING = ("Edit", "MultiEdit", "Write", "NotebookEdit")
+_GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new (Qwen's, a fork's, too)
+_COPILOT_CREATED = "Created file "  # how the Copilot CLI's create says it
 _GEMINI_SHELL = "run_shell_command"
 _EXIT_CODE = "Exit Code: "
 ROLLOUT_TAIL = 256 * 1024  # a Codex rollout's last bytes searched for the call's exit status
@@ -635,8 +679,12 @@ def agent() -> str:
 def mcp_tool(tool: str, for_agent: str) -> str:
     """An Engram MCP tool's name as the agent shows it to its model: Claude Code and the Codex CLI
     ``mcp__engram__memory_expand`` (Claude Code defers MCP tools behind ToolSearch, where the model finds a tool
-    by the name it was told), the Gemini CLI ``mcp_engram_memory_expand``, opencode ``engram_memory_expand`` (its
-    MCP tools are ``<server>_<tool>``), pi ``engram_memory_expand`` (the tools Engram's extension registers)."""
+    by the name it was told), the Gemini CLI ``mcp_engram_memory_expand``, the Copilot CLI
+    ``engram-memory_expand``; Qwen Code as Claude Code (it defers MCP tools too, behind tool_search); opencode
+    ``engram_memory_expand`` (its MCP tools are ``<server>_<tool>``), pi ``engram_memory_expand`` (the tools
+    Engram's extension registers)."""
+    if for_agent == COPILOT:
+        return f"engram-{tool}"
     if for_agent in (OPENCODE, PI):
         return f"engram_{tool}"
     return f"mcp_engram_{tool}" if for_agent == GEMINI else f"mcp__engram__{tool}"
@@ -659,6 +707,8 @@ def call_of(event: dict) -> tuple[str, dict] | None:
         return None
     if "filePath" in tool_input and "file_path" not in tool_input:  # opencode's
         tool_input = {**tool_input, "file_path": tool_input["filePath"]}
+    if agent() == COPILOT:
+        tool_name = COPILOT_TOOL_NAMES.get(tool_name, tool_name)
     return TOOL_NAMES.get(tool_name, tool_name), tool_input
 
 
@@ -670,9 +720,10 @@ def command_of(tool_input: object) -> str | None:
 
 
 def after_call(event: dict) -> bool:
-    """Whether the answer reaches the model after the call ran (Gemini's AfterTool, opencode's
-    tool.execute.after, pi's tool_result), not before it."""
-    return event.get("hook_event_name") in _AFTER_EVENTS
+    """Whether the answer reaches the model after the call ran (Gemini's AfterTool; the Copilot CLI's and Qwen
+    Code's PostToolUse and PostToolUseFailure; opencode's tool.execute.after, pi's tool_result), not before it."""
+    name = event.get("hook_event_name")
+    return name in _AFTER_EVENTS or (name in (POST_TOOL, FAILED_TOOL) and agent() in AFTER_CALL_AGENTS)
 
 
 def creating(event: dict, tool: str, tool_input: dict) -> bool:
@@ -681,6 +732,8 @@ def creating(event: dict, tool: str, tool_input: dict) -> bool:
     if tool not in _CREATING:
         return False
     if after_call(event):
+        if agent() == COPILOT:
+            return _copilot_output(event).startswith(_COPILOT_CREATED)
         return event.get("created") is True or _gemini_output(event).startswith(_GEMINI_CREATED)
     path = tool_input.get("file_path") or tool_input.get("notebook_path")
     if not isinstance(path, str):
@@ -696,7 +749,12 @@ def answer(event: dict, default: str, context: str, ids: list[str], home: str | 
     """The hook's stdout: the context for the model, under the event the agent called (``default`` when it
     named none Engram knows), and the line the user sees."""
     name = event.get("hook_event_name")
-    return hook_json(name if name in _ANSWERED else default, context, ids, home)
+    out = hook_json(name if name in _ANSWERED else default, context, ids, home)
+    if agent() == COPILOT:
+        # The Copilot CLI reads a Claude-shaped hook's context at the top level for every event but PreToolUse
+        # (hookSpecificOutput there): given both, it delivers exactly one.
+        out = out[:-1] + ',"additionalContext":' + quote(context) + "}"
+    return out
 
 
 _MCP = "the engram MCP server's "
@@ -711,7 +769,7 @@ def format_context(lines: list[str], for_agent: str = CLAUDE) -> str:
         f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) "
         f"({_SERVED_BY.get(for_agent, _MCP)}memory_expand) with its id for the full context. Otherwise, continue "
         "your work.",
-    ]))
+    ]), for_agent)
 
 
 def format_call_context(target: str, lines: list[str], for_agent: str = CLAUDE, *, after: bool = False) -> str:
@@ -722,7 +780,7 @@ def format_call_context(target: str, lines: list[str], for_agent: str = CLAUDE, 
         *lines,
         f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if one applies. Otherwise, "
         "continue your work.",
-    ]))
+    ]), for_agent)
 
 
 def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
@@ -732,7 +790,7 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
         *lines,
         f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if it applies. Otherwise, "
         "continue your work.",
-    ]))
+    ]), for_agent)
 
 
 # --- a failed call, as each agent reports it ---------------------------------------------------------------
@@ -741,6 +799,8 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
 def failed_call(event: dict) -> tuple[str, str] | None:
     """(the tool's name as Claude Code says it, the error) when this event reports a failed call, else None."""
     name = event.get("hook_event_name")
+    if agent() in AFTER_CALL_AGENTS:
+        return _after_call_failure(event)
     if name == POST_TOOL:  # the Codex CLI: the output is the error when the rollout says the call failed
         output = event.get("tool_response")
         if event.get("tool_name") != "Bash" or not isinstance(output, str):
@@ -757,7 +817,12 @@ def failed_call(event: dict) -> tuple[str, str] | None:
 
 
 def may_have_failed(event: dict) -> bool:
-    """A cheap first look: whether an event after a call can be a failed one (most are not)."""
+    """A cheap first look: whether an event after a call can report a failed one (most do not): a Gemini
+    AfterTool of a shell command that exited non-zero, a PostToolUseFailure, a Copilot shell call's PostToolUse
+    (its non-zero exit is a successful call there), an opencode or pi call after it ran."""
+    if agent() in AFTER_CALL_AGENTS:
+        name = event.get("hook_event_name")
+        return name == FAILED_TOOL or (name == POST_TOOL and _COPILOT_EXIT in _copilot_output(event)[-200:])
     if event.get("hook_event_name") != AFTER_TOOL:
         return failed_call(event) is not None
     content = _gemini_output(event)
@@ -802,6 +867,61 @@ def _gemini_failure(event: dict) -> tuple[str, str] | None:
         return None
     output = head.replace("<untrusted_context>", "").strip()
     return "Bash", output[len("Output:"):].strip() if output.startswith("Output:") else output
+
+
+# The Copilot CLI ends a shell call's result with ``<shellId: N completed with exit code K>``; a command that exited
+# non-zero is a successful call there (PostToolUse, not PostToolUseFailure). Qwen Code, like Gemini, reports a
+# shell call as a block: ``Command: …\nDirectory: …\nOutput: …\nError: …\nExit Code: K\n…``.
+_COPILOT_EXIT = " completed with exit code "
+_SHELL_OUTPUT = "Output: "
+
+
+def _copilot_output(event: dict) -> str:
+    result = event.get("tool_result")
+    text = result.get("text_result_for_llm") if isinstance(result, dict) else None
+    return text if isinstance(text, str) else ""
+
+
+def copilot_shell_exit(text: str) -> tuple[str, int | None]:
+    """A Copilot shell result without its closing ``<shellId: N completed with exit code K>`` line, and K (None
+    when the line is not there). The processor's capture reads the session file's copy the same way."""
+    head, mark, tail = text.rstrip().rpartition("\n<shellId: ")
+    if not mark and text.startswith("<shellId: "):
+        head, mark, tail = "", "<shellId: ", text.strip()[len("<shellId: "):]
+    code = tail.rpartition(_COPILOT_EXIT)[2].rstrip(">").strip() if mark and tail.endswith(">") else ""
+    if not code.lstrip("-").isdigit():
+        return text, None
+    return head, int(code)
+
+
+def shell_block_output(text: str) -> str:
+    """The command's own output of a Qwen Code (or Gemini CLI) shell result block, the block itself when it is
+    none."""
+    start = text.find(_SHELL_OUTPUT) if text.startswith("Command: ") else -1
+    if start < 0:
+        return text
+    end = text.find("\nError: ", start)
+    if end < 0:
+        end = text.find("\n" + _EXIT_CODE, start)
+    return text[start + len(_SHELL_OUTPUT):end if end >= 0 else len(text)].strip()
+
+
+def _after_call_failure(event: dict) -> tuple[str, str] | None:
+    """The failed call a Copilot CLI or Qwen Code event after a call reports: every PostToolUseFailure (the
+    error), and a Copilot shell call's PostToolUse whose command exited non-zero (its output)."""
+    call = call_of(event)
+    if call is None or event.get("is_interrupt") is True:
+        return None
+    name = event.get("hook_event_name")
+    if name == FAILED_TOOL:
+        error = event.get("error")
+        if not isinstance(error, str):
+            return None
+        return call[0], shell_block_output(error) if call[0] == "Bash" else error
+    if name == POST_TOOL and call[0] == "Bash" and agent() == COPILOT:
+        output, code = copilot_shell_exit(_copilot_output(event))
+        return ("Bash", output) if code else None
+    return None
 
 
 def _codex_failed(transcript: object, call_id: object) -> bool:

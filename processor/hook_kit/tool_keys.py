@@ -68,6 +68,8 @@ def relative(path: str, root: str | None) -> str:
         prefix = root.rstrip("/") + "/"
         if path.startswith(prefix):
             return path[len(prefix):]
+        if path.rstrip("/") + "/" == prefix:
+            return "."  # the project's own folder: a search of all of it is about no file, folder or name in it
     return path
 
 
@@ -275,7 +277,8 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
             if isinstance(value, str) and value.strip() and (tool_name in _FILE_TOOLS or path_like(value)):
                 if tool_name in ("Grep", "Glob") and "/" not in value and "." not in value:
                     break
-                keys = ["file:" + relative(value, root)]
+                path = relative(value, root)
+                keys = ["file:" + path] if path not in (".", "") else []
                 break
     if tool_name == "Grep":
         pattern = tool_input.get("pattern")

@@ -2,10 +2,10 @@
 here), which of them are on this machine, and the registration with each.
 
 By default install registers with every agent found here — its folder exists (``~/.claude``, ``~/.claude.json``,
-``$CODEX_HOME`` or ``~/.codex``, ``~/.gemini``, ``~/.config/opencode``, ``~/.pi/agent``) or its command is on
-PATH — and, when none is found, with Claude Code. Uninstall by default removes Engram from every agent (a file
-holding nothing of Engram's is left alone, a missing one is not created). One agent's unreadable settings file is
-that agent's error, with its fix; the others are still registered.
+``$CODEX_HOME`` or ``~/.codex``, ``~/.gemini``, ``~/.copilot``, ``~/.qwen``, ``~/.config/opencode``,
+``~/.pi/agent``) or its command is on PATH — and, when none is found, with Claude Code. Uninstall by default
+removes Engram from every agent (a file holding nothing of Engram's is left alone, a missing one is not created).
+One agent's unreadable settings file is that agent's error, with its fix; the others are still registered.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from typing import Protocol
 
 from processor.check import Check
 from processor.config import AGENT_NAMES, Settings
-from processor.install import claude, codex, gemini, opencode, pi
+from processor.install import claude, codex, copilot, gemini, opencode, pi, qwen
 from processor.install.json_file import ChangeReport
 from processor.install.registration import HookSpec, InstallError, Registration, check_registration, run_hook
 
 
 class Agent(Protocol):
-    """What every agent's module answers (``claude``, ``codex``, ``gemini``, ``opencode``, ``pi``)."""
+    """What every agent's module answers (``claude``, ``codex``, ``gemini``, ``copilot``, ``qwen``, ``opencode``,
+    ``pi``)."""
 
     NAME: str  # as `--agent` and the `agents` setting name it
     TITLE: str  # as people know it (``config.AGENT_NAMES``)
@@ -52,7 +53,8 @@ class Agent(Protocol):
         ...
 
 
-AGENTS: dict[str, Agent] = {claude.NAME: claude, codex.NAME: codex, gemini.NAME: gemini}
+AGENTS: dict[str, Agent] = {claude.NAME: claude, codex.NAME: codex, gemini.NAME: gemini,
+                            copilot.NAME: copilot, qwen.NAME: qwen}
 AGENTS[opencode.NAME] = opencode
 AGENTS[pi.NAME] = pi
 # Registered with when no agent is found here: Engram began as Claude Code's memory.
@@ -66,11 +68,13 @@ def found_agents(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def chosen(agent: str | None, env: Mapping[str, str] | None = None, *, uninstall: bool = False) -> list[str]:
-    """The agents `--agent` names: one, `all`, or (none given) those found here — every agent for uninstall."""
+    """The agents `--agent` names: one, `all` (to install: every agent installed here, so nothing is created for
+    one that is not; to uninstall: every agent), or (none given) those found here — every agent for uninstall."""
     if agent in (None, ""):
         return list(AGENTS) if uninstall else found_agents(env)
     if agent == "all":
-        return list(AGENTS)
+        env = os.environ if env is None else env
+        return list(AGENTS) if uninstall else [name for name, known in AGENTS.items() if known.found(env)]
     if agent not in AGENTS:
         raise InstallError(f"unknown agent {agent!r}; one of {', '.join(AGENTS)} or all")
     return [agent]

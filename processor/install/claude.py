@@ -145,8 +145,8 @@ def install(
     new_config = json_file.add_mcp_server(config, registration.mcp_server, server_entry(registration),
                                           mcp_config_path, REMOVE_SERVER)
     changes = (
-        json_file.plan_change(settings_path, settings, settings_text, new_settings, "hooks"),
-        json_file.plan_change(mcp_config_path, config, config_text, new_config, "mcpServers", MCP_SERVER_NAME),
+        json_file.plan_change(settings_path, settings, settings_text, new_settings),
+        json_file.plan_change(mcp_config_path, config, config_text, new_config),
     )
     if not dry_run:
         changes = tuple(json_file.apply_change(c) for c in changes)
@@ -169,13 +169,14 @@ def uninstall(
     # A missing file holds nothing of Engram's: it is not created.
     if settings_text is not None:
         new_settings = json_file.remove_hooks(settings, settings_path)
-        changes.append(json_file.plan_change(settings_path, settings, settings_text, new_settings, "hooks"))
+        changes.append(json_file.plan_change(settings_path, settings, settings_text, new_settings))
     if config_text is not None:
         new_config = json_file.remove_mcp_server(config, mcp_config_path)
-        changes.append(json_file.plan_change(mcp_config_path, config, config_text, new_config,
-                                             "mcpServers", MCP_SERVER_NAME))
+        changes.append(json_file.plan_change(mcp_config_path, config, config_text, new_config))
+    # A file install created goes with what it held (a later `engram install` must not find Claude Code here).
+    changes = [json_file.plan_removal(c) for c in changes]
     if not dry_run:
-        changes = [json_file.apply_change(c) for c in changes]
+        changes = [json_file.restore_check(json_file.apply_change(c)) for c in changes]
     return ChangeReport("uninstall", dry_run, tuple(changes), TITLE)
 
 

@@ -26,6 +26,7 @@ and the fix, and nothing is written. Uninstall removes exactly what install adde
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping
@@ -92,19 +93,10 @@ def server_entry(registration: Registration) -> dict[str, Any]:
 
 
 def _config_change(path: Path, before: str | None, before_data: dict[str, Any], after: str) -> FileChange:
+    """config.toml's change: its diff shows the TOML lines written (redacted, as every settings file's diff)."""
     after_data = tomllib.loads(after) if after else {}
-
-    def shown(data: dict[str, Any]) -> str:
-        # Only Engram's keys: config.toml can hold API keys and tokens elsewhere.
-        servers = data.get("mcp_servers")
-        hooks = data.get("hooks")
-        mine = {"mcp_servers.engram": servers.get(MCP_SERVER_NAME) if isinstance(servers, dict) else None,
-                "hooks.state": hooks.get("state") if isinstance(hooks, dict) else None}
-        return "".join(f"{k} = {v!r}\n" for k, v in mine.items() if v)
-
     unchanged = before is not None and before == after
-    return FileChange(path, before_data, before, before_data if unchanged else after_data, after,
-                      shown(before_data), shown(after_data))
+    return FileChange(path, before_data, before, before_data if unchanged else after_data, after)
 
 
 def install(registration: Registration, *, dry_run: bool = False, env: Mapping[str, str] | None = None,
@@ -124,7 +116,7 @@ def install(registration: Registration, *, dry_run: bool = False, env: Mapping[s
     keys = {hook.key for hook in before_hooks + mine}
     trusted = {hook.key: hook.hash for hook in mine} if trust else {}
     config_after = with_engram(config.text, server_entry(registration), trusted, keys, config_path)
-    changes = (json_file.plan_change(hooks_path, hooks_data, hooks_text, new_hooks, "hooks"),
+    changes = (json_file.plan_change(hooks_path, hooks_data, hooks_text, new_hooks),
                _config_change(config_path, config.text, config.data, config_after))
     if not dry_run:
         changes = tuple(json_file.apply_change(c) for c in changes)
@@ -148,22 +140,19 @@ def uninstall(*, dry_run: bool = False, env: Mapping[str, str] | None = None,
     config = read_config(config_path)
     keys = {hook.key for hook in engram_hooks(hooks_data, hooks_path)}
     changes: list[FileChange] = []
-    removed: list[Path] = []
     if hooks_text is not None:
         after_hooks = json_file.remove_hooks(hooks_data, hooks_path)
-        changes.append(json_file.plan_change(hooks_path, hooks_data, hooks_text, after_hooks, "hooks"))
-        if not after_hooks and hooks_data:
-            removed.append(hooks_path)  # it held only Engram's hooks: an empty hooks file means nothing to Codex
+        # A hooks.json install created goes when it holds nothing else; one that was there comes back as it was.
+        changes.append(json_file.plan_removal(json_file.plan_change(hooks_path, hooks_data, hooks_text,
+                                                                    after_hooks)))
     if config.text is not None:
-        changes.append(_config_change(config_path, config.text, config.data, without_engram(config.text, keys)))
-        if created_by_engram(config.text):
-            removed.append(config_path)  # install made it, and nothing else was put in it since
+        change = _config_change(config_path, config.text, config.data, without_engram(config.text, keys))
+        if created_by_engram(config.text):  # install made it, and nothing else was put in it since
+            change = dataclasses.replace(change, after_text="", removed=True)
+        changes.append(change)
     if not dry_run:
-        changes = [json_file.apply_change(c) for c in changes]
-        for path in removed:
-            path.unlink(missing_ok=True)
-    notes = tuple(f"{path}: removed (it held nothing but Engram's entries)" for path in removed)
-    return ChangeReport("uninstall", dry_run, tuple(changes), TITLE, notes=notes)
+        changes = [json_file.restore_check(json_file.apply_change(c)) for c in changes]
+    return ChangeReport("uninstall", dry_run, tuple(changes), TITLE)
 
 
 # ---------------------------------------------------------------- what doctor finds wrong
@@ -183,7 +172,8 @@ def _check(folder: Path, env: Mapping[str, str]) -> Check:
         hooks_file, _ = json_file.read_object(folder / HOOKS_FILE)
         config = read_config(folder / CONFIG_FILE).data
     except InstallError as exc:
-        return error(name, f"{exc}; Codex cannot read it either", f"fix the file (or move it aside), then {FIX}")
+        said = str(exc) if "Codex cannot read it" in str(exc) else f"{exc}; Codex cannot read it either"
+        return error(name, said, f"fix the file (or move it aside), then {FIX}")
     # The events and markers come from the same hook specs install registers.
     specs = [spec for spec, required in hook_specs(EVENTS_AND_MARKERS) if required]
     missing = [spec.event for spec in specs if not json_file.engram_commands(hooks_file, spec)]

@@ -13,14 +13,13 @@ script, so the bites and the digest name the tools as Gemini shows them: ``mcp_e
 - MCP server ``engram`` in ``mcpServers``: ``<engram's python> -I -m mcp_tools.bridge``.
 
 Hook timeouts are in milliseconds here (Gemini's unit). The file is edited as ``json_file`` edits any agent's
-settings: Engram's entries only, a backup first, an atomic write, the indentation kept; uninstall removes exactly
-what install added. Gemini also reads JSON with comments; Engram
-edits plain JSON only, so a commented file is an error that says so and names the fix.
+settings: Engram's entries only, a backup first, an atomic write, every other byte kept; uninstall removes exactly
+what install added. Gemini reads its settings.json with ``//`` and ``/* */`` comments (strip-json-comments, no
+trailing commas), and so does Engram: they stay where they are.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,8 +48,6 @@ TITLE = AGENT_NAMES[NAME]
 COMMAND = "gemini"  # on PATH when the Gemini CLI is installed
 SETTINGS_FILE = "settings.json"
 MILLISECONDS = 1000  # a second in Gemini's unit of hook timeouts
-COMMENTS_HINT = ("the Gemini CLI reads settings.json with comments, Engram edits plain JSON only: remove the "
-                 "comments, or add Engram's entries by hand (`engram install --agent gemini --print` shows them)")
 FIX = "engram install --agent gemini"
 
 
@@ -87,14 +84,11 @@ def install(registration: Registration, *, dry_run: bool = False, env: Mapping[s
             ) -> ChangeReport:
     """Register Engram's hooks and MCP server in the Gemini CLI's settings.json (`path`, default from `env`)."""
     path = path or settings_path(env)
-    data, text = json_file.read_object(path, hint=_hint(path))
+    data, text = json_file.read_object(path, comments=True)
     after = json_file.add_hook_specs(data, hook_specs(registration), path, drop=registration.dropped_markers)
     after = json_file.add_mcp_server(after, registration.mcp_server, server_entry(registration), path,
                                      f"gemini mcp remove {MCP_SERVER_NAME}")
-    change = json_file.plan_change(path, data, text, after, "hooks")
-    shown_server = json_file.plan_change(path, data, text, after, "mcpServers", MCP_SERVER_NAME)
-    change = dataclasses.replace(change, shown_before=change.shown_before + shown_server.shown_before,
-                                 shown_after=change.shown_after + shown_server.shown_after)
+    change = json_file.plan_change(path, data, text, after)
     if not dry_run:
         change = json_file.apply_change(change)
     return ChangeReport("install", dry_run, (change,), TITLE)
@@ -103,22 +97,14 @@ def install(registration: Registration, *, dry_run: bool = False, env: Mapping[s
 def uninstall(*, dry_run: bool = False, env: Mapping[str, str] | None = None, path: Path | None = None) -> ChangeReport:
     """Remove exactly Engram's hooks and MCP server; a missing file is not created."""
     path = path or settings_path(env)
-    data, text = json_file.read_object(path, hint=_hint(path))
+    data, text = json_file.read_object(path, comments=True)
     if text is None:
         return ChangeReport("uninstall", dry_run, (), TITLE)
     after = json_file.remove_mcp_server(json_file.remove_hooks(data, path), path)
-    change = json_file.plan_change(path, data, text, after, "hooks")
+    change = json_file.plan_removal(json_file.plan_change(path, data, text, after))
     if not dry_run:
-        change = json_file.apply_change(change)
+        change = json_file.restore_check(json_file.apply_change(change))
     return ChangeReport("uninstall", dry_run, (change,), TITLE)
-
-
-def _hint(path: Path) -> str | None:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    return COMMENTS_HINT if "//" in text or "/*" in text else None
 
 
 # ---------------------------------------------------------------- what doctor finds wrong
@@ -135,8 +121,8 @@ def _check(path: Path, env: Mapping[str, str]) -> Check:
         return passed(name, f"not installed here ({shown_path(path.parent, env)} does not exist); nothing to check")
     shown = shown_path(path, env)
     data = json_file.read_registered(name, path, env, absent="Engram's hooks are not registered", fix=FIX,
-                                     unusable="Gemini reads JSON with comments, Engram's installer does not",
-                                     unusable_fix=f"fix {shown} (or remove its comments), then {FIX}")
+                                     unusable="the Gemini CLI cannot read its settings either",
+                                     unusable_fix=f"fix {shown} (or move it aside), then {FIX}", comments=True)
     if isinstance(data, Check):
         return data
     # The events and markers come from the same hook specs install registers.

@@ -3,15 +3,19 @@
 Every agent whose settings are JSON (Claude Code's settings.json and .claude.json, the Codex CLI's hooks.json, the
 Gemini CLI's settings.json) keeps its hooks in the same shape, ``{"hooks": {event: [{"matcher"?, "hooks":
 [{"type": "command", "command", "timeout"}]}]}}``, and its MCP servers under ``mcpServers``. Such a file is
-parsed (invalid JSON is an error naming the file, and nothing is written), only Engram's own entries are changed
-(recognised by the markers in their commands), every other key keeps its place and order, the file is backed up,
-a temp file in the same directory is written and ``os.replace``d, and the file's mode is kept. Installing twice
-changes nothing the second time; uninstall removes exactly the entries install added (and containers that only
-held them).
+parsed (invalid JSON is an error naming the file, and nothing is written; the Gemini CLI's may hold comments),
+only Engram's own entries are changed (recognised by the markers in their commands) and only their text is
+written (``json_text``: every other byte — indentation, key order, comments, the final newline or its absence —
+stays), the file is backed up, a temp file in the same directory is written and ``os.replace``d, and the file's
+mode is kept. Installing twice changes nothing the second time; uninstall removes exactly the entries install
+added (and containers that only held them), so an unedited file comes back byte for byte: its backups are then
+removed, and a file install created (none was backed up) is removed with the folder it made, when nothing else
+was put in them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import difflib
@@ -22,10 +26,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from processor.check import Check, error, shown_path
 from processor.files import write_atomic
+from processor.install import json_text
 from processor.install.registration import (
     HOOK_MARKERS,
     MCP_SERVER_NAME,
@@ -36,6 +40,7 @@ from processor.install.registration import (
     is_engram_hook,
     is_engram_mcp_server,
 )
+from processor.redaction import redact
 
 BACKUP_SUFFIX = ".engram-backup-"
 
@@ -49,9 +54,10 @@ class UnusableFile(InstallError):
         self.problem = problem
 
 
-def read_object(path: Path, hint: str | None = None) -> tuple[JsonObject, str | None]:
+def read_object(path: Path, hint: str | None = None, *, comments: bool = False) -> tuple[JsonObject, str | None]:
     """A JSON settings file's object and text ({} and None when it does not exist); UnusableFile naming the file,
-    the place and the fix when it cannot be used (`hint`: what else to say about it)."""
+    the place and the fix when it cannot be used (`hint`: what else to say about it). `comments`: the agent
+    reads ``//`` and ``/* */`` comments in it (the Gemini CLI)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -62,7 +68,10 @@ def read_object(path: Path, hint: str | None = None) -> tuple[JsonObject, str | 
     if not text.strip():
         return {}, text
     try:
-        data = json.loads(text)
+        data = json_text.loads(text, comments)
+    except json_text.JsonTextError as exc:
+        problem = f"{path}: invalid JSON ({exc})"
+        raise UnusableFile(problem, f"{problem}; fix or move the file aside, nothing was changed") from None
     except json.JSONDecodeError as exc:
         problem = f"{path}: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})"
         raise UnusableFile(problem, f"{problem}; {hint + '; ' if hint else ''}fix or move the file aside, "
@@ -74,11 +83,11 @@ def read_object(path: Path, hint: str | None = None) -> tuple[JsonObject, str | 
 
 
 def read_registered(name: str, path: Path, env: Mapping[str, str], *, absent: str, unusable: str,
-                    fix: str, unusable_fix: str) -> JsonObject | Check:
+                    fix: str, unusable_fix: str, comments: bool = False) -> JsonObject | Check:
     """For doctor's check `name`: the file's object, or the failed check that says the file does not exist (then
     `absent`) or what is wrong with it (then `unusable`: what that means to the agent)."""
     try:
-        data, text = read_object(path)
+        data, text = read_object(path, comments=comments)
     except UnusableFile as exc:
         return error(name, f"{exc.problem}; {unusable}", unusable_fix)
     if text is None:
@@ -224,34 +233,59 @@ def engram_mcp_server(config: JsonObject) -> JsonObject | None:
 
 @dataclass(frozen=True)
 class FileChange:
-    """One settings file's planned (or applied) change.
-
-    `shown_before`/`shown_after` render only the key Engram touches, for diffs: these files can
-    hold API keys and tokens elsewhere, which must never end up in a terminal or a log.
-    """
+    """One settings file's planned (or applied) change. Its diff shows the lines that change, redacted: these
+    files can hold API keys and tokens, which must never end up in a terminal or a log."""
 
     path: Path
     before: JsonObject
     before_text: str | None  # None: the file does not exist
     after: JsonObject
     after_text: str
-    shown_before: str
-    shown_after: str
     backup: Path | None = None
     written: bool = False
+    removed: bool = False  # uninstall removes the file: install created it and nothing else is in it
+    restored: bool = False  # the file is back as a backup held it: its backups were removed
 
     @property
     def changed(self) -> bool:
-        return self.before_text is None or self.before != self.after
+        return self.before_text is None or self.before != self.after or self.removed
 
     def diff(self) -> str:
-        lines = difflib.unified_diff(
-            self.shown_before.splitlines(keepends=True),
-            self.shown_after.splitlines(keepends=True),
-            fromfile=f"{self.path} (before)",
-            tofile=f"{self.path} (after)",
-        )
-        return "".join(lines)
+        """The lines that change, as written: no context lines, each redacted, and a line of the user's that only
+        gains (or loses) a comma before Engram's entries is not shown, only said (these files hold API keys)."""
+        old = (self.before_text or "").splitlines(keepends=True)
+        new = self.after_text.splitlines(keepends=True)
+        out = [f"--- {self.path if self.before_text is not None else '/dev/null'}\n",
+               f"+++ {self.path if not self.removed else '/dev/null'}\n"]
+        # Lines are matched without their commas: the user's line that gains one stays matched to itself.
+        matcher = difflib.SequenceMatcher(None, [_uncomma(line) for line in old], [_uncomma(line) for line in new],
+                                          autojunk=False)
+        for op, i1, i2, j1, j2 in matcher.get_opcodes():
+            if op == "equal":
+                for offset in range(i2 - i1):
+                    before, after = old[i1 + offset], new[j1 + offset]
+                    if before.rstrip("\n") != after.rstrip("\n"):
+                        gained = after.count(",") > before.count(",")
+                        out.append(f"@@ line {i1 + offset + 1}: a comma {'added at' if gained else 'taken from'} "
+                                   "its end @@\n")
+                    elif before != after:
+                        out.append(f"@@ line {i1 + offset + 1}: {'a' if after.endswith(chr(10)) else 'no'} final "
+                                   "newline @@\n")
+                continue
+            # As diff(1) numbers them: an empty side names the line it follows.
+            out.append(f"@@ -{i1 + (i2 > i1)},{i2 - i1} +{j1 + (j2 > j1)},{j2 - j1} @@\n")
+            out += [_shown("-", line) for line in old[i1:i2]] + [_shown("+", line) for line in new[j1:j2]]
+        return "".join(out) if len(out) > 2 else ""
+
+
+def _uncomma(line: str) -> str:
+    """A line as the diff matches it: without commas (adding a last member adds one to the line before)."""
+    return line.replace(",", "").rstrip()
+
+
+def _shown(sign: str, line: str) -> str:
+    shown = str(redact(line.rstrip("\n")))
+    return f"{sign}{shown}\n" if line.endswith("\n") else f"{sign}{shown}\n\\ No newline at end of file\n"
 
 
 @dataclass(frozen=True)
@@ -268,7 +302,7 @@ class ChangeReport:
 
     def describe(self) -> str:
         """Human text for the CLI: what changed (or would), backups, and diffs of Engram's keys."""
-        out = []
+        out = [] if self.changes else [f"no file of {self.agent}'s here: nothing to do"]
         for change in self.changes:
             if not change.changed:
                 state = "present" if self.action == "install" else "absent"
@@ -276,10 +310,14 @@ class ChangeReport:
                 continue
             if change.before_text is None:
                 verb = "would create" if self.dry_run else "created"
+            elif change.removed:
+                verb = ("would remove" if self.dry_run else "removed") + " (Engram created it; nothing else is in it)"
             else:
                 verb = "would update" if self.dry_run else "updated"
             out.append(f"{change.path}: {verb}")
-            if change.backup is not None:
+            if change.restored:
+                out.append("  back as it was before `engram install`: its backups are removed")
+            elif change.backup is not None:
                 out.append(f"  backup: {change.backup}")
             out.append(change.diff().rstrip("\n"))
         out.extend(self.notes)
@@ -303,23 +341,33 @@ def render_json(data: JsonObject, original: str | None) -> str:
     return text if keep_bare else text + "\n"
 
 
-def plan_change(
-    path: Path, before: JsonObject, before_text: str | None, after: JsonObject, *keys: str
-) -> FileChange:
-    """The change from `before` to `after`, its diff showing only the value at `keys` (Engram's)."""
-    def shown(data: JsonObject) -> str:
-        value: Any = data
-        for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        if value is None:
-            return ""
-        for key in reversed(keys):  # re-nest just that value: {"mcpServers": {"engram": ...}}
-            value = {key: value}
-        return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
-
+def plan_change(path: Path, before: JsonObject, before_text: str | None, after: JsonObject) -> FileChange:
+    """The change from `before` to `after`: only what differs is rewritten in the file's text."""
     unchanged = before_text is not None and before == after
-    after_text = before_text if unchanged else render_json(after, before_text)
-    return FileChange(path, before, before_text, after, after_text or "", shown(before), shown(after))
+    if unchanged:
+        after_text = before_text
+    elif before_text is None or not before_text.strip():
+        after_text = render_json(after, before_text)
+    else:
+        after_text = json_text.patch(before_text, before, after)
+    return FileChange(path, before, before_text, after, after_text or "")
+
+
+def plan_removal(change: FileChange) -> FileChange:
+    """Uninstall's change, made a removal of the file when install created it (no backup of it exists, so
+    there was no file) and nothing is left in it."""
+    if change.before_text is None or change.after or not change.changed or backups_of(change.path):
+        return change
+    return dataclasses.replace(change, after_text="", removed=True)
+
+
+def backups_of(path: Path) -> list[Path]:
+    """Engram's backups of the file, oldest first."""
+    target = Path(os.path.realpath(path))
+    try:
+        return sorted(p for p in target.parent.iterdir() if p.name.startswith(target.name + BACKUP_SUFFIX))
+    except OSError:
+        return []
 
 
 def _backup_path(target: Path) -> Path:
@@ -335,6 +383,12 @@ def _backup_path(target: Path) -> Path:
 def apply_change(change: FileChange) -> FileChange:
     if not change.changed:
         return change
+    if change.removed:
+        target = Path(os.path.realpath(change.path))
+        target.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder install made for it, if nothing else is in it
+            target.parent.rmdir()
+        return dataclasses.replace(change, written=True)
     backup = None
     if change.before_text is not None:
         target = Path(os.path.realpath(change.path))
@@ -344,3 +398,24 @@ def apply_change(change: FileChange) -> FileChange:
     # since agents' settings files can hold credentials.
     write_atomic(change.path, change.after_text, keep_existing=True, durable=True)
     return dataclasses.replace(change, backup=backup, written=True)
+
+
+def restore_check(change: FileChange) -> FileChange:
+    """After uninstall wrote the file: when it is back byte for byte as a backup held it (the file before
+    `engram install`), every backup of it is removed; otherwise (it was edited since) they stay."""
+    if not change.written or change.removed:
+        return change
+    backups = backups_of(change.path)
+    written = change.after_text.encode("utf-8")
+    if not any(_bytes(b) == written for b in backups):
+        return change
+    for backup in backups:
+        backup.unlink(missing_ok=True)
+    return dataclasses.replace(change, restored=True, backup=None)
+
+
+def _bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -22,7 +22,8 @@ opencode installs ``@opencode-ai/plugin`` from npm into its config folder at eve
 plugin needs no package, so where the folder has no ``package.json`` and no ``package-lock.json`` install writes
 both (naming the package, as opencode checks) and an empty ``node_modules/``; uninstall removes them while they
 are still exactly what it wrote. opencode.json is edited as every agent's JSON settings are (``json_file``:
-Engram's entry only, a backup first, an atomic write); opencode also reads ``opencode.jsonc`` (JSON with
+Engram's entry only, every other byte kept, a backup first, an atomic write; uninstall removes a file install
+created, and the config folder when nothing else is left in it); opencode also reads ``opencode.jsonc`` (JSON with
 comments), which Engram does not edit: such a file alone is an error naming the fix.
 """
 
@@ -52,7 +53,7 @@ from processor.install.registration import (
     missing_programs,
     on_this_machine,
 )
-from processor.install.shipped_file import PluginHooks, ShippedFile
+from processor.install.shipped_file import PluginHooks, ShippedFile, remove_empty_folders
 
 NAME = "opencode"
 TITLE = AGENT_NAMES[NAME]
@@ -160,7 +161,7 @@ def install(registration: Registration, *, dry_run: bool = False, env: Mapping[s
     path, data, text = _read_config(folder)
     shipped = plugin(folder)
     after = _with_server(data, server_entry(registration), path)
-    change = json_file.plan_change(path, data, text, after, "mcp", MCP_SERVER_NAME)
+    change = json_file.plan_change(path, data, text, after)
     plugin_change = shipped.plan(PLUGIN_HOOKS.config(registration, shipped.config()))
     seeded = _preseed(folder)
     notes = ()
@@ -187,7 +188,8 @@ def uninstall(*, dry_run: bool = False, env: Mapping[str, str] | None = None, fo
     shipped = plugin(folder)
     changes: list[FileChange] = []
     if text is not None:
-        changes.append(json_file.plan_change(path, data, text, _without_server(data), "mcp", MCP_SERVER_NAME))
+        # A file install created (nothing else in it) goes; one restored byte for byte loses its backups.
+        changes.append(json_file.plan_removal(json_file.plan_change(path, data, text, _without_server(data))))
     if shipped.current() is not None:
         changes.append(shipped.plan(None))
     seeded = [(folder / "package.json", PACKAGE_JSON), (folder / "package-lock.json", PACKAGE_LOCK)]
@@ -196,12 +198,18 @@ def uninstall(*, dry_run: bool = False, env: Mapping[str, str] | None = None, fo
     if len(removed) == len(seeded) and modules.is_dir() and not any(modules.iterdir()):
         removed.append(modules)
     if not dry_run:
-        changes = [shipped.apply(c) if c.path == shipped.path else json_file.apply_change(c) for c in changes]
+        changes = [shipped.apply(c) if c.path == shipped.path else json_file.restore_check(json_file.apply_change(c))
+                   for c in changes]
         for target in removed:
             if target.is_dir():
                 target.rmdir()
             else:
                 target.unlink(missing_ok=True)
+        # The config folder install made (and ~/.config with it), when nothing else is in it: opencode is then
+        # not found here, as before.
+        env = os.environ if env is None else env
+        remove_empty_folders([folder, *([folder.parent] if not env.get("XDG_CONFIG_HOME") and
+                                        folder == config_dir(env) else [])])
     notes = tuple(f"{target}: removed (install wrote it for opencode's npm step)" for target in removed)
     return ChangeReport("uninstall", dry_run, tuple(changes), TITLE, notes=notes)
 

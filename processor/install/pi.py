@@ -16,7 +16,8 @@ argument after the script (``… pretooluse.py pi``), at pi's moments:
   descriptions and input schemas taken from Engram's MCP server when installing), each call sent to Engram's MCP
   bridge (``<engram's python> -I -m mcp_tools.bridge``), which the extension starts on the first call.
 
-Uninstall removes the extension file (only while it is Engram's); nothing else of pi's is touched.
+Uninstall removes the extension file (only while it is Engram's), and the folders install made for it when
+nothing else is in them; nothing else of pi's is touched.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from processor.install.registration import (
     Registration,
     on_this_machine,
 )
-from processor.install.shipped_file import PluginHooks, ShippedFile
+from processor.install.shipped_file import PluginHooks, ShippedFile, remove_empty_folders
 
 NAME = "pi"
 TITLE = AGENT_NAMES[NAME]
@@ -104,12 +105,17 @@ def install(registration: Registration, *, dry_run: bool = False, env: Mapping[s
 def uninstall(*, dry_run: bool = False, env: Mapping[str, str] | None = None, folder: Path | None = None
               ) -> ChangeReport:
     """Remove Engram's extension (only while it is Engram's); a missing one is nothing to do."""
-    shipped = extension(folder or pi_agent_dir(env))
+    env = os.environ if env is None else env
+    folder = folder or pi_agent_dir(env)
+    shipped = extension(folder)
     if shipped.current() is None:
         return ChangeReport("uninstall", dry_run, (), TITLE)
     change = shipped.plan(None)
     if not dry_run:
         change = shipped.apply(change)
+        # The agent folder install made (and ~/.pi with it), when nothing else is in it: pi is then not found here.
+        remove_empty_folders([folder, *([folder.parent] if not env.get("PI_CODING_AGENT_DIR") and
+                                        folder == pi_agent_dir(env) else [])])
     return ChangeReport("uninstall", dry_run, (change,), TITLE)
 
 

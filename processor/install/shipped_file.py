@@ -10,6 +10,8 @@ fix), uninstall removes only such a file.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import shlex
 from dataclasses import dataclass
@@ -22,6 +24,32 @@ from processor.install.json_file import FileChange
 from processor.install.registration import HookScript, HookSpec, InstallError, Registration, gone_in
 
 _CONFIG_LINE = "const ENGRAM"  # the template's line that install fills in: `const ENGRAM… = null…`
+
+
+@dataclass(frozen=True)
+class ShippedChange(FileChange):
+    """A shipped file's planned (or applied) change. Its diff shows only the ENGRAM line's values, one a line
+    (the rest of the file is Engram's template, the same in every install)."""
+
+    shown_before: str = ""
+    shown_after: str = ""
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff(self.shown_before.splitlines(keepends=True),
+                                            self.shown_after.splitlines(keepends=True),
+                                            fromfile=f"{self.path} (before)", tofile=f"{self.path} (after)"))
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Each folder in turn (a file's folder, then its parent…) while it is empty: the folders install made for an
+    agent not otherwise here, so that uninstall leaves nothing behind (and no agent is found that was not)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty (or not ours to remove): the folders above it stay as well
+            return
 
 
 @dataclass(frozen=True)
@@ -74,24 +102,26 @@ class ShippedFile:
             return None
         return found if isinstance(found, dict) else None
 
-    def plan(self, config: dict[str, Any] | None) -> FileChange:
-        """The change that writes the file with `config` (None: removes it)."""
+    def plan(self, config: dict[str, Any] | None) -> ShippedChange:
+        """The change that writes the file with `config` (None: removes it, the file being Engram's alone)."""
         before = self.current()
         after = None if config is None else self.text(config)
-        return FileChange(self.path, {"text": before}, before, {"text": after}, after or "",
-                          _shown(self.config() if before else None), _shown(config))
+        return ShippedChange(self.path, {"text": before}, before, {"text": after}, after or "",
+                             removed=after is None and before is not None,
+                             shown_before=_shown(self.config() if before else None), shown_after=_shown(config))
 
     def apply(self, change: FileChange) -> FileChange:
-        """Write (or remove) the file as planned; unchanged, nothing is touched."""
+        """Write (or remove) the file as planned; unchanged, nothing is touched. A removed file's folder goes
+        with it when nothing else is in it (install made it)."""
         if not change.changed:
             return change
         if change.after["text"] is None:
             self.path.unlink(missing_ok=True)
+            remove_empty_folders([self.path.parent])
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(self.path, change.after_text, keep_existing=True, durable=True)
-        return FileChange(change.path, change.before, change.before_text, change.after, change.after_text,
-                          change.shown_before, change.shown_after, written=True)
+        return dataclasses.replace(change, written=True)
 
     def check(self, name: str, env: dict[str, str] | Any, fix: str) -> Check | None:
         """Doctor's failed check of the file (missing, not Engram's, its programs gone), or None when it is right."""

@@ -34,6 +34,7 @@ from processor.memory.kinds import KINDS, SCOPES
 from processor.memory.verbatim import CHARS_PER_TOKEN
 from processor.store import episodes as episodes_sql
 from processor.store import jobs as sql
+from processor.store import origins as origins_sql
 from processor.store import sessions
 from processor.store.episodes import StoredMessage
 
@@ -45,6 +46,13 @@ MAX_OUTPUT_CHARS = 200_000      # an answer longer than this is a runaway model,
 MAX_SCAN_MESSAGES = 500         # messages read per batch; the prompt bound cuts further
 TRUNCATION_MARKER = "\n[… {n} characters omitted …]\n"
 
+# An extracted memory is told like the mined memory of its kind (``processor/memory/miners.py``): a fact about a
+# file before a call on it, a command's gotcha before that command (and a rule or decision of the user at a prompt
+# and in the digest); it needs its anchors for the first two. The origin says so (memory_origins).
+ORIGIN_OF_KIND = {"fact": "fact", "gotcha": "lesson", "convention": "standing", "preference": "standing",
+                  "decision": "decision"}
+_UNANCHORED = frozenset({"convention", "preference", "decision"})  # told at prompts and in the digest, anchored or not
+
 SYSTEM_PROMPT = """You are the memory extraction system of Engram, a memory for Claude Code.
 Given the summary of a coding session so far and its new messages, extract what a later session
 should remember: decisions and their reasons, user preferences, conventions, bug fixes and their
@@ -52,12 +60,19 @@ causes, gotchas, durable facts about the project, open tasks. Skip chit-chat, tr
 tool noise and anything already in the summary. Return no memories when nothing qualifies.
 
 For each memory give:
-- summary: one sentence, at most 40 tokens: the "memory bite"
+- summary: one sentence, at most 40 tokens: the "memory bite", readable at a glance (no pasted console output,
+  no lists of "…")
 - full_content: two or three short paragraphs of context a later session needs
 - entities: key names (files, projects, tools, concepts, people)
+- anchors: what a later session will be touching when it needs this memory: project paths as written in the
+  session (files or folders), shell commands prefixed with "$ " ("$ pnpm test"), or code identifiers; the
+  memory is told just before a later call on one of them. [] when it is about none (a preference for all work)
 - importance: "high" for an architectural decision, user preference, convention or critical bug fix,
   otherwise "normal"
-- kind: one of decision, preference, convention, bugfix, gotcha, fact, task, other
+- kind: one of decision, preference, convention, bugfix, gotcha, fact, task, other. A fact learned by
+  looking (which file is generated, which database file is the populated one, which library the CLI is built
+  on) is a fact anchored to that file; a rule the user stated is a convention; the way around a failure of a
+  command is a gotcha anchored to that command; a remark about the task in hand is no memory at all
 - scope: "global" for a general fact or preference, "project" if it is specific to this project
 
 Also return rolling_summary: the updated summary of the whole session so far, at most 150 words.
@@ -72,6 +87,7 @@ class OutputLimits:
     summary_chars: int = 240
     content_chars: int = 1000
     entities: int = 8
+    anchors: int = 6
     entity_chars: int = 60
     rolling_summary_chars: int = 1000
     max_output_tokens: int = 4096
@@ -95,11 +111,12 @@ def output_schema(limits: OutputLimits, *, bounded: bool) -> dict[str, Any]:
             "summary": string(limits.summary_chars),
             "full_content": string(limits.content_chars),
             "entities": array(string(limits.entity_chars), limits.entities),
+            "anchors": array(string(limits.entity_chars), limits.anchors),
             "importance": {"type": "string", "enum": ["high", "normal"]},
             "kind": {"type": "string", "enum": list(KINDS)},
             "scope": {"type": "string", "enum": list(SCOPES)},
         },
-        "required": ["summary", "full_content", "entities", "importance", "kind", "scope"],
+        "required": ["summary", "full_content", "entities", "anchors", "importance", "kind", "scope"],
         "additionalProperties": False,
     }
     return {
@@ -220,12 +237,15 @@ def parse_extraction(text: str, limits: OutputLimits) -> Extraction:
         if not isinstance(item, dict):
             raise OutputError(f"memories[{i}] is {type(item).__name__}, not an object (schema violation)")
         summary, content, entities = item.get("summary"), item.get("full_content"), item.get("entities", [])
+        anchors = item.get("anchors", [])  # absent from an answer to an older schema: about nothing in particular
         if not isinstance(summary, str) or not summary.strip():
             raise OutputError(f"memories[{i}].summary is missing or not a non-empty string (schema violation)")
         if not isinstance(content, str):
             raise OutputError(f"memories[{i}].full_content is missing or not a string (schema violation)")
         if not isinstance(entities, list) or not all(isinstance(e, str) for e in entities):
             raise OutputError(f"memories[{i}].entities is not a list of strings (schema violation)")
+        if not isinstance(anchors, list) or not all(isinstance(a, str) for a in anchors):
+            raise OutputError(f"memories[{i}].anchors is not a list of strings (schema violation)")
         for key in ("importance", "kind", "scope"):
             if key in item and not isinstance(item[key], str):
                 raise OutputError(f"memories[{i}].{key} is not a string (schema violation)")
@@ -233,6 +253,7 @@ def parse_extraction(text: str, limits: OutputLimits) -> Extraction:
             "summary": _bite(summary),
             "full_content": (content.strip() or summary.strip())[: limits.content_chars * 2],
             "entities": [e.strip()[: limits.entity_chars] for e in entities if e.strip()][: limits.entities * 2],
+            "anchors": [a.strip()[: limits.entity_chars] for a in anchors if a.strip()][: limits.anchors],
             "importance": item.get("importance") if item.get("importance") in ("high", "normal") else "normal",
             "kind": item.get("kind") if item.get("kind") in KINDS else "other",
             "scope": item.get("scope") if item.get("scope") in SCOPES else "project",
@@ -356,11 +377,16 @@ class Extractor:
             result = ctx.call_llm(self.request(batch.prompt, ctx.settings),
                                   lambda text: parse_extraction(text, self.limits))
             uuids = [m.uuid for m in batch.messages]
+            # What it is anchored to comes first among its entities: where the lesson index files it (a fact
+            # under its first one), as the miners file theirs.
             candidates = [Candidate(
-                summary=m["summary"], full_content=m["full_content"], entities=m["entities"],
+                summary=m["summary"], full_content=m["full_content"],
+                entities=list(dict.fromkeys([*m["anchors"], *m["entities"]])),
                 importance=m["importance"], kind=m["kind"], scope=m["scope"], source_type="auto",
                 session_id=session_id, project=project, source_uuids=uuids,
             ) for m in result.memories]
+            origins = [ORIGIN_OF_KIND.get(m["kind"]) if m["anchors"] or m["kind"] in _UNANCHORED else None
+                       for m in result.memories]
             stamp = now_ms()
             through = batch.last_id
 
@@ -370,8 +396,13 @@ class Extractor:
                     raise _OffTheRecord  # rolls the memories back with it (one transaction)
                 sql.set_extraction_progress(conn, session_id, through, summary, stamp)
 
+            def told_as_mined(conn: apsw.Connection, outcomes: list, origins: list = origins) -> None:
+                for outcome, origin in zip(outcomes, origins, strict=True):
+                    if origin is not None and outcome.action in ("add", "update"):
+                        origins_sql.set_origin(conn, outcome.episode_id, origin)
+
             try:
-                outcomes = ctx.store.add_memories(candidates, progress=advance)
+                outcomes = ctx.store.add_memories(candidates, progress=advance, linked=told_as_mined)
             except _OffTheRecord:
                 log.info("extract %s: the session went off the record during the call; nothing stored", session_id)
                 return

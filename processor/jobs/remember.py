@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from processor.capture.project import known_project
 from processor.capture.remember_inbox import BadRememberFile, pending_remember_files, quarantine, read_remember_file
 from processor.jobs.base import DueCheck, DueJob, JobContext, JobRejected, JobType
 from processor.store.jobs import JobRow
@@ -44,8 +45,10 @@ def remember_job(ctx: JobContext, job: JobRow) -> None:
     except BadRememberFile as exc:
         quarantine(path, str(exc))
         return
+    # The request names the root of the folder it was made in: a clone's root is its project's.
+    project = known_project(ctx.store.conn, request.project) if request.project else None
     episode_id, created = ctx.store.remember(request.text, kind=request.kind, scope=request.scope,
-                                             project=request.project, session_id=request.session_id)
+                                             project=project, session_id=request.session_id)
     # Only after the commit: a crash before this line means a rerun, which finds the text stored (NOOP).
     path.unlink(missing_ok=True)
     log.info("remembered %s: %s %s", name, "stored as" if created else "already known as", episode_id)

@@ -8,6 +8,16 @@ from __future__ import annotations
 
 import re
 
+# What a console printed after a call it shows cut ("…", then its cost and time), left in a command written down
+# from a terminal: never part of the command, and unreadable in a bite.
+_CONSOLE_TAIL = re.compile(r"\)?…\s{2,}.*$|\s{3,}Cost: \$[\d.]+.*$")
+
+
+def without_console(command: str) -> str:
+    """The command without a console's rendering around it (``…   Cost: $0.02 (7.1s``)."""
+    return _CONSOLE_TAIL.sub("", command)
+
+
 # A message given to a git command: -m "…", -am '…', --message="…" (quoted; the first line of a multi-line one).
 _GIT_MESSAGE = re.compile(r"""((?:^|\s)(?:-[a-zA-Z]*m|--message))(=|\s+)(?:"(?:[^"\\]|\\.)*"?|'[^']*'?)""")
 
@@ -15,7 +25,7 @@ _GIT_MESSAGE = re.compile(r"""((?:^|\s)(?:-[a-zA-Z]*m|--message))(=|\s+)(?:"(?:[
 def command_shown(target: str | None, limit: int = 120) -> str:
     """A command as a memory shows it: its first line, without a leading ``cd <folder> &&`` (where it ran is
     the project, not the lesson), cut."""
-    first = (target or "").strip().splitlines()[0] if (target or "").strip() else ""
+    first = without_console((target or "").strip().splitlines()[0]) if (target or "").strip() else ""
     while first.startswith("cd ") and "&&" in first:
         first = first.split("&&", 1)[1].strip()
     cut = len(first) > limit or "\n" in (target or "").strip()

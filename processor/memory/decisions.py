@@ -11,8 +11,9 @@ names (``processor/recall/lesson_index.py``).
 
 Only the user's prose counts (``preferences.user_sentences``: no code, quotes or pasted output, no questions).
 Not a decision: a hypothetical ("if we use X", "should we use X"), a sentence naming nothing specific ("let's go
-with that"), a sentence already kept as a standing instruction ("always"/"never"…), and venting. English cues
-only.
+with that") unless it says it is a decision ("Decision: the ledger stores money as integer cents", "we decided to
+…": then what it is about are its content words), a sentence already kept as a standing instruction
+("always"/"never"…), and venting. English cues only.
 """
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ _DECIDED = re.compile(
     r"^decision\b[^:]{0,60}:|\b(?:we|i)(?:'ve| have)? (?:decided|agreed|chosen|chose)\b|\bthe decision is\b"
     r"|\bwe(?:'ll| will| are going to| 're going to)? (?:use|keep using|stick with|standardi[sz]e on|go with|"
     r"stay with|switch(?:ed)? to|moved to|migrate(?:d)? to)\b"
-    r"|\blet'?s (?:go with|use|stick with|switch to|keep using|stay with|adopt|standardi[sz]e on)\b"
+    r"|" + (_LETS := r"\blet'?s (?:go with|use|stick with|switch to|keep using|stay with|adopt|standardi[sz]e on)\b") +
     r"|\b(?:use|prefer|pick|choose) \S+(?: \S+){0,3} (?:instead of|rather than|over)\b|\binstead of \S+(?: \S+){0,3},? "
     r"(?:use|we use|let's use)\b"
     r"|\bwe(?:'re| are) not (?:doing|going to do|using|supporting|adding|building)\b.*\b(?:just|only|instead)\b"
     r"|\b(?:no more|stop using|drop(?:ping)?|get rid of)\b .*\b(?:use|instead|switch)\b",
     re.IGNORECASE)
+# "Let's switch to main, pull and commit" is a request for the work in hand; "let's use pnpm instead of npm", "let's
+# go with uv from now on", "let's switch to `uv`" is a choice: a let's-sentence is a decision only with the
+# alternative it drops, a word that makes it last, or a tool named as one (backticked, or a proper name).
+_LETS_ONLY = re.compile(_LETS, re.IGNORECASE)
+_NAMED_CHOICE = re.compile(r"\b(?i:let'?s (?:go with|use|stick with|switch to|keep using|stay with|adopt|"
+                           r"standardi[sz]e on) (?:the |a )?)(?:`[^`\n]+`|[A-Z][\w.-]+)")  # a tool named as one
+_CHOICE_OR_LASTING = re.compile(r"\b(?:instead of|rather than|over|not|never|no more|always|from now on|going forward|"
+                                r"for (?:this|the) project|in this project|here on|everywhere)\b", re.IGNORECASE)
 _HYPOTHETICAL = re.compile(r"^\W*(?:if|whether|maybe|perhaps|what if|should|could|would|can)\b|\b(?:if we|unless we|"
                            r"in case we|we could|we might|we may|we should consider|maybe we)\b", re.IGNORECASE)
 # What a decision names: a backticked span, a path or file, an identifier, a proper name (PostgreSQL, Stripe)
@@ -51,6 +60,34 @@ _STOP = frozenset("it this that these those them one ones something anything eve
 _NOT_NAMES = frozenset({"I", "The", "This", "That", "We", "Let", "Decision", "Use", "No", "Just", "Only", "OK",
                         "Yes", "Please", "Thanks", "Also", "And", "But", "For", "From", "Never", "Always"})
 MIN_NAMED = 1
+# A decision said as one ("Decision: …", "we decided …", "we agreed …", "the decision is …") needs no name to be
+# one: what it is about are its content words.
+_EXPLICIT = re.compile(r"^decision\b[^:]{0,60}:|\b(?:we|i)(?:'ve| have)? (?:decided|agreed)\b|\bthe decision is\b",
+                       re.IGNORECASE)
+_CONTENT = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{3,}")
+_FUNCTION_WORDS = frozenset(
+    "decision decided agreed that this with from into onto they them their there here when what which will would "
+    "should could must have been being were about every never always only just also some more most much many "
+    "other than then because over under after before where while these those your ours keep mind please".split())
+CONTENT_NAMES = 6
+
+
+def tool_names(sentence: str) -> set[str]:
+    """What a decision names that may be a program (one word, lower-cased: a backticked word, a proper name, the
+    word after a choice — ``use pnpm instead of npm``): a call running it is about the decision. A decision said
+    in plain words names no program: its content words are not ones."""
+    return {name.lower() for name in names_in(sentence)
+            if " " not in name and name.replace("-", "").replace("_", "").replace(".", "").isalnum()}
+
+
+def content_words(sentence: str) -> list[str]:
+    """The words of a sentence that say what it is about (no function words, no cue words), in order, once each."""
+    found: list[str] = []
+    for word in _CONTENT.findall(sentence):
+        word = word.strip(".,;:").lower()
+        if word not in _FUNCTION_WORDS and word not in _STOP and word not in found:
+            found.append(word)
+    return found
 
 
 def names_in(sentence: str) -> list[str]:
@@ -79,9 +116,14 @@ def decisions_in(message: StoredMessage, project: str | None) -> list[Finding]:
     for index, (sentence, words) in enumerate(user_sentences(message.text)):
         if not _DECIDED.search(words) or _HYPOTHETICAL.search(words) or _VENTING.search(words):
             continue
+        if _LETS_ONLY.search(words) and not _DECIDED.search(_LETS_ONLY.sub(" ", words)) \
+                and not _CHOICE_OR_LASTING.search(words) and not _NAMED_CHOICE.search(sentence):
+            continue  # a request for the work in hand, not a choice
         if _PREFERENCE.search(words) or _CONVENTION.search(words):
             continue  # kept as a standing instruction already
         names = names_in(sentence)
+        if len(names) < MIN_NAMED and _EXPLICIT.search(words):
+            names = content_words(words)[:CONTENT_NAMES]  # said as a decision: about what its words say
         if len(names) < MIN_NAMED:
             continue
         text = redact(sentence)

@@ -22,11 +22,14 @@ from processor.memory import supersede
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.failed_calls import Failure, failures_of
 from processor.memory.findings import Finding, Round
+from processor.memory.guards import forbidden_commands
 from processor.memory.identity import episode_id
 from processor.memory.miners import DONE, SAID
-from processor.memory.routines import forbidden_commands, routine, tasks_of
+from processor.memory.routines import routine, tasks_of
+from processor.memory.stale_fixes import ran_clean_without, retirable
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
 from processor.redaction import redact
+from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
@@ -35,6 +38,7 @@ from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import NewEpisode, StoredMessage
 from processor.store.signals import ReadySignal
+from processor.store.tool_calls import StoredToolCall
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,7 @@ class Mined:
     episodes: list[NewEpisode] = field(default_factory=list)
     findings: dict[str, Finding] = field(default_factory=dict)  # by episode id
     failures: list[tuple[Failure, Finding | None]] = field(default_factory=list)
+    calls: list[StoredToolCall] = field(default_factory=list)  # the session's calls the rounds read, in order
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ def _signal_finding(signal: ReadySignal) -> Finding:
     bite is nearly all of it."""
     return Finding(id=episode_id(f"signal:{signal.tool_use_id}"), kind=signals.kind_of(signal.text),
                    summary=summarize(signal.text, ""), full_content=signal.text, entities=entities_of(signal.text),
-                   source_uuids=[signal.use_uuid, signal.result_uuid], created_at=signal.ts_ms, miner="")
+                   source_uuids=[signal.use_uuid, signal.result_uuid], created_at=signal.ts_ms, miner="signal")
 
 
 class Episodizer:
@@ -167,6 +172,7 @@ class Episodizer:
                 found = _signal_finding(signal)
                 if sql.get_episode(self.conn, found.id) is None:
                     rowids.append(sql.insert_episode(self.conn, found.episode(session_id, project, stamp), blob))
+                    origins_sql.set_origin(self.conn, found.id, found.miner)
             signal_sql.mark_built(self.conn, [s.tool_use_id for s in ready])
         self._supersede(rowids)
         return len(ready)
@@ -205,7 +211,8 @@ class Episodizer:
         calls = tool_call_sql.session_calls(self.conn, session_id, since_ms=start) if start is not None else []
         read = [Round(messages, calls, rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None, project)
                 for index, messages in enumerate(rounds[:taken])]
-        mined = Mined()
+        mined = Mined(calls=[c for c in calls if read and (read[-1].following is None
+                                                           or (c.ts_ms or 0) < read[-1].following)])
         stamp = now_ms()
         for miner in SAID:
             for round_ in read:
@@ -269,6 +276,7 @@ class Episodizer:
                     origins_sql.set_origin(self.conn, episode.id, found.miner)
                     added += 1
             self._record_failures(session_id, project, plan.mined)
+            self._retire_unneeded_fixes(session_id, project, plan.mined.calls, stamp)
             sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
         if final and not plan.more and project:
@@ -284,6 +292,30 @@ class Episodizer:
                                       redact(failure.error_line))
             if lesson is not None and lesson.failure is not None and sql.get_episode(self.conn, lesson.id) is not None:
                 failures_sql.set_memory(self.conn, row.id, lesson.id, redact(lesson.failure.fix), lesson.failure.uses)
+
+    def _retire_unneeded_fixes(self, session_id: str, project: str | None, calls: list[StoredToolCall],
+                               stamp: int) -> None:
+        """Mark stale the error fixes these calls showed are no longer needed (``stale_fixes``), with why (in the
+        caller's transaction: the marks move with the progress marker)."""
+        if not calls:
+            return
+        fixes = retirable(failures_sql.with_memories(self.conn, project), session_id)
+        if not fixes:
+            return
+        failed = {}  # memory id → the command that failed, as the memory writes it (its "$ " entity)
+        for fix in fixes:
+            ep = sql.get_episode(self.conn, fix.memory_id) if fix.memory_id else None
+            command = next((e[2:] for e in ep.entities if e.startswith("$ ")), None) if ep is not None else None
+            if command is not None:
+                failed[ep.id] = command
+        shown = ran_clean_without(fixes, failed, calls, session_id)
+        for memory_id, call in shown.items():
+            ep = sql.get_episode(self.conn, memory_id)
+            if ep is None or ep.status != "active" or ep.session_id == session_id:
+                continue
+            reason = f"`{redact((call.target or '')[:120])}` ran clean without its fix in session {session_id}"
+            cold_sql.set_status(self.conn, memory_id, "stale", stamp)
+            cold_sql.record_action(self.conn, stamp, "mining", "stale", episode_id=memory_id, detail=reason)
 
     def _next_rounds(self, session_id: str, through: int, final: bool,
                      first_page: int = SLICE_PAGE_MESSAGES) -> tuple[list[list[StoredMessage]], bool]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import another_go, call_key, failure_key, not_a_failure
+from processor.hook_kit.failure_keys import another_go, call_key, exception_line, failure_key, not_a_failure
 from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.store.tool_calls import StoredToolCall
 
@@ -58,13 +58,16 @@ def _without_leaders(line: str) -> str:
 
 
 def _error_line(error: str | None) -> str:
-    """The line of an error output that says what went wrong (the first that names an error), cut."""
+    """The line of an error output that says what went wrong (a Python traceback's exception line, else the first
+    that names an error), cut."""
     text = (error or "").strip()
     if text[:6].lower() == "error:":
         text = text[6:].lstrip()  # Claude Code's wrapper, not the tool's words
+    raised = exception_line(error or "")
     lines = [line for line in (_without_leaders(" ".join(raw.split())) for raw in text.splitlines()) if line]
     lines = [line for line in lines if not line.lower().startswith(("exit code", "warn"))] or lines
-    chosen = next((line for line in lines if _ERROR_LINE.search(line)), lines[0] if lines else "")
+    chosen = " ".join(raised.split()) if raised else next((line for line in lines if _ERROR_LINE.search(line)),
+                                                          lines[0] if lines else "")
     return chosen[:ERROR_LINE_CHARS] + ("…" if len(chosen) > ERROR_LINE_CHARS else "")
 
 
@@ -107,3 +110,33 @@ def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
         if key and signature:
             found.append(Failure(call, key, signature, _error_line(call.error), failure_key(key, call.error)))
     return found
+
+
+# git's subcommands that stage, unstage or look: steps that only prepare running the same command again.
+_STAGING = frozenset({"add", "stage", "status", "diff", "log", "show", "restore", "reset", "rm"})
+
+
+def stages_only(command: str) -> bool:
+    """Whether a command line only stages or looks at git state (``git add x && git status``)."""
+    segments = [seg.strip() for seg in re.split(r"&&|;|\|\|", command) if seg.strip()]
+    for segment in segments:
+        words = segment.split()
+        if not words or words[0] != "git":  # a `cd` moves the shell: that is a change, not staging
+            return False
+        sub = next((w for w in words[1:] if not w.startswith("-") and "/" not in w), "")
+        if sub not in _STAGING:
+            return False
+    return bool(segments)
+
+
+# A failure of the moment: a lock file another git left behind, a path typed wrong, the network, a busy port. When
+# it comes back, what fixed it is told right after it; told before every call of the command, it is noise.
+_OF_THE_MOMENT = re.compile(r"\.lock\b|\block(?:ed)? by\b|unable to create .*: file exists|pathspec|did not match any|"
+                            r"no such file or directory|could not resolve|connection (?:refused|reset|timed out)|"
+                            r"econn(?:refused|reset)|timed? ?out|temporar|rate limit|too many requests|"
+                            r"address already in use|eaddrinuse|\b50[234]\b|network", re.IGNORECASE)
+
+
+def of_the_moment(signature: list[str] | tuple[str, ...]) -> bool:
+    """Whether a failure (its signature's lines) depends on the moment rather than on how things are run here."""
+    return any(_OF_THE_MOMENT.search(line) for line in signature)

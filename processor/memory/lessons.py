@@ -30,15 +30,17 @@ A round's lessons also hold, first, its recipe (``processor/memory/recipes.py``)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from processor.hook_kit.failure_keys import same_failure
 from processor.hook_kit.failure_keys import signature as failure_signature
-from processor.hook_kit.tool_keys import command_keys
+from processor.hook_kit.tool_keys import command_keys, path_like
 from processor.memory.bites import fit
 from processor.memory.command_text import command_shown, command_told
+from processor.memory.commit_hooks import HookFailure, hook_failure
 from processor.memory.diagnosis import LESSON_CHARS, diagnosis_in, names_a_tool
-from processor.memory.failed_calls import Failure, failures_of, inspects, same_call
+from processor.memory.failed_calls import Failure, failures_of, inspects, same_call, stages_only
 from processor.memory.findings import FailureFix, Finding, Round
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
@@ -140,7 +142,13 @@ def findings(round_: Round) -> list[Finding]:
         fix = _fix(failure, later, replies)
         if fix is None:
             continue
-        lesson = _lesson(fix, round_.project)
+        hook = hook_failure(failure.call.target, failure.call.error)
+        if hook is not None:
+            lesson = _hook_lesson(fix, hook, round_.project)
+        elif retry_only(fix) or wrong_path(fix):
+            continue  # what every session does anyway (re-stage, run it again; type the path right): no lesson
+        else:
+            lesson = _lesson(fix, round_.project)
         if lesson is None or lesson.id in seen or lesson.summary in seen:
             continue
         seen.update((lesson.id, lesson.summary))
@@ -148,6 +156,74 @@ def findings(round_: Round) -> list[Finding]:
         if len(lessons) >= MAX_LESSONS_PER_ROUND:
             break
     return lessons
+
+
+# What an error says when a path the command named does not exist: the command was mistyped, not the project.
+_MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory|cannot access|does not exist|"
+                           r"not found in (?:the )?(?:index|working tree)|no matches found", re.IGNORECASE)
+# A `cd` the shell could not make: the shell keeps its working directory between calls, so a relative path that
+# worked from the project's folder fails after an earlier `cd` moved it.
+_CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute paths: an earlier `cd` had moved "
+           "the shell")
+_CD_FAILED = re.compile(r"\bcd:? (?:\S+: )?(?:\d+: )?(?:no such file or directory|can't cd)|cd: .*no such file",
+                        re.IGNORECASE)
+
+
+def retry_only(fix: Fix) -> bool:
+    """A fix whose only change is running the same command again (after staging, or prefixed with staging): every
+    agent retries anyway, so a later session learns nothing from being told it."""
+    if fix.edits or any(not stages_only(step) for step in fix.setup):
+        return False
+    failed = " ".join((fix.failure.call.target or "").split())  # as run: a `cd` first is a change of where
+    again = " ".join((fix.resolved_by.target or "").split())
+    tail = [seg.strip() for seg in re.split(r"&&|;", again) if seg.strip()]
+    while tail and stages_only(tail[0]) and " ".join(tail[0].split()) != failed:
+        tail = tail[1:]
+    return " ".join(" && ".join(tail).split()) == failed or not fix.changed_command
+
+
+def cd_moved(fix: Fix) -> bool:
+    """The shell was not where the command expected: a relative `cd` failed from a folder an earlier `cd` had moved
+    it to, or a path the command named was missing and what worked was the same command after a `cd` back."""
+    error = fix.failure.call.error or ""
+    if _CD_FAILED.search(error):
+        return True
+    if not _MISSING_PATH.search(error) or (fix.failure.call.target or "").lstrip().startswith("cd "):
+        return False
+    return (fix.resolved_by.target or "").lstrip().startswith("cd ") or any(
+        step.lstrip().startswith("cd ") and "&&" not in step for step in fix.setup)
+
+
+def wrong_path(fix: Fix) -> bool:
+    """The command named a path that is not there and the session typed it right (only paths changed, nothing was
+    set up): a slip of that one session, not something of the project to learn. Not a `cd` that failed because the
+    shell was elsewhere: that one comes back (``cd_moved``)."""
+    error = fix.failure.error_line or fix.failure.call.error or ""
+    if not _MISSING_PATH.search(error) or fix.edits or cd_moved(fix):
+        return False
+    if any(not stages_only(step) for step in fix.setup):
+        return False
+    return all(path_like(word) for word in fix.added)
+
+
+def _hook_lesson(fix: Fix, hook: HookFailure, project: str | None) -> Finding:
+    """The memory a commit hook's refusal makes: the step that avoids it (run what the hook runs first), not the
+    retry that got past it. One a project and hook runner: every way its checks stopped a commit links to it."""
+    failure = fix.failure
+    command = command_told(failure.call.target, root=project) or "git commit"
+    summary = fit(hook.lesson() + ".", LESSON_CHARS)
+    lines = [summary, f"Failed: `{command}` — {failure.error_line}" if failure.error_line else f"Failed: `{command}`",
+             f"That time it got past with {fix.how(project)}."]
+    step = f"run `{hook.run_first}` before committing" if hook.run_first else "run the hook's checks before committing"
+    step += " and stage what it changes" if hook.modified or hook.runner == "pre-commit" else ""
+    sources = [u for u in (failure.call.use_uuid, failure.call.result_uuid, fix.resolved_by.use_uuid) if u]
+    uses = tuple(word for word in (hook.run_first or "").split()[:2] if word not in ("run", "npx"))
+    return Finding(id=episode_id(f"commit-hook:{project}:{hook.runner}"), kind="gotcha", summary=redact(summary),
+                   full_content=redact("\n".join(lines)), entities=[redact(f"$ {command}"), *map(redact, hook.checks)],
+                   source_uuids=list(dict.fromkeys(sources)), created_at=failure.call.ts_ms, miner="error_fix",
+                   scope=scope_for(None, project),
+                   failure=FailureFix(key=failure.fail_key, signature=tuple(failure.signature),
+                                      fix=redact(fit(step, FIX_CHARS)), uses=uses, session_fixed=True))
 
 
 def _lesson(fix: Fix, project: str | None) -> Finding | None:
@@ -166,6 +242,10 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
     how = fix.how(project)
     if diagnosis is not None:
         summary = diagnosis[1]
+    elif cd_moved(fix):  # the lesson is the shell's, not this command's
+        summary = fit(f"The shell keeps its working directory between calls: `{command}` failed "
+                      f"({failure.error_line}) because an earlier `cd` had moved it; run commands from the project's "
+                      "folder (`cd` to it first) or with absolute paths.", LESSON_CHARS)
     else:
         summary = fit(f"`{command}` failed: {failure.error_line} What fixed it: {how}.", LESSON_CHARS)
     lines = [summary, f"Failed: `{command}`" + (f" — {failure.error_line}" if failure.error_line else "")]
@@ -193,4 +273,5 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
                    created_at=(said.ts_ms if said else None) or failure.call.ts_ms,
                    miner="error_fix" if session_fixed else "lesson", scope=scope_for(None, project),
                    failure=FailureFix(key=failure.fail_key, signature=tuple(failure.signature),
-                                      fix=redact(fit(how, FIX_CHARS)), uses=fix.added, session_fixed=session_fixed))
+                                      fix=redact(fit(_CD_FIX if cd_moved(fix) else how, FIX_CHARS)),
+                                      uses=() if cd_moved(fix) else fix.added, session_fixed=session_fixed))

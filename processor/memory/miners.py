@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from processor.memory import decisions, facts, lessons, preferences
+from processor.memory import corrections, decisions, facts, lessons, preferences, tool_limits
 from processor.memory.findings import Finding, Round
 
 Miner = Callable[[Round], list[Finding]]
@@ -25,9 +25,11 @@ Miner = Callable[[Round], list[Finding]]
 SAID: tuple[Miner, ...] = (
     preferences.findings,  # standing preferences and instructions: "always …", "I prefer …", "from now on …"
     decisions.findings,  # decisions: "we use PostgreSQL 16, never MySQL", "let's go with `httpx`"
+    corrections.findings,  # "it's `total_cents`, not `total`"; "no comments in this script": told at their call
 )
 # What the session found and did, round by round, with the tool calls made in the round.
 DONE: tuple[Miner, ...] = (
     facts.findings,  # facts about the project's files stated after looking: "`dist/` is git-ignored"
     lessons.findings,  # a failure and what got past it; recipes; staging that had to be undone
+    tool_limits.findings,  # a file too big for the agent's Read: told before the next read there
 )

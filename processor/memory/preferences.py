@@ -13,8 +13,9 @@ the cue (they may still name what the rule is about). Not standing: questions, "
 anymore, from now on, in future…), "always"/"never" said about something ("it always fails") rather
 than asked of someone, and the middle of a long message (over 2,000 characters of prose: a pasted page;
 its first and last paragraphs are read). Not standing either: a question anywhere in the sentence ("…, is
-there?!"), venting ("I hate wasting credits …"), and a preference about this or that thing in hand ("I prefer
-our original message for it") with nothing that makes it last.
+there?!"), venting ("I hate wasting credits …"), a preference about this or that thing in hand ("I prefer
+our original message for it") with nothing that makes it last, and a follow-up whose rule is only what was said
+before ("Please keep that in mind for all ledger code").
 
 Scope: ``project`` when the statement names something of the project — a path or file, a code identifier
 or backticked span, or the project's own name — else ``global``. English cues only; any other text is
@@ -70,9 +71,18 @@ _DEICTIC = re.compile(r"\b(?:this|that|these|those|it|now|today|currently|for no
 _STANDING = re.compile(_STANDING_TIME + r"|\b(?:always|never|generally|in general|by default|every|any|all)\b",
                        re.IGNORECASE)
 _NOT_STANDING = re.compile(r"\b(?:never\s*mind|don't worry|do not worry|no worries|don't bother)\b", re.IGNORECASE)
+# A follow-up whose rule is what was said before ("Please keep that in mind for all ledger code", "always do it
+# this way"): with no referent of its own it is never a rule (the sentence it points at is kept, if it is one).
+_REFERENT = re.compile(r"\b(?:keep|bear|have)\s+(?:that|this|it|these|those)\s+in\s+mind\b"
+                       r"|\b(?:remember|do|follow|use|apply|repeat)\s+(?:that|this|it|these|those)\b"
+                       r"|\b(?:do|doing)\s+it\s+(?:this|that|the same)\s+way\b|\blike\s+(?:that|this)\b\s*[.!]?$",
+                       re.IGNORECASE)
 # Questions without their "?": a wh-word first, or an auxiliary before its subject ("should we always …").
 _QUESTION = re.compile(r"^\W*(?:(?:what|why|how|who|which)\b|(?:is|are|do|does|did|can|could|would|will|should|"
-                       r"shall)\s+(?:you|we|i|it|this|that|there|they)\b)", re.IGNORECASE)
+                       r"shall)\s+(?:you|we|i|it|this|that|there|they)\b|i(?:'m| am| was)? wondering\b|i wonder\b)",
+                       re.IGNORECASE)
+# A thought, not a rule: "I feel like we might want to improve this in future", "maybe we should …".
+_HEDGED = re.compile(r"\b(?:might|maybe|perhaps|probably|i feel like|i guess|i suppose|not sure)\b", re.IGNORECASE)
 _WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
@@ -113,7 +123,7 @@ def _scope(sentence: str, project: str | None) -> str:
     return "global"
 
 
-def user_sentences(text: str) -> list[tuple[str, str]]:
+def user_sentences(text: str, min_words: int = MIN_WORDS) -> list[tuple[str, str]]:
     """(sentence as written, its own words) of a user message's prose: code, quotes and pasted output left out,
     questions and sentences too short to state anything dropped (shared with ``processor.memory.decisions``)."""
     if not text or not isinstance(text, str):
@@ -125,7 +135,7 @@ def user_sentences(text: str) -> list[tuple[str, str]]:
         if not sentence or len(sentence) > MAX_SENTENCE_CHARS or "?" in sentence:
             continue
         words = own_words(sentence)
-        if len(_WORD.findall(words)) < MIN_WORDS or _QUESTION.match(words):
+        if len(_WORD.findall(words)) < min_words or _QUESTION.match(words):
             continue
         found.append((sentence, words))
     return found
@@ -143,7 +153,7 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
     """The standing preferences and instructions a user message states, in order; [] for anything else."""
     found: list[Statement] = []
     for sentence, words in user_sentences(text):
-        if _NOT_STANDING.search(words) or _VENTING.search(words):
+        if _NOT_STANDING.search(words) or _VENTING.search(words) or _REFERENT.search(words) or _HEDGED.search(words):
             continue
         if _PREFERENCE.search(words):
             if one_off(words):

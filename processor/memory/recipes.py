@@ -15,8 +15,9 @@ from processor.hook_kit.failure_keys import another_go, same_failure
 from processor.hook_kit.tool_keys import command_keys
 from processor.memory.bites import fit
 from processor.memory.command_text import command_told
+from processor.memory.commit_hooks import hook_failure
 from processor.memory.diagnosis import diagnosis_in
-from processor.memory.failed_calls import Failure, inspects, same_call
+from processor.memory.failed_calls import Failure, inspects, same_call, stages_only
 from processor.memory.findings import Finding
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
@@ -31,7 +32,9 @@ _QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
 
 def recipe_of(failures: list[Failure], in_round: list[StoredToolCall], replies: list[StoredMessage],
               project: str | None) -> Finding | None:
-    """The recipe a round's failures assembled (the first chain that makes one), or None."""
+    """The recipe a round's failures assembled (the first chain that makes one), or None. A commit hook's refusals
+    are not a recipe (``commit_hooks``: the step that avoids them is the lesson), nor is staging again a step."""
+    failures = [f for f in failures if hook_failure(f.call.target, f.call.error) is None]
     for failure in failures:
         chain = [f for f in failures if f.fail_key == failure.fail_key and another_go(failure.key, f.key)
                  and (f.call.ts_ms or 0) >= (failure.call.ts_ms or 0)]
@@ -76,7 +79,7 @@ def _recipe_step(failure: Failure, until: StoredToolCall, in_round: list[StoredT
     put it down to the code's own cause."""
     between = in_round[in_round.index(failure.call) + 1:in_round.index(until)]
     setup = [c for c in between if c.tool == "Bash" and not c.failed and c.target and not inspects(c)
-             and any(k.startswith("cmd:") for k in command_keys(c.target))]
+             and any(k.startswith("cmd:") for k in command_keys(c.target)) and not stages_only(c.target)]
     changed = _shape(until.target) != _shape(failure.call.target)
     said = [m for m in replies if (failure.call.result_ts_ms or failure.call.ts_ms or 0) < (m.ts_ms or 0)
             <= (until.ts_ms or 0)]

@@ -24,7 +24,6 @@ named (``git add CLAUDE.md`` is that task's file, not the routine's).
 from __future__ import annotations
 
 import bisect
-import re
 from collections import Counter, defaultdict
 
 from processor.hook_kit.tool_keys import command_key, command_keys, path_like
@@ -105,22 +104,6 @@ def _is_bare(line: str, key: str) -> bool:
 def _ruled_out(line: str, forbidden: list[str]) -> bool:
     shown = " ".join(line.split())
     return any(shown == f or shown.startswith(f + " ") for f in forbidden)
-
-
-_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|must not|mustn't|shouldn't|should not|avoid|no more|stop using|"
-                       r"not allowed|forbidden|instead of)\b", re.IGNORECASE)
-_QUOTED = re.compile(r"`([^`\n]{2,60})`")
-
-
-def forbidden_commands(rules: list[str]) -> list[str]:
-    """Commands the project's rules rule out, as typed: the backticked commands of a sentence that says never,
-    don't or avoid ("Never use `git add -A` here")."""
-    found: list[str] = []
-    for rule in rules:
-        for sentence in re.split(r"(?<=[.!?;])\s+", rule):
-            if _NEGATION.search(sentence):
-                found += [q.strip() for q in _QUOTED.findall(sentence) if command_key(q.strip())]
-    return found
 
 
 def routine(project: str, sessions: dict[str, list[list[StoredToolCall]]],

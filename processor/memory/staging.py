@@ -9,7 +9,7 @@ origin it is stored with.
 
 from __future__ import annotations
 
-from processor.memory.command_text import command_told
+from processor.memory.command_text import command_told, without_console
 from processor.memory.findings import Finding
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
@@ -34,13 +34,13 @@ def _broad_stage(command: str) -> str | None:
 
 def _unstaged(command: str) -> list[str]:
     """The paths a ``git reset <paths>`` or ``git restore --staged <paths>`` took out of the index."""
-    for segment in command.replace("&&", "\n").replace(";", "\n").splitlines():
+    for segment in without_console(command).replace("&&", "\n").replace(";", "\n").splitlines():
         words = segment.split()
         if words[:2] == ["git", "reset"] and not any(w.startswith(("--hard", "--soft", "--mixed", "HEAD"))
                                                      for w in words[2:]):
-            return [w for w in words[2:] if not w.startswith("-") and w != "."]
+            return [w for w in words[2:] if not w.startswith("-") and w not in (".", "…")]
         if words[:2] == ["git", "restore"] and "--staged" in words:
-            return [w for w in words[2:] if not w.startswith("-") and w != "."]
+            return [w for w in words[2:] if not w.startswith("-") and w not in (".", "…")]
     return []
 
 

@@ -43,7 +43,11 @@ PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
 # What was mined from tool calls has its own moment, the call (before it, or right after the same failure): an
 # error's fix, a lesson, a fact about a file, the close-out routine. A prompt that merely shares words with it
 # is not that moment; the user's decisions and rules, and what was stored on purpose, are told at prompts.
-AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "routine", "recipe"})
+AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "routine", "recipe", "correction", "file"})
+# Recalled when asked for, never told unasked: a record of the work (a commit message, a tracker reason, a
+# question's answer: capture's signals) says what was done once, not what holds from now on; the close-out
+# routine (the commands a project's tasks end with) is the habit every session already has in front of it.
+RECALLED_ONLY = frozenset({"signal", "routine"})
 MIN_COSINE = 0.3
 MIN_Z = 2.0
 MIN_REFERENCE = 8  # scores needed before "the project's usual score" means anything
@@ -68,9 +72,10 @@ def pushable(ep: Episode, origin: str | None = None) -> bool:
     """May this memory ever be shown unasked (before asking whether it fits the prompt)? `origin`: the miner that
     made it (``store/origins.py``): a fact the assistant found about a file after looking
     (``processor.memory.facts``) may be told about that file, not every ``fact`` an extractor or a commit made."""
-    if ep.status != "active" or ep.source_type == "verbatim":
+    if ep.status != "active" or ep.source_type == "verbatim" or origin in RECALLED_ONLY:
         return False
-    if ep.kind not in PUSHED_KINDS and ep.source_type != "manual" and not (ep.kind == "fact" and origin == "fact"):
+    if ep.kind not in PUSHED_KINDS and ep.source_type != "manual" and not (
+            ep.kind == "fact" and origin in ("fact", "correction")):
         return False
     return states_something(ep.summary) or states_something(ep.full_content[:BITE_CHARS * 2])
 
@@ -141,7 +146,8 @@ def offers(conn, index: VectorIndex, query: str, vector: np.ndarray, project: st
     origins = origins_sql.origins(conn, [ep.id for ep, _, _ in close])
     found: list[Offer] = []
     for ep, cos, z in close:
-        if not pushable(ep) or _without_ids(ep.summary) in typed or origins.get(ep.id) in AT_THEIR_CALL:
+        origin = origins.get(ep.id)
+        if not pushable(ep, origin) or _without_ids(ep.summary) in typed or origin in AT_THEIR_CALL:
             continue
         shared = tuple(sorted(t for t in _words(ep) & wanted if frequency[t] <= common))
         if shared:

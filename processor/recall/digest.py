@@ -4,19 +4,21 @@ The SessionStart hook (``recall_hook/session_start.py``, run as ``<real python> 
 launcher once per session start: sources startup, resume, clear, compact) prints
 ``hook_output(event)``; Claude Code adds its ``additionalContext`` to the conversation (seeds 002
 and 004: preferences, recent learnings and pending actions at session start). The digest holds, in
-this order:
+this order, only what a session should know before its first prompt:
 
-1. preferences and conventions for all projects: active ``scope='global'`` episodes of
-   importance high, newest first;
-2. this project's lessons and rules: active gotchas and conventions first (what bit earlier sessions,
-   the routine they follow), then decisions, preferences and what the user asked to remember, newest
-   first; the project is the git root of the event's ``cwd`` (``processor.capture.project.project_root``),
-   the same key capture stores in ``episodes.project``;
-3. what this project's sessions learned in the last 48 hours (memories, newest first).
-Never a verbatim round: those are mostly narration, tool calls and the user's own earlier prompts.
+1. where this project's last session stopped: the newest other session of the project, active in the last
+   ``CONTINUE_HOURS``, when its todo list (Claude Code's TodoWrite; the Codex CLI's plan, the Gemini CLI's
+   todos, stored alike) still had items in progress or pending — later sessions often begin by continuing;
+2. this project's rules and decisions in the user's own words (standing instructions, decisions, what was
+   stored on purpose), the newest ``RULES_SHOWN``; the project is the git root of the event's ``cwd``
+   (``processor/hook_kit/project.py``) as capture names it (``processor/capture/project.py``: a clone joins its
+   project, a worktree is remembered; ``store/projects.py``), the same key capture stores in ``episodes.project``;
+3. the user's preferences for all projects: active ``scope='global'`` ones of importance high, newest first;
 4. pending reviews, when there are any: the open rows of the ``reviews`` table (the cold path's
    judgement calls, walked with `engram review`), plus remember requests quarantined in
    ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored), which also need the user.
+Never a verbatim round, and never what a session found or did (a lesson, an error's fix, a fact about a file,
+a commit message): each has its own moment, the call it is about, where the hooks tell it.
 
 Nothing at all for a session that opted out (``processor/capture/optout.py``): ``$ENGRAM_OFF`` in
 the hook's environment (Claude Code's), the session's ``<session>.off`` file or its ``sessions.opt_out``.
@@ -24,12 +26,12 @@ Forgotten memories are never shown: every query reads active episodes only.
 
 Budget: the whole ``additionalContext`` (fence included) stays within ``session_start_token_budget``
 tokens (default 1,500), estimated with Engram's one rule, ``processor.memory.verbatim.estimate_tokens``:
-one token per 4 characters, rounded up. Sections 1 and 2 may each take at most 40% of the
-budget, so neither can crowd out the others; section 3 gets the rest. A memory that does not fit
+one token per 4 characters, rounded up. The rules may take at most 40% of the budget; the preferences get the
+rest. A memory that does not fit
 is left out whole, never cut mid-line, and a memory already shown in an earlier section is not
 repeated.
 
-Speed: three indexed queries (``processor/store/digest.py``: each reads the newest rows of one
+Speed: four indexed queries (``processor/store/digest.py``: each reads the newest rows of one
 index range and stops at its LIMIT) plus two directory listings; no embedding model is loaded.
 A progress handler interrupts SQLite at ``DEADLINE_SECONDS`` as a last resort. The database is
 opened read-only and never created.
@@ -45,12 +47,16 @@ from processor.hook_kit import hook_io
 from processor.hook_kit.hook_io import fence, one_line
 from processor.hook_kit.project import project_root
 from processor.store import digest as digest_sql
+from processor.store import projects as projects_sql
 from processor.store.digest import Memory
 from processor.tokens import estimate_tokens
 
-RECENT_HOURS = 48
-SECTION_SHARE = 0.4  # of the budget, for each of the first two sections
+SECTION_SHARE = 0.4  # of the budget, for each section but the last
 ROWS_PER_SECTION = 20
+RULES_SHOWN = 5  # the project's rules and decisions at most: the newest; the rest are told at their prompts
+# A session that stopped this recently with its todo list still open is where the next one likely continues.
+CONTINUE_HOURS = 72
+TODO_ITEMS_SHOWN = 6
 MAX_LINE_CHARS = 320
 DEADLINE_SECONDS = 0.8
 # processor.capture.remember_inbox.SUFFIX, copied: importing that module costs logging & co.
@@ -69,7 +75,7 @@ class Pending(namedtuple("Pending", "reviews rejected")):
 
 
 # The digest's sections, its pending count and the project it is for (None: cwd unknown).
-Digest = namedtuple("Digest", "global_high project_high project_recent pending project")
+Digest = namedtuple("Digest", "stopped global_high project_rules pending project")
 
 
 def _count(directory: str, suffix: str | None) -> int:
@@ -96,16 +102,36 @@ def count_pending(conn: object, queue_dir: object) -> Pending:
     return Pending(reviews=digest_sql.open_review_count(conn), rejected=_count(f"{queue_dir}/rejected", None))
 
 
-def collect(conn: object, queue_dir: object, project: str | None, now_ms: int) -> Digest:
+def collect(conn: object, queue_dir: object, project: str | None, now_ms: int, session_id: str | None = None) -> Digest:
     limit = ROWS_PER_SECTION
     global_high = digest_sql.global_important(conn, limit)
-    project_high: list[Memory] = []
-    project_recent: list[Memory] = []
+    rules: list[Memory] = []
+    stopped = None
     if project:
-        project_high = digest_sql.project_lessons(conn, project, limit)
-        since = now_ms - RECENT_HOURS * 3_600_000
-        project_recent = digest_sql.project_recent(conn, project, since, limit)
-    return Digest(global_high, project_high, project_recent, count_pending(conn, queue_dir), project)
+        rules = digest_sql.project_rules(conn, project, RULES_SHOWN)
+        stopped = digest_sql.last_session(conn, project, session_id, now_ms - CONTINUE_HOURS * 3_600_000)
+    return Digest(stopped, global_high, rules, count_pending(conn, queue_dir), project)
+
+
+def open_todos(todos: str | None) -> list[str]:
+    """The items of a stored todo list (``status: content`` lines) not done: in progress first, then pending."""
+    items = [line.partition(": ") for line in (todos or "").splitlines()]
+    doing = [text for status, _, text in items if status == "in_progress" and text]
+    pending = [text for status, _, text in items if status == "pending" and text]
+    return [f"in progress: {t}" for t in doing] + [f"pending: {t}" for t in pending]
+
+
+def stopped_line(stopped: object) -> str | None:
+    """Where the last session stopped, as one line: its todo list's open items (None: it left none open)."""
+    items = open_todos(stopped.todos) if stopped is not None else []  # type: ignore[attr-defined]
+    if not items or not hook_io.valid_session_id(stopped.message_uuid):  # type: ignore[attr-defined]
+        return None
+    day = time.strftime("%Y-%m-%d", time.gmtime(stopped.at / 1000))  # type: ignore[attr-defined]
+    more = len(items) - TODO_ITEMS_SHOWN
+    text = "Its todo list was left with " + "; ".join(items[:TODO_ITEMS_SHOWN])
+    text += f"; +{more} more" if more > 0 else ""
+    # Its id is the message that wrote the list (memory_expand shows it with its session's context).
+    return f"- [{day}, high] {one_line(text, MAX_LINE_CHARS * 2)} (id: msg_{stopped.message_uuid})"  # type: ignore
 
 
 def memory_line(m: Memory) -> str:
@@ -156,17 +182,22 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
     fixed = [top] + ([pending] if pending else [])
 
     def cost(lines: list[str]) -> int:
-        return estimate_tokens(fence("\n".join(lines)))
+        return estimate_tokens(fence("\n".join(lines), agent))
 
     if cost(fixed) > budget:
         return None
     body: list[str] = []
     shown: set[str] = set()
     project_name = digest.project.rstrip("/").rpartition("/")[2] if digest.project else ""
+    stopped = stopped_line(digest.stopped)
+    if stopped is not None and cost([top, "Where this project's last session stopped:", stopped]) <= budget:
+        body += ["Where this project's last session stopped:", stopped]
+        if shown_ids is not None:
+            shown_ids.append(f"msg_{digest.stopped.message_uuid}")
     sections = (
-        ("Preferences and conventions (all projects):", digest.global_high, SECTION_SHARE),
-        (f"Lessons and rules of this project ({project_name}):", digest.project_high, SECTION_SHARE),
-        (f"This project, last {RECENT_HOURS} hours:", digest.project_recent, 1.0),
+        (f"Rules and decisions of this project ({project_name}), in the user's words:", digest.project_rules,
+         SECTION_SHARE),
+        ("Preferences (all projects):", digest.global_high, 1.0),
     )
     for title, memories, share in sections:
         section: list[str] = []
@@ -185,7 +216,7 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
         body.extend(section)
     if not body and not pending:
         return None
-    return fence("\n".join([top, *body, *fixed[1:]]))
+    return fence("\n".join([top, *body, *fixed[1:]]), agent)
 
 
 def budget(home: str) -> int:
@@ -228,14 +259,17 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
         for suffix in (hook_io.SHOWN_SUFFIX, hook_io.PROMPT_SUFFIX):
             hook_io.remove(f"{home}/recollections/{session_id}{suffix}")
     cwd = event.get("cwd")
-    project = project_root(cwd) if isinstance(cwd, str) and cwd else None
+    root = project_root(cwd) if isinstance(cwd, str) and cwd else None
     conn = digest_sql.open_readonly(home + "/engram.db", started + DEADLINE_SECONDS)
     if conn is None:
         return None
     try:
         if session_id and digest_sql.session_opt_out(conn, session_id) is not None:
             return None
-        digest = collect(conn, home + "/queue", project, int(time.time() * 1000) if now_ms is None else now_ms)
+        # The project capture named for this folder: a clone's root, a worktree remembered, else the root itself.
+        project = (projects_sql.project_for(conn, cwd, root) or root) if root else None
+        digest = collect(conn, home + "/queue", project, int(time.time() * 1000) if now_ms is None else now_ms,
+                         session_id)
     finally:
         conn.close()
     ids: list[str] = []

@@ -24,12 +24,19 @@ or path. Newest first, at most ``IDS_PER_KEY`` per key and ``MAX_BITES`` in all,
 A memory that tells what fixed a way of failing (``store/failures.py``) is filed under its failure key
 (``fail:git``, ``processor/hook_kit/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
 ``"fix"``): the PostToolUseFailure hook tells it right after the same failure. Under its command's key (told
-before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more.
+before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more, and
+never when it depends on the moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
+.of_the_moment``).
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index
 up to date when the project's memories changed (``refresh``), so a lesson learned an hour ago in another
 session is there for the next tool call. A forgotten memory leaves every index at once (``drop``).
+
+A memory stays filed for as long as it holds, however often it was told: a warning the agent then followed is
+a success, not proof it was unneeded. An error's fix goes when a later session showed it is not needed
+(``processor/memory/stale_fixes.py``: the command that failed ran clean without it, or it names a folder the
+project no longer has).
 """
 
 from __future__ import annotations
@@ -43,14 +50,17 @@ from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
 from processor.hook_kit.project import index_name
-from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, stages_everything
+from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, prog_key, stages_everything
 from processor.memory.bites import BITE_CHARS
+from processor.memory.decisions import tool_names
 from processor.memory.facts import statement_of
+from processor.memory.failed_calls import of_the_moment
+from processor.memory.guards import forbidden_commands, guard
+from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
-from processor.store import viewer as viewer_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
 
@@ -60,9 +70,8 @@ FOLDER = hook_io.LESSONS_FOLDER  # the hooks read the index: its place and shape
 SUFFIX = hook_io.LESSONS_SUFFIX
 IDS_PER_KEY = 5
 RECURRING_SESSIONS = 2
-STALE_AFTER_SESSIONS = 3
-EXPIRING = frozenset({"error_fix", "lesson", "routine", "recipe"})
 FIXES_PER_KEY = 20  # ways a program failed, each with its fix, filed under its failure key
+SIGNATURES_PER_FIX = 5  # ways of failing one fix is filed under (a commit hook's checks fail in several ways)
 MAX_BITES = 300
 INDEX_LIMIT = hook_io.LESSONS_LIMIT
 SCANNED = 5_000  # the project's newest memories looked at
@@ -87,25 +96,13 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
     return keys
 
 
-def stale(ep: Episode, origin: str | None, told_in: set[str], fix: FailureSignature | None) -> bool:
-    """Told in session after session while nothing shows it was needed: a mined memory stops being told unasked
-    (an error's fix is still told right after its failure: that moment leaves no doubt).
-
-    An error's fix stays while its failure keeps coming back (a session after the memory was made met it);
-    a lesson, a routine or a recipe told in ``STALE_AFTER_SESSIONS`` sessions without that is in the way.
-    What the user said (decisions, rules) and facts about files are not mined from habit: they stay."""
-    if origin not in EXPIRING or len(told_in) < STALE_AFTER_SESSIONS:
-        return False
-    came_back = fix is not None and any(session != ep.session_id and at > ep.created_at
-                                        for session, at in fix.sessions.items())
-    return not came_back
-
-
 def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
     """Where a memory is filed: a fact under the file, folder or name it is about; a decision under the files,
     names and programs it names; anything else under what its entities say (``keys_of``)."""
     if origin == "fact":
         return fact_keys(ep.entities[0], root) if ep.entities else []
+    if origin in ("correction", "file"):  # every name it gives, every file it is about
+        return list(dict.fromkeys(k for name in ep.entities for k in fact_keys(name, root)))
     if origin in ("lesson", "error_fix"):
         # About running the command that failed: its key, and (a lesson) the files it named. Not the files edited
         # on the way (told on every read of them), and an error's fix not its files either: it is told after its
@@ -124,13 +121,34 @@ def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[st
         return list(dict.fromkeys(k for k in keys if k.startswith("cmd:")))
     if origin == "decision":
         keys: list[str] = []
+        tools = tool_names(ep.summary)
         for name in ep.entities:
             found = fact_keys(name, root)
-            if " " not in name and name.isascii() and name.replace("-", "").replace("_", "").isalnum():
+            if name.lower() in tools:
                 found.append("prog:" + name.lower())  # a tool or service chosen or dropped: `pnpm`, `npm`
             keys += [k for k in found if k not in keys]
         return keys
     return keys_of(ep, root)
+
+
+GUARDED = frozenset({"standing", "decision"})  # what the user said: a command it forbids is guarded
+
+
+def guards_of(ep: Episode, origin: str | None) -> list[tuple[str, list[str]]]:
+    """A user's rule as guards (``processor/memory/guards.py``): each command it forbids, as the key a call of it
+    has and the words that make the call break the rule."""
+    if origin not in GUARDED and ep.source_type != "manual":
+        return []
+    found = [guard(command) for command in forbidden_commands([ep.summary, ep.full_content])]
+    return list(dict.fromkeys((key, tuple(words)) for key, words in (g for g in found if g is not None)))  # type: ignore
+
+
+def _covered(key: str, guards: list[tuple[str, list[str]]]) -> bool:
+    """Whether a key of the program a rule guards (``cmd:git add`` of a guard on ``cmd:git add -A``, its
+    ``prog:`` key): the rule is told at the guard's calls, not at this key's."""
+    if not key.startswith(("cmd:", "prog:")):
+        return False
+    return any(key in (g, prog_key(g)) or g.startswith(key + " ") or key.startswith(g + " ") for g, _ in guards)
 
 
 KEYS_MARK = hook_io.KEYS_MARK  # the second line: every key the file holds
@@ -161,27 +179,25 @@ class LessonIndex:
 
     def refresh(self, conn, project: str | None, root: str | None) -> str:
         """Bring the project's index up to date if its memories changed; returns the file's name."""
-        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project),
-                     viewer_sql.injections_stamp(conn))
+        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project))
         name = index_name(project)
         if self._signatures.get(project) == signature and (self.folder / name).exists():
             return name
         memories = episodes_sql.project_memories(conn, project, SCANNED)
-        fixes = {row.memory_id: row for row in failures_sql.with_memories(conn, project) if row.memory_id}
+        fixes: dict[str, list[FailureSignature]] = {}
+        for row in failures_sql.with_memories(conn, project):
+            if row.memory_id:
+                fixes.setdefault(row.memory_id, []).append(row)
         origins = origins_sql.origins(conn, [ep.id for ep in memories])
-        told = viewer_sql.told_sessions(conn, [ep.id for ep in memories if origins.get(ep.id) in EXPIRING])
-        worn = {ep.id for ep in memories if stale(ep, origins.get(ep.id), told.get(ep.id, set()), fixes.get(ep.id))}
-        self.write(project, root, memories, fixes, origins, worn)
+        self.write(project, root, memories, fixes, origins)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
         return name
 
     def write(self, project: str | None, root: str | None, memories: list[Episode],
-              fixes: dict[str, FailureSignature] | None = None, origins: dict[str, str] | None = None,
-              worn: set[str] | frozenset[str] = frozenset()) -> Path:
-        """Write the project's index. `worn`: memories told often enough with nothing showing they were needed
-        (``stale``): only an error's fix stays, and only under its failure key."""
+              fixes: dict[str, list[FailureSignature]] | None = None, origins: dict[str, str] | None = None) -> Path:
+        """Write the project's index."""
         filed: dict[str, list[dict]] = {}
         told = 0
         fixes, origins = fixes or {}, origins or {}
@@ -193,17 +209,32 @@ class LessonIndex:
             entry = {"id": ep.id, "bite": bite_of(ep, RECIPE_ROOM if origin == "recipe" else BITE_CHARS),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
+            if origin == "file":  # how the user wants a file worked on: told when it is changed, not read
+                entry["on"] = list(hook_io.EDITING)
             placed = False
-            keys = [] if ep.id in worn else keys_by_origin(ep, origin, root)
-            fix = fixes.get(ep.id)
-            if fix is not None:
+            keys = keys_by_origin(ep, origin, root)
+            guards = guards_of(ep, origin)
+            if guards:  # a rule that forbids a command: told before a call that breaks it, not every call of it
+                keys = [k for k in keys if not _covered(k, guards)]
+                for key, when in guards:
+                    entries = filed.setdefault(key, [])
+                    if len(entries) < IDS_PER_KEY:
+                        entries.append({**entry, "when": list(when)} if when else entry)
+                        placed = True
+            ways = fixes.get(ep.id, [])
+            if ways and any(missing_paths(fix.fix or "", root) for fix in ways[:1]):
+                continue  # what fixed it names a folder the project no longer has (its old virtualenv): gone stale
+            for fix in ways[:SIGNATURES_PER_FIX]:  # each way of failing it tells the fix of, under its failure key
                 fails = filed.setdefault(fix.fail_key, [])
                 if len(fails) < FIXES_PER_KEY:
                     fails.append({**entry, "sig": fix.signature, "fix": fix.fix or ""})
                     placed = True
-                if fix.uses:
-                    entry = {**entry, "uses": fix.uses}  # before the call: not when the call already applies it
-                if len(fix.sessions) < RECURRING_SESSIONS or ep.id in worn:
+            if ways:
+                uses = next((fix.uses for fix in ways if fix.uses), None)
+                if uses:
+                    entry = {**entry, "uses": uses}  # before the call: not when the call already applies it
+                met_in = set().union(*(fix.sessions for fix in ways))
+                if len(met_in) < RECURRING_SESSIONS or all(of_the_moment(fix.signature) for fix in ways):
                     keys = [k for k in keys if not k.startswith("cmd:")]  # before the call only once it recurred
             for key in keys:
                 entries = filed.setdefault(key, [])

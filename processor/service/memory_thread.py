@@ -21,6 +21,7 @@ from typing import ClassVar, TypeVar
 
 import apsw
 
+from processor.capture.agents import FORMATS
 from processor.capture.captured import CapturedLine
 from processor.capture.problems import CaptureProblems
 from processor.config import Settings, SettingsSource
@@ -68,10 +69,13 @@ class BuildEpisodes:
 
     final: the session's last captured line ends a finished turn (Claude Code's ``end_turn``), so its
     last round is complete too and becomes an episode now, not at the idle sweep minutes later.
+    settle: the end counts only once this many seconds passed with no newer request for the session (a Gemini
+    answer may still be written again with tool calls that were running).
     """
 
     session_id: str
     final: bool = False
+    settle: float = 0.0
     priority: ClassVar[int] = 2
 
 
@@ -222,6 +226,7 @@ class MemoryThread:
         self.pending = PendingWork(MAX_WAITING_SESSIONS)
         self._building: list[str] = []  # sessions whose episodes are being built, a slice at a time
         self._finished: set[str] = set()  # of those, sessions whose last captured line ended a turn
+        self._settling: dict[str, float] = {}  # sessions whose turn's end counts at this time.monotonic()
         self._stop = threading.Event()
         self._opened = threading.Event()  # set while the store is open: a request in the first instant waits for it
         self._thread: threading.Thread | None = None
@@ -418,22 +423,28 @@ class MemoryThread:
                 log.error("episodes are paused (capture continues): %s", exc)
             # Rounds captured before a restart or a crash get their episodes now, not when their session
             # next writes; sessions idle since then get their last round too.
+            # A turn that had ended (the tailer keeps that with the lines) has its last round built too: the
+            # request a crash lost is made again.
+            ended = episodes_sql.ended_turns_with_new_messages(store.conn)
             for session_id, _, _ in episodes_sql.sessions_with_new_messages(store.conn):
-                self.submit(BuildEpisodes(session_id))
+                agent = ended.get(session_id)
+                fmt = FORMATS.get(agent) if agent is not None else None
+                self.submit(BuildEpisodes(session_id, final=agent is not None,
+                                          settle=fmt.turn_end_settle if fmt is not None else 0.0))
             self.submit(FinalizeIdle())
             builds = self._building
             while not self._stop.is_set():
-                work = self.pending.take(timeout=None if not builds else 0)
+                work = self.pending.take(timeout=0 if builds else self._settle_wait())
                 for request in work:
                     if isinstance(request, BuildEpisodes):
                         if request.session_id not in builds:
                             builds.append(request.session_id)
-                        if request.final:
-                            self._finished.add(request.session_id)
-                        else:
-                            self._finished.discard(request.session_id)
+                        self._note_turn(request)
                     elif not isinstance(request, _Stop):
                         self._handle(request)
+                for session_id in self._settled():
+                    if session_id not in builds:
+                        builds.append(session_id)
                 if builds and not self._stop.is_set():
                     # One slice of one session, then back to the top: new user messages come first.
                     session_id = builds[0]
@@ -449,6 +460,30 @@ class MemoryThread:
                         self._finished.discard(session_id)
         finally:
             self.close()
+
+    def _note_turn(self, request: BuildEpisodes) -> None:
+        """Whether the session's last round is finished now, at a time to come (its end settling), or not."""
+        self._settling.pop(request.session_id, None)
+        self._finished.discard(request.session_id)
+        if request.final and request.settle > 0:
+            self._settling[request.session_id] = time.monotonic() + request.settle
+        elif request.final:
+            self._finished.add(request.session_id)
+
+    def _settle_wait(self) -> float | None:
+        """How long the thread may wait for work: until the next turn's end settles (None: no end is settling)."""
+        if not self._settling:
+            return None
+        return max(0.0, min(self._settling.values()) - time.monotonic())
+
+    def _settled(self) -> list[str]:
+        """The sessions whose turn's end stood long enough: finished now, their last round to build."""
+        now = time.monotonic()
+        settled = [session_id for session_id, at in self._settling.items() if at <= now]
+        for session_id in settled:
+            del self._settling[session_id]
+            self._finished.add(session_id)
+        return settled
 
     def serve_recollections(self) -> None:
         """Between two embedding calls of a long episode build: the user messages that arrived meanwhile."""

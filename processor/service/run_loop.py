@@ -23,10 +23,13 @@ from processor.capture.captured import CapturedLine
 from processor.capture.claude import ClaudeFormat
 from processor.capture.discover import discover_all
 from processor.capture.problems import PROBLEMS_FILE, CaptureProblems
+from processor.capture.project import known_project
+from processor.capture.project_merge import reconcile
 from processor.capture.tailer import Tailer, TailResult
 from processor.capture.watcher import AppearanceWatcher, FolderWatcher, TranscriptWatcher
 from processor.clock import utc_date
 from processor.config import AGENT_NAMES, Settings, SettingsHolder
+from processor.hook_kit.hook_io import LESSONS_FOLDER
 from processor.jobs import JobRunner
 from processor.memory.automem import sync_folder
 from processor.memory.episode_store import EpisodeStore, Expansion
@@ -81,7 +84,8 @@ class Processor:
         return self.holder.current
 
     def _open_tailer(self) -> Tailer:
-        return Tailer(
+        """The capture's tailer, after what now resolves to one project was merged (``project_merge``)."""
+        tailer = Tailer(
             open_store(self.settings.db_path),
             batch_bytes=self.settings.batch_bytes,
             max_line_bytes=self.settings.max_line_bytes,
@@ -91,7 +95,17 @@ class Processor:
             opt_out_request=lambda session_id: requested_opt_out(self.settings.recollections_dir, session_id),
             formats=self.formats,
             recent_days=self.settings.recent_days,
+            lessons_dir=self.settings.recollections_dir / LESSONS_FOLDER,
         )
+        try:
+            reconcile(tailer.conn, tailer.projects, self.settings.recollections_dir / LESSONS_FOLDER)
+        except apsw.BusyError:
+            log.warning("database locked by another process for over 5 s: projects that now resolve to one are "
+                        "merged at the next start")
+        except Exception:  # each merge is one transaction: what failed is whole, and tried again at the next start
+            log.exception("merging the projects that now resolve to one failed; capture goes on, the merge is "
+                          "tried again at the next start")
+        return tailer
 
     def _on_opt_out(self, result: TailResult) -> None:
         # Committed already (with the session's row): now tell the hooks, and take what an off-the-record
@@ -101,15 +115,17 @@ class Processor:
         drop_bites(self.settings.recollections_dir, set(result.dropped_episodes))
         log.info("session %s opted out of memory (%s)", result.session_id, result.opt_out)
 
-    def _on_captured(self, session_id: str, lines: list[CapturedLine], finished: bool = False) -> None:
+    def _on_captured(self, session_id: str, lines: list[CapturedLine], finished: bool = False,
+                     settle: float = 0.0) -> None:
         self.memory.note_capture()  # a live session: episodes leave it cores
         # A new user message asks for fresh recollections before anything else.
         for line in lines:
             if line.role == "user":
                 self.memory.submit(Recollect(session_id, line))
-        # A finished turn (Claude Code's end_turn on the last line, the Codex CLI's task_complete after it)
-        # makes its round an episode at once, so a decision of a one-shot session is recallable from the next.
-        self.memory.submit(BuildEpisodes(session_id, final=finished or (bool(lines) and lines[-1].end_turn)))
+        # A finished turn (Claude Code's end_turn on the last line, the Codex CLI's task_complete after it, a
+        # Gemini answer that asked for no tool call once `settle` seconds passed with no newer line) makes its
+        # round an episode at once, so a decision of a one-shot session is recallable from the next.
+        self.memory.submit(BuildEpisodes(session_id, final=finished, settle=settle if finished else 0.0))
         self.jobs.on_messages_captured(session_id)
 
     def read_auto_memory(self, folder: Path) -> None:
@@ -172,6 +188,7 @@ class Processor:
 
     def recall_for_http(self, query: str, *, limit: int, project: str | None, session_id: str | None = None) -> list:
         with self.memory.reading() as store:
+            project = known_project(store.conn, project) if project else None  # a clone's root: its project
             return store.recall(query, limit=limit, project=project, session_id=session_id)
 
     def expand_for_http(self, item_id: str) -> Expansion:
@@ -181,6 +198,7 @@ class Processor:
     def offers_for_http(self, query: str, *, limit: int, project: str | None) -> list[dict]:
         """What clears the bar of a user message's bites for this text (``processor.memory.unasked``)."""
         with self.memory.reading() as store:
+            project = known_project(store.conn, project) if project else None  # the prompt hook sends its root
             found = offers(store.conn, store.index, query, store.embedder.embed_query(query), project, limit=limit)
         return [{"id": o.episode.id, "bite": o.bite, "date": utc_date(o.episode.created_at),
                  "importance": o.episode.importance, "kind": o.episode.kind, "relevance": round(o.cosine, 4)}

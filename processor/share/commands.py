@@ -12,7 +12,7 @@ from typing import Any
 
 import apsw
 
-from processor.capture.project import project_root
+from processor.capture.project import project_of_folder
 from processor.clock import now_ms, utc_clock
 from processor.config import Settings
 from processor.share import connection as share_connection
@@ -140,7 +140,7 @@ def pull(settings: Settings, *, reconcile: bool = True) -> Outcome:
 
 def share_project(settings: Settings, path: str | None, team: str | None) -> Outcome:
     """Share a project's memories with a team (team=None: stop sharing it with any team)."""
-    root = project_root(os.path.abspath(path or os.getcwd()))
+    root = project_of_folder(settings.db_path, path or os.getcwd())  # a clone: its project on this machine
     key, has_remote = project_key(root)
     lines = [f"project {root}: known across machines as {key}"]
     if not has_remote:

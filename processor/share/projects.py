@@ -4,41 +4,19 @@ Two clones of one repository, at different paths on different machines (over ssh
 other), are one project: ``git@GitHub.com:Org/App.git``, ``https://me@github.com/Org/App`` and
 ``ssh://git@github.com:22/Org/App.git`` all become ``github.com/Org/App`` (no scheme, no user, no port,
 no ``.git``, the host in lower case; the path keeps its case). A repository without a remote is known by
-its root path, which matches only clones at the same path.
+its root path, which matches only clones at the same path. The rule that normalises a remote lives in the hooks'
+kit (``processor/hook_kit/remotes.py``), where capture names a clone on this machine by the same key.
 """
 
 from __future__ import annotations
 
-import re
-from urllib.parse import urlsplit
-
+from processor.hook_kit.remotes import normalise_remote
 from processor.memory.code_check import RepoUnavailable, git
+
+__all__ = ["GIT_TIMEOUT_SECONDS", "PATH_PREFIX", "normalise_remote", "project_key", "remote_url"]
 
 GIT_TIMEOUT_SECONDS = 5.0
 PATH_PREFIX = "path:"
-_SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/]+)@)?(?P<host>[^:/]+):(?P<path>(?!//).+)$")
-
-
-def normalise_remote(url: str) -> str | None:
-    """The remote as a project key, or None for something that is not a remote URL (a local path)."""
-    url = url.strip()
-    if not url:
-        return None
-    if "://" in url:
-        parts = urlsplit(url)
-        if parts.scheme == "file" or not parts.hostname:
-            return None
-        host, path = parts.hostname.lower(), parts.path
-    else:
-        match = _SCP_LIKE.match(url)
-        if not match or "/" in match.group("host") or url.startswith(("/", ".", "~")):
-            return None
-        host, path = match.group("host").lower(), match.group("path")
-    path = path.strip("/")
-    if path.endswith(".git"):
-        path = path[:-4]
-    path = path.rstrip("/")
-    return f"{host}/{path}" if path else host
 
 
 def _git(root: str, *args: str) -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import apsw
 import apsw.bestpractice
+import apsw.ext
 
 from processor.config import APPLICATION_ID, sqlite_application_id
 from processor.store.errors import NotEngramDatabase
@@ -85,17 +86,38 @@ def connection_secure_delete(connection: apsw.Connection) -> None:
     connection.execute("PRAGMA secure_delete = FAST")
 
 
+_SQLITE_LOG = logging.getLogger("processor.store.sqlite")
+
+
+def library_logging_engram() -> None:
+    """SQLite's own log forwarded to logging, as apsw's bestpractice does, less SQLITE_SCHEMA: a prepared statement
+    that a schema change made stale (the migrations creating the tables while the processor's threads open the
+    file: six lines at a first start) is prepared again and run by SQLite itself; one that still fails raises to
+    its caller. Every other code is logged: a warning or notice (a journal recovered) as a warning, the rest as
+    errors."""
+
+    def handler(errcode: int, message: str) -> None:
+        if errcode & 0xFF == apsw.SQLITE_SCHEMA:
+            return
+        level = logging.WARNING if errcode & 0xFF in (apsw.SQLITE_WARNING, apsw.SQLITE_NOTICE) else logging.ERROR
+        _SQLITE_LOG.log(level, "SQLITE_LOG: %s (%d) %s", message, errcode, apsw.ext.result_string(errcode))
+
+    apsw.config(apsw.SQLITE_CONFIG_LOG, handler)
+
+
 def _apply_best_practice() -> None:
     # apsw.bestpractice registers process-wide connection hooks: do it once. Our timeout
     # goes first so the other hooks' statements already wait 5 s; `PRAGMA optimize` is
     # left out of the hooks because it needs a write lock and would make *opening* the
-    # database fail while another process holds it. close() runs it instead.
+    # database fail while another process holds it. close() runs it instead. SQLite's log
+    # goes through our handler (library_logging_engram), not apsw's.
     global _best_practice_applied
-    skip = {apsw.bestpractice.connection_busy_timeout, apsw.bestpractice.connection_optimize}
+    skip = {apsw.bestpractice.connection_busy_timeout, apsw.bestpractice.connection_optimize,
+            apsw.bestpractice.library_logging}
     with _best_practice_lock:
         if not _best_practice_applied:
             apsw.bestpractice.apply(
-                (connection_busy_timeout_engram, connection_secure_delete,
+                (connection_busy_timeout_engram, connection_secure_delete, library_logging_engram,
                  *(f for f in apsw.bestpractice.recommended if f not in skip))
             )
             _best_practice_applied = True

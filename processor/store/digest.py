@@ -19,22 +19,24 @@ Memory = namedtuple("Memory", "id summary created_at importance")  # one digest 
 
 
 _COLUMNS = "id, summary, created_at, importance"
-# Each query reads one index range of m007_episode_digest_indexes newest-first and stops at LIMIT.
-# `status = 'active'` must appear literally for SQLite to use those partial indexes.
+# What the digest tells is what the user said should hold from now on: standing instructions and decisions mined
+# from the user's own words (memory_origins), and what was stored on purpose. What a session found or did (a
+# lesson, an error's fix, a fact about a file, a commit message) has its own moment, the call it is about.
+_SAID = ("(source_type = 'manual' OR id IN (SELECT episode_id FROM memory_origins "
+         "WHERE miner IN ('standing', 'decision')))")
+# `status = 'active'` must appear literally for SQLite to use the partial indexes (m007, m017).
 GLOBAL_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND scope = 'global' "
-              "AND importance = 'high' ORDER BY created_at DESC LIMIT ?")
-# The project's lessons and rules: gotchas and conventions first, then decisions, preferences and what is
-# marked important; never a verbatim round (narration, the user's own prompts). Two reads of the partial
-# index idx_episodes_active_memories (m017), each newest first and stopped at its LIMIT.
-_LESSONS = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND source_type != 'verbatim' "
-            "AND project = ? AND {kinds} ORDER BY created_at DESC LIMIT ?")
-PROJECT_RULES_SQL = _LESSONS.format(kinds="kind IN ('gotcha', 'convention')")
-PROJECT_LESSONS_SQL = _LESSONS.format(
-    kinds="kind NOT IN ('gotcha', 'convention') AND (kind IN ('decision', 'preference') OR importance = 'high')")
-# What the project's sessions learned lately: memories only, no verbatim rounds.
-PROJECT_RECENT_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND source_type != 'verbatim' "
-                      "AND project = ? AND created_at >= ? ORDER BY created_at DESC LIMIT ?")
+              f"AND importance = 'high' AND {_SAID} ORDER BY created_at DESC LIMIT ?")
+PROJECT_RULES_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND source_type != 'verbatim' "
+                     f"AND project = ? AND {_SAID} ORDER BY created_at DESC LIMIT ?")
+# Where the project's last session stopped: the newest other session of the project, and its last todo list
+# (every agent's todo tool is stored as Claude Code's TodoWrite, its items as "status: content" lines).
+LAST_SESSION_SQL = ("SELECT session_id, last_activity FROM sessions WHERE project = ? AND session_id != ? "
+                    "AND last_activity >= ? ORDER BY last_activity DESC LIMIT 1")
+LAST_TODOS_SQL = ("SELECT target, ts_ms, use_uuid FROM tool_calls WHERE session_id = ? AND tool = 'TodoWrite' "
+                  "AND target IS NOT NULL ORDER BY ts_ms DESC LIMIT 1")
 
+Stopped = namedtuple("Stopped", "session_id at todos message_uuid")  # where a session stopped
 
 
 def _memories(conn: object, sql: str, params: tuple) -> list[Memory]:
@@ -46,15 +48,20 @@ def global_important(conn: object, limit: int) -> list[Memory]:
     return _memories(conn, GLOBAL_SQL, (limit,))
 
 
-def project_lessons(conn: object, project: str, limit: int) -> list[Memory]:
-    """The project's lessons and rules, gotchas and conventions first, newest first within each."""
-    rules = _memories(conn, PROJECT_RULES_SQL, (project, limit))
-    return rules + _memories(conn, PROJECT_LESSONS_SQL, (project, limit - len(rules))) if len(rules) < limit \
-        else rules
+def project_rules(conn: object, project: str, limit: int) -> list[Memory]:
+    """What the user said should hold in this project (standing instructions, decisions, what was stored on
+    purpose), newest first."""
+    return _memories(conn, PROJECT_RULES_SQL, (project, limit))
 
 
-def project_recent(conn: object, project: str, since_ms: int, limit: int) -> list[Memory]:
-    return _memories(conn, PROJECT_RECENT_SQL, (project, since_ms, limit))
+def last_session(conn: object, project: str, session_id: str | None, since_ms: int) -> Stopped | None:
+    """The project's newest other session active since `since_ms`, with its last todo list (None: no such
+    session; its todos None when it kept none)."""
+    row = conn.execute(LAST_SESSION_SQL, (project, session_id or "", since_ms)).fetchone()  # type: ignore[attr-defined]
+    if row is None:
+        return None
+    todos = conn.execute(LAST_TODOS_SQL, (row[0],)).fetchone()  # type: ignore[attr-defined]
+    return Stopped(row[0], row[1], todos[0] if todos else None, todos[2] if todos else None)
 
 
 # What a read may raise: locked, interrupted at the deadline, an old schema, an unreadable file.

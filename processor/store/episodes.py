@@ -365,6 +365,17 @@ def sessions_with_new_messages(conn: apsw.Connection) -> list[tuple[str, str | N
     ).fetchall()
 
 
+def ended_turns_with_new_messages(conn: apsw.Connection) -> dict[str, str]:
+    """{session_id: agent} of the sessions with messages not yet in episodes whose last line ended a turn."""
+    return dict(conn.execute(
+        """
+        SELECT s.session_id, s.agent FROM sessions s
+        WHERE s.turn_ended = 1
+          AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.session_id AND m.id > s.episodized_through)
+        """
+    ).fetchall())
+
+
 def messages_after(conn: apsw.Connection, session_id: str, after_id: int, limit: int = 10_000) -> list[StoredMessage]:
     rows = conn.execute(
         "SELECT id, uuid, role, text, ts_ms FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",

@@ -12,6 +12,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import APPLICATION_ID
+from processor.store import projects as projects_sql
 from processor.store import share as share_sql
 from processor.store.connection import write_transaction
 
@@ -571,6 +572,34 @@ def m020_session_agent(conn: apsw.Connection) -> None:
     )
 
 
+def m021_session_turn_ended(conn: apsw.Connection) -> None:
+    # Issue 34: whether a session's last conversation line ended its turn is kept with the lines (the tailer's
+    # batch transaction), so a processor killed before it built that turn's last round builds it when it starts
+    # again, not at the idle sweep minutes later.
+    conn.execute("ALTER TABLE sessions ADD COLUMN turn_ended INTEGER NOT NULL DEFAULT 0")
+
+
+def m022_project_identity(conn: apsw.Connection) -> None:
+    # Issue 34: one project wherever it runs. The repositories and folders seen alive, with the project each is
+    # part of (a worktree's, a clone's, a symlinked folder's), so a folder that is gone later (a removed worktree,
+    # a backfill of old sessions) resolves the same; and the merges of what now resolves to one project
+    # (store/projects.py, processor/capture/project_merge.py).
+    conn.execute(projects_sql.SCHEMA)
+
+
+def m023_signal_origins(conn: apsw.Connection) -> None:
+    # Issue 35: a commit message, a tracker reason or a question's answer is a record of the work, recalled when
+    # asked for, never told unasked (at a prompt, in the digest): its memory's origin says so. Memories built
+    # from signals before this version get the origin too (their id is the one episodize gives a signal's).
+    import hashlib
+
+    built = [row[0] for row in conn.execute("SELECT tool_use_id FROM tool_signals WHERE state = 'built'")]
+    conn.executemany("INSERT OR IGNORE INTO memory_origins (episode_id, miner) "
+                     "SELECT id, 'signal' FROM episodes WHERE id = ?",
+                     [("ep_" + hashlib.sha1(f"signal:{tool_use_id}".encode()).hexdigest()[:16],)
+                      for tool_use_id in built])
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -592,6 +621,9 @@ MIGRATIONS: list[Migration] = [
     m018_shared_memory,
     m019_failures_and_origins,
     m020_session_agent,
+    m021_session_turn_ended,
+    m022_project_identity,
+    m023_signal_origins,
 ]
 
 

@@ -60,12 +60,18 @@ def cursors(conn: apsw.Connection, transcript_path: str) -> list[tuple[str, int,
         "SELECT session_id, byte_offset, inode FROM sessions WHERE transcript_path = ?", (transcript_path,))]
 
 
+def set_turn_ended(conn: apsw.Connection, session_id: str, ended: bool) -> None:
+    """Whether the session's last conversation line ended its turn (in the transaction that stores that line)."""
+    conn.execute("UPDATE sessions SET turn_ended = ? WHERE session_id = ?", (int(ended), session_id))
+
+
 def upsert_session(
     conn: apsw.Connection,
     *,
     session_id: str,
     transcript_path: str,
-    project_root: str | None,
+    project: str | None,
+    checkout: str | None,
     inode: int,
     byte_offset: int,
     last_line_hash: str | None,
@@ -74,11 +80,14 @@ def upsert_session(
     now_ms: int,
     agent: str,
 ) -> None:
+    """Create or advance a session's row. Its project (``processor/capture/project.py``) and its checkout (the
+    worktree or clone it ran in, kept in the ``project_root`` column) are those of its first lines: a session that
+    moves to another folder stays in its project."""
     conn.execute(
         """
         INSERT INTO sessions (session_id, transcript_path, project, project_root, inode, byte_offset,
                               last_line_hash, last_line_len, last_activity, created_at, updated_at, agent)
-        VALUES (:sid, :path, :root, :root, :inode, :offset, :hash, :hlen, :activity, :now, :now, :agent)
+        VALUES (:sid, :path, :project, :checkout, :inode, :offset, :hash, :hlen, :activity, :now, :now, :agent)
         ON CONFLICT(session_id) DO UPDATE SET
             transcript_path = excluded.transcript_path,
             project = COALESCE(sessions.project, excluded.project),
@@ -93,7 +102,8 @@ def upsert_session(
         {
             "sid": session_id,
             "path": transcript_path,
-            "root": project_root,
+            "project": project,
+            "checkout": checkout,
             "inode": inode,
             "offset": byte_offset,
             "hash": last_line_hash,

@@ -48,6 +48,7 @@ from processor.store import cold as cold_sql
 from processor.store import connect, write_transaction
 from processor.store import episodes as episodes_sql
 from processor.store import origins as origins_sql
+from processor.store import projects as projects_sql
 from processor.store import sessions as session_sql
 from processor.store import share as share_sql
 from processor.store import viewer as sql
@@ -315,10 +316,11 @@ class Viewer:
             memories = sql.project_memories(conn, project)
             injections = [(inj, _injection_lines(inj)) for inj in sql.project_injections(conn, project)]
             told = self._told(conn, project)
+            also = projects_sql.paths_of(conn, project) if project else []  # its worktrees and clones seen
         finally:
             conn.close()
         self._page(request, 200, "project.html", title=project or "(no project)", nav="home", project=project,
-                   sessions=sessions, memories=memories, injections=injections, told=told,
+                   sessions=sessions, memories=memories, injections=injections, told=told, also=also,
                    notice=request.query.get("done", ""), agents=AGENT_NAMES)
 
     @staticmethod

@@ -27,8 +27,11 @@ def test_install_registers_with_the_agents_found_here(tmp_path: Path, monkeypatc
     assert agents.found_agents(env) == ["codex", "gemini"]
     (home / ".claude").mkdir()
     assert agents.chosen(None, env) == ["claude", "codex", "gemini"]
-    assert agents.chosen("codex", env) == ["codex"] and agents.chosen("all", env) == list(agents.AGENTS)
+    assert agents.chosen("codex", env) == ["codex"] and agents.chosen("all", env) == ["claude", "codex", "gemini"]
     assert agents.chosen(None, {"HOME": str(tmp_path / "nobody"), "PATH": ""}, uninstall=True) == list(agents.AGENTS)
+    # `--agent all` installs with the agents installed here only: nothing is created for one that is not.
+    assert agents.chosen("all", {"HOME": str(tmp_path / "nobody"), "PATH": ""}) == []
+    assert agents.chosen("all", {"HOME": str(tmp_path / "nobody"), "PATH": ""}, uninstall=True) == list(agents.AGENTS)
 
 
 def test_one_agents_bad_file_does_not_stop_the_others(tmp_path: Path, registration: Registration,
@@ -67,10 +70,39 @@ def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, re
     assert [outcome.error for outcome in outcomes] == [None] * len(agents.AGENTS)
     for path in (".config/opencode/plugin/engram.js", ".pi/agent/extensions/engram.ts"):
         assert "recall_hook/" in (home / path).read_text(), path
-    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json"):
+    for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json",
+                 ".copilot/hooks/engram.json", ".copilot/mcp-config.json", ".qwen/settings.json",
+                 ".config/opencode/opencode.json"):
         assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
     assert all(outcome.report is not None and outcome.report.changed
                for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))
     agents.uninstall(list(agents.AGENTS), env=env)
-    assert not any("recall_hook/" in (home / path).read_text()
-                   for path in (".claude/settings.json", ".gemini/settings.json"))
+    # Install created every file and folder here: uninstall leaves none of them (no `{}`, no backup), so a later
+    # `engram install` finds no agent that was never installed.
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+    assert [name for name, agent in agents.AGENTS.items() if agent.found({**env, "PATH": ""})] == []
+
+
+def test_engram_install_all_says_an_agents_error_once_and_writes_nothing_for_an_agent_not_here(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`engram install --agent all` where only Gemini is installed, its settings.json truncated: the error is
+    printed once (stderr), blamed on the JSON (not on comments), and nothing is created for Claude Code or Codex
+    (so a later install does not find them)."""
+    from processor import cli
+
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    truncated = '{\n  "ui": {"theme": "GitHub"},\n  "general": {'
+    (home / ".gemini" / "settings.json").write_text(truncated)
+    for name, value in {"HOME": str(home), "PATH": "", "CODEX_HOME": str(home / ".codex")}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["install", "--agent", "all"]) == 1
+    out, err = capsys.readouterr()
+    assert (out + err).count("invalid JSON at line 3") == 1 and "invalid JSON at line 3" in err, (out, err)
+    assert "comment" not in out + err
+    assert "Claude Code: not installed here" in out and "Codex: not installed here" in out, out
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == [".gemini", ".gemini/settings.json"]
+    assert (home / ".gemini" / "settings.json").read_text() == truncated
+    assert agents.found_agents() == ["gemini"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.install import gemini
+from processor.install import gemini, json_file
 from processor.install.registration import InstallError, Registration, hook_python
 
 PYTHON = hook_python()
@@ -44,7 +44,7 @@ def test_gemini_install_adds_hooks_and_server_and_uninstall_restores_exactly(
     assert "BeforeAgent" not in data["hooks"]
     assert data["mcpServers"]["engram"] == {"command": PYTHON, "args": ["-I", "-m", "mcp_tools.bridge"]}
     assert data["mcpServers"]["github"] == USER_GEMINI["mcpServers"]["github"]
-    assert "ghp_SECRET" not in report.describe() and "mcpServers" in report.describe()
+    assert "ghp_SECRET" not in report.describe() and '+    "engram": {' in report.describe()
     assert not gemini.install(registration, path=gemini_settings).changed
     gemini.uninstall(path=gemini_settings)
     assert gemini_settings.read_bytes() == original
@@ -60,12 +60,29 @@ def test_gemini_prompt_hook_is_before_agent(gemini_settings: Path, registration:
     assert "BeforeAgent" not in json.loads(gemini_settings.read_text())["hooks"]
 
 
-def test_gemini_settings_with_comments_are_left_untouched_with_the_fix(gemini_settings: Path,
-                                                                      registration: Registration) -> None:
-    gemini_settings.write_text('{\n  // my theme\n  "ui": {"theme": "GitHub"}\n}\n')
+def test_gemini_settings_with_comments_keep_them_and_come_back_byte_for_byte(gemini_settings: Path,
+                                                                           registration: Registration) -> None:
+    """The Gemini CLI reads settings.json with comments (strip-json-comments): so does install, which keeps them."""
+    text = ('{\n  // my theme (see https://example.com/themes)\n  "ui": {"theme": "GitHub"}, /* inline */\n'
+            '  "general": {"vimMode": true} // last\n}\n')
+    gemini_settings.write_text(text)
+    report = gemini.install(registration, path=gemini_settings)
+    installed = gemini_settings.read_text()
+    assert "// my theme (see https://example.com/themes)" in installed and "/* inline */" in installed
+    assert "// last" in installed and json_file.read_object(gemini_settings, comments=True)[0]["hooks"]
+    assert "line 4: a comma added at its end" in report.describe()
+    gemini.uninstall(path=gemini_settings)
+    assert gemini_settings.read_text() == text
+    assert list(gemini_settings.parent.glob("*.engram-backup-*")) == []
+
+
+def test_a_truncated_gemini_settings_file_is_not_blamed_on_comments(gemini_settings: Path,
+                                                                    registration: Registration) -> None:
+    gemini_settings.write_text('{\n  "mcpServers": {"docs": {"url": "https://example.com/mcp"}},\n  "ui": {')
     before = gemini_settings.read_bytes()
-    with pytest.raises(InstallError, match="reads settings.json with comments.*--agent gemini --print"):
+    with pytest.raises(InstallError) as raised:
         gemini.install(registration, path=gemini_settings)
+    assert "invalid JSON at line 3" in str(raised.value) and "comment" not in str(raised.value), raised.value
     assert gemini_settings.read_bytes() == before
 
 

@@ -74,3 +74,29 @@ def test_a_file_under_no_captured_root_is_read_by_the_agent_whose_layout_it_has(
     notes.write_text("not a transcript\n")
     with pytest.raises(NotATranscript, match=str(notes)):
         tailer.tail(notes)
+
+
+def test_backfill_and_status_cover_the_copilot_cli_and_qwen_code(tmp_path: Path) -> None:
+    """`engram backfill` reads every agent's folder the settings name; `engram status` counts each one's sessions,
+    and the viewer and recall name the agent by the same names."""
+    import json
+
+    from bench.testbed.copilot_sessions import CopilotSession
+    from bench.testbed.qwen_chats import QwenChat
+    from processor.config import AGENT_NAMES
+    from tests.conftest import run_engram
+
+    copilot = CopilotSession(tmp_path / "copilot-home", cwd="/tmp/shop-api")
+    copilot.prompt("Why does the Copilot build fail?")
+    copilot.answer("The bundle is stale.")
+    copilot.write()
+    qwen = QwenChat(tmp_path / "qwen-home", cwd="/tmp/shop-api")
+    qwen.prompt("Why does the Qwen build fail?")
+    qwen.answer("The lockfile is stale.")
+    qwen.write()
+    env = {"ENGRAM_HOME": str(tmp_path / "engram-home"), "ENGRAM_PROJECTS_DIR": str(tmp_path / "projects"),
+           "COPILOT_HOME": str(tmp_path / "copilot-home"), "QWEN_HOME": str(tmp_path / "qwen-home")}
+    run_engram("backfill", env=env)
+    status = json.loads(run_engram("status", "--json", env=env).stdout)
+    assert status["sessions_by_agent"] == {"copilot": 1, "qwen": 1}
+    assert (AGENT_NAMES["copilot"], AGENT_NAMES["qwen"]) == ("Copilot CLI", "Qwen Code")

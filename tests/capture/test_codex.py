@@ -22,7 +22,7 @@ def test_a_codex_session_is_captured_without_what_codex_or_engram_injected(
         conn: apsw.Connection, tailer: Tailer, codex_home: Path) -> None:
     rollout = codex_session(codex_home)
     ended: list[bool] = []
-    tailer.listeners.append(lambda session_id, lines, finished=False: ended.append(finished))
+    tailer.listeners.append(lambda session_id, lines, finished=False, settle=0.0: ended.append(finished))
     result = tailer.tail(rollout.write())
     assert result.session_id == rollout.session_id and result.agent == "codex"
     assert rows(conn, rollout.session_id) == [
@@ -172,3 +172,17 @@ def test_one_codex_response_is_one_message_even_across_two_tails(conn: apsw.Conn
     # A processor that starts afresh reads on from the committed offset with a reader of its own: nothing doubles.
     fresh = Tailer(conn, formats=tailer.formats)
     assert fresh.tail(rollout.path).captured == []
+
+
+def test_codex_plan_updates_are_the_todo_list_as_claude_codes() -> None:
+    from processor.capture.captured import tool_target
+    from processor.capture.codex import codex_tool_calls
+
+    plan = {"plan": [{"step": "Add the ledger table", "status": "completed"},
+                     {"step": "Wire  the\nimport", "status": "in_progress"}, {"step": "  "}, {"status": "pending"}]}
+    [(tool, tool_input)] = codex_tool_calls({"type": "function_call", "name": "update_plan",
+                                             "arguments": json.dumps(plan)})
+    assert tool == "TodoWrite"
+    assert tool_input == {"todos": [{"content": "Add the ledger table", "status": "completed"},
+                                    {"content": "Wire  the\nimport", "status": "in_progress"}]}
+    assert tool_target(tool_input) == "completed: Add the ledger table\nin_progress: Wire the import"

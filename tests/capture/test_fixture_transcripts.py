@@ -106,9 +106,9 @@ def test_status_calls_a_session_active_by_its_last_message_not_its_capture(tmp_p
     now = int(time.time() * 1000)
     with write_transaction(conn):
         for sid, last in (("old-session", now - 30 * 24 * 3600 * 1000), ("new-session", now - 60_000)):
-            upsert_session(conn, session_id=sid, transcript_path=str(tmp_path / f"{sid}.jsonl"), project_root=None,
-                           inode=1, byte_offset=0, last_line_hash=None, last_line_len=0, last_activity=last,
-                           now_ms=now, agent="claude")  # both captured just now
+            upsert_session(conn, session_id=sid, transcript_path=str(tmp_path / f"{sid}.jsonl"), project=None,
+                           checkout=None, inode=1, byte_offset=0, last_line_hash=None, last_line_len=0,
+                           last_activity=last, now_ms=now, agent="claude")  # both captured just now
     conn.close()
     assert [s["session_id"] for s in collect_status(settings)["active_sessions"]] == ["new-session"]
 

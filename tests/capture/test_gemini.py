@@ -44,8 +44,37 @@ def test_a_gemini_session_is_captured_without_injected_context(conn: apsw.Connec
     [(tool, target, failed, error)] = calls(conn, chat.session_id)
     assert (tool, target, failed) == ("Bash", "npm run build", 1)
     assert "TS2304" in error and "Exit Code: 2" in error and "AFTER-TOOL" not in error
+    # As the command printed it: not under Gemini's "Output:" label, nor with its process group's id.
+    assert error.startswith("error TS2304") and "PGID" not in error, error
     assert conn.execute("SELECT agent, project FROM sessions WHERE session_id = ?",
                         (chat.session_id,)).fetchone() == ("gemini", "/tmp/shop-api")
+
+
+def test_a_gemini_turn_ends_at_the_answer_that_asked_for_no_tool_call(tailer: Tailer, gemini_dir: Path) -> None:
+    """Gemini writes no end-of-turn record: the answer with text and no tool call ends the turn, to count once it
+    settled; the message written before its tool calls ran, and its copy with them, go on with the turn."""
+    chat, first = gemini_session(gemini_dir)
+    heard: list[tuple[bool, float]] = []
+    tailer.listeners.append(lambda session_id, lines, finished=False, settle=0.0: heard.append((finished, settle)))
+    path = chat.write(upto=4)  # header, checkpoint, prompt and its $set
+    tailer.tail(path)
+    assert heard == [(False, 0.0)]
+    # "Let me run it." before its shell command ran: it may be the answer; only settling tells.
+    path.write_text("".join(chat.lines[:6]))
+    tailer.tail(path)
+    assert heard[-1] == (True, 2.0)
+    # Its copy with the tool call and its result: the turn goes on.
+    path.write_text("".join(chat.lines[:9]))
+    tailer.tail(path)
+    assert heard[-1] == (False, 0.0)
+    # The final answer; its $set line after it changes nothing.
+    path.write_text("".join(chat.lines))
+    tailer.tail(path)
+    assert heard[-1] == (True, 2.0)
+    assert len(heard) == 4
+    # Kept with the lines: a processor killed before it built the round builds it when it starts again.
+    assert tailer.conn.execute("SELECT turn_ended FROM sessions WHERE session_id = ?",
+                               (chat.session_id,)).fetchone() == (1,)
 
 
 def test_the_same_message_appended_three_times_is_one_row_and_the_last_copy_wins(
@@ -155,3 +184,15 @@ def test_a_gemini_session_run_in_engrams_own_work_dir_is_not_captured(conn: apsw
     result = tailer.tail(own.write())
     assert result.captured == [] and result.skipped == "a session Engram's own LLM jobs ran"
     assert conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+def test_gemini_write_todos_is_the_todo_list_as_claude_codes() -> None:
+    from processor.capture.captured import tool_target
+    from processor.capture.gemini import gemini_tool
+
+    tool, tool_input = gemini_tool("write_todos", {"todos": [
+        {"description": "Fix the flaky import test", "status": "in_progress"},
+        {"description": "Update docs", "status": "someday"}, "not a todo"]})
+    assert tool == "TodoWrite"
+    assert tool_target(tool_input) == "in_progress: Fix the flaky import test\npending: Update docs"
+    assert gemini_tool("write_todos", None) == ("TodoWrite", {"todos": []})

@@ -73,7 +73,7 @@ def test_an_opencode_session_is_captured_without_injected_context(conn: apsw.Con
                                                                   store: OpencodeStore) -> None:
     session = build_session(store)
     captured: list[tuple[str, bool]] = []
-    tailer.listeners.append(lambda sid, lines, finished=False: captured.append((sid, finished)))
+    tailer.listeners.append(lambda sid, lines, finished=False, settle=0.0: captured.append((sid, finished)))
     result = tailer.tail(store.path)
     assert result.agent == "opencode" and result.lines == session.seq + 1
     assert rows(conn, session.id) == [

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,17 +75,20 @@ def snapshot(*paths: Path) -> dict[str, bytes | None]:
     return {str(p): (p.read_bytes() if p.exists() else None) for p in paths}
 
 
+# Engram's fence as each agent's model reads it: Gemini's has no angle brackets (Gemini HTML-escapes them).
+FENCED = (r"(?:<engram-recollection>|\[engram-recollection\])\n({body})\n"
+          r"(?:</engram-recollection>|\[/engram-recollection\])")
+
+
 def call_context(text: str) -> str:
     """The block Engram told about a tool call (its fence's body), "" when there is none."""
-    found = re.search(r"<engram-recollection>\n((?:Before|About) this call on .*?)\n</engram-recollection>", text,
-                      re.DOTALL)
+    found = re.search(FENCED.format(body=r"(?:Before|About) this call on .*?"), text, re.DOTALL)
     return found.group(1) if found else ""
 
 
 def failure_context(text: str) -> str:
     """The last block Engram told right after a failed call (its fence's body), "" when there is none."""
-    found = re.findall(r"<engram-recollection>\n(This failed the same way .*?)\n</engram-recollection>", text,
-                       re.DOTALL)
+    found = re.findall(FENCED.format(body=r"This failed the same way .*?"), text, re.DOTALL)
     return found[-1] if found else ""
 
 
@@ -259,18 +263,20 @@ def gemini_uuid(path: Path, record: dict[str, Any]) -> str | None:
 
 @pytest.mark.skipif(CLAUDE is None, reason=NO_CLAUDE)
 def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
-    gemini = npm_cli(GEMINI)
-    if gemini is None:
-        pytest.skip(skip_reason(GEMINI))
-    with AgentWorld(tmp_path, claude=CLAUDE, gemini=gemini) as world:
-        # Gemini's chats mark no end of turn: its last round is made an episode by the idle sweep, made quick here.
-        world.engram_env.update({"ENGRAM_IDLE_MINUTES": "0.05", "ENGRAM_RESCAN_SECONDS": "1"})
+    """With Engram's default settings: Gemini's chats mark no end of turn, and its session's lesson is still
+    told in a Codex session started 30 s after it ended."""
+    gemini, codex = npm_cli(GEMINI), npm_cli(CODEX)
+    if gemini is None or codex is None:
+        pytest.skip(skip_reason(GEMINI if gemini is None else CODEX))
+    with AgentWorld(tmp_path, claude=CLAUDE, gemini=gemini, codex=codex) as world:
         repository(world)
         world.configure_gemini()
+        world.configure_codex()
         settings = world.gemini_dir / "settings.json"
         before_install = snapshot(settings)
         world.install("gemini")
         world.install("claude")
+        world.install("codex")
         ids = seed_memories(world)
 
         # ---- Claude Code session A learns a lesson first (the reverse direction comes second)
@@ -294,6 +300,7 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
                 GeminiTurn.call("mcp_engram_memory_recall", {"query": "esbuild bundle dist"}),
                 GeminiTurn.text("Staged: dist/app.js is force-added."),
             ])
+        gemini_ended = time.monotonic()
         requests = world.gemini_api.conversation
         first = requests[0]
         # The digest reaches the first request (SessionStart's context, prepended to the prompt).
@@ -303,8 +310,13 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         result = requests[1].responses()["run_shell_command"]
         assert BITES_HEADER in result and f"(id: {ids['fact']})" in result, result
         assert "Exit Code: 2" in result  # the failure was real: what fixed it in session A comes with it
-        output = json.loads(result)["output"].replace("&lt;", "<").replace("&gt;", ">")  # Gemini escapes its tags
+        # Gemini HTML-escapes a hook's context: Engram's fence for it has no angle brackets, and arrives as sent.
+        output = json.loads(result)["output"]
+        assert "[engram-recollection]" in output and "&lt;" not in output, output
         assert f"(id: {lesson_claude})" in failure_context(output), result
+        told_fix = failure_context(output)
+        assert told_fix.lower().count("what fixed it") == 1 and "Output:" not in told_fix, told_fix
+        assert all("engram-recollection&gt;" not in r.all_text() for r in requests)
         assert {"mcp_engram_memory_recall", "mcp_engram_memory_expand"} <= set(requests[-1].tool_names)
         assert ids["fact"] in hit_ids(requests[-1].responses()["mcp_engram_memory_recall"])
 
@@ -321,8 +333,20 @@ def test_gemini_cli_and_claude_code_share_one_memory(tmp_path: Path) -> None:
         print(f"Gemini line → database: p90 {p90(latencies):.3f} s over {len(latencies)} lines")
         assert len(latencies) >= 4 and p90(latencies) <= LINE_P90_SECONDS, latencies
 
-        # Gemini marks no end of turn: the round becomes an episode at the idle sweep (ENGRAM_IDLE_MINUTES here).
-        lesson_gemini = world.lesson("git-ignored", timeout=90)
+        # Gemini marks no end of turn: its answer that asked for no tool call ended it, seconds ago.
+        lesson_gemini = world.lesson("git-ignored", timeout=30)
+
+        # ---- Codex session D, started 30 s after the Gemini session ended: told the Gemini lesson
+        time.sleep(max(0.0, 30 - (time.monotonic() - gemini_ended)))
+        before_d = len(world.responses.requests)
+        prompt_d = "Stage the bundle for the release"
+        world.codex_run(prompt_d, [
+            after_recollection(world, "codex", prompt_d, CodexTurn.call("exec_command",
+                                                                     {"cmd": "git add dist/app.js"})),
+            CodexTurn.text("It is ignored; I will leave it."),
+        ])
+        told_d = developer_texts(world.responses.requests[before_d + 1])
+        assert f"(id: {lesson_gemini})" in told_d, told_d[-3000:]
 
         # ---- Claude Code session C: told the lesson the Gemini session learned
         before = len(world.server.conversation)

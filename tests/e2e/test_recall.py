@@ -262,3 +262,24 @@ def test_the_freshness_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     for figures in (result["freshness"], result["baseline"]):
         assert 0 < figures["p50_ms"] <= figures["p95_ms"]
     assert result["freshness"]["p95_vs_baseline"] > 0 and result["session_start"]["best_ms"] > 0
+
+
+def test_the_turn_freshness_benchmark_learns_a_gemini_turn_within_seconds(tmp_path: Path) -> None:
+    """bench/freshness.py --turns: a Gemini turn's memories within the goal, where the baseline (house-kit's code,
+    run in the same run) learned them only at the idle sweep."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env["TMPDIR"] = str(tmp_path)
+    # The integration branch of issue 34 where it is known (a clone of main alone has only this code to compare).
+    before = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "house-kit"],
+                            capture_output=True).returncode == 0
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "freshness.py"), "--turns", "2", "--agents", "gemini",
+                           "--baseline-ref", "house-kit" if before else "HEAD",
+                           "--models-dir", os.environ["ENGRAM_MODELS_DIR"], "--json"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    row = report["agents"]["gemini"]
+    assert report["benchmark"] == "turn_freshness" and report["goal_met"], report
+    assert row["engram"]["missed"] == 0 and row["engram"]["p90_s"] <= report["goal_p90_s"]
+    if before:
+        assert row["baseline"]["missed"] == 2 and row["baseline"]["p90_s"] is None

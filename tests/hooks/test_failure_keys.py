@@ -28,6 +28,13 @@ NPM_ENOENT = ("npm ERR! code ENOENT\nnpm ERR! syscall open\nnpm ERR! path /home/
               "npm ERR! enoent This is related to npm not being able to find a file.")
 TRACEBACK = ('Traceback (most recent call last):\n  File "/home/u/shop/app.py", line 3, in <module>\n'
              "    import requests\nModuleNotFoundError: No module named 'requests'")
+KEY_ERROR = ('Exit code 1\nloading settings\nTraceback (most recent call last):\n  File "/srv/app/main.py", line 9, in '
+             '<module>\n    port = config["port"]\n           ~~~~~~^^^^^^^^\n'
+             '  File "/srv/app/config.py", line 4, in load\n    raise ValueError("invalid config")\nKeyError: \'port\'')
+CHAINED = ('Traceback (most recent call last):\n  File "a.py", line 2, in <module>\n    open("x.toml")\n'
+           "FileNotFoundError: [Errno 2] No such file or directory: 'x.toml'\n\nDuring handling of the above "
+           'exception, another exception occurred:\n\nTraceback (most recent call last):\n  File "a.py", line 4, in '
+           "<module>\n    raise SystemExit(1)\nRuntimeError: config cannot be loaded")
 DENIED = "Exit code 126\n/bin/bash: line 1: ./deploy.sh: Permission denied"
 PRE_COMMIT = ("Exit code 1\ntrim trailing whitespace.................................................Passed\n"
               "fix end of files.........................................................Failed\n"
@@ -48,6 +55,11 @@ GERMAN = "Fehler: Die Datei /srv/app/config.yml konnte nicht gelesen werden, Zug
                  id="npm: the line that says what is missing"),
     pytest.param(TRACEBACK, ["modulenotfounderror no module named requests"],
                  id="a Python traceback: its last line, not the frames"),
+    pytest.param(KEY_ERROR, ["keyerror port"],
+                 id="a traceback: its exception line first, even of two words; the frames' source never"),
+    pytest.param(CHAINED, ["runtimeerror config cannot be loaded",
+                           "filenotfounderror errno <n> no such file or directory <file>"],
+                 id="chained tracebacks: the last exception first, then the one it was handling"),
     pytest.param(DENIED, ["<path> line <n> <path> permission denied"], id="permission denied"),
     pytest.param(PRE_COMMIT, ["fix end of files failed", "files were modified by this hook"],
                  id="a pre-commit hook: the failed hook's status line and what it did, not the passed ones"),

@@ -1,6 +1,7 @@
-"""The SessionStart hook: a token-budgeted digest of global preferences, the project's important and
-recent memories and pending reviews; indexed queries that stay fast at 100k episodes; and nothing at
-all (exit 0, empty stdout, no traceback) when the database is missing, locked or the input is bad.
+"""The SessionStart hook: a token-budgeted digest of where the project's last session stopped, the project's
+rules and decisions in the user's words, the user's preferences and pending reviews; indexed queries that stay
+fast at 100k episodes; and nothing at all (exit 0, empty stdout, no traceback) when the database is missing,
+locked or the input is bad.
 Every run is the real hook process as registered (`python -I -S -c LAUNCHER .../session_start.py`: no
 site-packages, so nothing but the stdlib and Engram's own folder) with Claude Code's stdin. It also
 names what it injected in a `systemMessage` for the user and records the ids it showed for the bites."""
@@ -23,9 +24,13 @@ from processor.config import Settings, load_settings
 from processor.hook_kit.hook_io import FENCE_CLOSE, FENCE_OPEN
 from processor.memory.verbatim import estimate_tokens
 from processor.recall.digest import Digest, Memory, Pending, render
+from processor.redaction import redacted
 from processor.store import cold as cold_sql
 from processor.store import digest as digest_sql
 from processor.store import open_store, write_transaction
+from processor.store import origins as origins_sql
+from processor.store import sessions as sessions_sql
+from processor.store import tool_calls as tool_calls_sql
 from processor.store.episodes import NewEpisode, insert_episode
 from recall_hook import session_start
 from recall_hook.prompt_submit import digest_ids
@@ -63,13 +68,25 @@ def run_hook(home: Path, stdin: bytes, timeout: float = 60, argv: list[str] = HO
 
 def episode(conn: apsw.Connection, eid: str, summary: str, *, project: str | None, scope: str = "project",
             importance: str = "normal", created_at: int, status: str = "active", session_id: str | None = None,
-            kind: str = "other", source_type: str = "manual") -> None:
+            kind: str = "other", source_type: str = "manual", miner: str | None = None) -> None:
     insert_episode(conn, NewEpisode(
         id=eid, session_id=session_id, project=project, scope=scope, summary=summary, entities=[],
         importance=importance, kind=kind, source_type=source_type, full_content=summary, source_uuids=[],
         content_hash=eid, created_at=created_at), None)
+    if miner is not None:
+        origins_sql.set_origin(conn, eid, miner)
     if status != "active":
         conn.execute("UPDATE episodes SET status = ? WHERE id = ?", (status, eid))
+
+
+def stopped_session(conn: apsw.Connection, session_id: str, project: str, at: int, todos: str | None) -> None:
+    """An earlier session of the project, last active at `at`, whose last todo list was `todos`."""
+    sessions_sql.upsert_session(conn, session_id=session_id, transcript_path=f"/t/{session_id}.jsonl",
+                                project_root=project, inode=0, byte_offset=0, last_line_hash=None, last_line_len=0,
+                                last_activity=at, now_ms=at, agent="claude")
+    if todos is not None:
+        tool_calls_sql.add_calls(conn, session_id, f"use-{session_id[:8]}", at,
+                                 [(f"toolu_{session_id[:8]}", "TodoWrite", redacted(todos))])
 
 
 @pytest.fixture
@@ -98,9 +115,12 @@ def seeded(engram_home: Path, repo: Path) -> Path:
         episode(conn, "ep_proj_db", "shop-api uses PostgreSQL 16; migrations live in db/migrate", project=str(repo),
                 importance="high", created_at=now - 90 * 24 * HOUR_MS)
         episode(conn, "ep_proj_recent", "Fixed the flaky checkout test by freezing time", project=str(repo),
-                created_at=now - 3 * HOUR_MS)
-        episode(conn, "ep_proj_old", "Renamed the cart module three weeks ago", project=str(repo),
+                created_at=now - 3 * HOUR_MS, kind="bugfix", source_type="auto", miner="lesson")
+        episode(conn, "ep_proj_old", "Decision: the cart module is called basket from now on", project=str(repo),
+                kind="decision", importance="high", source_type="auto", miner="decision",
                 created_at=now - 21 * 24 * HOUR_MS)
+        episode(conn, "ep_proj_commit", "Committed 1a2b3c4: Use Stripe instead of PayPal", project=str(repo),
+                kind="decision", source_type="auto", miner="signal", created_at=now - 2 * HOUR_MS)
         episode(conn, "ep_proj_stale", "The API used to run on port 8000", project=str(repo), importance="high",
                 created_at=now - HOUR_MS, status="stale")
         episode(conn, "ep_proj_forgotten", "[forgotten]", project=str(repo), created_at=now - HOUR_MS,
@@ -108,6 +128,12 @@ def seeded(engram_home: Path, repo: Path) -> Path:
         episode(conn, "ep_other_high", "other-project deploys with Fly.io", project=other, importance="high",
                 created_at=now - HOUR_MS)
         episode(conn, "ep_other_recent", "other-project: bumped React", project=other, created_at=now - HOUR_MS)
+        # The project's last session stopped with its todo list half done; an older one, and another project's.
+        stopped_session(conn, "sess-last", str(repo), now - 5 * HOUR_MS,
+                        "completed: Add the basket endpoint\nin_progress: Write the basket tests\n"
+                        "pending: Update the API docs")
+        stopped_session(conn, "sess-older", str(repo), now - 10 * 24 * HOUR_MS, "pending: Long ago")
+        stopped_session(conn, "sess-other", other, now - HOUR_MS, "pending: Other project's work")
     conn.close()
     return engram_home
 
@@ -122,7 +148,8 @@ def context_of(proc: subprocess.CompletedProcess[bytes]) -> str:
     return out["hookSpecificOutput"]["additionalContext"]
 
 
-def test_digest_holds_preferences_project_memories_and_pending_reviews(seeded: Path, repo: Path) -> None:
+def test_digest_holds_where_the_last_session_stopped_the_users_rules_and_pending_reviews(seeded: Path,
+                                                                                           repo: Path) -> None:
     settings = load_settings()
     write_remember_file(settings.queue_dir, RememberRequest("remember: staging is eu-west-1"))
     (settings.queue_dir / "rejected").mkdir()
@@ -139,52 +166,58 @@ def test_digest_holds_preferences_project_memories_and_pending_reviews(seeded: P
     assert context.count(FENCE_OPEN) == 1 and "memory_expand(id)" in context
     lines = context.splitlines()
 
-    prefs = lines.index("Preferences and conventions (all projects):")
-    important = lines.index("Lessons and rules of this project (shop-api):")
-    recent = lines.index("This project, last 48 hours:")
-    assert prefs < important < recent
-    # Newest first within a section; ids are shown so memory_expand can be called.
+    stopped = lines.index("Where this project's last session stopped:")
+    rules = lines.index("Rules and decisions of this project (shop-api), in the user's words:")
+    prefs = lines.index("Preferences (all projects):")
+    assert stopped < rules < prefs
+    # Its open items, in progress first; what it finished is left out; its id shows the message that wrote them.
+    assert lines[stopped + 1].endswith("Its todo list was left with in progress: Write the basket tests; pending: "
+                                       "Update the API docs (id: msg_use-sess-las)"), lines[stopped + 1]
+    # The user's rules and decisions, newest first; what a session found or did (a lesson, a commit) never.
+    assert lines[rules + 1].endswith("(id: ep_proj_old)") and lines[rules + 2].endswith("(id: ep_proj_db)")
     assert "(id: ep_pref_commits)" in lines[prefs + 1] and "(id: ep_pref_tabs)" in lines[prefs + 2]
-    assert lines[important + 1].endswith("(id: ep_proj_db)") and ", high] shop-api uses PostgreSQL" in context
-    assert lines[recent + 1].endswith("(id: ep_proj_recent)")
-    for left_out in ("ep_global_normal", "ep_proj_old", "ep_proj_stale", "ep_proj_forgotten", "ep_other_high",
-                     "ep_other_recent"):
+    for left_out in ("ep_global_normal", "ep_proj_recent", "ep_proj_commit", "ep_proj_stale", "ep_proj_forgotten",
+                     "ep_other_high", "ep_other_recent", "Long ago", "Other project's work", "Add the basket"):
         assert left_out not in context
     assert "Pending reviews: 3 — 2 open review(s)" in context and "1 rejected memory request(s)" in context
     assert "not stored yet" not in context  # a remember request waiting in the queue is not a review
     assert estimate_tokens(context) <= Settings.session_start_token_budget.default
 
 
-def test_a_memory_in_two_sections_is_shown_once(seeded: Path, repo: Path) -> None:
+def test_the_last_session_is_another_one_recent_and_with_work_left(seeded: Path, repo: Path) -> None:
     conn = open_store(load_settings().db_path)
-    with write_transaction(conn):  # important *and* recent
-        episode(conn, "ep_both", "Decided to drop Python 3.10 support", project=str(repo), importance="high",
-                created_at=now_ms() - HOUR_MS)
+    with write_transaction(conn):  # this very session (resumed) never counts as the last one
+        stopped_session(conn, SESSION, str(repo), now_ms(), "pending: This session's own work")
     conn.close()
     context = context_of(run_hook(seeded, start_event(repo)))
-    assert context.count("(id: ep_both)") == 1
-    assert context.index("(id: ep_both)") < context.index("This project, last 48 hours:")
+    assert "Write the basket tests" in context and "This session's own work" not in context
+    conn = open_store(load_settings().db_path)
+    with write_transaction(conn):  # a newer session of the project finished all it listed: nothing left open
+        stopped_session(conn, "sess-newest", str(repo), now_ms() - HOUR_MS, "completed: Write the basket tests")
+    conn.close()
+    assert "last session stopped" not in context_of(run_hook(seeded, start_event(repo)))
 
 
-def test_lessons_and_rules_come_first_and_rounds_of_conversation_never(seeded: Path, repo: Path) -> None:
+def test_what_a_session_found_or_did_is_told_at_its_call_never_in_the_digest(seeded: Path, repo: Path) -> None:
     conn = open_store(load_settings().db_path)
     now = now_ms()
     with write_transaction(conn):
         episode(conn, "ep_gotcha", "The `dist/` folder is git-ignored, so a built file must be added with -f",
-                project=str(repo), kind="gotcha", source_type="auto", created_at=now - 30 * 24 * HOUR_MS)
+                project=str(repo), kind="gotcha", source_type="auto", miner="lesson", created_at=now - HOUR_MS)
         episode(conn, "ep_routine", "Close-out routine in this project: `make test` → `git commit`",
-                project=str(repo), kind="convention", importance="high", source_type="auto",
+                project=str(repo), kind="convention", importance="high", source_type="auto", miner="routine",
                 created_at=now - 10 * 24 * HOUR_MS)
+        episode(conn, "ep_rule", "Always run `make lint` before pushing", project=str(repo), kind="convention",
+                importance="high", source_type="auto", miner="standing", created_at=now - 20 * 24 * HOUR_MS)
         episode(conn, "ep_round", "Now let me run the tests to make sure everything works", project=str(repo),
                 source_type="verbatim", created_at=now - HOUR_MS)
         episode(conn, "ep_prompt", "Work on bead shop-12. Run bd show shop-12", project=str(repo),
                 source_type="verbatim", created_at=now - 2 * HOUR_MS)
     conn.close()
-    lines = context_of(run_hook(seeded, start_event(repo))).splitlines()
-    section = lines.index("Lessons and rules of this project (shop-api):")
-    assert [line.rsplit("(id: ", 1)[1] for line in lines[section + 1:section + 4]] == [
-        "ep_routine)", "ep_gotcha)", "ep_proj_db)"]  # gotchas and conventions, newest first, then the rest
-    assert not any("ep_round" in line or "ep_prompt" in line for line in lines)
+    context = context_of(run_hook(seeded, start_event(repo)))
+    assert "(id: ep_rule)" in context
+    for left_out in ("ep_gotcha", "ep_routine", "ep_round", "ep_prompt"):
+        assert left_out not in context
 
 
 def test_outside_any_project_only_global_memories_are_shown(seeded: Path, tmp_path: Path) -> None:
@@ -201,7 +234,9 @@ def test_nothing_to_say_prints_nothing(engram_home: Path, repo: Path) -> None:
 def _digest(n: int, chars: int) -> Digest:
     now = now_ms()
     memories = [Memory(f"ep_{i:04d}", f"memory {i} " + "x" * chars, now - i, "high") for i in range(n)]
-    return Digest(memories[: n // 3], memories[n // 3: 2 * n // 3], memories[2 * n // 3:], Pending(1, 2), "/p/app")
+    todos = "\n".join(f"pending: step {i} " + "y" * 40 for i in range(9))
+    return Digest(digest_sql.Stopped("s-last", now - HOUR_MS, todos, "use-1"), memories[: n // 2],
+                  memories[n // 2:], Pending(1, 2), "/p/app")
 
 
 @pytest.mark.parametrize("budget", [120, 300, 800, 1500, 4000])
@@ -210,11 +245,11 @@ def test_the_digest_never_exceeds_its_token_budget(budget: int, tmp_path: Path) 
     assert text is not None
     assert estimate_tokens(text) <= budget
     lines = text.splitlines()
-    assert all(line.startswith(("- [", FENCE_OPEN, FENCE_CLOSE, "Engram", "Preferences", "Lessons", "This",
+    assert all(line.startswith(("- [", FENCE_OPEN, FENCE_CLOSE, "Engram", "Preferences", "Rules", "Where",
                                 "Pending")) for line in lines)  # whole lines only, never a cut
-    if budget >= 800:  # every section gets its share: the first cannot crowd out the others
-        assert {"Preferences and conventions (all projects):", "Lessons and rules of this project (app):",
-                "This project, last 48 hours:"} <= set(lines)
+    if budget >= 800:  # every section gets its share: the rules cannot crowd out the preferences
+        assert {"Where this project's last session stopped:", "Preferences (all projects):",
+                "Rules and decisions of this project (app), in the user's words:"} <= set(lines)
 
 
 def test_a_budget_too_small_for_the_header_gives_nothing(tmp_path: Path) -> None:
@@ -340,7 +375,8 @@ def test_the_hook_imports_neither_apsw_nor_the_processor_config(seeded: Path, re
     loaded = proc.stderr.decode().strip().splitlines()[-1]
     assert loaded == "['processor', 'processor.hook_kit', 'processor.hook_kit.hook_io', " \
                      "'processor.hook_kit.project', 'processor.recall', " \
-                     "'processor.recall.digest', 'processor.store', 'processor.store.digest', 'processor.tokens']", \
+                     "'processor.recall.digest', 'processor.store', 'processor.store.digest', " \
+                     "'processor.store.projects', 'processor.tokens']", \
         loaded
 
 
@@ -370,12 +406,14 @@ def test_digest_queries_read_indexes_not_the_table(big_home: tuple[Path, str]) -
     conn = apsw.Connection(str(home / "engram.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         for sql, params in ((digest_sql.GLOBAL_SQL, (20,)),
-                            (digest_sql.PROJECT_RULES_SQL, (project, 20)),
-                            (digest_sql.PROJECT_LESSONS_SQL, (project, 20)),
-                            (digest_sql.PROJECT_RECENT_SQL, (project, now_ms() - 48 * HOUR_MS, 20))):
+                            (digest_sql.PROJECT_RULES_SQL, (project, 20))):
             plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert plan.startswith("SEARCH episodes USING INDEX idx_episodes_active_"), plan
-            assert "TEMP B-TREE" not in plan and "SCAN" not in plan, plan  # rows come out in LIMIT order
+            assert "TEMP B-TREE FOR ORDER BY" not in plan and "SCAN episodes" not in plan, plan  # in LIMIT order
+        for sql, params in ((digest_sql.LAST_SESSION_SQL, (project, "s", now_ms() - 72 * HOUR_MS)),
+                            (digest_sql.LAST_TODOS_SQL, ("s",))):
+            plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+            assert plan.startswith("SEARCH"), plan
     finally:
         conn.close()
 
@@ -388,7 +426,7 @@ def test_digest_at_100k_episodes_is_fast(big_home: tuple[Path, str]) -> None:
         proc = run_hook(home, start_event(project))
         timings.append(time.monotonic() - started)
         context = context_of(proc)
-    assert "Lessons and rules of this project (project7):" in context and "This project, last 48 hours:" in context
+    assert "Rules and decisions of this project (project7), in the user's words:" in context
     assert estimate_tokens(context) <= Settings.session_start_token_budget.default
     # The goal is < 1 s for the whole process; on a busy shared 2-core runner allow head-room.
     print(f"SessionStart hook at 100k episodes: best {min(timings) * 1000:.0f} ms of {len(timings)} runs")

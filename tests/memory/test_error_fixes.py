@@ -150,12 +150,13 @@ def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(en
     write_conversations(projects_dir, c)
     store = process()
     assert len(fixes(store)) == 2
-    # Neither the hook's status column of dots nor the commit's message is kept: they pushed the fix out of the bite.
-    assert any(summary.startswith('`git commit -m "…"` failed: trim trailing whitespace ... Failed What fixed it: '
-                                  '`git add README.md`, then `git commit -m "…"` again')
-               for _, _, summary, _ in fixes(store)), fixes(store)
+    # A commit hook's refusal teaches the step that avoids it (what the hook runs), never the retry that got past it.
+    lesson = ("Before `git commit` here, run `pre-commit run --all-files` and stage what it changes: its pre-commit "
+              "hook's `trailing-whitespace` rewrite files and stop the commit.")
+    assert any(summary.startswith(lesson) for _, _, summary, _ in fixes(store)), fixes(store)
     hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
-    assert "`git add README.md`, then `git commit" in hook and "git config" not in hook, hook
+    assert "what fixed it: run `pre-commit run --all-files` before committing" in hook, hook
+    assert "git add README.md" not in hook and "git config" not in hook, hook
     identity = told(failed(engram_home, S2, 'git commit -m "X"', who))
     assert "git config user.email" in identity and "git add" not in identity
 

@@ -91,7 +91,7 @@ def test_a_superseded_decision_is_never_injected_and_never_outranks_its_successo
     assert path is not None
     assert old not in path.read_text()
     found = digest.collect(store.conn, tmp_path / "queue", PROJECT, after.created_at + 3_600_000)
-    shown = [m.id for section in (found.global_high, found.project_high, found.project_recent) for m in section]
+    shown = [m.id for section in (found.global_high, found.project_rules) for m in section]
     assert old not in shown
 
 
@@ -240,7 +240,7 @@ def test_a_stated_preference_becomes_a_high_importance_memory_in_the_digest(
     assert rows[2][4] == PROJECT
     found = digest.collect(store.conn, tmp_path / "queue", PROJECT, 1_800_000_000_000)
     assert {m.id for m in found.global_high} >= {rows[0][0], rows[1][0]}
-    assert rows[2][0] in {m.id for m in found.project_high}
+    assert rows[2][0] in {m.id for m in found.project_rules}
     text = digest.render(found, 1500, tmp_path / "queue")
     assert "always run the linter before you commit" in text
     # It ranks for an analogous task in another project.

@@ -131,3 +131,69 @@ def test_a_request_before_the_store_is_open_waits_for_it_and_one_after_stop_fail
     with pytest.raises(EmbedderError, match="not running"):
         memory.main_store()
     assert time.monotonic() - started < 1
+
+
+def _episodes_when_built(settings, memory: MemoryThread, expected: int, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        count = query(settings, "SELECT count(*) FROM episodes")[0][0]
+        if count >= expected:
+            return count
+        time.sleep(0.05)
+    return query(settings, "SELECT count(*) FROM episodes")[0][0]
+
+
+def test_a_settling_turn_end_counts_once_it_stood_and_not_when_the_session_went_on(engram_home: Path) -> None:
+    """A Gemini answer that asked for no tool call ends its turn once `settle` seconds passed with nothing newer:
+    the complete rounds are built at once, the last one when the end settled; a newer line in the meantime (the
+    message written again with its tool calls) means the turn went on, and its last round waits."""
+    settings = make_settings()
+    memory = MemoryThread(settings)
+    memory.start()
+    try:
+        # The start's own requests (a sweep at least) done first: they would coalesce with these.
+        deadline = time.monotonic() + 60
+        while (not memory.pending.peak or memory.backlog or memory.busy_with) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        now = int(time.time() * 1000)
+        add_messages(settings, "settles", conversation(3), activity_ms=now)
+        add_messages(settings, "goes-on", conversation(3, topic="the deploy"), activity_ms=now)
+        memory.submit(BuildEpisodes("settles", final=True, settle=1.5))
+        memory.submit(BuildEpisodes("goes-on", final=True, settle=1.5))
+        assert _episodes_when_built(settings, memory, 4) == 4  # two complete rounds each, at once
+        started = time.monotonic()
+        memory.submit(BuildEpisodes("goes-on"))  # its turn went on before the end settled
+        assert _episodes_when_built(settings, memory, 5) == 5
+        waited = time.monotonic() - started
+        time.sleep(2.0)
+        rows = query(settings, "SELECT session_id, count(*) FROM episodes GROUP BY session_id ORDER BY 1")
+    finally:
+        memory.stop()
+    assert rows == [("goes-on", 2), ("settles", 3)]
+    assert waited < 10
+
+
+def test_a_turn_that_ended_before_a_crash_has_its_last_round_built_at_start(engram_home: Path) -> None:
+    """The request to build a finished turn's last round lives in memory: a processor killed before it ran builds
+    that round when it starts again (the tailer kept that the turn ended with the lines), not at the idle sweep."""
+    from processor.store import open_store, sessions, write_transaction
+
+    settings = make_settings()
+    now = int(time.time() * 1000)
+    add_messages(settings, "ended", conversation(3), activity_ms=now)
+    add_messages(settings, "going-on", conversation(3, topic="the deploy"), activity_ms=now)
+    conn = open_store(settings.db_path)
+    with write_transaction(conn):
+        sessions.set_turn_ended(conn, "ended", True)
+    conn.close()
+    memory = MemoryThread(settings)
+    memory.start()
+    try:
+        deadline = time.monotonic() + 60
+        while query(settings, "SELECT count(*) FROM episodes")[0][0] < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        rows = query(settings, "SELECT session_id, count(*) FROM episodes GROUP BY session_id ORDER BY 1")
+    finally:
+        memory.stop()
+    assert rows == [("ended", 3), ("going-on", 2)]

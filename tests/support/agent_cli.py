@@ -57,6 +57,11 @@ class NpmPackage:
 # The versions the formats and hook semantics were checked against (docs/agents.md).
 CODEX = NpmPackage("@openai/codex", "0.171.0", "codex")
 GEMINI = NpmPackage("@google/gemini-cli", "0.61.0", "gemini")
+COPILOT = NpmPackage("@github/copilot", "1.0.102", "copilot")
+QWEN = NpmPackage("@qwen-code/qwen-code", "0.24.4", "qwen")
+# Node itself, from the npm registry (the `node` package installs the official binary): Qwen Code needs Node >= 22,
+# and under an older Node npm silently installs an old Qwen.
+NODE_22 = NpmPackage("node", "22.23.3", "node")
 
 
 def npm_cache() -> Path:

@@ -89,12 +89,21 @@ class FakeOpenAI(LoopbackServer):
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
                     behaviour = fake.script.popleft() if fake.script else dict(fake.default)
+                self.counted = True  # this request is one of fake.in_flight
                 fake.received.set()
                 try:
                     self._answer(body, behaviour)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test): nothing to answer
                 finally:
+                    self._done()
+
+            def _done(self) -> None:
+                """The call is over for the client once its answer is on the way: counted out before the answer
+                is written, not after (the client can have its answer, release its lock, and have another
+                process's call arrive before this thread runs again: two calls in flight that never were)."""
+                if getattr(self, "counted", False):
+                    self.counted = False
                     with fake._lock:
                         fake.in_flight -= 1
 
@@ -146,6 +155,7 @@ class FakeOpenAI(LoopbackServer):
                 self._raw(status, json.dumps(payload).encode(), "application/json", headers)
 
             def _raw(self, status: int, data: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+                self._done()
                 self.send_response(status)
                 self.send_header("content-type", ctype)
                 self.send_header("content-length", str(len(data)))

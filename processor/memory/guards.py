@@ -1,0 +1,46 @@
+"""What a rule forbids, as a guard: the command form it rules out, told just before a call of that form.
+
+A rule the user stated ("Never use `git add -A` here; stage files by name", "don't run `npm`, we use pnpm")
+helps at one moment: the call that would break it. Told at every call of the program, or at a prompt that shares
+a word, it is noise that teaches the agent to skip Engram's lines. So a rule that forbids a command is filed as a
+guard: under the key of that command (``processor/hook_kit/tool_keys.py``: staging everything has its own key,
+``cmd:git add -A``), with the words that make a call of it break the rule (``--force`` of ``git push --force``);
+the hook tells it only before a call that has them.
+
+English negations only (never, don't, avoid, no more, instead of…); the forbidden form is what the rule quotes
+in backticks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from processor.hook_kit.tool_keys import command_key, stages_everything
+
+_NEGATION = re.compile(r"\b(?:never|don't|do not|dont|must not|mustn't|shouldn't|should not|avoid|no more|stop using|"
+                       r"not allowed|forbidden|instead of)\b", re.IGNORECASE)
+_QUOTED = re.compile(r"`([^`\n]{2,60})`")
+
+
+def forbidden_commands(rules: list[str]) -> list[str]:
+    """Commands the project's rules rule out, as typed: the backticked commands of a sentence that says never,
+    don't or avoid ("Never use `git add -A` here")."""
+    found: list[str] = []
+    for rule in rules:
+        for sentence in re.split(r"(?<=[.!?;])\s+", rule):
+            if _NEGATION.search(sentence):
+                found += [q.strip() for q in _QUOTED.findall(sentence) if command_key(q.strip())]
+    return found
+
+
+def guard(command: str) -> tuple[str, list[str]] | None:
+    """Where a forbidden command is guarded: (the key a call of it has, the words beyond the key's that make a
+    call break the rule — [] when any call of the key does), or None when it is not a command."""
+    broad = stages_everything(command)
+    if broad is not None:
+        return broad, []
+    key = command_key(command)
+    if key is None:
+        return None
+    named = set(key[4:].split())
+    return key, [w for w in command.split()[1:] if w not in named][:3]

@@ -1,0 +1,94 @@
+"""Which error fixes a later session showed are no longer needed: the failing command ran clean without the fix.
+
+A fix is told right after the same failure, and before the call once the failure recurred, for as long as it
+holds. It stops holding when the project changes under it: the virtual environment a fix activated was replaced
+(``pytest`` now runs clean bare), the tool a fix put on ``PATH`` is installed. The evidence is positive: a later
+session ran the very command that failed (the same command line, as a memory writes it), it ran clean, and
+nothing the fix added (its ``uses``: ``source``, ``activate``…) was in that command or in the session's calls
+before it. Another command of the same program proves nothing (``node -e`` of another script).
+
+Only a failure that said something was missing (``command not found``, ``No module named``, ``not installed``…)
+is retired this way: whether a tool exists is a fact of the environment, while most other failures depend on the
+moment (a branch with no upstream yet, a lock file left behind, a hook that rewrote what was staged) and a clean
+run later says nothing about the next time. A fix naming a path that is gone from the project (its virtualenv
+folder removed) is retired by ``missing_paths`` when the project's folder is on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+from processor.hook_kit.failure_keys import call_key
+from processor.memory.command_text import command_told
+from processor.store.failures import FailureSignature
+from processor.store.tool_calls import StoredToolCall
+
+# What a failure says when something it needed is not there (English, the tools' own words).
+_MISSING = re.compile(r"not found|no module named|cannot find module|is not installed|not installed|"
+                      r"no such file or directory|unknown command|is not recogni[sz]ed", re.IGNORECASE)
+
+
+def _words(command: str | None) -> set[str]:
+    """A command's words as a fix's added words are compared with (a path by its last part)."""
+    return {w.rstrip("/").rsplit("/", 1)[-1] for w in (command or "").split()}
+
+
+def said_missing(fix: FailureSignature) -> bool:
+    """Whether the failure said something it needed was missing (its signature's lines)."""
+    return any(_MISSING.search(line) for line in fix.signature)
+
+
+def retirable(fixes: Iterable[FailureSignature], session_id: str) -> list[FailureSignature]:
+    """The fixes a session could show unneeded: told by a memory, with words the fix added, for a failure that
+    said something was missing, never met in this session."""
+    return [fix for fix in fixes if fix.memory_id and fix.uses and said_missing(fix) and session_id not in fix.sessions]
+
+
+def ran_clean_without(fixes: Iterable[FailureSignature], failed_commands: dict[str, str],
+                      calls: list[StoredToolCall], session_id: str) -> dict[str, StoredToolCall]:
+    """The fixes (by memory id) that `calls` — one session's, in order — showed unneeded: a clean run of the
+    command that failed (`failed_commands`: memory id → the failed command as its memory writes it), in a session
+    other than those that failed it, after the fix was learned, with none of the fix's added words in it or in the
+    session's calls before it. Each with the call that showed it."""
+    by_key: dict[str, list[FailureSignature]] = {}
+    for fix in retirable(fixes, session_id):
+        if fix.memory_id in failed_commands:
+            by_key.setdefault(fix.call_key, []).append(fix)
+    if not by_key:
+        return {}
+    shown: dict[str, StoredToolCall] = {}
+    seen: set[str] = set()  # every word the session's calls held so far
+    for call in calls:
+        words = _words(call.target)
+        if call.tool == "Bash" and not call.failed and call.target:
+            key = call_key(call.tool, call.target, "")
+            for fix in by_key.get(key or "", []):
+                learned = fix.first_ms or 0
+                same = command_told(call.target) == failed_commands[fix.memory_id]  # type: ignore[index]
+                if same and (call.ts_ms or 0) > learned and not any(u in seen or u in words for u in fix.uses or []):
+                    shown.setdefault(fix.memory_id, call)  # type: ignore[arg-type]
+        seen |= words
+    return shown
+
+
+def missing_paths(command: str, root: str | None) -> list[str]:
+    """The paths inside the project that a fix's command names and whose top folder is gone (``venv/bin/activate``
+    once ``venv/`` was removed), when the project's folder is on this machine ([] when it is not: nothing can be
+    said). A path whose folder is there is kept: the fix may create the file."""
+    if not root or not os.path.isdir(root):
+        return []
+    top = root.rstrip("/") + "/"
+    gone = []
+    for word in (command or "").replace("`", " ").split():
+        word = word.strip("'\";&|()")
+        if "/" not in word or word.startswith(("-", "$", "~", "http")) or "=" in word:
+            continue
+        path = os.path.normpath(word if word.startswith("/") else top + word)
+        if not path.startswith(top):
+            continue
+        first = top + path[len(top):].split("/", 1)[0]
+        if not os.path.exists(path) and not os.path.exists(first):
+            gone.append(word)
+    return gone

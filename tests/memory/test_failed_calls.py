@@ -1,0 +1,25 @@
+"""How a failed call is known when a memory tells it (processor/memory/failed_calls.py): the error line that says
+what went wrong, whatever printed it. Each case a row."""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.memory.failed_calls import _error_line
+
+TRACEBACK = ('Error: Exit code 1\nTraceback (most recent call last):\n  File "/srv/app/main.py", line 9, in <module>\n'
+             '    port = config["port"]\nKeyError: \'port\'')
+
+
+@pytest.mark.parametrize(("error", "line"), [
+    pytest.param(TRACEBACK, "KeyError: 'port'", id="a Python traceback: its exception line, not its first"),
+    pytest.param("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n    import yaml\n"
+                 "ModuleNotFoundError: No module named 'yaml'", "ModuleNotFoundError: No module named 'yaml'",
+                 id="an exception whose name holds the word 'Error'"),
+    pytest.param("    Traceback (most recent call last):\n      File \"a.py\", line 1, in <module>\n"
+                 "    ValueError: bad port", "ValueError: bad port", id="a traceback printed indented"),
+    pytest.param("Exit code 128\nfatal: not a git repository", "fatal: not a git repository",
+                 id="no traceback: the first line that names an error"),
+])
+def test_the_error_line_a_memory_tells(error: str, line: str) -> None:
+    assert _error_line(error) == line

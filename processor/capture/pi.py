@@ -23,32 +23,28 @@ Engram's memory tools, ``engram_memory_recall`` to pi's model, are ``mcp__engram
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
-from processor.capture import signals
 from processor.capture.captured import (
     Skipped,
-    ToolCall,
     ToolFailure,
     ToolResult,
     claude_tool,
     failure_text,
     strip_injected_spans,
-    tool_target,
 )
 from processor.capture.formats import (
     PI,
     LineOutcome,
     LineReader,
+    MessageCalls,
     SessionInfo,
     SessionReader,
     TranscriptFormat,
     first_record,
     loads_line,
     skip_unknown,
-    tool_note,
 )
 from processor.config import Settings
 from processor.redaction import redact
@@ -151,9 +147,7 @@ class PiReader(SessionReader):
         content = message.get("content")
         parts = content if isinstance(content, list) else []
         texts: list[str] = []
-        notes: list[str] = []
-        calls: list[ToolCall] = []
-        uses = []
+        calls = MessageCalls()
         for part in parts:
             if not isinstance(part, dict):
                 continue
@@ -162,21 +156,15 @@ class PiReader(SessionReader):
                 if text:
                     texts.append(text)
             elif part.get("type") == "toolCall" and isinstance(part.get("id"), str) and part["id"]:
-                tool_use_id = self._id(part["id"])
-                name, tool_input = pi_tool(part.get("name"), part.get("arguments"))
-                notes.append(tool_note(name, tool_input))
-                calls.append(ToolCall(tool_use_id, name, tool_target(tool_input)))
-                pending = signals.from_tool_use(name, tool_input)
-                if pending is not None:
-                    uses.append((tool_use_id, replace(pending, text=redact(pending.text))))
+                calls.add(self._id(part["id"]), *pi_tool(part.get("name"), part.get("arguments")))
         if isinstance(content, str) and content.strip():
             texts.append(strip_injected_spans(content).strip())
-        body = "\n".join(part for part in (*texts, *notes) if part)
+        body = "\n".join(part for part in (*texts, *calls.notes) if part)
         finished = message.get("stopReason") == "stop"
         if not body:
             return Skipped("no capturable text (thinking only)")
-        return self.line(self._id(entry_id), "assistant", timestamp, redact(body), tool_uses=tuple(uses),
-                         tool_calls=tuple(calls), end_turn=finished)
+        return self.line(self._id(entry_id), "assistant", timestamp, redact(body), tool_uses=tuple(calls.uses),
+                         tool_calls=tuple(calls.calls), end_turn=finished)
 
     def _result(self, entry_id: str, message: dict, timestamp: str | None,
                 awaited: Collection[str]) -> LineOutcome:

@@ -77,6 +77,9 @@ class Settings:
     # The GitHub Copilot CLI's and Qwen Code's folders (None likewise).
     copilot_dir: Path | None = None
     qwen_dir: Path | None = None
+    # opencode's data folder (its opencode.db) and pi's agent folder (None: not captured).
+    opencode_dir: Path | None = None
+    pi_dir: Path | None = None
 
     projects_dir = Option("", "Claude Code transcripts root; empty = ${CLAUDE_CONFIG_DIR:-~/.claude}/projects")
     codex_home = Option("", "the Codex CLI's folder (its sessions/ are captured); empty = $CODEX_HOME, else ~/.codex")
@@ -86,6 +89,10 @@ class Settings:
                               "$COPILOT_HOME, else ~/.copilot")
     qwen_home = Option("", "Qwen Code's folder (its projects/*/chats/ are captured); empty = $QWEN_RUNTIME_DIR, "
                            "else $QWEN_HOME, else ~/.qwen")
+    opencode_data = Option("", "opencode's data folder (its opencode.db is captured); empty = "
+                               "$XDG_DATA_HOME/opencode, else ~/.local/share/opencode")
+    pi_home = Option("", "pi's agent folder (its sessions/ are captured); empty = $PI_CODING_AGENT_DIR, else "
+                         "~/.pi/agent")
     capture_agents = Option(",".join(hook_io.AGENTS), "the agents whose sessions are captured, comma-separated",
                             key="agents")
     recent_days = Option(7.0, "only transcripts modified within this many days are tailed by `engram run`")
@@ -301,6 +308,20 @@ def qwen_runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(runtime).expanduser() if runtime else qwen_config_dir(env)
 
 
+def opencode_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """opencode's data folder, as opencode finds it (xdg-basedir, on every platform): $XDG_DATA_HOME/opencode,
+    else ~/.local/share/opencode."""
+    env = os.environ if env is None else env
+    data = env.get("XDG_DATA_HOME")
+    return (Path(data) if data else _user_home(env) / ".local" / "share") / "opencode"
+
+
+def pi_agent_dir(env: Mapping[str, str] | None = None) -> Path:
+    """pi's agent folder, as pi finds it: $PI_CODING_AGENT_DIR, else ~/.pi/agent."""
+    env = os.environ if env is None else env
+    return Path(env.get("PI_CODING_AGENT_DIR") or _user_home(env) / ".pi" / "agent").expanduser()
+
+
 # The name Engram is installed under (pip, importlib.metadata): "engram" on the package index is an unrelated
 # project. The command (`engram`), the packages and the data paths keep Engram's own name.
 DISTRIBUTION = "engram-recall"
@@ -427,9 +448,13 @@ def load_settings(
     gemini = Path(str(values["gemini_home"])).expanduser() if values.get("gemini_home") else gemini_config_dir(env)
     copilot = Path(str(values["copilot_home"])).expanduser() if values.get("copilot_home") else copilot_config_dir(env)
     qwen = Path(str(values["qwen_home"])).expanduser() if values.get("qwen_home") else qwen_runtime_dir(env)
+    opencode = (Path(str(values["opencode_data"])).expanduser() if values.get("opencode_data")
+                else opencode_data_dir(env))
+    pi = Path(str(values["pi_home"])).expanduser() if values.get("pi_home") else pi_agent_dir(env)
     return Settings(home=home, transcripts_root=Path(os.path.abspath(root)), values=values,
                     codex_dir=Path(os.path.abspath(codex)), gemini_dir=Path(os.path.abspath(gemini)),
-                    copilot_dir=Path(os.path.abspath(copilot)), qwen_dir=Path(os.path.abspath(qwen)))
+                    copilot_dir=Path(os.path.abspath(copilot)), qwen_dir=Path(os.path.abspath(qwen)),
+                    opencode_dir=Path(os.path.abspath(opencode)), pi_dir=Path(os.path.abspath(pi)))
 
 
 def ensure_home(settings: Settings) -> Path:

@@ -70,13 +70,14 @@ def collect_status(settings: Settings) -> dict[str, Any]:
         status["db_exists"] = True
         now_ms = clock_now_ms()
         active = []
+        ends: dict[str, dict[str, int] | None] = {}  # a database of sessions (opencode's): each one's last cursor
         for s in sessions.recent_sessions(conn, now_ms - ACTIVE_WINDOW_MS):
             try:
                 st = os.stat(s.transcript_path)
                 size, mtime_ms = st.st_size, int(st.st_mtime * 1000)
             except OSError:
                 size, mtime_ms = None, None
-            active.append({
+            found = {
                 "session_id": s.session_id,
                 "agent": s.agent,
                 "project": s.project,
@@ -86,7 +87,15 @@ def collect_status(settings: Settings) -> dict[str, Any]:
                 # Bytes written to the transcript that are not captured yet (None: file gone).
                 "capture_lag_bytes": None if size is None else max(size - s.byte_offset, 0),
                 "transcript_modified": _iso(mtime_ms),
-            })
+            }
+            if size is not None and _database_of_sessions(s.agent):
+                if s.transcript_path not in ends:
+                    ends[s.transcript_path] = _session_ends(s.agent, s.transcript_path)
+                end = (ends[s.transcript_path] or {}).get(s.session_id)
+                # Rows of the session (opencode's events) not captured yet, in place of bytes.
+                del found["capture_lag_bytes"]
+                found["capture_lag_rows"] = None if end is None else max(end - s.byte_offset, 0)
+            active.append(found)
         status["active_sessions"] = active
         # One line a project, whatever folders its sessions ran in (processor/capture/project.py).
         status["project_count"] = projects_sql.project_count(conn)
@@ -98,6 +107,25 @@ def collect_status(settings: Settings) -> dict[str, Any]:
         return status
     finally:
         conn.close()
+
+
+def _database_of_sessions(agent: str) -> bool:
+    from processor.capture.agents import FORMATS
+    from processor.capture.formats import SessionDatabase
+
+    return issubclass(FORMATS.get(agent, object), SessionDatabase)
+
+
+def _session_ends(agent: str, path: str) -> dict[str, int] | None:
+    """Each session's cursor past its newest row in the database at `path` (None: it cannot be read now)."""
+    from pathlib import Path
+
+    from processor.capture.agents import FORMATS
+
+    try:
+        return FORMATS[agent](Path(path).parent).ends(Path(path))  # type: ignore[attr-defined]
+    except Exception:  # locked, gone, another schema: no lag to show, never a failed status
+        return None
 
 
 def capture_problems(settings: Settings) -> list[dict[str, Any]]:
@@ -143,7 +171,10 @@ def format_status(status: dict[str, Any]) -> str:
     if active:
         lines.append(f"active in the last 24 h: {len(active)}")
         for s in active:
-            lag = "file gone" if s["capture_lag_bytes"] is None else f"lag {s['capture_lag_bytes']} B"
+            if "capture_lag_rows" in s:
+                lag = "lag ?" if s["capture_lag_rows"] is None else f"lag {s['capture_lag_rows']} rows"
+            else:
+                lag = "file gone" if s["capture_lag_bytes"] is None else f"lag {s['capture_lag_bytes']} B"
             agent = AGENT_NAMES.get(s.get("agent") or "claude", s.get("agent"))
             lines.append(f"  {s['session_id']}  {agent:<11}  {s['messages']:>5} msgs  {s['last_activity'] or '-'}"
                          f"  {lag}  {s['project'] or ''}")

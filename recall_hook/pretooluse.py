@@ -4,9 +4,10 @@ Registered as Claude Code's and the Codex CLI's ``PreToolUse`` (their shapes are
 CLI's ``AfterTool``: Gemini drops a ``BeforeTool`` hook's context, and delivers an ``AfterTool`` one with the
 call's result, before the model's next step — the nearest moment it has —, and for the same reason as the GitHub
 Copilot CLI's and Qwen Code's ``PostToolUse`` and ``PostToolUseFailure`` (Copilot delivers a ``PreToolUse``
-context only after the call's result, Qwen drops it). The registered command names its
-agent after the script (``… pretooluse.py gemini``); what differs per agent is the kit's business
-(``processor/hook_kit/hook_io.py``, each agent's events).
+context only after the call's result, Qwen drops it), opencode's plugin runs it after each call that returned
+(``tool.execute.after``) and pi's extension after each call (``tool_result``): neither lets anything reach the
+model before a call. The registered command names its agent after the script (``… pretooluse.py gemini``); what
+differs per agent is the kit's business (``processor/hook_kit/hook_io.py``, each agent's events).
 
 Claude Code runs this before every tool call, so its whole-process time is its cost. It is
 registered as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/pretooluse.py`` (it also
@@ -39,8 +40,9 @@ setting, which costs a config.toml read only when the environment does not decid
 as a ``permissionDecision``: an "allow" would silently approve every tool call.
 
 After a call that failed, where the answer comes after the call (a Gemini shell command that exited non-zero, a
-Copilot one — a successful call to Copilot —, any call at Copilot's and Qwen's ``PostToolUseFailure``), the same
-answer also carries what fixed the same failure in an earlier session (``tool_failure.py``).
+Copilot one — a successful call to Copilot —, any call at Copilot's and Qwen's ``PostToolUseFailure``, an opencode
+shell command that exited non-zero, a pi call marked ``isError``), the same answer also carries what fixed the same
+failure in an earlier session (``tool_failure.py``).
 
 A session that opted out (``$ENGRAM_OFF`` in Claude Code's environment, or ``<session_id>.off`` written
 by the processor after an ``[engram off]`` prompt) gets nothing.
@@ -111,8 +113,8 @@ def run(stdin: bytes) -> str | None:
 
 def _failure_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str], str] | None:
     """After a call the agent reads the answer only after (Gemini's AfterTool, Copilot's and Qwen's PostToolUse and
-    PostToolUseFailure), when it failed: what fixed the same failure before (``tool_failure.py``, imported only
-    then)."""
+    PostToolUseFailure, opencode's tool.execute.after, pi's tool_result), when it failed: what fixed the same
+    failure before (``tool_failure.py``, imported only then)."""
     if not _io.may_have_failed(event):
         return None
     if __package__:

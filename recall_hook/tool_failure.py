@@ -14,9 +14,11 @@ in the agent's context), never one already told in this session (``<session>.sho
 hook), never for a call the user declined or interrupted, or the editor's own mechanics.
 
 The other agents have no event for a failed call alone, so the failure is read from the call's result
-(``processor/hook_kit/agent_events.py`` ``failed_call``): the Codex CLI runs this hook as its ``PostToolUse`` of
+(``processor/hook_kit/hook_io.py`` ``failed_call``): the Codex CLI runs this hook as its ``PostToolUse`` of
 a shell call (matcher ``Bash``; ``tool_failure.py codex``), and the Gemini CLI's ``AfterTool`` hook is
-``pretooluse.py gemini``, which tells the fix beside the call's lessons (``told_fixes``).
+``pretooluse.py gemini``, which tells the fix beside the call's lessons (``told_fixes``), as opencode's plugin and
+pi's extension do after every call. opencode's plugin also runs this hook for a tool that threw (opencode gives
+it no ``tool.execute.after``: the fix is appended to the error the model reads).
 
 Registered like the other hooks as ``<real python> -I -S -c LAUNCHER /abs/path/recall_hook/tool_failure.py``:
 stdlib only (the hooks' kit), no ``re``. It never changes a permission decision and, on any failure of its own,
@@ -62,7 +64,8 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     tool_name, error = failed
     if not error.strip() or _fail.not_a_failure(tool_name, error):
         return None
-    tool_input = event.get("tool_input") if isinstance(event.get("tool_input"), dict) else {}
+    call = _io.call_of(event)  # the input under Claude Code's keys (opencode's filePath is file_path)
+    tool_input = call[1] if call is not None else {}
     target = next((v for k in _TARGET_KEYS if isinstance(v := tool_input.get(k), str) and v.strip()), None)
     key = _fail.call_key(tool_name, target, error)
     signature = _fail.signature(error)

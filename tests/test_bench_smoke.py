@@ -197,7 +197,8 @@ def test_capture_bench_has_a_row_per_agent_format(tmp_path: Path) -> None:
 
     rows = {r["corpus"]: r for r in report["results"]}
     agents = [f"{agent}-1MB" for agent in AGENT_CORPORA]  # every agent's format: codex, gemini, copilot, qwen, …
-    assert set(rows) == {"fixtures", *agents} and {"copilot-1MB", "qwen-1MB"} <= set(rows)
+    assert set(rows) == {"fixtures", *agents}
+    assert {"copilot-1MB", "qwen-1MB", "opencode-1MB", "pi-1MB"} <= set(rows)
     for name in agents:
         row = rows[name]
         assert row["files"] > 0 and row["megabytes"] >= 1 and row["messages"] > 0, row

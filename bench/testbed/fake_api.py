@@ -1,8 +1,9 @@
 """What every fake model API of the tests shares: a real HTTP server on 127.0.0.1 (an ephemeral port, a daemon
 thread), its lifecycle, the request body read as JSON, and (``ScriptedApi``) replies scripted in order.
 
-Each fake (``fake_anthropic``, ``fake_openai_responses``, ``fake_gemini``, ``fake_openai_server``) supplies its
-request handler: the wire format of its API.
+Each fake (``fake_anthropic``, ``fake_openai_responses``, ``fake_openai_chat``, ``fake_gemini``,
+``fake_openai_server``) supplies its request handler (``QuietHandler``'s, for the chat fake): the wire format of its
+API.
 """
 
 from __future__ import annotations
@@ -108,3 +109,22 @@ def json_body(handler: BaseHTTPRequestHandler) -> dict[str, Any]:
         return json.loads(raw) if raw else {}
     except ValueError:
         return {"_raw": raw.decode(errors="replace")}
+
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A fake API's request handler: HTTP/1.1 (a CLI keeps its connection), no access log on stderr, and whole
+    answers (``send``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def send(self, status: int, content_type: str, data: bytes) -> None:
+        """A whole answer: its status, type and length, then its body."""
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

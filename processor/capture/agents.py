@@ -2,10 +2,11 @@
 
 Claude Code's under ``projects_dir`` (``claude``), the Codex CLI's under ``<codex home>/sessions`` (``codex``),
 the Gemini CLI's under ``<gemini dir>/tmp`` (``gemini``), the GitHub Copilot CLI's under
-``<copilot home>/session-state`` (``copilot``), Qwen Code's under ``<qwen dir>/projects`` (``qwen``); the
-``agents`` setting names the ones captured (all of them by default). Engram's own LLM jobs run in its agent
-work directory, and no agent's session from there is captured. Adding an agent is a module holding its
-``TranscriptFormat``, and one line in ``FORMATS``.
+``<copilot home>/session-state`` (``copilot``), Qwen Code's under ``<qwen dir>/projects`` (``qwen``), opencode's
+in ``<data dir>/opencode.db`` (``opencode``: one SQLite file holds every session), pi's under
+``<agent dir>/sessions`` (``pi``); the ``agents`` setting names the ones captured (all of them by default).
+Engram's own LLM jobs run in its agent work directory, and no agent's session from there is captured. Adding an
+agent is a module holding its ``TranscriptFormat``, and one line in ``FORMATS``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from pathlib import Path
 from processor.capture.claude import ClaudeFormat
 from processor.capture.codex import CodexFormat
 from processor.capture.copilot import CopilotFormat
-from processor.capture.formats import CLAUDE, CODEX, COPILOT, GEMINI, QWEN, TranscriptFormat
+from processor.capture.formats import CLAUDE, CODEX, COPILOT, GEMINI, OPENCODE, PI, QWEN, TranscriptFormat
 from processor.capture.gemini import GeminiFormat
+from processor.capture.opencode import OpencodeFormat
+from processor.capture.pi import PiFormat
 from processor.capture.qwen import QwenFormat
 from processor.config import AGENTS, Settings, agent_names
 
 FORMATS: dict[str, type[TranscriptFormat]] = {CLAUDE: ClaudeFormat, CODEX: CodexFormat, GEMINI: GeminiFormat,
                                               COPILOT: CopilotFormat, QWEN: QwenFormat}
+FORMATS[OPENCODE] = OpencodeFormat
+FORMATS[PI] = PiFormat
 
 
 def captured_agents(settings: Settings) -> tuple[str, ...]:

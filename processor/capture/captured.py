@@ -184,3 +184,29 @@ def failure_text(output: str) -> Redacted:
     tail = redact(output[-(FAILURE_TAIL_CHARS + _REDACT_MARGIN):])[-FAILURE_TAIL_CHARS:]
     return redact(f"{head.rstrip()}\n[… {len(output) - FAILURE_HEAD_CHARS - FAILURE_TAIL_CHARS} characters left out …]"
                   f"\n{tail.lstrip()}")
+
+
+ENGRAM_TOOLS = "engram_"  # Engram's memory tools as opencode (MCP: <server>_<tool>) and pi (its extension) name them
+_FILE_TOOLS = ("Read", "Write", "Edit", "MultiEdit")
+
+
+def claude_tool(name: object, arguments: object, names: dict[str, str], path_key: str) -> tuple[str, dict]:
+    """A tool call of an agent that names its tools in lower case (opencode, pi) as Claude Code's tool name and input
+    keys: `names` maps its tools, `path_key` is its key of a file's path (``filePath``, ``path``); an unknown tool
+    keeps its own name, Engram's memory tools take Claude Code's ``mcp__engram__`` names."""
+    name = name if isinstance(name, str) and name else "tool"
+    args = arguments if isinstance(arguments, dict) else {}
+    if name.startswith(ENGRAM_TOOLS):
+        return "mcp__engram__" + name[len(ENGRAM_TOOLS):], args
+    canonical = names.get(name, name)
+    if canonical == "Bash":
+        command = args.get("command")
+        return canonical, ({"command": command} if isinstance(command, str) else {})
+    if canonical in _FILE_TOOLS:
+        path = args.get(path_key) if isinstance(args.get(path_key), str) else args.get("file_path")
+        return canonical, ({"file_path": path} if isinstance(path, str) and path else {})
+    if canonical in ("Glob", "Grep", "LS"):
+        return canonical, {k: args[k] for k in ("pattern", "path") if isinstance(args.get(k), str)}
+    if canonical == "WebFetch" and isinstance(args.get("url"), str):
+        return canonical, {"url": args["url"]}
+    return canonical, args

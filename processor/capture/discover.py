@@ -91,9 +91,10 @@ def _walk(fmt: TranscriptFormat, entries: list[os.DirEntry[str]], parts: tuple[s
             continue
         if st.st_size == 0:
             continue
-        if cutoff is not None and st.st_mtime < cutoff:
+        modified = fmt.last_modified(entry.path, st)
+        if cutoff is not None and modified < cutoff:
             continue
-        found.append((st.st_mtime, entry.path))
+        found.append((modified, entry.path))
 
 
 def _stat_error(path: str) -> OSError:

@@ -9,6 +9,10 @@ downstream of the tailer (episodes, lessons, recollections, the digest, recall) 
 every agent. What the formats share is here too: the check that a session ran in Engram's own work directory,
 the reader of a format whose lines do not say their session (``SessionReader``), and reading a first line or a
 line's JSON.
+
+opencode keeps every session in one SQLite file: its format is a ``SessionDatabase``, whose ``changes`` give the
+tailer each session's new rows (``StoredRows``, read by the agent's own cursor) as lines its reader reads, and
+whose problems (``DatabaseProblem``) are capture problems. pi writes JSON Lines, one file a session.
 """
 
 from __future__ import annotations
@@ -18,14 +22,15 @@ import logging
 import os
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Protocol, Self
 
 from processor.capture import captured, signals
+from processor.capture.lines import Line
 from processor.config import AGENT_NAMES, Settings
-from processor.hook_kit.hook_io import CLAUDE, CODEX, COPILOT, GEMINI, QWEN  # noqa: F401 - each format's agent
+from processor.hook_kit.hook_io import CLAUDE, CODEX, COPILOT, GEMINI, OPENCODE, PI, QWEN  # noqa: F401 - each agent
 from processor.redaction import Redacted, redact
 
 log = logging.getLogger(__name__)
@@ -142,6 +147,15 @@ class TranscriptFormat(ABC):
         captures, unless the format says otherwise."""
         return self.accepts(path)
 
+    def transcript_of(self, path: Path) -> Path | None:
+        """The session file a changed file belongs to (a watch event's path): the file itself when it is one of the
+        format's (opencode's database is written through its ``-wal`` file)."""
+        return path if self.accepts(path) else None
+
+    def last_modified(self, path: str, st: os.stat_result) -> float:
+        """When the session file last changed (its mtime; opencode's database: its write-ahead log's too)."""
+        return st.st_mtime
+
     @abstractmethod
     def session_info(self, path: Path, f: BinaryIO) -> SessionInfo | None:
         """Whose session the open file is (None while its first line, the header, is still being written)."""
@@ -166,18 +180,63 @@ class SessionReader(LineReader):
              tool_results: tuple[captured.ToolResult, ...] = (),
              tool_calls: tuple[captured.ToolCall, ...] = (),
              failures: tuple[captured.ToolFailure, ...] = (),
-             replaces: bool = False, end_turn: bool = False) -> captured.CapturedLine:
-        """One captured line of this session (`end_turn`: the agent's answer that ends its turn)."""
+             replaces: bool = False, end_turn: bool = False, ts_ms: int | None = None) -> captured.CapturedLine:
+        """One captured line of this session (`end_turn`: the agent's answer that ends its turn; `ts_ms`: its
+        time when the format says it in milliseconds)."""
         return captured.CapturedLine(
             uuid=uuid, session_id=self.session_id, parent_uuid=None, role=role, timestamp=timestamp,
-            ts_ms=captured.timestamp_ms(timestamp), cwd=self.cwd, git_branch=None, text=text,
-            api_message_id=api_message_id, tool_uses=tool_uses, tool_results=tool_results, tool_calls=tool_calls,
-            failures=failures, replaces=replaces, end_turn=end_turn)
+            ts_ms=captured.timestamp_ms(timestamp) if ts_ms is None else ts_ms, cwd=self.cwd, git_branch=None,
+            text=text, api_message_id=api_message_id, tool_uses=tool_uses, tool_results=tool_results,
+            tool_calls=tool_calls, failures=failures, replaces=replaces, end_turn=end_turn)
 
     def results_only(self, uuid: str, timestamp: str | None, results: tuple[captured.ToolResult, ...],
-                     failures: tuple[captured.ToolFailure, ...]) -> captured.ToolResultsOnly:
+                     failures: tuple[captured.ToolFailure, ...], ts_ms: int | None = None
+                     ) -> captured.ToolResultsOnly:
         """A line of this session with no conversation text that carries tool results."""
-        return captured.ToolResultsOnly(uuid, self.session_id, captured.timestamp_ms(timestamp), results, failures)
+        return captured.ToolResultsOnly(uuid, self.session_id,
+                                        captured.timestamp_ms(timestamp) if ts_ms is None else ts_ms, results,
+                                        failures)
+
+
+@dataclass(frozen=True)
+class StoredRows:
+    """What is new in one session of an agent that keeps its sessions in a database (opencode's SQLite): its rows
+    after the session's cursor, each as a line its format's reader reads (``Line.offset``: the row's own cursor,
+    ``end``: the cursor past it), and the cursor past the last of them (committed with them)."""
+
+    info: SessionInfo
+    rows: list[Line]
+    end: int
+
+
+class DatabaseProblem(Exception):
+    """A database of sessions that cannot be read now (`kind`: ``cannot_read``, ``unknown_schema``): a capture
+    problem, reported once and looked at again at the next change."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+class SessionDatabase(TranscriptFormat):
+    """An agent whose sessions are rows of one database file, not a file each (opencode's ``opencode.db``): the
+    tailer reads what is new in each session by the agent's own cursor, never the file's bytes, and commits that
+    cursor with the rows (``sessions.byte_offset`` holds it; ``inode`` the database file's)."""
+
+    def session_info(self, path: Path, f: BinaryIO) -> SessionInfo | None:
+        raise TypeError(f"{path} is a database of sessions: its sessions are read with changes()")
+
+    @abstractmethod
+    def ends(self, path: Path) -> dict[str, int]:
+        """Each session's cursor past its newest row (what `engram status` compares the captured cursor with)."""
+
+    @abstractmethod
+    def changes(self, path: Path, cursors: dict[str, int], since_ms: int | None,
+                batch_bytes: int) -> Iterator[StoredRows]:
+        """The sessions with rows past their cursor (`cursors`: session id → the cursor captured so far; a session
+        not in it is read from its first row when it changed since `since_ms`, None: any), at most about
+        `batch_bytes` of rows a batch. Raises ``apsw.BusyError`` when the database stays locked (retried)."""
 
 
 class MessageCalls:

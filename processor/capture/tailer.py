@@ -27,7 +27,15 @@ import apsw
 from processor.capture import signals
 from processor.capture.agents import layout_format
 from processor.capture.captured import CapturedLine, Skipped, ToolCall, ToolFailure, ToolResult, ToolResultsOnly
-from processor.capture.formats import LineReader, Rewind, SessionInfo, TranscriptFormat, TurnEnd
+from processor.capture.formats import (
+    DatabaseProblem,
+    LineReader,
+    Rewind,
+    SessionDatabase,
+    SessionInfo,
+    TranscriptFormat,
+    TurnEnd,
+)
 from processor.capture.lines import Line, read_complete_lines
 from processor.capture.optout import RECORD, marker_level, stronger
 from processor.capture.problems import (
@@ -104,6 +112,22 @@ def _window_hash(fd: int, end: int) -> tuple[str, int]:
     return hashlib.sha1(os.pread(fd, size, end - size)).hexdigest(), size
 
 
+@dataclass(frozen=True)
+class _Progress:
+    """Where a committed batch leaves its session: the file's inode and the offset past the batch (a database of
+    sessions: the agent's cursor past its rows), and the hash of the bytes before that offset (files only)."""
+
+    inode: int
+    end: int
+    digest: str | None = None
+    window: int = 0
+
+
+def _file_progress(f: BinaryIO, st: os.stat_result, end: int) -> _Progress:
+    digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
+    return _Progress(st.st_ino, end, digest, window)
+
+
 class Tailer:
     """Consumes the complete lines appended to transcripts since their saved offsets."""
 
@@ -118,9 +142,13 @@ class Tailer:
         opt_out_listeners: list[OptOutListener] | None = None,
         opt_out_request: OptOutRequest | None = None,
         formats: list[TranscriptFormat] | None = None,
+        recent_days: float | None = None,
         lessons_dir: Path | None = None,
     ) -> None:
         self.conn = conn
+        # A database of sessions (opencode's) is one file: only its sessions changed within this many days are
+        # read the first time (None: every session), as `engram run` tails only recent files.
+        self.recent_days = recent_days
         # Each line's folder named as a project, and remembered with it (processor/capture/project.py); a clone's
         # root gets an alias to its project's lesson index in `lessons_dir`.
         self.projects = ProjectResolver(conn, lessons_dir)
@@ -129,6 +157,8 @@ class Tailer:
         # path → (inode, offset reached by committed batches, the reader that reached it)
         self._readers: dict[str, tuple[int, int, LineReader]] = {}
         self._skipped: set[str] = set()
+        # A database of sessions read whole, as it was then: (inode, size, last modified).
+        self._databases: dict[str, tuple[int, int, float]] = {}
         self.opt_out_listeners = opt_out_listeners if opt_out_listeners is not None else []
         self.opt_out_request = opt_out_request
         self.batch_bytes = batch_bytes
@@ -194,8 +224,11 @@ class Tailer:
         return info
 
     def tail(self, path: Path) -> TailResult:
-        """Capture everything new in `path`; returns what was captured."""
+        """Capture everything new in `path`; returns what was captured (of every session it holds, for a database
+        of sessions)."""
         fmt = self.format_for(path)
+        if isinstance(fmt, SessionDatabase):
+            return self._tail_database(path, fmt)
         # The file's name stands for the session until the format names it.
         result = TailResult(path.stem, fmt.agent, turn_end_settle=fmt.turn_end_settle)
         f = self._open(path)
@@ -219,6 +252,11 @@ class Tailer:
                 self.problems.report(path, CANNOT_READ, f"cannot read transcript ({exc.strerror or exc})")
             else:
                 self.problems.resolve(path, (CANNOT_READ,))
+        self._notify(path, result)
+        return result
+
+    def _notify(self, path: Path, result: TailResult) -> None:
+        """Tell the listeners what one session's tail captured (committed already)."""
         session_id = result.session_id
         if result.opted_out_now:
             for opt_listener in self.opt_out_listeners:
@@ -239,7 +277,67 @@ class Tailer:
                              settle=result.turn_end_settle if result.turn_ended else 0.0)
                 except Exception:
                     log.exception("listener failed after capturing %s", path)
-        return result
+
+    def _tail_database(self, path: Path, fmt: SessionDatabase) -> TailResult:
+        """Capture what is new in each session of a database of sessions (opencode's), by the agent's own cursor:
+        each session's rows and its cursor past them committed in one transaction, as a file's lines and offset
+        are. A database that was replaced (another inode) is read from each session's first row (what is stored
+        already is not doubled)."""
+        total = TailResult(path.name, fmt.agent)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            log.info("%s: database is gone (deleted or moved); its captured messages are kept", path)
+            return total
+        except OSError as exc:
+            self.problems.report(path, *stat_problem(path, exc))
+            return total
+        inode = st.st_ino
+        # Unchanged since it was last read whole (a rescan, a watch event of a read): nothing to open.
+        seen = (inode, st.st_size, fmt.last_modified(str(path), st))
+        if self._databases.get(str(path)) == seen:
+            return total
+        cursors = {session_id: offset for session_id, offset, stored_inode
+                   in session_sql.cursors(self.conn, str(path)) if stored_inode == inode}
+        since_ms = None if self.recent_days is None else clock_now_ms() - int(self.recent_days * 86_400_000)
+        results: dict[str, TailResult] = {}
+        try:
+            for change in fmt.changes(path, cursors, since_ms, self.batch_bytes):
+                info = change.info
+                result = results.setdefault(info.session_id, TailResult(info.session_id, fmt.agent,
+                                                                        turn_end_settle=fmt.turn_end_settle))
+                if info.skip:
+                    result.skipped = info.skip
+                    key = f"{path}#{info.session_id}"
+                    if key not in self._skipped:
+                        self._skipped.add(key)
+                        log.info("%s: session %s not captured: %s", path, info.session_id, info.skip)
+                    continue
+                key = f"{path}#{info.session_id}"
+                start = change.rows[0].offset if change.rows else change.end
+                cached = self._readers.get(key)
+                reader = cached[2] if cached is not None and cached[:2] == (inode, start) else fmt.reader(info)
+                self._readers.pop(key, None)
+                rows = [row if row.data is None or len(row.data) <= self.max_line_bytes
+                        else Line(row.offset, row.end, None) for row in change.rows]
+                self._commit_batch(path, rows, result, reader, info, _Progress(inode, change.end))
+                self._readers[key] = (inode, change.end, reader)
+        except DatabaseProblem as exc:
+            total.problems += 1
+            self.problems.report(path, exc.kind, exc.detail)
+        else:
+            self.problems.resolve(path, (CANNOT_READ, "cannot_read", "unknown_schema"))
+            self._databases[str(path)] = seen
+        finally:
+            for result in results.values():
+                if not result.skipped:
+                    self._notify(path, result)
+                total.lines += result.lines
+                total.captured += result.captured
+                total.problems += result.problems
+                total.turn_ended = total.turn_ended or result.turn_ended
+                total.conversed = total.conversed or result.conversed
+        return total
 
     def _start_offset(self, path: Path, f, st: os.stat_result, state: session_sql.SessionState | None) -> int:
         if state is None:
@@ -288,14 +386,15 @@ class Tailer:
                 batch.append(line)
                 batch_size += line.end - line.offset
                 if batch_size >= self.batch_bytes:
-                    self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
+                    self._commit_batch(path, batch, result, reader, info, _file_progress(f, st, batch[-1].end))
                     self._readers[str(path)] = (st.st_ino, batch[-1].end, reader)
                     batch, batch_size = [], 0
             if batch:
-                self._commit_batch(path, f, st, batch, batch[-1].end, result, reader, info)
+                self._commit_batch(path, batch, result, reader, info, _file_progress(f, st, batch[-1].end))
                 self._readers[str(path)] = (st.st_ino, batch[-1].end, reader)
             elif result.restarted and result.lines == 0:
-                self._commit_batch(path, f, st, [], 0, result, reader, info)  # forget the stale offset and inode
+                # forget the stale offset and inode
+                self._commit_batch(path, [], result, reader, info, _file_progress(f, st, 0))
         except BaseException:
             self._readers.pop(str(path), None)  # it read past what was committed
             raise
@@ -312,10 +411,8 @@ class Tailer:
                 text = signals.outcome(signals.pending_from_json(stored), tool_result.is_error, tool_result.text)
                 signal_sql.resolve(self.conn, tool_result.tool_use_id, uuid, redact(text) if text else None)
 
-    def _commit_batch(
-        self, path: Path, f, st: os.stat_result, batch: list[Line], end: int, result: TailResult,
-        reader: LineReader, info: SessionInfo,
-    ) -> None:
+    def _commit_batch(self, path: Path, batch: list[Line], result: TailResult, reader: LineReader, info: SessionInfo,
+                      progress: _Progress) -> None:
         parsed: list[tuple[Line, CapturedLine]] = []
         # What to store, in file order: runs of captured lines, and the rewinds between them.
         steps: list[list[tuple[CapturedLine, int]] | Rewind] = [[]]
@@ -365,7 +462,6 @@ class Tailer:
             steps[-1].append((outcome, line.offset))
             result.turn_ended = outcome.end_turn
             result.conversed = turn_touched = True
-        digest, window = _window_hash(f.fileno(), end) if end else (None, 0)
         # Every folder the lines ran in (a session may move between worktrees), with the branch each line was on;
         # the session's project is its first folder's (later ones are remembered, the session keeps its project).
         folders = list(dict.fromkeys((c.cwd, c.git_branch) for _, c in parsed if c.cwd))
@@ -386,10 +482,10 @@ class Tailer:
                 transcript_path=str(path),
                 project=places[0].project if places else None,
                 checkout=(places[0].checkout or places[0].project) if places else None,
-                inode=st.st_ino,
-                byte_offset=end,
-                last_line_hash=digest,
-                last_line_len=window,
+                inode=progress.inode,
+                byte_offset=progress.end,
+                last_line_hash=progress.digest,
+                last_line_len=progress.window,
                 last_activity=max((c.ts_ms or now_ms for _, c in parsed), default=None),
                 now_ms=now_ms,
                 agent=result.agent,

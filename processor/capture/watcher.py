@@ -68,8 +68,8 @@ class _QueueingHandler(FileSystemEventHandler):
             return
         else:
             return
-        path = Path(target)
-        if target and self.filter.accepts(path):
+        path = self.filter.transcript_of(Path(target)) if target else None
+        if path is not None:
             self.paths.put(path)
 
 
@@ -93,8 +93,10 @@ class TranscriptWatcher:
         if not self.filter.root.is_dir():
             return False
         try:
+            # A format whose files lie in the root itself (opencode's database) is not watched below it: opencode's
+            # data folder also holds its snapshots (git repositories), many files that are no session's.
             observer = _watch(_QueueingHandler(self.filter, self.paths, self.on_memory), self.filter.root,
-                              recursive=True)
+                              recursive=self.filter.depth > 1)
         except OSError as exc:
             log.warning("cannot watch %s: %s; relying on periodic rescans", self.filter.root, exc)
             return False

@@ -613,6 +613,12 @@ AGENT_NAMES = {CLAUDE: "Claude Code", CODEX: "Codex", GEMINI: "Gemini CLI"}
 COPILOT, QWEN = "copilot", "qwen"
 AGENTS += (COPILOT, QWEN)
 AGENT_NAMES.update({COPILOT: "Copilot CLI", QWEN: "Qwen Code"})
+# opencode and pi have no command hooks: the plugin (opencode's, JavaScript: processor/install/opencode_plugin.js)
+# and the extension (pi's, TypeScript: processor/install/pi_extension.ts) that `engram install` ships run these
+# same scripts, with events of their own making (below: OPENCODE_* and PI_*).
+OPENCODE, PI = "opencode", "pi"
+AGENTS += (OPENCODE, PI)
+AGENT_NAMES.update({OPENCODE: "opencode", PI: "pi"})
 
 # The events whose answer carries context, per agent: Claude Code's names, and those the others add.
 AFTER_TOOL = "AfterTool"  # the Gemini CLI's event after a call (its context arrives with the call's result)
@@ -621,12 +627,32 @@ FAILED_TOOL = "PostToolUseFailure"  # Claude Code's event after a failed call
 POST_TOOL = "PostToolUse"  # the Codex CLI's event after a call: the failure hook's, for a shell call
 PROMPT_EVENTS = ("UserPromptSubmit", "BeforeAgent")  # the Gemini CLI's BeforeAgent appends context to the prompt
 _ANSWERED = (PRE_TOOL, FAILED_TOOL, POST_TOOL, AFTER_TOOL, "SessionStart", *PROMPT_EVENTS)
+# The plugin's and the extension's events, named after the agent's own (neither can put context before a call):
+# - opencode's ``tool.execute.after``, after a tool that returned (a shell command that exited non-zero included):
+#   ``{"session_id", "cwd", "hook_event_name", "tool_name", "tool_input", "tool_use_id", "tool_response":
+#   {"output", "exit"}, "created"}`` (``exit``: the shell command's exit code, from its ``metadata.exit``); the
+#   answer is appended to the tool's result;
+# - opencode's ``experimental.chat.messages.transform``, for a tool that threw (no ``tool.execute.after``):
+#   Claude Code's PostToolUseFailure shape (``tool_name``, ``tool_input``, ``error``), told by ``tool_failure.py``;
+#   the answer is appended to the error the model reads;
+# - pi's ``tool_result``, after every tool, failed or not: ``tool_response`` ``{"output", "is_error"}``; the answer
+#   is a text part appended to the tool's result.
+# ``created``: the plugin found no file at the call's path before it ran (it looks at ``tool.execute.before`` /
+# pi's ``tool_call``). Sessions start with SessionStart events, prompts with UserPromptSubmit ones.
+OPENCODE_AFTER_TOOL = "tool.execute.after"
+OPENCODE_TOOL_ERROR = "experimental.chat.messages.transform"
+PI_AFTER_TOOL = "tool_result"
+_AFTER_EVENTS = (AFTER_TOOL, OPENCODE_AFTER_TOOL, PI_AFTER_TOOL)
 
 # The Gemini CLI's and the Codex CLI's tools under Claude Code's names (processor/capture/gemini.py and
 # codex.py store their calls the same way).
 TOOL_NAMES = {"run_shell_command": "Bash", "read_file": "Read", "read_many_files": "Read", "write_file": "Write",
               "replace": "Edit", "edit": "Edit", "glob": "Glob", "grep_search": "Grep",
               "search_file_content": "Grep", "exec_command": "Bash", "shell_command": "Bash"}
+# opencode's and pi's tools (processor/capture/opencode.py and pi.py store their calls the same way); opencode
+# names a file ``filePath`` (read as ``file_path``), pi ``path``.
+TOOL_NAMES.update({"bash": "Bash", "read": "Read", "write": "Write", "multiedit": "MultiEdit", "glob": "Glob",
+                   "grep": "Grep", "list": "LS", "ls": "LS", "find": "Glob", "webfetch": "WebFetch"})
 # The Copilot CLI's tools under Claude Code's names (its Claude-shaped hooks already say Bash, Read, Write; its
 # session files keep its own names: processor/capture/copilot.py maps them the same way).
 COPILOT_TOOL_NAMES = {"bash": "Bash", "view": "Read", "create": "Write", "edit": "Edit", "grep": "Grep",
@@ -654,9 +680,13 @@ def mcp_tool(tool: str, for_agent: str) -> str:
     """An Engram MCP tool's name as the agent shows it to its model: Claude Code and the Codex CLI
     ``mcp__engram__memory_expand`` (Claude Code defers MCP tools behind ToolSearch, where the model finds a tool
     by the name it was told), the Gemini CLI ``mcp_engram_memory_expand``, the Copilot CLI
-    ``engram-memory_expand``; Qwen Code as Claude Code (it defers MCP tools too, behind tool_search)."""
+    ``engram-memory_expand``; Qwen Code as Claude Code (it defers MCP tools too, behind tool_search); opencode
+    ``engram_memory_expand`` (its MCP tools are ``<server>_<tool>``), pi ``engram_memory_expand`` (the tools
+    Engram's extension registers)."""
     if for_agent == COPILOT:
         return f"engram-{tool}"
+    if for_agent in (OPENCODE, PI):
+        return f"engram_{tool}"
     return f"mcp_engram_{tool}" if for_agent == GEMINI else f"mcp__engram__{tool}"
 
 
@@ -675,6 +705,8 @@ def call_of(event: dict) -> tuple[str, dict] | None:
     tool_name, tool_input = event.get("tool_name"), event.get("tool_input")
     if not isinstance(tool_input, dict) or not isinstance(tool_name, str) or not tool_name:
         return None
+    if "filePath" in tool_input and "file_path" not in tool_input:  # opencode's
+        tool_input = {**tool_input, "file_path": tool_input["filePath"]}
     if agent() == COPILOT:
         tool_name = COPILOT_TOOL_NAMES.get(tool_name, tool_name)
     return TOOL_NAMES.get(tool_name, tool_name), tool_input
@@ -689,9 +721,9 @@ def command_of(tool_input: object) -> str | None:
 
 def after_call(event: dict) -> bool:
     """Whether the answer reaches the model after the call ran (Gemini's AfterTool; the Copilot CLI's and Qwen
-    Code's PostToolUse and PostToolUseFailure), not before it."""
+    Code's PostToolUse and PostToolUseFailure; opencode's tool.execute.after, pi's tool_result), not before it."""
     name = event.get("hook_event_name")
-    return name == AFTER_TOOL or (name in (POST_TOOL, FAILED_TOOL) and agent() in AFTER_CALL_AGENTS)
+    return name in _AFTER_EVENTS or (name in (POST_TOOL, FAILED_TOOL) and agent() in AFTER_CALL_AGENTS)
 
 
 def creating(event: dict, tool: str, tool_input: dict) -> bool:
@@ -702,7 +734,7 @@ def creating(event: dict, tool: str, tool_input: dict) -> bool:
     if after_call(event):
         if agent() == COPILOT:
             return _copilot_output(event).startswith(_COPILOT_CREATED)
-        return _gemini_output(event).startswith(_GEMINI_CREATED)
+        return event.get("created") is True or _gemini_output(event).startswith(_GEMINI_CREATED)
     path = tool_input.get("file_path") or tool_input.get("notebook_path")
     if not isinstance(path, str):
         return False
@@ -725,13 +757,18 @@ def answer(event: dict, default: str, context: str, ids: list[str], home: str | 
     return out
 
 
+_MCP = "the engram MCP server's "
+_SERVED_BY = {PI: "Engram's extension's "}  # pi has no MCP: Engram's extension registers the tools
+
+
 def format_context(lines: list[str], for_agent: str = CLAUDE) -> str:
     """A message's bites as the model reads them, fenced."""
     return fence("\n".join([
         "You have memories related to this conversation:",
         *lines,
-        f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) (the engram MCP server's "
-        "memory_expand) with its id for the full context. Otherwise, continue your work.",
+        f"If any of these are relevant, call {mcp_tool('memory_expand', for_agent)}(id) "
+        f"({_SERVED_BY.get(for_agent, _MCP)}memory_expand) with its id for the full context. Otherwise, continue "
+        "your work.",
     ]), for_agent)
 
 
@@ -771,21 +808,43 @@ def failed_call(event: dict) -> tuple[str, str] | None:
         return ("Bash", output) if _codex_failed(event.get("transcript_path"), event.get("tool_use_id")) else None
     if name == AFTER_TOOL:
         return _gemini_failure(event)
+    if name in (OPENCODE_AFTER_TOOL, PI_AFTER_TOOL):
+        return _plugin_failure(event)
     error, tool_name = event.get("error"), event.get("tool_name")
     if event.get("is_interrupt") is True or not isinstance(error, str) or not isinstance(tool_name, str):
         return None
-    return tool_name, error
+    return TOOL_NAMES.get(tool_name, tool_name), error  # opencode's thrown tool goes by its own name
 
 
 def may_have_failed(event: dict) -> bool:
     """A cheap first look: whether an event after a call can report a failed one (most do not): a Gemini
     AfterTool of a shell command that exited non-zero, a PostToolUseFailure, a Copilot shell call's PostToolUse
-    (its non-zero exit is a successful call there)."""
+    (its non-zero exit is a successful call there), an opencode or pi call after it ran."""
     if agent() in AFTER_CALL_AGENTS:
         name = event.get("hook_event_name")
         return name == FAILED_TOOL or (name == POST_TOOL and _COPILOT_EXIT in _copilot_output(event)[-200:])
+    if event.get("hook_event_name") != AFTER_TOOL:
+        return failed_call(event) is not None
     content = _gemini_output(event)
     return "\n" + _EXIT_CODE in content and "\n" + _EXIT_CODE + "0\n" not in content
+
+
+def _plugin_failure(event: dict) -> tuple[str, str] | None:
+    """After a call, as opencode's plugin and pi's extension report it: opencode's shell command that exited
+    non-zero (a call that threw comes as an error of its own), any pi call marked ``is_error`` (pi's shell says
+    ``Command exited with code N`` at the end of its output)."""
+    response, tool_name = event.get("tool_response"), event.get("tool_name")
+    if not isinstance(response, dict) or not isinstance(tool_name, str):
+        return None
+    output = response.get("output")
+    if not isinstance(output, str):
+        return None
+    if event.get("hook_event_name") == PI_AFTER_TOOL:
+        return (TOOL_NAMES.get(tool_name, tool_name), output) if response.get("is_error") is True else None
+    code = response.get("exit")
+    if tool_name != "bash" or not isinstance(code, int) or isinstance(code, bool) or code == 0:
+        return None
+    return "Bash", output
 
 
 def _gemini_output(event: dict) -> str:

@@ -2,10 +2,10 @@
 here), which of them are on this machine, and the registration with each.
 
 By default install registers with every agent found here — its folder exists (``~/.claude``, ``~/.claude.json``,
-``$CODEX_HOME`` or ``~/.codex``, ``~/.gemini``, ``~/.copilot``, ``~/.qwen``) or its command is on PATH — and, when
-none is found, with Claude Code. Uninstall by default removes Engram from every agent (a file holding nothing of
-Engram's is left alone, a missing one is not created). One agent's unreadable settings file is that agent's
-error, with its fix; the others are still registered.
+``$CODEX_HOME`` or ``~/.codex``, ``~/.gemini``, ``~/.copilot``, ``~/.qwen``, ``~/.config/opencode``,
+``~/.pi/agent``) or its command is on PATH — and, when none is found, with Claude Code. Uninstall by default
+removes Engram from every agent (a file holding nothing of Engram's is left alone, a missing one is not created).
+One agent's unreadable settings file is that agent's error, with its fix; the others are still registered.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from typing import Protocol
 
 from processor.check import Check
 from processor.config import AGENT_NAMES, Settings
-from processor.install import claude, codex, copilot, gemini, qwen
+from processor.install import claude, codex, copilot, gemini, opencode, pi, qwen
 from processor.install.json_file import ChangeReport
 from processor.install.registration import HookSpec, InstallError, Registration, check_registration, run_hook
 
 
 class Agent(Protocol):
-    """What every agent's module answers (``claude``, ``codex``, ``gemini``, ``copilot``, ``qwen``)."""
+    """What every agent's module answers (``claude``, ``codex``, ``gemini``, ``copilot``, ``qwen``, ``opencode``,
+    ``pi``)."""
 
     NAME: str  # as `--agent` and the `agents` setting name it
     TITLE: str  # as people know it (``config.AGENT_NAMES``)
@@ -54,6 +55,8 @@ class Agent(Protocol):
 
 AGENTS: dict[str, Agent] = {claude.NAME: claude, codex.NAME: codex, gemini.NAME: gemini,
                             copilot.NAME: copilot, qwen.NAME: qwen}
+AGENTS[opencode.NAME] = opencode
+AGENTS[pi.NAME] = pi
 # Registered with when no agent is found here: Engram began as Claude Code's memory.
 DEFAULT_AGENT = claude.NAME
 

@@ -94,6 +94,7 @@ class Processor:
             opt_out_listeners=[self._on_opt_out],
             opt_out_request=lambda session_id: requested_opt_out(self.settings.recollections_dir, session_id),
             formats=self.formats,
+            recent_days=self.settings.recent_days,
             lessons_dir=self.settings.recollections_dir / LESSONS_FOLDER,
         )
         try:
@@ -211,6 +212,7 @@ class Processor:
         Returns the capture report and the number of new episodes.
         """
         tailer = self._open_tailer()
+        tailer.recent_days = since_days  # a database of sessions (opencode's): its sessions of that window
         try:
             report = backfill(tailer, self.formats, since_days, progress)
         finally:

@@ -53,6 +53,13 @@ def session_state(conn: apsw.Connection, session_id: str) -> SessionState | None
     return SessionState(*row) if row else None
 
 
+def cursors(conn: apsw.Connection, transcript_path: str) -> list[tuple[str, int, int | None]]:
+    """(session id, cursor, inode) of every session captured from one file: a database of sessions (opencode's)
+    keeps each session's cursor in ``byte_offset``."""
+    return [tuple(row) for row in conn.execute(
+        "SELECT session_id, byte_offset, inode FROM sessions WHERE transcript_path = ?", (transcript_path,))]
+
+
 def set_turn_ended(conn: apsw.Connection, session_id: str, ended: bool) -> None:
     """Whether the session's last conversation line ended its turn (in the transaction that stores that line)."""
     conn.execute("UPDATE sessions SET turn_ended = ? WHERE session_id = ?", (int(ended), session_id))

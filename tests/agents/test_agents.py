@@ -68,8 +68,11 @@ def test_install_checks_the_registration_once_for_every_agent(tmp_path: Path, re
     outcomes = agents.install(list(agents.AGENTS), registration, env=env)
     assert checked == [registration]
     assert [outcome.error for outcome in outcomes] == [None] * len(agents.AGENTS)
+    for path in (".config/opencode/plugin/engram.js", ".pi/agent/extensions/engram.ts"):
+        assert "recall_hook/" in (home / path).read_text(), path
     for path in (".claude/settings.json", ".claude/.claude.json", ".codex/hooks.json", ".gemini/settings.json",
-                 ".copilot/hooks/engram.json", ".copilot/mcp-config.json", ".qwen/settings.json"):
+                 ".copilot/hooks/engram.json", ".copilot/mcp-config.json", ".qwen/settings.json",
+                 ".config/opencode/opencode.json"):
         assert "recall_hook/" in (home / path).read_text() or "mcp_tools.bridge" in (home / path).read_text(), path
     assert all(outcome.report is not None and outcome.report.changed
                for outcome in agents.uninstall(list(agents.AGENTS), env=env, dry_run=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from processor.install import claude, codex, copilot, gemini, json_file, json_text, qwen
+from processor.install import claude, codex, copilot, gemini, json_file, json_text, opencode, qwen
 from processor.install.registration import Registration
 
 USER = {
@@ -66,7 +66,10 @@ AGENT_FILES: list[Agent] = [
      lambda d: qwen.uninstall(path=d / "settings.json"), "settings.json"),
     ("Copilot CLI mcp-config.json", False, lambda reg, d: copilot.install(reg, copilot_dir=d),
      lambda d: copilot.uninstall(copilot_dir=d), "mcp-config.json"),
+    ("opencode opencode.json", False, lambda reg, d: opencode.install(reg, folder=d),
+     lambda d: opencode.uninstall(folder=d), "opencode.json"),
 ]
+ENGRAM_KEYS = ("hooks", "mcpServers", "mcp")  # where the agents' files hold Engram's entries (opencode's: "mcp")
 
 
 def cases() -> list:
@@ -84,8 +87,8 @@ def test_install_then_uninstall_gives_the_file_back_byte_for_byte(tmp_path: Path
     installed = path.read_text(encoding="utf-8")
     assert installed != text and "recall_hook" in installed or "mcp_tools.bridge" in installed
     data = json_text.loads(installed, comments)
-    assert {k: v for k, v in json_text.loads(text, comments).items() if k not in ("hooks", "mcpServers")} == {
-        k: v for k, v in data.items() if k not in ("hooks", "mcpServers")}
+    assert {k: v for k, v in json_text.loads(text, comments).items() if k not in ENGRAM_KEYS} == {
+        k: v for k, v in data.items() if k not in ENGRAM_KEYS}
     install(registration, tmp_path)  # twice: nothing changes the second time
     assert path.read_text(encoding="utf-8") == installed
     uninstall(tmp_path)

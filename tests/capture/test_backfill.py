@@ -164,3 +164,30 @@ def test_a_one_megabyte_tool_output_of_base64_is_captured_within_bounds(engram_h
     finally:
         processor.memory.close()
     assert hits and "RIFF" in hits[0].bite + str(query(db, "SELECT full_content FROM episodes"))
+
+
+def test_a_backfill_captures_opencodes_database_and_pis_files_with_every_other_agent(engram_home: Path,
+                                                                                    tmp_path: Path) -> None:
+    from bench.testbed.opencode_db import OpencodeStore
+    from bench.testbed.pi_sessions import PiSession
+
+    with OpencodeStore(tmp_path / "opencode") as store:
+        session = store.session("/src/shop")
+        session.prompt("why does checkout time out on staging?")
+        step = session.step()
+        session.answer(step, "The payment client waited 9 s for the bank; a retry budget of 3 fixed it.")
+        session.finish(step, "stop")
+    pi = PiSession(tmp_path / "pi", cwd="/src/shop")
+    pi.prompt("why does the cart lose its items?")
+    pi.answer("The session cookie expired after 5 minutes; it now lasts a day.")
+    pi.write()
+    write_sessions(tmp_path / "projects", 1)
+    settings = make_settings(projects_dir=str(tmp_path / "projects"), opencode_data=str(tmp_path / "opencode"),
+                             pi_home=str(tmp_path / "pi"))
+    report, built = Processor(settings).run_once(None)
+    assert report.files == 3 and report.messages == 6 and report.problems == 0
+    db = settings.db_path
+    assert dict(query(db, "SELECT agent, count(*) FROM sessions GROUP BY agent")) == {"claude": 1, "opencode": 1,
+                                                                                       "pi": 1}
+    assert messages_outside_episodes(db) == 0  # each finished turn made its episode
+    assert Processor(settings).run_once(None)[0].messages == 0  # a second pass finds nothing new

@@ -10,10 +10,19 @@ from pathlib import Path
 import apsw
 import pytest
 
+from processor.capture.claude import LOCAL_COMMANDS
 from tests.conftest import FIXTURE_PROJECTS, run_engram
 
 _PLUMBING = re.compile(r"<command-(name|message|args)>|<local-command-(stdout|stderr|caveat)>|^Caveat: The messages")
+_COMMAND = re.compile(r"<command-name>\s*/([^<\s]+)\s*</command-name>")
 _SPANS = re.compile(r"<system-reminder>.*?</system-reminder>|<private>.*?</private>", re.S)
+
+
+def _model_command(text: str) -> bool:
+    """A slash command the model works on (``/init``, a project's own): a message like a typed prompt. Claude Code's
+    own terminal commands (``/clear``, ``/model``…) start no turn."""
+    found = _COMMAND.search(text[:2000])
+    return found is not None and found.group(1).split(":")[0] not in LOCAL_COMMANDS
 
 
 def independent_counts(root: Path) -> dict[str, int]:
@@ -45,7 +54,7 @@ def independent_counts(root: Path) -> dict[str, int]:
                 if any(b.get("type") == "tool_use" for b in content):
                     pieces.append("tool")
             text = _SPANS.sub("", "\n".join(pieces)).strip()
-            if not text or (entry["type"] == "user" and _PLUMBING.search(text[:200])):
+            if not text or (entry["type"] == "user" and _PLUMBING.search(text[:200]) and not _model_command(text)):
                 continue
             if entry["uuid"] in seen_uuids:
                 continue

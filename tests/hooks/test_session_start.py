@@ -82,7 +82,8 @@ def episode(conn: apsw.Connection, eid: str, summary: str, *, project: str | Non
 def stopped_session(conn: apsw.Connection, session_id: str, project: str, at: int, todos: str | None) -> None:
     """An earlier session of the project, last active at `at`, whose last todo list was `todos`."""
     sessions_sql.upsert_session(conn, session_id=session_id, transcript_path=f"/t/{session_id}.jsonl",
-                                project_root=project, inode=0, byte_offset=0, last_line_hash=None, last_line_len=0,
+                                project=project, checkout=project, inode=0, byte_offset=0, last_line_hash=None,
+                                last_line_len=0,
                                 last_activity=at, now_ms=at, agent="claude")
     if todos is not None:
         tool_calls_sql.add_calls(conn, session_id, f"use-{session_id[:8]}", at,

@@ -48,6 +48,7 @@ class Home:
 # Every line of a healthy home's report, in order (each agent's line or lines come from its install module).
 EVERY_CHECK = ["config", "data home", "data directory", "database", "schema", "embedding model", "stored vectors",
                "Claude Code hooks", "Claude Code MCP server", "Codex CLI", "Gemini CLI", "Copilot CLI", "Qwen Code",
+               "opencode", "pi",
                "service", "processor",
                "disk space", "LLM spend today", "transcripts", "shared memory"]
 

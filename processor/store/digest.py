@@ -20,10 +20,11 @@ Memory = namedtuple("Memory", "id summary created_at importance")  # one digest 
 
 _COLUMNS = "id, summary, created_at, importance"
 # What the digest tells is what the user said should hold from now on: standing instructions and decisions mined
-# from the user's own words (memory_origins), and what was stored on purpose. What a session found or did (a
-# lesson, an error's fix, a fact about a file, a commit message) has its own moment, the call it is about.
-_SAID = ("(source_type = 'manual' OR id IN (SELECT episode_id FROM memory_origins "
-         "WHERE miner IN ('standing', 'decision')))")
+# from the user's own words (memory_origins), and what was stored on purpose but a fact or a bug's fix (those wait
+# for a prompt about them). What a session found or did (a lesson, an error's fix, a fact about a file, a commit
+# message) has its own moment, the call it is about.
+_SAID = ("((source_type = 'manual' AND kind NOT IN ('fact', 'bugfix')) "
+         "OR id IN (SELECT episode_id FROM memory_origins WHERE miner IN ('standing', 'decision')))")
 # `status = 'active'` must appear literally for SQLite to use the partial indexes (m007, m017).
 GLOBAL_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND scope = 'global' "
               f"AND importance = 'high' AND {_SAID} ORDER BY created_at DESC LIMIT ?")

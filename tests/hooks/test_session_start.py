@@ -214,10 +214,13 @@ def test_what_a_session_found_or_did_is_told_at_its_call_never_in_the_digest(see
                 source_type="verbatim", created_at=now - HOUR_MS)
         episode(conn, "ep_prompt", "Work on bead shop-12. Run bd show shop-12", project=str(repo),
                 source_type="verbatim", created_at=now - 2 * HOUR_MS)
+        # Stored on purpose, but a fact: told with a prompt about it, not at every start.
+        episode(conn, "ep_kept_fact", "shop-api bundles are built with esbuild into dist/app.js", project=str(repo),
+                kind="fact", created_at=now - 3 * HOUR_MS)
     conn.close()
     context = context_of(run_hook(seeded, start_event(repo)))
     assert "(id: ep_rule)" in context
-    for left_out in ("ep_gotcha", "ep_routine", "ep_round", "ep_prompt"):
+    for left_out in ("ep_gotcha", "ep_routine", "ep_round", "ep_prompt", "ep_kept_fact"):
         assert left_out not in context
 
 

@@ -172,7 +172,36 @@ def stats(ms: list[float]) -> dict:
             "max_ms": round(max(ms), 1)}
 
 
+# What a project's digest holds: the user's rules and decisions (mined from their words) and global preferences.
+DIGEST_RULES = 8
+
+
+def seed_digest(home: Path) -> None:
+    """The rules and preferences a digest is made of, as the miners record them (their origin says the user
+    said them): the synthetic store's memories are rounds, which the digest never lists."""
+    from processor.redaction import redact
+    from processor.store import open_store, write_transaction
+    from processor.store import origins as origins_sql
+    from processor.store.episodes import NewEpisode, insert_episode
+
+    conn = open_store(home / "engram.db")
+    now = int(time.time() * 1000)
+    try:
+        with write_transaction(conn):
+            for i in range(DIGEST_RULES):
+                scope, project = ("global", None) if i % 4 == 0 else ("project", PROJECT)
+                text = redact(f"Always run the service's contract tests before pushing a change to module {i}")
+                insert_episode(conn, NewEpisode(
+                    id=f"ep_rule{i:04d}", session_id=None, project=project, scope=scope, summary=text, entities=[],
+                    importance="high", kind="convention", source_type="auto", full_content=text, source_uuids=[],
+                    content_hash=f"rule{i}", created_at=now - i * 3_600_000), None)
+                origins_sql.set_origin(conn, f"ep_rule{i:04d}", "standing")
+    finally:
+        conn.close()
+
+
 def time_session_start(home: Path, runs: int = 5) -> dict:
+    seed_digest(home)
     event = json.dumps({"session_id": SESSION, "cwd": PROJECT, "hook_event_name": "SessionStart",
                         "source": "startup"}).encode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}

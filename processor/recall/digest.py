@@ -56,6 +56,7 @@ ROWS_PER_SECTION = 20
 RULES_SHOWN = 5  # the project's rules and decisions at most: the newest; the rest are told at their prompts
 # A session that stopped this recently with its todo list still open is where the next one likely continues.
 CONTINUE_HOURS = 72
+NEW_HOURS = 48  # a fact stored on purpose is in the digest this long, then told with a prompt about it
 TODO_ITEMS_SHOWN = 6
 MAX_LINE_CHARS = 320
 DEADLINE_SECONDS = 0.8
@@ -104,11 +105,12 @@ def count_pending(conn: object, queue_dir: object) -> Pending:
 
 def collect(conn: object, queue_dir: object, project: str | None, now_ms: int, session_id: str | None = None) -> Digest:
     limit = ROWS_PER_SECTION
-    global_high = digest_sql.global_important(conn, limit)
+    new_since = now_ms - NEW_HOURS * 3_600_000  # a fact stored on purpose this recently opens the next sessions
+    global_high = digest_sql.global_important(conn, limit, new_since)
     rules: list[Memory] = []
     stopped = None
     if project:
-        rules = digest_sql.project_rules(conn, project, RULES_SHOWN)
+        rules = digest_sql.project_rules(conn, project, RULES_SHOWN, new_since)
         stopped = digest_sql.last_session(conn, project, session_id, now_ms - CONTINUE_HOURS * 3_600_000)
     return Digest(stopped, global_high, rules, count_pending(conn, queue_dir), project)
 

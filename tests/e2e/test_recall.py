@@ -264,16 +264,19 @@ def test_the_freshness_benchmark_runs_end_to_end(tmp_path: Path) -> None:
     assert result["freshness"]["p95_vs_baseline"] > 0 and result["session_start"]["best_ms"] > 0
 
 
+GEMINI_TURN_BEFORE = "7363f155485606d406bbc3d6949d0326c0db7806"  # main's house before issue 34
+
+
 def test_the_turn_freshness_benchmark_learns_a_gemini_turn_within_seconds(tmp_path: Path) -> None:
-    """bench/freshness.py --turns: a Gemini turn's memories within the goal, where the baseline (house-kit's code,
-    run in the same run) learned them only at the idle sweep."""
+    """bench/freshness.py --turns: a Gemini turn's memories within the goal, where the baseline (the code before
+    issue 34, run in the same run) learned them only at the idle sweep."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env["TMPDIR"] = str(tmp_path)
-    # The integration branch of issue 34 where it is known (a clone of main alone has only this code to compare).
-    before = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "house-kit"],
+    # The commit before Gemini's turn end was read, where the history has it (a shallow clone compares with itself).
+    before = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", f"{GEMINI_TURN_BEFORE}^{{commit}}"],
                             capture_output=True).returncode == 0
     done = subprocess.run([sys.executable, str(REPO / "bench" / "freshness.py"), "--turns", "2", "--agents", "gemini",
-                           "--baseline-ref", "house-kit" if before else "HEAD",
+                           "--baseline-ref", GEMINI_TURN_BEFORE if before else "HEAD",
                            "--models-dir", os.environ["ENGRAM_MODELS_DIR"], "--json"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

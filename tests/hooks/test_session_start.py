@@ -214,12 +214,15 @@ def test_what_a_session_found_or_did_is_told_at_its_call_never_in_the_digest(see
                 source_type="verbatim", created_at=now - HOUR_MS)
         episode(conn, "ep_prompt", "Work on bead shop-12. Run bd show shop-12", project=str(repo),
                 source_type="verbatim", created_at=now - 2 * HOUR_MS)
-        # Stored on purpose, but a fact: told with a prompt about it, not at every start.
+        # Stored on purpose, but a fact and days old: told with a prompt about it, not at every start (a new one
+        # opens the next sessions).
         episode(conn, "ep_kept_fact", "shop-api bundles are built with esbuild into dist/app.js", project=str(repo),
-                kind="fact", created_at=now - 3 * HOUR_MS)
+                kind="fact", created_at=now - 3 * 24 * HOUR_MS)
+        episode(conn, "ep_new_fact", "Staging's database listens on port 6543", project=str(repo), kind="fact",
+                created_at=now - 3 * HOUR_MS)
     conn.close()
     context = context_of(run_hook(seeded, start_event(repo)))
-    assert "(id: ep_rule)" in context
+    assert "(id: ep_rule)" in context and "(id: ep_new_fact)" in context
     for left_out in ("ep_gotcha", "ep_routine", "ep_round", "ep_prompt", "ep_kept_fact"):
         assert left_out not in context
 
@@ -409,8 +412,9 @@ def test_digest_queries_read_indexes_not_the_table(big_home: tuple[Path, str]) -
     home, project = big_home
     conn = apsw.Connection(str(home / "engram.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        for sql, params in ((digest_sql.GLOBAL_SQL, (20,)),
-                            (digest_sql.PROJECT_RULES_SQL, (project, 20))):
+        new_since = now_ms() - 48 * HOUR_MS
+        for sql, params in ((digest_sql.GLOBAL_SQL, (new_since, 20)),
+                            (digest_sql.PROJECT_RULES_SQL, (new_since, 20, project))):
             plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert plan.startswith("SEARCH episodes USING INDEX idx_episodes_active_"), plan
             assert "TEMP B-TREE FOR ORDER BY" not in plan and "SCAN episodes" not in plan, plan  # in LIMIT order

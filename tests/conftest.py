@@ -35,6 +35,8 @@ def other_agents_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("COPILOT_HOME", str(tmp_path / "no-copilot-home"))
     monkeypatch.setenv("QWEN_HOME", str(tmp_path / "no-qwen-home"))
     monkeypatch.delenv("QWEN_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "no-xdg-data"))  # opencode's opencode.db lives under it
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "no-pi-home"))
 
 
 @pytest.fixture

@@ -167,8 +167,11 @@ class AgentWorld(EngramClaude):
     # -- running the CLIs
 
     def _env(self, extra: Mapping[str, str]) -> dict[str, str]:
+        # Not the test's own pointers away from the machine's agents (tests/conftest.py): the CLIs find their
+        # folders under this world's HOME, as the processor does.
         env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED
-               and not k.startswith(("OPENAI_", "CODEX_", "GEMINI_"))}
+               and not k.startswith(("OPENAI_", "CODEX_", "GEMINI_"))
+               and k not in ("XDG_DATA_HOME", "PI_CODING_AGENT_DIR")}
         env.update({"HOME": str(self.home), "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
                     "NO_COLOR": "1", "TERM": "dumb"})
         env.update({k: v for k, v in self.engram_env.items() if k.startswith("ENGRAM_") or k == "CODEX_HOME"})

@@ -103,6 +103,9 @@ class TranscriptFormat(ABC):
     # where the agent marks the end itself; more where the end is read from a message that a later line may
     # still continue (the Gemini CLI writes a model message before its tool calls have run).
     turn_end_settle: float = 0.0
+    # The names the agent's CLI runs under, where no line of it marks every turn's end: a session whose turn is not
+    # over is finished once none of these runs in its folder any more (``capture/agent_process.py``).
+    process_names: tuple[str, ...] = ()
 
     def __init__(self, root: Path, agent_workdir: Path | None = None) -> None:
         self.root = Path(os.path.abspath(root))

@@ -18,7 +18,8 @@ again with its ``toolCalls`` once they have run; a turn is over at the model mes
 call. So a message with text and no tool calls ends the turn (``end_turn``) once no newer line of the session
 followed it for ``turn_end_settle`` seconds (a message whose tool calls still run is written again within them,
 and a message that asked only for tool calls has no text of its own): its round is learned seconds after the
-answer, not at the idle sweep.
+answer, not at the idle sweep. A turn whose tool call never came back (the CLI killed mid-call) is over once no
+``gemini`` process runs in the session's folder (``process_names``; the memory thread's sweep asks).
 
 Injected context is not the user's words: hooks' ``additionalContext`` reaches the model inside
 ``<hook_context>`` spans (the SessionStart one prepended to the prompt, BeforeAgent's as a part of its own,
@@ -86,6 +87,8 @@ class GeminiFormat(TranscriptFormat):
     # A model message with text and no tool calls is written before tool calls it asked for have run (they are
     # added when done): its turn is over once nothing newer followed it for this long.
     turn_end_settle = 2.0
+    # A turn whose tool call never came back (the CLI killed mid-call) is over when the CLI is gone.
+    process_names = ("gemini",)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> GeminiFormat | None:

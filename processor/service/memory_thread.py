@@ -21,6 +21,7 @@ from typing import ClassVar, TypeVar
 
 import apsw
 
+from processor.capture.agent_process import runs_in, working_folders
 from processor.capture.agents import FORMATS
 from processor.capture.captured import CapturedLine
 from processor.capture.problems import CaptureProblems
@@ -375,6 +376,23 @@ class MemoryThread:
         cutoff = int((time.time() - self.settings.idle_minutes * 60) * 1000)
         return episodes_sql.idle_sessions_with_new_messages(self.store.conn, cutoff)
 
+    def gone_sessions(self) -> set[str]:
+        """Sessions of an agent that marks no end to some turns (the Gemini CLI killed mid-call) whose CLI no
+        longer runs in their folder: their last round is over, before idle_minutes."""
+        assert self.store is not None
+        now = time.time()
+        gone: set[str] = set()
+        for agent, fmt in FORMATS.items():
+            if not fmt.process_names:
+                continue
+            span = (int((now - self.settings.idle_minutes * 60) * 1000), int((now - fmt.turn_end_settle) * 1000))
+            unfinished = episodes_sql.unfinished_turns(self.store.conn, agent, span)
+            if not unfinished:
+                continue  # the process table is read only when a session waits on it
+            folders = working_folders(fmt.process_names)
+            gone |= {session_id for session_id, folder in unfinished if not runs_in(folders, folder)}
+        return gone
+
     # --- the thread --------------------------------------------------------------------------
 
     def submit(self, request: MemoryRequest) -> None:
@@ -494,7 +512,8 @@ class MemoryThread:
         store = self.store
         assert store is not None
         if isinstance(request, FinalizeIdle):
-            self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions(), final=True))
+            self._busy("episodes", lambda: self.build_episodes(sessions=self.idle_sessions() | self.gone_sessions(),
+                                                               final=True))
             for cleanup in self.periodic:
                 self._busy("cleanup", cleanup)
         elif isinstance(request, IngestInjections):

@@ -376,6 +376,17 @@ def ended_turns_with_new_messages(conn: apsw.Connection) -> dict[str, str]:
     ).fetchall())
 
 
+def unfinished_turns(conn: apsw.Connection, agent: str, captured_between: tuple[int, int]) -> list[tuple[str, str]]:
+    """(session_id, the folder it ran in) of an agent's sessions last captured into within the span, whose last
+    line did not end a turn and whose messages are not all in episodes yet."""
+    return conn.execute(
+        """
+        SELECT s.session_id, s.project_root FROM sessions s
+        WHERE s.agent = ? AND s.turn_ended = 0 AND s.updated_at >= ? AND s.updated_at < ? AND s.project_root IS NOT NULL
+          AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.session_id AND m.id > s.episodized_through)
+        """, (agent, *captured_between)).fetchall()
+
+
 def messages_after(conn: apsw.Connection, session_id: str, after_id: int, limit: int = 10_000) -> list[StoredMessage]:
     rows = conn.execute(
         "SELECT id, uuid, role, text, ts_ms FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",

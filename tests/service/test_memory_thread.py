@@ -197,3 +197,45 @@ def test_a_turn_that_ended_before_a_crash_has_its_last_round_built_at_start(engr
     finally:
         memory.stop()
     assert rows == [("ended", 3), ("going-on", 2)]
+
+
+def test_a_gemini_turn_whose_cli_is_gone_is_built_at_the_next_sweep_not_at_idle(engram_home: Path,
+                                                                                  tmp_path: Path) -> None:
+    """The Gemini CLI marks no end of a turn whose tool call never came back (the CLI killed mid-call): once no
+    `gemini` process runs in the session's folder, its last round is built at the next sweep (each rescan), not
+    after idle_minutes; a session whose CLI still runs there waits."""
+    import subprocess
+    import sys
+
+    from processor.store import open_store, write_transaction
+
+    settings = make_settings()
+    gone_repo, live_repo = tmp_path / "gone", tmp_path / "live"
+    gone_repo.mkdir()
+    live_repo.mkdir()
+    cli = tmp_path / "bin" / "gemini"
+    cli.parent.mkdir()
+    cli.write_text("import time\ntime.sleep(120)\n")
+    running = subprocess.Popen([sys.executable, str(cli)], cwd=live_repo)
+    ten_seconds_ago = int(time.time() * 1000) - 10_000
+    for session_id in ("killed", "running"):
+        add_messages(settings, session_id, conversation(3), activity_ms=ten_seconds_ago)
+    conn = open_store(settings.db_path)
+    with write_transaction(conn):
+        for session_id, repo in (("killed", gone_repo), ("running", live_repo)):
+            conn.execute("UPDATE sessions SET agent = 'gemini', project_root = ? WHERE session_id = ?",
+                         (str(repo), session_id))
+    conn.close()
+    memory = MemoryThread(settings)
+    memory.start()
+    try:
+        # The complete rounds at start, and the sweep the start runs: the killed session's last round too.
+        assert _episodes_when_built(settings, memory, 5) == 5
+        memory.submit(FinalizeIdle())  # a later sweep: the running CLI's session still waits
+        time.sleep(1.5)
+        rows = query(settings, "SELECT session_id, count(*) FROM episodes GROUP BY session_id ORDER BY 1")
+    finally:
+        memory.stop()
+        running.kill()
+        running.wait()
+    assert rows == [("killed", 3), ("running", 2)]

@@ -259,7 +259,12 @@ def test_qwen_code_and_claude_code_share_one_memory(tmp_path: Path) -> None:
                             (session_b,))
         assert ("Bash", "git add -f dist/app.js", 0, None) in calls, calls
         [(_, _, _, ignored)] = [c for c in calls if c[1] == "git add dist/app.js"]
-        assert "ignored by one of your .gitignore files" in ignored and "engram-recollection" not in ignored
+        assert "engram-recollection" not in ignored
+        # As Qwen recorded it: under load Qwen once lost git's stderr itself (its chat and the model both read
+        # "Output: (empty)"); what it did record is what Engram keeps.
+        recorded = "".join(path.read_text() for path in world.qwen_chats())
+        if "ignored by one of your .gitignore files" in recorded:
+            assert "ignored by one of your .gitignore files" in ignored, ignored
         latencies = clock.latencies()
         print(f"Qwen line → database: p90 {p90(latencies):.3f} s over {len(latencies)} lines")
         assert len(latencies) >= 5 and p90(latencies) <= LINE_P90_SECONDS, latencies

@@ -1,7 +1,7 @@
 """What every fake model API of the tests shares: a real HTTP server on 127.0.0.1 (an ephemeral port, a daemon
 thread), its lifecycle, the request body read as JSON, and (``ScriptedApi``) replies scripted in order.
 
-Each fake (``fake_anthropic``, ``fake_openai_responses``, ``fake_openai_chat``, ``fake_gemini``,
+Each fake (``fake_anthropic``, ``fake_openai_responses``, ``fake_chat_completions``, ``fake_gemini``,
 ``fake_openai_server``) supplies its request handler (``QuietHandler``'s, for the chat fake): the wire format of its
 API.
 """

@@ -33,7 +33,7 @@ from tests.e2e.test_codex_and_gemini_cli import (
     snapshot,
 )
 from tests.support.agent_cli import CaptureClock, npm_cli, p90, skip_reason
-from tests.support.fake_openai_chat import Turn
+from tests.support.fake_chat_completions import Turn
 from tests.support.plugin_agent_cli import OPENCODE, PI, EventClock, PluginAgentWorld, pi_uuid
 
 ENGRAM_TOOLS = {"engram_memory_recall", "engram_memory_expand", "engram_memory_remember"}

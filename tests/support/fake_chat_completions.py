@@ -1,8 +1,10 @@
 """A real HTTP server on 127.0.0.1 that speaks the OpenAI chat completions API with tool calls, streamed or not:
-enough to drive the GitHub Copilot CLI (its bring-your-own-key provider) and Qwen Code (its OpenAI auth).
+enough to drive the GitHub Copilot CLI (its bring-your-own-key provider), Qwen Code (its OpenAI auth), opencode
+and pi (an OpenAI-compatible provider in their configuration).
 
     server = FakeChatCompletions().start()
-    # COPILOT_PROVIDER_BASE_URL=server.base_url (Copilot), OPENAI_BASE_URL=server.base_url (Qwen Code)
+    # COPILOT_PROVIDER_BASE_URL=server.base_url (Copilot), OPENAI_BASE_URL=server.base_url (Qwen Code), the
+    # provider's base URL in opencode.json / pi's models.json
     server.script.extend([
         Turn.call("bash", {"command": "ls"}, text="Let me look."),   # a sentence, then a tool call
         Turn.text("Done."),                                          # the final answer
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from bench.testbed.fake_api import ScriptedApi, json_body
+from bench.testbed.fake_api import QuietHandler, ScriptedApi, json_body
 
 JsonObject = dict[str, Any]
 MODEL = "fake-model"
@@ -69,7 +71,7 @@ def _content(value: object) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "".join(part.get("text", "") for part in value if isinstance(part, dict))
+        return "\n".join(part["text"] for part in value if isinstance(part, dict) and isinstance(part.get("text"), str))
     return ""
 
 
@@ -148,39 +150,28 @@ class FakeChatCompletions(ScriptedApi[Turn]):
     def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 if self.path.split("?")[0].rstrip("/").endswith("/models"):
                     models = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "fake"}]}
-                    self._send(200, "application/json", json.dumps(models).encode())
+                    self.send(200, "application/json", json.dumps(models).encode())
                 else:
-                    self._send(404, "application/json", b'{"error": {"message": "not found"}}')
+                    self.send(404, "application/json", b'{"error": {"message": "not found"}}')
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json_body(self)
                 if not self.path.split("?")[0].endswith("/chat/completions"):
                     fake.record(Request(self.path, dict(self.headers.items()), body))
-                    self._send(404, "application/json", b'{"error": {"message": "not found"}}')
+                    self.send(404, "application/json", b'{"error": {"message": "not found"}}')
                     return
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
                 request.turn = turn = fake.answer(request)
                 model = str(body.get("model") or MODEL)
                 if body.get("stream"):
                     data = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in completion_chunks(turn, model))
-                    self._send(200, "text/event-stream", data + b"data: [DONE]\n\n")
+                    self.send(200, "text/event-stream", data + b"data: [DONE]\n\n")
                 else:
-                    self._send(200, "application/json", json.dumps(completion(turn, model)).encode())
+                    self.send(200, "application/json", json.dumps(completion(turn, model)).encode())
 
-            def _send(self, status: int, content_type: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
         return Handler

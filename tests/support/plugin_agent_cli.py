@@ -31,7 +31,7 @@ import apsw
 
 from bench.testbed.claude_cli import ClaudeCLI, wait_for
 from tests.support.agent_cli import AgentWorld, NpmPackage, Run
-from tests.support.fake_openai_chat import MODEL, FakeChat, Request, Turn
+from tests.support.fake_chat_completions import MODEL, FakeChatCompletions, Request, Turn
 
 # The versions the formats and the plugin's events were checked against (docs/agents.md).
 OPENCODE = NpmPackage("opencode-ai", "1.18.33", "opencode")
@@ -49,7 +49,7 @@ class PluginAgentWorld(AgentWorld):
         self.opencode_config = self.home / ".config" / "opencode"
         self.opencode_data = self.home / ".local" / "share" / "opencode"
         self.pi_dir = self.home / ".pi" / "agent"
-        self.chat = FakeChat()
+        self.chat = FakeChatCompletions()
         for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "PI_CODING_AGENT_DIR"):
             self.engram_env.pop(name, None)  # the agents' folders as the processor finds them: under this HOME
 

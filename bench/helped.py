@@ -59,7 +59,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.precision import DEFAULT_MODELS, replay, replay_baseline  # noqa: E402
+from bench.precision import DEFAULT_MODELS, HOOK_CLOCK_NOTE, replay, replay_baseline, session_clock  # noqa: E402
 from bench.replay import ToolCall, project_sessions, projects  # noqa: E402
 from processor.hook_kit.failure_keys import (  # noqa: E402
     another_go,
@@ -466,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         chosen = {"custom": (args.projects_dirs, args.opportunities or Path("/nonexistent"))}
     else:
         chosen = {name: SETS[name] for name in (args.sets or sorted(SETS))}
-    report: dict = {"benchmark": "helped", "sets": {}}
+    report: dict = {"benchmark": "helped", "hook_clock": HOOK_CLOCK_NOTE, "sets": {}}
+    if session_clock() is None:
+        print(f"warning: {HOOK_CLOCK_NOTE}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="engram-helped-") as tmp:
         for name, (dirs, opportunities) in chosen.items():
             several = len(chosen) > 1

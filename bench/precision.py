@@ -102,10 +102,31 @@ def _session_start_event(session: Session, cwd: str | None) -> bytes:
                        "hook_event_name": "SessionStart", "source": "startup"}).encode()
 
 
-def run_hook(home: Path, event: bytes, hook: Path = HOOK) -> list[tuple[str, str]]:
+# The SessionStart hook reads the clock (where the last session stopped: active in the last 72 hours; a fact
+# stored on purpose: new for 48 hours). Replayed months later, its clock must say when the session started:
+# libfaketime (Debian's `faketime`) sets it for that one process.
+FAKETIME_LIBS = tuple(f"/usr/lib/{arch}faketime/libfaketime.so.1"
+                      for arch in ("x86_64-linux-gnu/", "aarch64-linux-gnu/", "", "../local/lib/"))
+
+
+def session_clock() -> str | None:
+    """The libfaketime that sets a replayed hook's clock, None when it is not installed."""
+    return next((lib for lib in FAKETIME_LIBS if os.path.exists(lib)), None)
+
+
+HOOK_CLOCK_NOTE = ("the SessionStart hook ran at each session's start (libfaketime)" if session_clock() else
+                   "the SessionStart hook ran on today's clock: where the last session stopped and what was new are "
+                   "never shown (install libfaketime: apt-get install faketime)")
+
+
+def run_hook(home: Path, event: bytes, hook: Path = HOOK, at_ms: int | None = None) -> list[tuple[str, str]]:
     """A real hook (SessionStart, PreToolUse, or PostToolUseFailure), as Claude Code runs it: (id, bite) of what
-    it told."""
+    it told; `at_ms`: the time its clock says, when libfaketime is installed."""
     env = {"ENGRAM_HOME": str(home), "PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/")}
+    lib = session_clock() if at_ms is not None else None
+    if lib is not None:
+        env.update(LD_PRELOAD=lib, TZ="UTC",
+                   FAKETIME="@" + time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at_ms / 1000)))  # type: ignore
     out = subprocess.run([sys.executable, "-I", "-S", str(hook)], input=event, capture_output=True, env=env,
                          timeout=30).stdout
     if not out.strip():
@@ -197,7 +218,8 @@ def replay_project(project_dir: Path, workdir: Path, models_dir: Path, embedder:
             return {e.id: e.source_uuids + _merged_lines(conn, e.source_uuids) for e in episodes if e is not None}
 
         # The session starts: the SessionStart hook's digest (what the agent reads before the first prompt).
-        opening = run_hook(home, _session_start_event(session, cwd), SESSION_START_HOOK) if conn is not None else []
+        opening = run_hook(home, _session_start_event(session, cwd), SESSION_START_HOOK, session.start_ms) \
+            if conn is not None else []
         for index, prompt in enumerate(session.prompts):
             records.append(_replay_prompt(home, writer, store, session, prompt, project, first=number == 0,
                                           sources=sources, opening=opening if index == 0 else []))

@@ -663,6 +663,8 @@ AFTER_CALL_AGENTS = (COPILOT, QWEN)
 _CREATING = ("Write", "NotebookEdit")
 # The calls that change a file (Claude Code's names): a wish about how a file is worked on is told before these only.
 EDITING = ("Edit", "MultiEdit", "Write", "NotebookEdit")
+# The calls that read a file whole (Claude Code's names): a file too big for them is told before these only.
+READING = ("Read", "NotebookRead")
 _GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new (Qwen's, a fork's, too)
 _COPILOT_CREATED = "Created file "  # how the Copilot CLI's create says it
 _GEMINI_SHELL = "run_shell_command"

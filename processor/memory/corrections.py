@@ -30,7 +30,8 @@ from processor.store.tool_calls import StoredToolCall
 # A correction: "X, not Y", "not X but Y", "no, it's X", "actually X", "wrong file", "is called X".
 _CORRECTION = re.compile(
     r"\b(?:it'?s|it is|that'?s|that is|the \w+ is|they'?re|they are|use)\s+\S+(?:\s+\S+){0,3},?\s+not\s+\S"
-    r"|\bnot\s+\S+(?:\s+\S+){0,2},?\s+but\s+\S|^\W*(?:no|nope|actually|wrong)\b[,.:! ]"
+    # "No, it's X" / "Actually X": a bare "No need to…", "No worries" is a request or a remark, not a correction.
+    r"|\bnot\s+\S+(?:\s+\S+){0,2},?\s+but\s+\S|^\W*(?:no|nope|wrong)\b[,.:!]|^\W*actually\b[,.:! ]"
     r"|\bwrong (?:file|folder|directory|column|table|field|name|flag|option|branch|path|module|function|class|key|"
     r"variable|database|db|endpoint|url|port|service|repo|repository)\b"
     r"|\b(?:is|are) (?:called|named|spelled)\b|\b(?:lives|is|are) (?:in|under) `", re.IGNORECASE)

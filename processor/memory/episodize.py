@@ -21,12 +21,13 @@ from processor.clock import now_ms
 from processor.memory import supersede
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.failed_calls import Failure, failures_of
+from processor.memory.failure_rates import runs_without_fix
 from processor.memory.findings import Finding, Round
 from processor.memory.guards import forbidden_commands
 from processor.memory.identity import content_hash, episode_id
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
-from processor.memory.stale_fixes import ran_clean_without, retirable
+from processor.memory.stale_fixes import names_removed, ran_clean_without, removed_folders, retirable
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
 from processor.redaction import redact
 from processor.store import cold as cold_sql
@@ -276,6 +277,7 @@ class Episodizer:
                     origins_sql.set_origin(self.conn, episode.id, found.miner)
                     added += 1
             self._record_failures(session_id, project, plan.mined)
+            self._note_runs(project, plan.mined.calls)
             self._retire_unneeded_fixes(session_id, project, plan.mined.calls, stamp)
             sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
@@ -299,13 +301,35 @@ class Episodizer:
                     failures_sql.set_memory(self.conn, row.id, teller, redact(lesson.failure.fix), lesson.failure.uses)
                     origins_sql.set_origin(self.conn, teller, lesson.miner)  # a copy from an older Engram has none
 
+    def _note_runs(self, project: str | None, calls: list[StoredToolCall]) -> None:
+        """Count this session among those that ran a failing command without its fix (``failure_rates``: a fix is
+        told before its command only while most sessions that run it meet the failure); in the caller's
+        transaction, after this slice's failures were counted."""
+        if not calls:
+            return
+        rows = failures_sql.with_memories(self.conn, project)
+        runs = runs_without_fix(rows, calls)
+        session_id = calls[0].session_id
+        for row in rows:
+            if row.id in runs:
+                failures_sql.note_runs(self.conn, row, {session_id: runs[row.id]})
+
     def _retire_unneeded_fixes(self, session_id: str, project: str | None, calls: list[StoredToolCall],
                                stamp: int) -> None:
-        """Mark stale the error fixes these calls showed are no longer needed (``stale_fixes``), with why (in the
+        """Mark stale the error fixes these calls showed are no longer needed (``stale_fixes``: the command that
+        failed ran clean without the fix, or a clean call removed the folder the fix uses), with why (in the
         caller's transaction: the marks move with the progress marker)."""
         if not calls:
             return
-        fixes = retirable(failures_sql.with_memories(self.conn, project), session_id)
+        rows = failures_sql.with_memories(self.conn, project)
+        root = project if project and project.startswith("/") else None
+        gone = removed_folders(calls, root)
+        for row in rows if gone else ():
+            for folder in names_removed(row.fix, gone, root)[:1]:
+                call = gone[folder]
+                self._retire(row.memory_id, session_id, stamp, f"what fixed it uses `{folder}/`, which "
+                             f"`{redact((call.target or '')[:120])}` removed in session {session_id}")
+        fixes = retirable(rows, session_id)
         if not fixes:
             return
         failed = {}  # memory id → the command that failed, as the memory writes it (its "$ " entity)
@@ -314,14 +338,19 @@ class Episodizer:
             command = next((e[2:] for e in ep.entities if e.startswith("$ ")), None) if ep is not None else None
             if command is not None:
                 failed[ep.id] = command
-        shown = ran_clean_without(fixes, failed, calls, session_id)
-        for memory_id, call in shown.items():
-            ep = sql.get_episode(self.conn, memory_id)
-            if ep is None or ep.status != "active" or ep.session_id == session_id:
-                continue
-            reason = f"`{redact((call.target or '')[:120])}` ran clean without its fix in session {session_id}"
-            cold_sql.set_status(self.conn, memory_id, "stale", stamp)
-            cold_sql.record_action(self.conn, stamp, "mining", "stale", episode_id=memory_id, detail=reason)
+        for memory_id, call in ran_clean_without(fixes, failed, calls, session_id).items():
+            self._retire(memory_id, session_id, stamp,
+                         f"`{redact((call.target or '')[:120])}` ran clean without its fix in session {session_id}")
+
+    def _retire(self, memory_id: str | None, session_id: str, stamp: int, reason: str) -> None:
+        """Mark an active fix learned in another session stale, recording why; its failures wait for the next fix
+        a session finds (the project changed under it: the new way is learned the next time it fails)."""
+        ep = sql.get_episode(self.conn, memory_id) if memory_id else None
+        if ep is None or ep.status != "active" or ep.session_id == session_id:
+            return
+        cold_sql.set_status(self.conn, ep.id, "stale", stamp)
+        failures_sql.unlink_memory(self.conn, ep.id)
+        cold_sql.record_action(self.conn, stamp, "mining", "stale", episode_id=ep.id, detail=reason)
 
     def _next_rounds(self, session_id: str, through: int, final: bool,
                      first_page: int = SLICE_PAGE_MESSAGES) -> tuple[list[list[StoredMessage]], bool]:

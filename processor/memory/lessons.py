@@ -266,10 +266,11 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
     said = diagnosis[2] if diagnosis else None
     sources = [u for u in (failure.call.use_uuid, failure.call.result_uuid, said.uuid if said else None,
                            fix.resolved_by.use_uuid) if u]
-    # A way of working is one memory per way of failing, in each project: the same failure in another session
-    # (or a rebuild) finds it, and one the user marked wrong is never made again. Work fixed by edits is
-    # one memory per failure.
-    seed = (f"fix:{project}:{failure.fail_key}:{failure.signature[0]}" if kind == "gotcha"
+    # A way of working is one memory per way of failing and its fix, in each project: the same failure in another
+    # session (or a rebuild) finds it (``store/failures.py`` links it to the failure), and one the user marked
+    # wrong is never made again; a fix gone stale leaves the failure free for the new way a later session finds.
+    # Work fixed by edits is one memory per failure.
+    seed = (f"fix:{project}:{failure.fail_key}:{failure.signature[0]}:{how}" if kind == "gotcha"
             else f"lesson:{failure.call.tool_use_id}")
     session_fixed = bool(fix.setup or fix.changed_command)
     return Finding(id=episode_id(seed), kind=kind, summary=redact(summary), full_content=redact("\n".join(lines)),

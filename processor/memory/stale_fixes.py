@@ -30,7 +30,7 @@ _MISSING = re.compile(r"not found|no module named|cannot find module|is not inst
                       r"no such file or directory|unknown command|is not recogni[sz]ed", re.IGNORECASE)
 
 
-def _words(command: str | None) -> set[str]:
+def command_words(command: str | None) -> set[str]:
     """A command's words as a fix's added words are compared with (a path by its last part)."""
     return {w.rstrip("/").rsplit("/", 1)[-1] for w in (command or "").split()}
 
@@ -61,7 +61,7 @@ def ran_clean_without(fixes: Iterable[FailureSignature], failed_commands: dict[s
     shown: dict[str, StoredToolCall] = {}
     seen: set[str] = set()  # every word the session's calls held so far
     for call in calls:
-        words = _words(call.target)
+        words = command_words(call.target)
         if call.tool == "Bash" and not call.failed and call.target:
             key = call_key(call.tool, call.target, "")
             for fix in by_key.get(key or "", []):
@@ -73,6 +73,21 @@ def ran_clean_without(fixes: Iterable[FailureSignature], failed_commands: dict[s
     return shown
 
 
+def _project_paths(command: str, root: str) -> list[tuple[str, str]]:
+    """The words of a command that name a path inside the project, each with that path relative to its root
+    (a relative word is taken from the root, where the project's commands run)."""
+    top = root.rstrip("/") + "/"
+    found = []
+    for word in (command or "").replace("`", " ").split():
+        word = word.strip("'\";&|()")
+        if not word or word.startswith(("-", "$", "~", "http")) or "=" in word or "*" in word or "{" in word:
+            continue
+        path = os.path.normpath(word if word.startswith("/") else top + word)
+        if path.startswith(top) and not path[len(top):].startswith(".."):
+            found.append((word, path[len(top):]))
+    return found
+
+
 def missing_paths(command: str, root: str | None) -> list[str]:
     """The paths inside the project that a fix's command names and whose top folder is gone (``venv/bin/activate``
     once ``venv/`` was removed), when the project's folder is on this machine ([] when it is not: nothing can be
@@ -80,15 +95,44 @@ def missing_paths(command: str, root: str | None) -> list[str]:
     if not root or not os.path.isdir(root):
         return []
     top = root.rstrip("/") + "/"
-    gone = []
-    for word in (command or "").replace("`", " ").split():
-        word = word.strip("'\";&|()")
-        if "/" not in word or word.startswith(("-", "$", "~", "http")) or "=" in word:
+    return [word for word, relative in _project_paths(command, root) if "/" in word
+            and not os.path.exists(top + relative) and not os.path.exists(top + relative.split("/", 1)[0])]
+
+
+# A recursive remove in a chain: `rm -rf venv/`, `rm -r -f build`, `git rm -r old/` (its words up to the next
+# command of the chain).
+_REMOVE = re.compile(r"(?:^|&&|;|\|\||\|)\s*(?:git\s+)?rm\s+(?P<words>[^&;|]*)")
+
+
+def removed_folders(calls: list[StoredToolCall], root: str | None) -> dict[str, StoredToolCall]:
+    """The project's top folders (``venv``) that one session's `calls` removed and did not use again, each with
+    the clean call that removed it. What the machine's folder holds is not read: a session replayed or run on
+    another machine says it by what it ran. A folder made again is used again by a path inside it (``rm -rf .venv
+    && uv venv``, then ``source .venv/bin/activate``): a bare word is not enough (``uv venv`` names no folder)."""
+    if not root:
+        return {}
+    removed: dict[str, StoredToolCall] = {}
+    for call in calls:
+        if call.tool != "Bash" or not call.target:
             continue
-        path = os.path.normpath(word if word.startswith("/") else top + word)
-        if not path.startswith(top):
-            continue
-        first = top + path[len(top):].split("/", 1)[0]
-        if not os.path.exists(path) and not os.path.exists(first):
-            gone.append(word)
-    return gone
+        rest = call.target
+        for match in _REMOVE.finditer(call.target):
+            rest = rest.replace(match.group(0), " ")  # what the command names besides what it removes
+            words = match.group("words").split()
+            if call.failed or not any(w.startswith("-") and ("r" in w.lstrip("-").lower()) for w in words):
+                continue
+            for _, relative in _project_paths(" ".join(w for w in words if not w.startswith("-")), root):
+                if "/" not in relative.rstrip("/") and relative not in (".", ".."):
+                    removed[relative.rstrip("/")] = call
+        for name in names_removed(rest, list(removed), root):
+            removed.pop(name)  # used again: made again, or not the folder the fix meant
+    return removed
+
+
+def names_removed(command: str | None, removed: Iterable[str], root: str | None) -> list[str]:
+    """The removed folders a command names a path inside (``venv/bin/activate`` once ``venv`` was removed)."""
+    if not command or not root:
+        return []
+    gone = set(removed)
+    return list(dict.fromkeys(relative.split("/", 1)[0] for word, relative in _project_paths(command, root)
+                              if "/" in word.rstrip("/") and relative.split("/", 1)[0] in gone))

@@ -4,7 +4,8 @@ The agent's harness refuses some calls the same way every time: a ``Read`` of a 
 content (56293 tokens) exceeds maximum allowed tokens (25000)"). The refusal says what to do instead, so the moment
 that needs the lesson is before the next read of that file, or of its siblings (a folder of day-by-day logs, of
 generated dumps, is big file after big file): each such failure becomes a ``fact`` about the file, filed under it
-and its folder (``processor/recall/lesson_index.py``: a fact's keys), told before a later session reads there.
+and its folder (``processor/recall/lesson_index.py``: a fact's keys), told before a later session reads there with a
+tool that has the limit (origin ``tool_limit``: not before a `git add` of the folder).
 
 Found without an LLM, in the harness's own words (Claude Code's and the agents that copy its tools); a refusal in
 other words still has its failure signature.
@@ -48,5 +49,5 @@ def findings(round_: Round) -> list[Finding]:
         found.append(Finding(id=episode_id(f"too-big:{round_.project}:{path}"), kind="fact", summary=text,
                              full_content=text, entities=[redact(path)],
                              source_uuids=[u for u in (call.use_uuid, call.result_uuid) if u],
-                             created_at=call.ts_ms, miner="fact", scope=scope_for(None, round_.project)))
+                             created_at=call.ts_ms, miner="tool_limit", scope=scope_for(None, round_.project)))
     return found

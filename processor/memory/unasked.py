@@ -43,7 +43,7 @@ PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
 # What was mined from tool calls has its own moment, the call (before it, or right after the same failure): an
 # error's fix, a lesson, a fact about a file, the close-out routine. A prompt that merely shares words with it
 # is not that moment; the user's decisions and rules, and what was stored on purpose, are told at prompts.
-AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "routine", "recipe", "correction", "file"})
+AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "tool_limit", "routine", "recipe", "correction", "file"})
 # Recalled when asked for, never told unasked: a record of the work (a commit message, a tracker reason, a
 # question's answer: capture's signals) says what was done once, not what holds from now on; the close-out
 # routine (the commands a project's tasks end with) is the habit every session already has in front of it.
@@ -75,13 +75,14 @@ def pushable(ep: Episode, origin: str | None = None) -> bool:
     if ep.status != "active" or ep.source_type == "verbatim" or origin in RECALLED_ONLY:
         return False
     if ep.kind not in PUSHED_KINDS and ep.source_type != "manual" and not (
-            ep.kind == "fact" and origin in ("fact", "correction")):
+            ep.kind == "fact" and origin in ("fact", "tool_limit", "correction")):
         return False
     return states_something(ep.summary) or states_something(ep.full_content[:BITE_CHARS * 2])
 
 
 # What a memory told unasked is, as the viewer groups them: by the miner that made it, else by its kind.
-_CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "lesson": "Lessons", "fact": "Facts", "recipe": "Recipes",
+_CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "lesson": "Lessons", "fact": "Facts", "tool_limit": "Facts",
+                       "recipe": "Recipes",
                        "decision": "Decisions", "routine": "Rules"}
 _CATEGORY_OF_KIND = {"gotcha": "Lessons", "convention": "Rules", "decision": "Decisions", "preference": "Preferences"}
 CATEGORIES = ("Error fixes", "Lessons", "Facts", "Recipes", "Decisions", "Rules", "Preferences", "Remembered")

@@ -9,11 +9,14 @@ this order, only what a session should know before its first prompt:
 1. where this project's last session stopped: the newest other session of the project, active in the last
    ``CONTINUE_HOURS``, when its todo list (Claude Code's TodoWrite; the Codex CLI's plan, the Gemini CLI's
    todos, stored alike) still had items in progress or pending — later sessions often begin by continuing;
-2. this project's rules and decisions in the user's own words (standing instructions, decisions, what was
-   stored on purpose), the newest ``RULES_SHOWN``; the project is the git root of the event's ``cwd``
+2. this project's rules and decisions in the user's own words (standing instructions and decisions in the
+   project's next ``store.digest.RULE_SESSIONS`` sessions after they were said — later they are told at the call
+   that would break them or with a prompt about them; what was stored on purpose), the newest ``RULES_SHOWN``;
+   the project is the git root of the event's ``cwd``
    (``processor/hook_kit/project.py``) as capture names it (``processor/capture/project.py``: a clone joins its
    project, a worktree is remembered; ``store/projects.py``), the same key capture stores in ``episodes.project``;
-3. the user's preferences for all projects: active ``scope='global'`` ones of importance high, newest first;
+3. the user's preferences for all projects: active ``scope='global'`` ones of importance high, newest first (one
+   mined from the user's words, like a project's rule, in each project's next sessions after it was said);
 4. pending reviews, when there are any: the open rows of the ``reviews`` table (the cold path's
    judgement calls, walked with `engram review`), plus remember requests quarantined in
    ``$ENGRAM_HOME/queue/rejected/`` (malformed, never stored), which also need the user.
@@ -106,11 +109,12 @@ def count_pending(conn: object, queue_dir: object) -> Pending:
 def collect(conn: object, queue_dir: object, project: str | None, now_ms: int, session_id: str | None = None) -> Digest:
     limit = ROWS_PER_SECTION
     new_since = now_ms - NEW_HOURS * 3_600_000  # a fact stored on purpose this recently opens the next sessions
-    global_high = digest_sql.global_important(conn, limit, new_since)
+    # A rule mined from the user's words opens the project's next sessions, then waits for its call or prompt.
+    global_high = digest_sql.global_important(conn, limit, new_since, project, session_id)
     rules: list[Memory] = []
     stopped = None
     if project:
-        rules = digest_sql.project_rules(conn, project, RULES_SHOWN, new_since)
+        rules = digest_sql.project_rules(conn, project, RULES_SHOWN, new_since, session_id)
         stopped = digest_sql.last_session(conn, project, session_id, now_ms - CONTINUE_HOURS * 3_600_000)
     return Digest(stopped, global_high, rules, count_pending(conn, queue_dir), project)
 

@@ -24,8 +24,9 @@ or path. Newest first, at most ``IDS_PER_KEY`` per key and ``MAX_BITES`` in all,
 A memory that tells what fixed a way of failing (``store/failures.py``) is filed under its failure key
 (``fail:git``, ``processor/hook_kit/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
 ``"fix"``): the PostToolUseFailure hook tells it right after the same failure. Under its command's key (told
-before the call) only once it recurred: that way of failing met in ``RECURRING_SESSIONS`` sessions or more, and
-never when it depends on the moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
+before the call) only once it recurred: that way of failing met in two sessions or more and in at least half of
+the sessions that ran the command since (``processor/memory/failure_rates.py``), and never when it depends on the
+moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
 .of_the_moment``).
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
@@ -55,6 +56,7 @@ from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
 from processor.memory.facts import statement_of
 from processor.memory.failed_calls import of_the_moment
+from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import forbidden_commands, guard
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
@@ -69,7 +71,6 @@ log = logging.getLogger(__name__)
 FOLDER = hook_io.LESSONS_FOLDER  # the hooks read the index: its place and shape are the kit's
 SUFFIX = hook_io.LESSONS_SUFFIX
 IDS_PER_KEY = 5
-RECURRING_SESSIONS = 2
 FIXES_PER_KEY = 20  # ways a program failed, each with its fix, filed under its failure key
 SIGNATURES_PER_FIX = 5  # ways of failing one fix is filed under (a commit hook's checks fail in several ways)
 MAX_BITES = 300
@@ -99,7 +100,7 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
 def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
     """Where a memory is filed: a fact under the file, folder or name it is about; a decision under the files,
     names and programs it names; anything else under what its entities say (``keys_of``)."""
-    if origin == "fact":
+    if origin in ("fact", "tool_limit"):
         return fact_keys(ep.entities[0], root) if ep.entities else []
     if origin in ("correction", "file"):  # every name it gives, every file it is about
         return list(dict.fromkeys(k for name in ep.entities for k in fact_keys(name, root)))
@@ -211,6 +212,8 @@ class LessonIndex:
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             if origin == "file":  # how the user wants a file worked on: told when it is changed, not read
                 entry["on"] = list(hook_io.EDITING)
+            elif origin == "tool_limit":  # a file too big for the read tool: told before a read, not a `git add`
+                entry["on"] = list(hook_io.READING)
             placed = False
             keys = keys_by_origin(ep, origin, root)
             guards = guards_of(ep, origin)
@@ -233,9 +236,9 @@ class LessonIndex:
                 uses = next((fix.uses for fix in ways if fix.uses), None)
                 if uses:
                     entry = {**entry, "uses": uses}  # before the call: not when the call already applies it
-                met_in = set().union(*(fix.sessions for fix in ways))
-                if len(met_in) < RECURRING_SESSIONS or all(of_the_moment(fix.signature) for fix in ways):
-                    keys = [k for k in keys if not k.startswith("cmd:")]  # before the call only once it recurred
+                if not worth_telling_before(ways) or all(of_the_moment(fix.signature) for fix in ways):
+                    # Before the call only once it recurred, in most sessions that ran the command.
+                    keys = [k for k in keys if not k.startswith("cmd:")]
             for key in keys:
                 entries = filed.setdefault(key, [])
                 if len(entries) < IDS_PER_KEY:

@@ -20,16 +20,25 @@ Memory = namedtuple("Memory", "id summary created_at importance")  # one digest 
 
 _COLUMNS = "id, summary, created_at, importance"
 # What the digest tells is what the user said should hold from now on: standing instructions and decisions mined
-# from the user's own words (memory_origins), and what was stored on purpose — a fact or a bug's fix stored on
-# purpose only while it is new (``?1``: since when; after that it waits for a prompt about it). What a session found
-# or did (a lesson, an error's fix, a fact about a file, a commit message) has its own moment, the call it is about.
+# from the user's own words (memory_origins) while new — until the project (``?3``) had ``?5`` other sessions active
+# after it was said, its own and the one starting (``?4``) aside; after that a rule is told at the call that would
+# break it or with a prompt about it, since a rule read at every session start is one the agent already follows or
+# one no call of the session concerns — and what was stored on purpose, a fact or a bug's fix stored on purpose only
+# while it is new (``?1``: since when; after that it waits for a prompt about it). What a session found or did (a
+# lesson, an error's fix, a fact about a file, a commit message) has its own moment, the call it is about. Times
+# are the transcript's on both sides (a memory's ``created_at`` is its message's).
+_SESSIONS_SINCE = ("(SELECT count(*) FROM (SELECT 1 FROM sessions s WHERE s.project = ?3 "
+                   "AND s.last_activity > episodes.created_at AND s.session_id != ?4 "
+                   "AND s.session_id != COALESCE(episodes.session_id, '') LIMIT ?5))")
 _SAID = ("((source_type = 'manual' AND (kind NOT IN ('fact', 'bugfix') OR created_at >= ?1)) "
-         "OR id IN (SELECT episode_id FROM memory_origins WHERE miner IN ('standing', 'decision')))")
+         "OR (id IN (SELECT episode_id FROM memory_origins WHERE miner IN ('standing', 'decision')) "
+         f"AND {_SESSIONS_SINCE} < ?5))")
 # `status = 'active'` must appear literally for SQLite to use the partial indexes (m007, m017).
 GLOBAL_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND scope = 'global' "
               f"AND importance = 'high' AND {_SAID} ORDER BY created_at DESC LIMIT ?2")
 PROJECT_RULES_SQL = (f"SELECT {_COLUMNS} FROM episodes WHERE status = 'active' AND source_type != 'verbatim' "
                      f"AND project = ?3 AND {_SAID} ORDER BY created_at DESC LIMIT ?2")
+RULE_SESSIONS = 2  # a rule the user said is in the digest of the project's next two sessions
 # Where the project's last session stopped: the newest other session of the project, and its last todo list
 # (every agent's todo tool is stored as Claude Code's TodoWrite, its items as "status: content" lines).
 LAST_SESSION_SQL = ("SELECT session_id, last_activity FROM sessions WHERE project = ? AND session_id != ? "
@@ -44,15 +53,18 @@ def _memories(conn: object, sql: str, params: tuple) -> list[Memory]:
     return [Memory(*row) for row in conn.execute(sql, params)]  # type: ignore[attr-defined]
 
 
-def global_important(conn: object, limit: int, new_since: int = 0) -> list[Memory]:
-    """Active high-importance memories for all projects, newest first (`new_since`: see ``_SAID``)."""
-    return _memories(conn, GLOBAL_SQL, (new_since, limit))
+def global_important(conn: object, limit: int, new_since: int = 0, project: str | None = None,
+                     session_id: str | None = None) -> list[Memory]:
+    """Active high-importance memories for all projects, newest first (`new_since`; one mined from the user's
+    words while `project` is new to it: see ``_SAID``)."""
+    return _memories(conn, GLOBAL_SQL, (new_since, limit, project, session_id or "", RULE_SESSIONS))
 
 
-def project_rules(conn: object, project: str, limit: int, new_since: int = 0) -> list[Memory]:
-    """What the user said should hold in this project (standing instructions, decisions, what was stored on
-    purpose; a fact stored on purpose while new: ``_SAID``), newest first."""
-    return _memories(conn, PROJECT_RULES_SQL, (new_since, limit, project))
+def project_rules(conn: object, project: str, limit: int, new_since: int = 0,
+                  session_id: str | None = None) -> list[Memory]:
+    """What the user said should hold in this project (standing instructions and decisions while new, what was
+    stored on purpose; a fact stored on purpose while new: ``_SAID``), newest first."""
+    return _memories(conn, PROJECT_RULES_SQL, (new_since, limit, project, session_id or "", RULE_SESSIONS))
 
 
 def last_session(conn: object, project: str, session_id: str | None, since_ms: int) -> Stopped | None:

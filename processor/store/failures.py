@@ -35,14 +35,21 @@ class FailureSignature:
     memory_id: str | None
     fix: str | None  # what fixed it, in a line (the memory's own words)
     uses: list[str] | None = None  # the words the fix added to the command: a call that has them applies it
+    # session id → when it last ran the command without the fix and without meeting this failure (``note_runs``)
+    ran: dict[str, int] | None = None
+
+    def runs_met(self) -> tuple[int, int]:
+        """(sessions that met this failure, sessions that ran its command since it was first met)."""
+        return len(self.sessions), len(set(self.sessions) | set(self.ran or {}))
 
 
-_COLUMNS = "id, project, fail_key, call_key, signature, sessions, first_ms, last_ms, example, memory_id, fix, uses"
+_COLUMNS = ("id, project, fail_key, call_key, signature, sessions, first_ms, last_ms, example, memory_id, fix, uses, "
+            "ran")
 
 
 def _row(row: tuple) -> FailureSignature:
     return FailureSignature(row[0], row[1], row[2], row[3], json.loads(row[4]), json.loads(row[5]), row[6], row[7],
-                            row[8], row[9], row[10], json.loads(row[11]) if row[11] else None)
+                            row[8], row[9], row[10], json.loads(row[11]) if row[11] else None, json.loads(row[12]))
 
 
 def signatures_for(conn: apsw.Connection, project: str | None, fail_key: str) -> list[FailureSignature]:
@@ -79,7 +86,7 @@ def record(conn: apsw.Connection, project: str | None, fail_key: str, call_key: 
     conn.execute("UPDATE failure_signatures SET sessions = ?, first_ms = ?, last_ms = ? WHERE id = ?",
                  (json.dumps(sessions), first, last, found.id))
     return FailureSignature(found.id, project, fail_key, found.call_key, found.signature, sessions, first, last,
-                            found.example, found.memory_id, found.fix, found.uses)
+                            found.example, found.memory_id, found.fix, found.uses, found.ran)
 
 
 def _trim(conn: apsw.Connection, project: str | None, fail_key: str) -> None:
@@ -96,10 +103,30 @@ def set_memory(conn: apsw.Connection, signature_id: int, memory_id: str, fix: Re
                  (memory_id, redacted(fix), redacted_json(list(uses)) if uses else None, signature_id))
 
 
+def note_runs(conn: apsw.Connection, row: FailureSignature, runs: dict[str, int]) -> None:
+    """Count sessions (session id → when) that ran this failure's command without its fix and did not meet it
+    (each session once, at its latest run; the most recent ``SESSIONS_KEPT`` kept)."""
+    ran = dict(row.ran or {})
+    for session_id, at in runs.items():
+        if session_id not in row.sessions:
+            ran[session_id] = max(ran.get(session_id, 0) or 0, at or 0)
+    ran = dict(sorted(ran.items(), key=lambda item: item[1])[-SESSIONS_KEPT:])
+    if ran != (row.ran or {}):
+        conn.execute("UPDATE failure_signatures SET ran = ? WHERE id = ?", (json.dumps(ran), row.id))
+
+
+def unlink_memory(conn: apsw.Connection, memory_id: str) -> None:
+    """This memory no longer tells the fix of any failure (it went stale): the next fix a session finds for
+    them is linked instead, and told."""
+    conn.execute("UPDATE failure_signatures SET memory_id = NULL, fix = NULL, uses = NULL WHERE memory_id = ?",
+                 (memory_id,))
+
+
 def stamp(conn: apsw.Connection, project: str | None) -> tuple[int, int]:
-    """Changes whenever a failure of the project is counted in a new session or gets its fix: (rows, the size of
-    their session lists and fixes)."""
-    row = conn.execute("SELECT count(*), coalesce(sum(length(sessions) + coalesce(length(memory_id), 0)), 0) "
+    """Changes whenever a failure of the project is counted in a new session, gets its fix or its command ran
+    clean in a new session: (rows, the size of their session lists and fixes)."""
+    row = conn.execute("SELECT count(*), coalesce(sum(length(sessions) + length(ran) + "
+                       "coalesce(length(memory_id), 0)), 0) "
                        "FROM failure_signatures WHERE project IS ?", (project,)).fetchone()
     return row[0], row[1]
 
@@ -168,7 +195,7 @@ def merge_sessions(conn: apsw.Connection, row: FailureSignature, sessions: dict[
     conn.execute("UPDATE failure_signatures SET sessions = ?, first_ms = ?, last_ms = ? WHERE id = ?",
                  (json.dumps(merged), first, last, row.id))
     return FailureSignature(row.id, row.project, row.fail_key, row.call_key, row.signature, merged, first, last,
-                            row.example, row.memory_id, row.fix, row.uses)
+                            row.example, row.memory_id, row.fix, row.uses, row.ran)
 
 
 def relink(conn: apsw.Connection, signature_id: int, memory_id: str, fix: Redacted,

@@ -607,6 +607,19 @@ def m024_shared_lessons(conn: apsw.Connection) -> None:
     share_sql.create_lesson_tables(conn)
 
 
+def m025_worth_telling_counts(conn: apsw.Connection) -> None:
+    # Issue 35: a rule the user said is in the digest of the project's next sessions only (store/digest.py
+    # `_SESSIONS_SINCE`); which sessions were active after it was said is read from this index. And the sessions
+    # that ran a failing command without meeting its failure (store/failures.py `note_runs`): a fix is told before
+    # the command only while the command meets that failure in most sessions that run it.
+    conn.execute("CREATE INDEX idx_sessions_project ON sessions(project, last_activity)")
+    conn.execute("ALTER TABLE failure_signatures ADD COLUMN ran TEXT NOT NULL DEFAULT '{}'")
+    # A file too big for the read tool is told before a read of it, not before a `git add` of its folder: its
+    # memories get an origin of their own (memory/tool_limits.py, by the summary that miner writes).
+    conn.execute("UPDATE memory_origins SET miner = 'tool_limit' WHERE miner = 'fact' AND episode_id IN "
+                 "(SELECT id FROM episodes WHERE summary LIKE '%is too big for Read to take whole%')")
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -632,6 +645,7 @@ MIGRATIONS: list[Migration] = [
     m022_project_identity,
     m023_signal_origins,
     m024_shared_lessons,
+    m025_worth_telling_counts,
 ]
 
 

@@ -194,11 +194,12 @@ def merge_failures(conn: apsw.Connection, old: str, new: str) -> None:
         if same is None:
             conn.execute("UPDATE failure_signatures SET project = ? WHERE id = ?", (new, row[0]))
             continue
-        [(sessions, first, last, memory, fix, uses)] = conn.execute(
-            "SELECT sessions, first_ms, last_ms, memory_id, fix, uses FROM failure_signatures WHERE id = ?",
+        [(sessions, first, last, memory, fix, uses, ran)] = conn.execute(
+            "SELECT sessions, first_ms, last_ms, memory_id, fix, uses, ran FROM failure_signatures WHERE id = ?",
             (row[0],)).fetchall()
         joined = {**json.loads(sessions), **same.sessions}
         kept = dict(sorted(joined.items(), key=lambda item: item[1])[-failures_sql.SESSIONS_KEPT:])
+        failures_sql.note_runs(conn, same, json.loads(ran))
         conn.execute(
             "UPDATE failure_signatures SET sessions = ?, first_ms = min(coalesce(first_ms, ?), coalesce(?, first_ms)), "
             "last_ms = max(coalesce(last_ms, ?), coalesce(?, last_ms)), memory_id = coalesce(memory_id, ?), "

@@ -119,7 +119,7 @@ def seeded(engram_home: Path, repo: Path) -> Path:
                 created_at=now - 3 * HOUR_MS, kind="bugfix", source_type="auto", miner="lesson")
         episode(conn, "ep_proj_old", "Decision: the cart module is called basket from now on", project=str(repo),
                 kind="decision", importance="high", source_type="auto", miner="decision",
-                created_at=now - 21 * 24 * HOUR_MS)
+                created_at=now - 8 * 24 * HOUR_MS)  # one session of the project since: still new
         episode(conn, "ep_proj_commit", "Committed 1a2b3c4: Use Stripe instead of PayPal", project=str(repo),
                 kind="decision", source_type="auto", miner="signal", created_at=now - 2 * HOUR_MS)
         episode(conn, "ep_proj_stale", "The API used to run on port 8000", project=str(repo), importance="high",
@@ -209,7 +209,7 @@ def test_what_a_session_found_or_did_is_told_at_its_call_never_in_the_digest(see
                 project=str(repo), kind="convention", importance="high", source_type="auto", miner="routine",
                 created_at=now - 10 * 24 * HOUR_MS)
         episode(conn, "ep_rule", "Always run `make lint` before pushing", project=str(repo), kind="convention",
-                importance="high", source_type="auto", miner="standing", created_at=now - 20 * 24 * HOUR_MS)
+                importance="high", source_type="auto", miner="standing", created_at=now - 7 * 24 * HOUR_MS)
         episode(conn, "ep_round", "Now let me run the tests to make sure everything works", project=str(repo),
                 source_type="verbatim", created_at=now - HOUR_MS)
         episode(conn, "ep_prompt", "Work on bead shop-12. Run bd show shop-12", project=str(repo),
@@ -225,6 +225,33 @@ def test_what_a_session_found_or_did_is_told_at_its_call_never_in_the_digest(see
     assert "(id: ep_rule)" in context and "(id: ep_new_fact)" in context
     for left_out in ("ep_gotcha", "ep_routine", "ep_round", "ep_prompt", "ep_kept_fact"):
         assert left_out not in context
+
+
+def test_a_rule_the_user_said_opens_the_next_two_sessions_then_waits_for_its_call(seeded: Path, repo: Path) -> None:
+    """A rule read at every session start is one the agent already follows or one no call of the session concerns
+    (cipher-box's feature-branch rule, BookMinder's "Let's switch to `uv`" months after the switch): it is in the
+    digest of the project's next two sessions after it was said; what was stored on purpose stays."""
+    conn = open_store(load_settings().db_path)
+    now = now_ms()
+    with write_transaction(conn):
+        episode(conn, "ep_branch_rule", "As a general rule, switch to a feature branch first", project=str(repo),
+                kind="convention", importance="high", source_type="auto", miner="standing", session_id="sess-said",
+                created_at=now - 2 * HOUR_MS)
+        episode(conn, "ep_global_rule", "Never add emoji to commit messages", project=None, scope="global",
+                kind="preference", importance="high", source_type="auto", miner="standing",
+                created_at=now - 2 * HOUR_MS)
+    conn.close()
+    shown = []
+    for later in ("sess-next-1", "sess-next-2", "sess-next-3"):
+        context = context_of(run_hook(seeded, start_event(repo, session_id=later)))
+        shown.append(("ep_branch_rule" in context, "ep_global_rule" in context, "ep_proj_db" in context))
+        conn = open_store(load_settings().db_path)
+        with write_transaction(conn):  # the session ran: Engram saw it
+            stopped_session(conn, later, str(repo), now_ms(), None)
+        conn.close()
+    assert shown == [(True, True, True), (True, True, True), (False, False, True)]
+    # Outside any project there are no sessions to count: the user's preferences are shown.
+    assert "ep_global_rule" in context_of(run_hook(seeded, start_event(repo.parent, session_id="sess-elsewhere")))
 
 
 def test_outside_any_project_only_global_memories_are_shown(seeded: Path, tmp_path: Path) -> None:
@@ -413,8 +440,8 @@ def test_digest_queries_read_indexes_not_the_table(big_home: tuple[Path, str]) -
     conn = apsw.Connection(str(home / "engram.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         new_since = now_ms() - 48 * HOUR_MS
-        for sql, params in ((digest_sql.GLOBAL_SQL, (new_since, 20)),
-                            (digest_sql.PROJECT_RULES_SQL, (new_since, 20, project))):
+        for sql, params in ((digest_sql.GLOBAL_SQL, (new_since, 20, project, "s", 2)),
+                            (digest_sql.PROJECT_RULES_SQL, (new_since, 20, project, "s", 2))):
             plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert plan.startswith("SEARCH episodes USING INDEX idx_episodes_active_"), plan
             assert "TEMP B-TREE FOR ORDER BY" not in plan and "SCAN episodes" not in plan, plan  # in LIMIT order

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from processor.memory.failed_calls import _error_line
+from processor.hook_kit.failure_keys import signature
+from processor.memory.failed_calls import _error_line, of_the_moment
 
 TRACEBACK = ('Error: Exit code 1\nTraceback (most recent call last):\n  File "/srv/app/main.py", line 9, in <module>\n'
              '    port = config["port"]\nKeyError: \'port\'')
@@ -23,3 +24,15 @@ TRACEBACK = ('Error: Exit code 1\nTraceback (most recent call last):\n  File "/s
 ])
 def test_the_error_line_a_memory_tells(error: str, line: str) -> None:
     assert _error_line(error) == line
+
+
+@pytest.mark.parametrize(("error", "moment"), [
+    pytest.param("fatal: Unable to create '/Users/m/Code/cipher-box/.git/index.lock': File exists.\n\nAnother git "
+                 "process seems to be running in this repository", True, id="a lock file another git left behind"),
+    pytest.param("fatal: pathspec 'notes.txt' did not match any files", True, id="a path typed wrong"),
+    pytest.param("(eval):1: command not found: pytest", False, id="a tool not installed here: how things run"),
+])
+def test_a_failure_of_the_moment_is_known_by_its_signature(error: str, moment: bool) -> None:
+    """cipher-box's index.lock refusal was told before three later commits: its signature (paths masked,
+    punctuation dropped) must still read as a failure of the moment."""
+    assert of_the_moment(signature(error)) is moment

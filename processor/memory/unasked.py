@@ -6,7 +6,8 @@ and a memory tool that clutters gets switched off. So the answer is silence unle
 1. **A statement another session can act on**: a lesson (``gotcha``), a rule (``convention``), a
    ``decision`` or a ``preference``, or anything the user asked to remember (``memory_remember``). What was
    mined from tool calls (an error's fix, a lesson, a fact about a file, the routine) waits for its call
-   (``AT_THEIR_CALL``: ``processor/recall/lesson_index.py``), not a prompt that shares its words. Never a
+   (``AT_THEIR_CALL``: ``processor/recall/lesson_index.py``), not a prompt that shares its words; so does a
+   standing instruction mined from the user's words, after the digest of the next sessions. Never a
    verbatim round (narration, tool calls and the user's own earlier prompts are what those are mostly made
    of), never a ``bugfix`` of code that has moved on, never narration, a tool list or a fragment
    (``processor.memory.statements``). Those stay findable with ``memory_recall``.
@@ -44,6 +45,11 @@ PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
 # error's fix, a lesson, a fact about a file, the close-out routine. A prompt that merely shares words with it
 # is not that moment; the user's decisions and rules, and what was stored on purpose, are told at prompts.
 AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "tool_limit", "routine", "recipe", "correction", "file"})
+# A standing instruction mined from the user's words is told in the digest of the project's next sessions and
+# before the call it forbids (its guard), not at a prompt that shares its words: a prompt about branches ("switch
+# to the phase 12 branch") already says what a rule about branches would; the held-out readers found none of
+# the rules told with a prompt needed.
+NOT_AT_PROMPTS = AT_THEIR_CALL | {"standing"}
 # Recalled when asked for, never told unasked: a record of the work (a commit message, a tracker reason, a
 # question's answer: capture's signals) says what was done once, not what holds from now on; the close-out
 # routine (the commands a project's tasks end with) is the habit every session already has in front of it.
@@ -148,7 +154,7 @@ def offers(conn, index: VectorIndex, query: str, vector: np.ndarray, project: st
     found: list[Offer] = []
     for ep, cos, z in close:
         origin = origins.get(ep.id)
-        if not pushable(ep, origin) or _without_ids(ep.summary) in typed or origin in AT_THEIR_CALL:
+        if not pushable(ep, origin) or _without_ids(ep.summary) in typed or origin in NOT_AT_PROMPTS:
             continue
         shared = tuple(sorted(t for t in _words(ep) & wanted if frequency[t] <= common))
         if shared:

@@ -10,9 +10,9 @@ this order, only what a session should know before its first prompt:
    ``CONTINUE_HOURS``, when its todo list (Claude Code's TodoWrite; the Codex CLI's plan, the Gemini CLI's
    todos, stored alike) still had items in progress or pending — later sessions often begin by continuing;
 2. this project's rules and decisions in the user's own words (standing instructions and decisions in the
-   project's next ``store.digest.RULE_SESSIONS`` sessions after they were said — later they are told at the call
-   that would break them or with a prompt about them; what was stored on purpose), the newest ``RULES_SHOWN``;
-   the project is the git root of the event's ``cwd``
+   project's next ``store.digest.RULE_SESSIONS`` sessions after they were said — later a rule is told at the call
+   that would break it, a decision at a call or a prompt about what it names; what was stored on purpose), the
+   newest ``RULES_SHOWN``; the project is the git root of the event's ``cwd``
    (``processor/hook_kit/project.py``) as capture names it (``processor/capture/project.py``: a clone joins its
    project, a worktree is remembered; ``store/projects.py``), the same key capture stores in ``episodes.project``;
 3. the user's preferences for all projects: active ``scope='global'`` ones of importance high, newest first (one

@@ -339,6 +339,26 @@ def test_a_remark_a_request_or_a_follow_up_is_never_told_as_a_rule(engram_home: 
     assert store.conn.execute("SELECT count(*) FROM episodes WHERE source_type = 'auto'").fetchone()[0] == 0
 
 
+def test_a_rule_mined_from_the_users_words_is_not_told_at_a_prompt_that_shares_its_words(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box's feature-branch rule came back at "switch to the phase 12 branch", "ok lets go back to pr 133
+    branch": the prompt already says what the rule would. A mined rule opens the next sessions (the digest) and
+    guards its call; what the user stored on purpose is still told at a prompt about it."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("Also, as a general rule, switch to a feature branch the moment you know what you're working on.")
+    c.say("Will do.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(rule_id, *_)] = mined(store, "standing")
+    kept, _ = store.remember("Feature branches are named feat/<phase>-<topic>, cut from main.", kind="convention",
+                             scope="project", project=CWD)
+    path = RecollectionWriter(load_settings()).write(store, S2, "u-s2", "switch to a feature branch for phase 12",
+                                                     project=CWD)
+    told = [b["id"] for b in json.loads(Path(path).read_text())["bites"]] if path else []
+    assert rule_id not in told and kept in told, told
+    assert rule_id in digest(engram_home, S2)  # the next session opens with it
+
+
 # --- 6. where the last session stopped ----------------------------------------------------------------------
 
 

@@ -39,6 +39,13 @@ MAX_SCAN_CHARS = 20_000  # of one message: a standing instruction is not buried 
 LONG_PROSE_CHARS = 2_000
 MIN_WORDS = 4
 MAX_SENTENCE_CHARS = 400
+# A rule is kept whole: the sentences of the same message that go on with it ("…the moment you know what you're
+# working on.. if you are already on a feature branch, check that it is the right one. if not, always go back to
+# main, pull the latest, and branch off from there.") up to the length of one long sentence (a digest line shows
+# it whole: ``processor.recall.digest.MAX_LINE_CHARS``).
+MAX_RULE_CHARS = MAX_SENTENCE_CHARS
+_GOES_ON = re.compile(r"^\W*(?:if|when|whenever|unless|otherwise|else|then|and|in that case|in which case|that way|"
+                      r"this way|so that|instead)\b", re.IGNORECASE)
 
 _FENCED = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.DOTALL | re.MULTILINE)
 _TAGGED = re.compile(r"<([a-z][\w-]*)>.*?(?:</\1>|\Z)", re.DOTALL)
@@ -126,18 +133,23 @@ def _scope(sentence: str, project: str | None) -> str:
 def user_sentences(text: str, min_words: int = MIN_WORDS) -> list[tuple[str, str]]:
     """(sentence as written, its own words) of a user message's prose: code, quotes and pasted output left out,
     questions and sentences too short to state anything dropped (shared with ``processor.memory.decisions``)."""
+    return [found for found in _sentences_in_order(text, min_words) if found is not None]
+
+
+def _sentences_in_order(text: str, min_words: int) -> list[tuple[str, str] | None]:
+    """``user_sentences`` with None where a sentence was dropped: what follows a statement is known to."""
     if not text or not isinstance(text, str):
         return []
-    found = []
+    found: list[tuple[str, str] | None] = []
     for raw in _SENTENCE.split(_prose(text)):
         sentence = " ".join(raw.split()).strip(" -*•")
-        # A question anywhere ("…, is there?!") is asked, not stated.
-        if not sentence or len(sentence) > MAX_SENTENCE_CHARS or "?" in sentence:
+        if not sentence:
             continue
         words = own_words(sentence)
-        if len(_WORD.findall(words)) < min_words or _QUESTION.match(words):
-            continue
-        found.append((sentence, words))
+        # A question anywhere ("…, is there?!") is asked, not stated.
+        stated = len(sentence) <= MAX_SENTENCE_CHARS and "?" not in sentence and \
+            len(_WORD.findall(words)) >= min_words and not _QUESTION.match(words)
+        found.append((sentence, words) if stated else None)
     return found
 
 
@@ -152,7 +164,12 @@ def one_off(words: str) -> bool:
 def standing_statements(text: str, project: str | None = None) -> list[Statement]:
     """The standing preferences and instructions a user message states, in order; [] for anything else."""
     found: list[Statement] = []
-    for sentence, words in user_sentences(text):
+    sentences = _sentences_in_order(text, MIN_WORDS)
+    taken: set[int] = set()  # sentences told as part of the rule before them
+    for index, stated in enumerate(sentences):
+        if stated is None or index in taken:
+            continue
+        sentence, words = stated
         if _NOT_STANDING.search(words) or _VENTING.search(words) or _REFERENT.search(words) or _HEDGED.search(words):
             continue
         if _PREFERENCE.search(words):
@@ -163,7 +180,14 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
             kind = "convention"
         else:
             continue
-        found.append(Statement(sentence, kind, _scope(sentence, project)))
+        whole = sentence
+        for later in range(index + 1, len(sentences)):
+            goes_on = sentences[later]  # None: a question or a fragment in between ends the rule
+            if goes_on is None or not _GOES_ON.match(goes_on[1]) or len(whole) + 1 + len(goes_on[0]) > MAX_RULE_CHARS:
+                break
+            whole += " " + goes_on[0]
+            taken.add(later)
+        found.append(Statement(whole, kind, _scope(sentence, project)))
     return found
 
 
@@ -175,7 +199,8 @@ def findings(round_: Round) -> list[Finding]:
         for index, statement in enumerate(standing_statements(message.text, round_.project)):
             text = redact(statement.text)
             found.append(Finding(id=episode_id(f"standing:{message.uuid}:{index}"), kind=statement.kind,
-                                 summary=summarize(text, ""), full_content=text, entities=entities_of(text),
+                                 summary=summarize(text, "", MAX_RULE_CHARS), full_content=text,
+                                 entities=entities_of(text),
                                  source_uuids=[message.uuid], created_at=message.ts_ms, miner="standing",
                                  scope=statement.scope if round_.project else "global"))
     return found

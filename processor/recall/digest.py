@@ -61,7 +61,7 @@ RULES_SHOWN = 5  # the project's rules and decisions at most: the newest; the re
 CONTINUE_HOURS = 72
 NEW_HOURS = 48  # a fact stored on purpose is in the digest this long, then told with a prompt about it
 TODO_ITEMS_SHOWN = 6
-MAX_LINE_CHARS = 320
+MAX_LINE_CHARS = 400  # a user's rule is kept whole up to this (processor.memory.preferences.MAX_RULE_CHARS)
 DEADLINE_SECONDS = 0.8
 # processor.capture.remember_inbox.SUFFIX, copied: importing that module costs logging & co.
 REMEMBER_SUFFIX = ".remember.json"

@@ -207,7 +207,8 @@ class LessonIndex:
             if told >= MAX_BITES or not pushable(ep, origin):
                 continue
             # The session it was learned in: that session has it in its context already and is not told.
-            entry = {"id": ep.id, "bite": bite_of(ep, RECIPE_ROOM if origin == "recipe" else BITE_CHARS),
+            # A recipe's steps, and a user's rule, are told whole (the rule up to a digest line's length).
+            entry = {"id": ep.id, "bite": bite_of(ep, RECIPE_ROOM if origin in ("recipe", "standing") else BITE_CHARS),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             if origin == "file":  # how the user wants a file worked on: told when it is changed, not read

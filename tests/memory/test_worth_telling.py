@@ -320,6 +320,31 @@ def test_a_rule_that_forbids_a_command_is_told_before_a_call_that_breaks_it_only
     assert before(engram_home, S4, "Bash", {"command": "git push origin main"}) == ""
 
 
+FEATURE_BRANCH_RULE = ("also, as a general rule, switch to a feature branch is literally the first thing you should, "
+                       "the moment you know what you're working on.. if you are already on a feature branch, check "
+                       "that it is the right feature branch for the task youre working on. if not, always go back to "
+                       "main, pull the latest, and branch off from there.")  # cipher-box, as the user typed it
+
+
+def test_a_rule_is_told_whole_with_the_sentences_that_go_on_with_it(engram_home: Path, projects_dir: Path) -> None:
+    """The readers found cipher-box's feature-branch rule cut after its first sentence, where what a later session
+    needed was the rest: check the branch is the right one, else branch off a fresh main."""
+    from processor.memory.preferences import standing_statements
+
+    [rule] = standing_statements(FEATURE_BRANCH_RULE, CWD)
+    assert rule.text.endswith("always go back to main, pull the latest, and branch off from there.")
+    [first, second] = standing_statements("Always run `make lint` before pushing. Also the login page is broken, "
+                                          "can you look? And never push to main directly.", CWD)
+    assert first.text == "Always run `make lint` before pushing."  # a separate matter is not part of the rule
+    assert second.text == "And never push to main directly."
+    c = Conversation(S1, cwd=CWD)
+    c.user(FEATURE_BRANCH_RULE)
+    c.say("Understood.", end_turn=True)
+    write_conversations(projects_dir, c)
+    process()
+    assert "and branch off from there." in digest(engram_home, S2)
+
+
 # --- 5. remarks at prompts: never a rule --------------------------------------------------------------------
 
 

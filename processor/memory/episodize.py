@@ -18,13 +18,16 @@ import apsw
 
 from processor.capture import signals
 from processor.clock import now_ms
+from processor.hook_kit.hook_io import EDITING
 from processor.memory import supersede
+from processor.memory.commit_hooks import configured_runner
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.failed_calls import Failure, failures_of
 from processor.memory.failure_rates import runs_without_fix
 from processor.memory.findings import Finding, Round
 from processor.memory.guards import forbidden_commands
 from processor.memory.identity import content_hash, episode_id
+from processor.memory.lessons import hook_lesson_id
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
 from processor.memory.stale_fixes import names_removed, ran_clean_without, removed_folders, retirable
@@ -37,7 +40,7 @@ from processor.store import origins as origins_sql
 from processor.store import sessions, write_transaction
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
-from processor.store.episodes import NewEpisode, StoredMessage
+from processor.store.episodes import Episode, NewEpisode, StoredMessage
 from processor.store.signals import ReadySignal
 from processor.store.tool_calls import StoredToolCall
 
@@ -230,12 +233,14 @@ class Episodizer:
         return mined
 
     def _keep(self, found: Finding, session_id: str, project: str | None, stamp: int, mined: Mined) -> None:
-        """Plan to store a finding unless it is there already: stored under its id, its words active or about to be
-        added, or (a lesson) its way of failing told by another memory."""
+        """Plan to store a finding unless it is there already: stored under its id (unless a fix gone stale, to be
+        learned again), its words active or about to be added, or (a lesson) its way of failing told by another
+        memory."""
         if self._told_by_another(found, project):
             return  # this way of failing already has its memory (or had one, forgotten)
         episode = found.episode(session_id, project, stamp)
-        if (sql.get_episode(self.conn, episode.id) is not None
+        known = sql.get_episode(self.conn, episode.id)
+        if ((known is not None and (known.status != "stale" or found.failure is None))
                 or sql.active_with_hash(self.conn, episode.content_hash, memories_only=True)
                 or any(e.content_hash == episode.content_hash or e.id == episode.id for e in mined.episodes)):
             return
@@ -270,14 +275,18 @@ class Episodizer:
                 # Read again in the transaction: another builder of a backfill (or another session's slice planned
                 # beside this one) may have stored the same words, or a memory of the same way of failing.
                 found = plan.mined.findings[episode.id]
-                if (sql.get_episode(self.conn, episode.id) is None
+                known = sql.get_episode(self.conn, episode.id)
+                if (known is None
                         and not sql.active_with_hash(self.conn, episode.content_hash, memories_only=True)
                         and not self._told_by_another(found, project)):
                     rowids.append(sql.insert_episode(self.conn, episode, blob))
                     origins_sql.set_origin(self.conn, episode.id, found.miner)
                     added += 1
+                elif known is not None and known.status == "stale" and found.failure is not None \
+                        and not self._told_by_another(found, project):
+                    self._relearn(known, episode, blob, session_id, stamp)
             self._record_failures(session_id, project, plan.mined)
-            self._note_runs(project, plan.mined.calls)
+            self._note_runs(session_id, project, plan.mined.calls)
             self._retire_unneeded_fixes(session_id, project, plan.mined.calls, stamp)
             sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
@@ -301,7 +310,7 @@ class Episodizer:
                     failures_sql.set_memory(self.conn, row.id, teller, redact(lesson.failure.fix), lesson.failure.uses)
                     origins_sql.set_origin(self.conn, teller, lesson.miner)  # a copy from an older Engram has none
 
-    def _note_runs(self, project: str | None, calls: list[StoredToolCall]) -> None:
+    def _note_runs(self, session_id: str, project: str | None, calls: list[StoredToolCall]) -> None:
         """Count this session among those that ran a failing command without its fix (``failure_rates``: a fix is
         told before its command only while most sessions that run it meet the failure); in the caller's
         transaction, after this slice's failures were counted."""
@@ -309,7 +318,6 @@ class Episodizer:
             return
         rows = failures_sql.with_memories(self.conn, project)
         runs = runs_without_fix(rows, calls)
-        session_id = calls[0].session_id
         for row in rows:
             if row.id in runs:
                 failures_sql.note_runs(self.conn, row, {session_id: runs[row.id]})
@@ -321,6 +329,12 @@ class Episodizer:
         caller's transaction: the marks move with the progress marker)."""
         if not calls:
             return
+        for call in calls:
+            runner = configured_runner(call.target) if call.tool in EDITING and not call.failed else None
+            if runner is not None:  # the hook runs other checks now: what its refusals taught waits to be relearned
+                self._retire(hook_lesson_id(project, runner), session_id, stamp,
+                             f"its {runner} configuration `{redact(call.target or '')}` was edited in session "
+                             f"{session_id}")
         rows = failures_sql.with_memories(self.conn, project)
         root = project if project and project.startswith("/") else None
         gone = removed_folders(calls, root)
@@ -341,6 +355,14 @@ class Episodizer:
         for memory_id, call in ran_clean_without(fixes, failed, calls, session_id).items():
             self._retire(memory_id, session_id, stamp,
                          f"`{redact((call.target or '')[:120])}` ran clean without its fix in session {session_id}")
+
+    def _relearn(self, known: Episode, episode: NewEpisode, blob: bytes, session_id: str, stamp: int) -> None:
+        """A way of failing whose fix went stale met again and got past anew: its memory says the new way and is
+        told again (one memory per way of failing; a forgotten one is never made again)."""
+        sql.rewrite_episode(self.conn, known.id, episode, blob)
+        cold_sql.set_status(self.conn, known.id, "active", stamp)
+        cold_sql.record_action(self.conn, stamp, "mining", "active", episode_id=known.id,
+                               detail=f"learned again in session {session_id}: {redact(episode.summary[:120])}")
 
     def _retire(self, memory_id: str | None, session_id: str, stamp: int, reason: str) -> None:
         """Mark an active fix learned in another session stale, recording why; its failures wait for the next fix

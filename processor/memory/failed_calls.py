@@ -133,7 +133,8 @@ def stages_only(command: str) -> bool:
 # it comes back, what fixed it is told right after it; told before every call of the command, it is noise. Read in
 # the error's words or in its signature (``failure_keys``: paths masked, punctuation dropped).
 _OF_THE_MOMENT = re.compile(r"\.lock\b|\block(?:ed)? by\b|unable to create .*:? file exists|pathspec|did not match any|"
-                            r"no such file or directory|could not resolve|connection (?:refused|reset|timed out)|"
+                            r"no such file or directory|file or directory not found|could not resolve|"
+                            r"connection (?:refused|reset|timed out)|"
                             r"econn(?:refused|reset)|timed? ?out|temporar|rate limit|too many requests|"
                             r"address already in use|eaddrinuse|\b50[234]\b|network", re.IGNORECASE)
 

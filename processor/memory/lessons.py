@@ -206,6 +206,11 @@ def wrong_path(fix: Fix) -> bool:
     return all(path_like(word) for word in fix.added)
 
 
+def hook_lesson_id(project: str | None, runner: str) -> str:
+    """The memory of a project's commit hook run by `runner` (one a project and runner)."""
+    return episode_id(f"commit-hook:{project}:{runner}")
+
+
 def _hook_lesson(fix: Fix, hook: HookFailure, project: str | None) -> Finding:
     """The memory a commit hook's refusal makes: the step that avoids it (run what the hook runs first), not the
     retry that got past it. One a project and hook runner: every way its checks stopped a commit links to it."""
@@ -218,7 +223,7 @@ def _hook_lesson(fix: Fix, hook: HookFailure, project: str | None) -> Finding:
     step += " and stage what it changes" if hook.modified or hook.runner == "pre-commit" else ""
     sources = [u for u in (failure.call.use_uuid, failure.call.result_uuid, fix.resolved_by.use_uuid) if u]
     uses = tuple(word for word in (hook.run_first or "").split()[:2] if word not in ("run", "npx"))
-    return Finding(id=episode_id(f"commit-hook:{project}:{hook.runner}"), kind="gotcha", summary=redact(summary),
+    return Finding(id=hook_lesson_id(project, hook.runner), kind="gotcha", summary=redact(summary),
                    full_content=redact("\n".join(lines)), entities=[redact(f"$ {command}"), *map(redact, hook.checks)],
                    source_uuids=list(dict.fromkeys(sources)), created_at=failure.call.ts_ms, miner="error_fix",
                    scope=scope_for(None, project),
@@ -266,11 +271,10 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
     said = diagnosis[2] if diagnosis else None
     sources = [u for u in (failure.call.use_uuid, failure.call.result_uuid, said.uuid if said else None,
                            fix.resolved_by.use_uuid) if u]
-    # A way of working is one memory per way of failing and its fix, in each project: the same failure in another
-    # session (or a rebuild) finds it (``store/failures.py`` links it to the failure), and one the user marked
-    # wrong is never made again; a fix gone stale leaves the failure free for the new way a later session finds.
-    # Work fixed by edits is one memory per failure.
-    seed = (f"fix:{project}:{failure.fail_key}:{failure.signature[0]}:{how}" if kind == "gotcha"
+    # A way of working is one memory per way of failing, in each project: the same failure in another session
+    # (or a rebuild) finds it, one the user marked wrong is never made again, and one gone stale is made again
+    # with the new way a later session found (``episodize``). Work fixed by edits is one memory per failure.
+    seed = (f"fix:{project}:{failure.fail_key}:{failure.signature[0]}" if kind == "gotcha"
             else f"lesson:{failure.call.tool_use_id}")
     session_fixed = bool(fix.setup or fix.changed_command)
     return Finding(id=episode_id(seed), kind=kind, summary=redact(summary), full_content=redact("\n".join(lines)),

@@ -115,10 +115,23 @@ def _words(ep: Episode) -> set[str]:
     return set(terms(" ".join([ep.summary, *ep.entities])))
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")
+
+
 def bite_of(ep: Episode, room: int = BITE_CHARS) -> str:
     """A memory shown unasked is shown as what it states: its summary (a lesson's sentence, a rule), within
-    `room` characters (a recipe's steps get more: ``RECIPE_ROOM``)."""
-    return fit(" ".join(ep.summary.split()), room)
+    `room` characters (a recipe's steps get more: ``RECIPE_ROOM``), in whole sentences: as many as fit, or the
+    first one alone when it is longer, up to twice the room. A sentence cut in the middle ("…rewrite files and
+    stop the…") is read as a fragment, and the readers counted it noise."""
+    text = " ".join(ep.summary.split())
+    if len(text) <= room:
+        return text
+    whole = ""
+    for sentence in _SENTENCE_END.split(text):
+        if len(whole) + len(sentence) + 1 > (room if whole else 2 * room):
+            break
+        whole = f"{whole} {sentence}" if whole else sentence
+    return whole or fit(text, room)
 
 
 RECIPE_ROOM = 3 * BITE_CHARS

@@ -38,10 +38,6 @@ class FailureSignature:
     # session id → when it last ran the command without the fix and without meeting this failure (``note_runs``)
     ran: dict[str, int] | None = None
 
-    def runs_met(self) -> tuple[int, int]:
-        """(sessions that met this failure, sessions that ran its command since it was first met)."""
-        return len(self.sessions), len(set(self.sessions) | set(self.ran or {}))
-
 
 _COLUMNS = ("id, project, fail_key, call_key, signature, sessions, first_ms, last_ms, example, memory_id, fix, uses, "
             "ran")

@@ -43,6 +43,12 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory):
     backend.close()
 
 
+# The messages' times are in the prompt the model reads ("[user 2026-11-25 10:00]"): a fixed time, hours idle, keeps
+# the prompt, and so the tiny model's answer, the same on every run (one read at the minute the suite ran once
+# came back with no memory at all).
+QUIET_SINCE = 1_795_600_800_000  # 2026-11-25 10:00 UTC
+
+
 def test_smollm2_extracts_through_the_queue_into_episodes(engram_home: Path, smollm2: LlamaBackend) -> None:
     settings = make_settings(extractor="llama", llama_model=str(smollm2_gguf()), max_prompt_tokens=600,
                              llm_timeout_seconds=120, daily_budget_usd=0.0)
@@ -50,7 +56,7 @@ def test_smollm2_extracts_through_the_queue_into_episodes(engram_home: Path, smo
     ids = add_messages(settings, "s1", [
         ("user", "Let's keep memories in SQLite with WAL mode so readers never block the writer."),
         ("assistant", "Done: connection.py now sets journal_mode=WAL and synchronous=NORMAL."),
-    ], activity_ms=now_ms() - 600_000)
+    ], activity_ms=QUIET_SINCE)
     runner = JobRunner(settings, backend=smollm2, types=built_in_job_types(SMALL))
     started = time.monotonic()
     drain(runner, timeout=150)

@@ -30,6 +30,8 @@ def test_the_error_line_a_memory_tells(error: str, line: str) -> None:
     pytest.param("fatal: Unable to create '/Users/m/Code/cipher-box/.git/index.lock': File exists.\n\nAnother git "
                  "process seems to be running in this repository", True, id="a lock file another git left behind"),
     pytest.param("fatal: pathspec 'notes.txt' did not match any files", True, id="a path typed wrong"),
+    pytest.param("ERROR: file or directory not found: test/test_combined_transcript_link.py", True,
+                 id="pytest given a path from another folder (claude-code-log, after a cd)"),
     pytest.param("(eval):1: command not found: pytest", False, id="a tool not installed here: how things run"),
 ])
 def test_a_failure_of_the_moment_is_known_by_its_signature(error: str, moment: bool) -> None:

@@ -11,6 +11,7 @@ from bench.testbed.transcripts import Conversation
 from processor.config import load_settings
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.statements import is_narration, is_tool_list, states_something
+from processor.memory.unasked import bite_of
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
@@ -117,3 +118,23 @@ def test_a_template_typed_fifty_times_and_an_agentic_session_give_nothing(engram
     assert store.conn.execute("SELECT count(*) FROM episodes").fetchone()[0] > 0
     for n in (150, 151):
         assert bites(store, SESSIONS[4], TEMPLATE.format(n=n)) == []
+
+
+class _Summary:
+    """What ``bite_of`` reads of a memory."""
+
+    def __init__(self, summary: str) -> None:
+        self.summary = summary
+
+
+HOOK_LESSON = ("Before `git commit` here, run `pre-commit run --all-files` and stage what it changes: its pre-commit "
+               "hook's `trailing-whitespace`, `end-of-file-fixer` rewrite files and stop the commit")  # BookMinder
+
+
+def test_a_bite_is_whole_sentences_never_one_cut_in_the_middle() -> None:
+    assert bite_of(_Summary(HOOK_LESSON), 180) == HOOK_LESSON  # one sentence, longer than the room: whole
+    two = "Deploys go out with `make release` from main. " + "They need the VPN up, which takes a minute. " * 3
+    assert bite_of(_Summary(two), 60) == "Deploys go out with `make release` from main."
+    endless = "word " * 200
+    cut = bite_of(_Summary(endless.strip()), 100)
+    assert cut.endswith("…") and len(cut) <= 100  # no sentence end in reach: cut, and said to be

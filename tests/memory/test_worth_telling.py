@@ -130,6 +130,38 @@ def test_a_refusal_met_in_few_of_the_sessions_that_commit_is_told_after_it_not_b
     assert "markdownlint --fix" in after(engram_home, S4, 'git commit -m "X"', LINT_STAGED)
 
 
+RUFF_REFUSAL = ("ruff.....................................................................Failed\n- hook id: ruff\n"
+                "- files were modified by this hook\n\nFound 2 errors (2 fixed, 0 remaining).\n\n"
+                "ruff-format..............................................................Passed\n")
+
+
+def test_a_hook_lesson_goes_stale_when_its_configuration_is_edited_and_is_learned_again(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder removed its whitespace hooks from `.pre-commit-config.yaml` on 05-25; the lesson naming them was
+    told before every commit for weeks. An edit of the runner's configuration retires it; the next refusal teaches
+    the checks the hook runs now."""
+    first, second = (commit_session(S1, "2026-11-01T10:00:00", PRE_COMMIT),
+                     commit_session(S2, "2026-11-02T10:00:00", PRE_COMMIT))
+    edit = Conversation("35353535-0000-4000-8000-000000000201", cwd=CWD, start="2026-11-03T10:00:00")
+    edit.user("Drop the whitespace hooks, use ruff")
+    edit.edit(f"{CWD}/.pre-commit-config.yaml")
+    edit.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first, second, edit)
+    store = process()
+    [(lesson_id, _, summary, status)] = mined(store, "error_fix")
+    assert "end-of-file-fixer" in summary and status == "stale"
+    assert before(engram_home, S3, "Bash", {"command": 'git commit -m "More"'}) == ""
+    why = store.conn.execute("SELECT detail FROM cold_actions WHERE episode_id = ? AND action = 'stale'",
+                             (lesson_id,)).fetchone()[0]
+    assert why.startswith("its pre-commit configuration `/work/shop/.pre-commit-config.yaml` was edited"), why
+    ruff = commit_session("35353535-0000-4000-8000-000000000202", "2026-11-04T10:00:00", RUFF_REFUSAL)
+    write_conversations(projects_dir, first, second, edit, ruff)
+    store = process()
+    [(again, _, summary, status)] = mined(store, "error_fix")
+    assert again == lesson_id and status == "active" and "`ruff`" in summary and "end-of-file" not in summary
+    assert "`ruff`" in after(engram_home, S4, 'git commit -m "X"', RUFF_REFUSAL)
+
+
 def test_staging_and_committing_again_teaches_nothing(engram_home: Path, projects_dir: Path) -> None:
     c = Conversation(S1, cwd=CWD)
     c.user("Commit it")

@@ -43,7 +43,7 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory):
     backend.close()
 
 
-# The messages' times are in the prompt the model reads ("[user 2026-11-25 10:00]"): a fixed time, hours idle, keeps
+# The messages' times are in the prompt the model reads ("[user 2026-11-25 10:00]"): a fixed time, long idle, keeps
 # the prompt, and so the tiny model's answer, the same on every run (one read at the minute the suite ran once
 # came back with no memory at all).
 QUIET_SINCE = 1_795_600_800_000  # 2026-11-25 10:00 UTC

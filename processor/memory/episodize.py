@@ -331,10 +331,10 @@ class Episodizer:
             return
         for call in calls:
             runner = configured_runner(call.target) if call.tool in EDITING and not call.failed else None
-            if runner is not None:  # the hook runs other checks now: what its refusals taught waits to be relearned
-                self._retire(hook_lesson_id(project, runner), session_id, stamp,
-                             f"its {runner} configuration `{redact(call.target or '')}` was edited in session "
-                             f"{session_id}")
+            if runner is not None and call.ts_ms:
+                # The hook may run other checks now: its lesson is told before a commit again only once it refused
+                # again (right after a refusal it is told as ever: the refusal shows the hook still refuses).
+                failures_sql.count_from(self.conn, hook_lesson_id(project, runner), call.ts_ms)
         rows = failures_sql.with_memories(self.conn, project)
         root = project if project and project.startswith("/") else None
         gone = removed_folders(calls, root)

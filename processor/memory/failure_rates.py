@@ -60,7 +60,8 @@ def worth_telling_before(ways: Iterable[FailureSignature]) -> bool:
     at least half of those that ran the command since."""
     met: set[str] = set()
     ran: set[str] = set()
-    for way in ways:
-        met |= set(way.sessions)
-        ran |= set(way.sessions) | set(way.ran or {})
+    for way in ways:  # since it was first met, or since what it depends on changed (``failures.count_from``)
+        since = way.first_ms or 0
+        met |= {session for session, at in way.sessions.items() if (at or 0) >= since}
+        ran |= met | {session for session, at in (way.ran or {}).items() if (at or 0) >= since}
     return len(met) >= RECURRING_SESSIONS and 2 * len(met) >= len(ran)

@@ -135,31 +135,30 @@ RUFF_REFUSAL = ("ruff...........................................................
                 "ruff-format..............................................................Passed\n")
 
 
-def test_a_hook_lesson_goes_stale_when_its_configuration_is_edited_and_is_learned_again(
+def test_after_a_hook_configuration_edit_its_lesson_waits_for_a_refusal_before_it_is_told_before_a_commit(
         engram_home: Path, projects_dir: Path) -> None:
     """BookMinder removed its whitespace hooks from `.pre-commit-config.yaml` on 05-25; the lesson naming them was
-    told before every commit for weeks. An edit of the runner's configuration retires it; the next refusal teaches
-    the checks the hook runs now."""
+    told before every commit for weeks. After an edit of the runner's configuration, what its refusals taught is
+    told before a commit again only once it refused again in two sessions; right after a refusal, always."""
     first, second = (commit_session(S1, "2026-11-01T10:00:00", PRE_COMMIT),
                      commit_session(S2, "2026-11-02T10:00:00", PRE_COMMIT))
     edit = Conversation("35353535-0000-4000-8000-000000000201", cwd=CWD, start="2026-11-03T10:00:00")
     edit.user("Drop the whitespace hooks, use ruff")
     edit.edit(f"{CWD}/.pre-commit-config.yaml")
     edit.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first, second)
+    process()
+    assert "pre-commit run --all-files" in before(engram_home, S3, "Bash", {"command": 'git commit -m "More"'})
     write_conversations(projects_dir, first, second, edit)
-    store = process()
-    [(lesson_id, _, summary, status)] = mined(store, "error_fix")
-    assert "end-of-file-fixer" in summary and status == "stale"
-    assert before(engram_home, S3, "Bash", {"command": 'git commit -m "More"'}) == ""
-    why = store.conn.execute("SELECT detail FROM cold_actions WHERE episode_id = ? AND action = 'stale'",
-                             (lesson_id,)).fetchone()[0]
-    assert why.startswith("its pre-commit configuration `/work/shop/.pre-commit-config.yaml` was edited"), why
-    ruff = commit_session("35353535-0000-4000-8000-000000000202", "2026-11-04T10:00:00", RUFF_REFUSAL)
-    write_conversations(projects_dir, first, second, edit, ruff)
-    store = process()
-    [(again, _, summary, status)] = mined(store, "error_fix")
-    assert again == lesson_id and status == "active" and "`ruff`" in summary and "end-of-file" not in summary
-    assert "`ruff`" in after(engram_home, S4, 'git commit -m "X"', RUFF_REFUSAL)
+    process()
+    assert before(engram_home, "35353535-0000-4000-8000-000000000298", "Bash", {"command": 'git commit -m "M"'}) == ""
+    assert "pre-commit run --all-files" in after(engram_home, S4, 'git commit -m "X"', RUFF_REFUSAL)
+    again = [commit_session(f"35353535-0000-4000-8000-00000000020{n}", f"2026-11-0{n + 2}T10:00:00", RUFF_REFUSAL)
+             for n in (2, 3)]
+    write_conversations(projects_dir, first, second, edit, *again)
+    process()
+    later = "35353535-0000-4000-8000-000000000299"  # a session not told it yet
+    assert "pre-commit run --all-files" in before(engram_home, later, "Bash", {"command": 'git commit -m "More"'})
 
 
 def test_staging_and_committing_again_teaches_nothing(engram_home: Path, projects_dir: Path) -> None:

@@ -7,9 +7,8 @@ and 004: preferences, recent learnings and pending actions at session start). Th
 this order, only what a session should know before its first prompt:
 
 1. where this project's last session stopped: the newest other session of the project, active in the last
-   ``CONTINUE_HOURS``: its todo list's items in progress or pending (Claude Code's TodoWrite; the Codex CLI's plan,
-   the Gemini CLI's todos, stored alike), else its last words (the conclusion it reached, the step it left
-   pending: its last message's prose, whole sentences) — later sessions often begin by continuing;
+   ``CONTINUE_HOURS``, when its todo list (Claude Code's TodoWrite; the Codex CLI's plan, the Gemini CLI's
+   todos, stored alike) still had items in progress or pending — later sessions often begin by continuing;
 2. this project's rules and decisions in the user's own words (standing instructions and decisions in the
    project's next ``store.digest.RULE_SESSIONS`` sessions after they were said — later a rule is told at the call
    that would break it, a decision at a call or a prompt about what it names; what was stored on purpose), the
@@ -44,7 +43,6 @@ opened read-only and never created.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import namedtuple
 
@@ -129,49 +127,17 @@ def open_todos(todos: str | None) -> list[str]:
     return [f"in progress: {t}" for t in doing] + [f"pending: {t}" for t in pending]
 
 
-_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)", re.DOTALL)
-_TOOL_NOTE = re.compile(r"^\s*\[tool: [^\]]*\]\s*$", re.MULTILINE)
-_NOT_A_CONCLUSION = re.compile(r"^(?:API Error|Error:|Request interrupted|\[Request interrupted|No response requested)",
-                               re.IGNORECASE)
-_SENTENCE_END = re.compile(r"(?<=[.!?:])\s+")
-MIN_CONCLUSION_WORDS = 8
-
-
-def conclusion(text: str | None) -> str | None:
-    """A session's last words as one line of whole sentences (the conclusion it reached, the step it left pending),
-    its code and tool notes left out; None when they say nothing (an API error, an interruption, "Done.")."""
-    prose = " ".join(_TOOL_NOTE.sub(" ", _CODE_BLOCK.sub(" ", text or "")).split())
-    if len(prose.split()) < MIN_CONCLUSION_WORDS or _NOT_A_CONCLUSION.match(prose):
-        return None
-    if len(prose) <= MAX_LINE_CHARS:
-        return prose
-    kept = ""
-    for sentence in _SENTENCE_END.split(prose):
-        if len(kept) + len(sentence) + 1 > MAX_LINE_CHARS - 1:
-            break
-        kept = f"{kept} {sentence}" if kept else sentence
-    return (kept or prose[:MAX_LINE_CHARS - 1].rstrip()) + "…"
-
-
-def stopped_line(stopped: object) -> tuple[str, str] | None:
-    """Where the last session stopped, as one line and the id it shows: its todo list's open items, else its last
-    words (None: it left neither)."""
-    if stopped is None:
+def stopped_line(stopped: object) -> str | None:
+    """Where the last session stopped, as one line: its todo list's open items (None: it left none open)."""
+    items = open_todos(stopped.todos) if stopped is not None else []  # type: ignore[attr-defined]
+    if not items or not hook_io.valid_session_id(stopped.message_uuid):  # type: ignore[attr-defined]
         return None
     day = time.strftime("%Y-%m-%d", time.gmtime(stopped.at / 1000))  # type: ignore[attr-defined]
-    items = open_todos(stopped.todos)  # type: ignore[attr-defined]
-    if items and hook_io.valid_session_id(stopped.message_uuid):  # type: ignore[attr-defined]
-        more = len(items) - TODO_ITEMS_SHOWN
-        text = "Its todo list was left with " + "; ".join(items[:TODO_ITEMS_SHOWN])
-        text += f"; +{more} more" if more > 0 else ""
-        # Its id is the message that wrote the list (memory_expand shows it with its session's context).
-        line_id = f"msg_{stopped.message_uuid}"  # type: ignore[attr-defined]
-        return f"- [{day}, high] {one_line(text, MAX_LINE_CHARS * 2)} (id: {line_id})", line_id
-    said = conclusion(stopped.said)  # type: ignore[attr-defined]
-    if said is not None and hook_io.valid_session_id(stopped.said_uuid):  # type: ignore[attr-defined]
-        line_id = f"msg_{stopped.said_uuid}"  # type: ignore[attr-defined]
-        return f"- [{day}, high] It ended: {one_line(said, MAX_LINE_CHARS)} (id: {line_id})", line_id
-    return None
+    more = len(items) - TODO_ITEMS_SHOWN
+    text = "Its todo list was left with " + "; ".join(items[:TODO_ITEMS_SHOWN])
+    text += f"; +{more} more" if more > 0 else ""
+    # Its id is the message that wrote the list (memory_expand shows it with its session's context).
+    return f"- [{day}, high] {one_line(text, MAX_LINE_CHARS * 2)} (id: msg_{stopped.message_uuid})"  # type: ignore
 
 
 def memory_line(m: Memory) -> str:
@@ -230,10 +196,10 @@ def render(digest: Digest, budget: int, queue_dir: object, shown_ids: list[str] 
     shown: set[str] = set()
     project_name = digest.project.rstrip("/").rpartition("/")[2] if digest.project else ""
     stopped = stopped_line(digest.stopped)
-    if stopped is not None and cost([top, "Where this project's last session stopped:", stopped[0]]) <= budget:
-        body += ["Where this project's last session stopped:", stopped[0]]
+    if stopped is not None and cost([top, "Where this project's last session stopped:", stopped]) <= budget:
+        body += ["Where this project's last session stopped:", stopped]
         if shown_ids is not None:
-            shown_ids.append(stopped[1])
+            shown_ids.append(f"msg_{digest.stopped.message_uuid}")
     sections = (
         (f"Rules and decisions of this project ({project_name}), in the user's words:", digest.project_rules,
          SECTION_SHARE),

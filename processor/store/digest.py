@@ -45,12 +45,8 @@ LAST_SESSION_SQL = ("SELECT session_id, last_activity FROM sessions WHERE projec
                     "AND last_activity >= ? ORDER BY last_activity DESC LIMIT 1")
 LAST_TODOS_SQL = ("SELECT target, ts_ms, use_uuid FROM tool_calls WHERE session_id = ? AND tool = 'TodoWrite' "
                   "AND target IS NOT NULL ORDER BY ts_ms DESC LIMIT 1")
-# And what it said last: the conclusion it reached, the step it left pending (its last assistant message).
-LAST_SAID_SQL = ("SELECT text, uuid FROM messages WHERE session_id = ? AND role = 'assistant' "
-                 "ORDER BY id DESC LIMIT 1")
 
-# Where a session stopped: its last todo list (and the message that wrote it), and its last words (and theirs).
-Stopped = namedtuple("Stopped", "session_id at todos message_uuid said said_uuid", defaults=(None, None))
+Stopped = namedtuple("Stopped", "session_id at todos message_uuid")  # where a session stopped
 
 
 def _memories(conn: object, sql: str, params: tuple) -> list[Memory]:
@@ -72,15 +68,13 @@ def project_rules(conn: object, project: str, limit: int, new_since: int = 0,
 
 
 def last_session(conn: object, project: str, session_id: str | None, since_ms: int) -> Stopped | None:
-    """The project's newest other session active since `since_ms`, with its last todo list and its last words
-    (None: no such session; its todos None when it kept none)."""
+    """The project's newest other session active since `since_ms`, with its last todo list (None: no such
+    session; its todos None when it kept none)."""
     row = conn.execute(LAST_SESSION_SQL, (project, session_id or "", since_ms)).fetchone()  # type: ignore[attr-defined]
     if row is None:
         return None
     todos = conn.execute(LAST_TODOS_SQL, (row[0],)).fetchone()  # type: ignore[attr-defined]
-    said = conn.execute(LAST_SAID_SQL, (row[0],)).fetchone()  # type: ignore[attr-defined]
-    return Stopped(row[0], row[1], todos[0] if todos else None, todos[2] if todos else None,
-                   said[0] if said else None, said[1] if said else None)
+    return Stopped(row[0], row[1], todos[0] if todos else None, todos[2] if todos else None)
 
 
 # What a read may raise: locked, interrupted at the deadline, an old schema, an unreadable file.

@@ -439,31 +439,6 @@ def test_the_next_session_starts_with_where_the_last_one_stopped(engram_home: Pa
     assert "Add the coupon model" not in context
 
 
-@pytest.mark.parametrize(("last_words", "told"), [
-    ("Great! We've now successfully:\n\n1. Created an astral branch with modernized tooling\n2. Updated the project "
-     "to use ruff and uv\n3. Provided instructions for setting up the GitHub repository",
-     "It ended: Great! We've now successfully: 1. Created an astral branch with modernized tooling"),  # BookMinder
-    ('API Error: 500 {"type":"error","error":{"type":"api_error","message":"Internal server error"}}', None),
-    ("Done.", None),
-])
-def test_a_session_with_no_todo_list_left_opens_the_next_with_its_last_words(
-        engram_home: Path, projects_dir: Path, last_words: str, told: str | None) -> None:
-    """Most sessions keep no todo list: the conclusion they reached, the step they left pending, is in what they
-    said last. Recent, it opens the next session; an API error or a bare "Done." says nothing."""
-    an_hour_ago = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 3600))
-    c = Conversation(S1, cwd=CWD, start=an_hour_ago)
-    c.user("Modernize the tooling on a branch")
-    c.bash("git checkout -b astral", "Switched to a new branch 'astral'")
-    c.say(last_words, end_turn=True)
-    write_conversations(projects_dir, c)
-    process()
-    context = digest(engram_home, S2)
-    if told is None:
-        assert "last session stopped" not in context, context
-    else:
-        assert told in context and "(id: msg_" in context, context
-
-
 # --- 7 and 8. corrections about named things; how the user wants a file worked on --------------------------
 
 

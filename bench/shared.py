@@ -360,7 +360,7 @@ def fixes(bench: Bench, count: int, baseline_ref: str, rounds: int) -> dict:
     median = {name: float(np.median(values)) for name, values in runs.items()}
     result = {
         "memories": count, "rounds": rounds, "filed_on_b": filed, "baseline_ref": baseline_ref,
-        **{f"{name}_s": round(value, 2) for name, value in median.items()},
+        **{f"{name}_s": round(value, 3) for name, value in median.items()},
         "push_ratio": round(median["push"] / median["baseline_push"], 3),
         "sync_ratio": round((median["push"] + median["pull"]) / (median["baseline_push"] + median["baseline_pull"]),
                             3),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from processor.hook_kit.tool_keys import command_keys
-from processor.memory.stale_fixes import command_words
+from processor.memory.stale_fixes import shell_calls
 from processor.store.failures import FailureSignature
 from processor.store.tool_calls import StoredToolCall
 
@@ -36,16 +36,12 @@ def runs_without_fix(rows: Iterable[FailureSignature], calls: list[StoredToolCal
     if not by_key:
         return {}
     runs: dict[int, int] = {}
-    seen: set[str] = set()  # every word the session's calls held so far
-    for call in calls:
-        words = command_words(call.target)
-        if call.tool == "Bash" and call.target:
-            for key in set(command_keys(call.target)) & by_key.keys():
-                for row in by_key[key]:
-                    at = call.ts_ms or 0
-                    if at >= (row.first_ms or 0) and not _applies(row.uses or [], seen | words):
-                        runs[row.id] = max(runs.get(row.id, 0), at)
-        seen |= words
+    for call, words, seen in shell_calls(calls):
+        for key in set(command_keys(call.target)) & by_key.keys():  # type: ignore[arg-type]
+            for row in by_key[key]:
+                at = call.ts_ms or 0
+                if at >= (row.first_ms or 0) and not _applies(row.uses or [], seen | words):
+                    runs[row.id] = max(runs.get(row.id, 0), at)
     return runs
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from processor.hook_kit.failure_keys import call_key
 from processor.memory.command_text import command_told
@@ -30,9 +30,20 @@ _MISSING = re.compile(r"not found|no module named|cannot find module|is not inst
                       r"no such file or directory|unknown command|is not recogni[sz]ed", re.IGNORECASE)
 
 
-def command_words(command: str | None) -> set[str]:
+def _words(command: str | None) -> set[str]:
     """A command's words as a fix's added words are compared with (a path by its last part)."""
     return {w.rstrip("/").rsplit("/", 1)[-1] for w in (command or "").split()}
+
+
+def shell_calls(calls: list[StoredToolCall]) -> Iterator[tuple[StoredToolCall, set[str], set[str]]]:
+    """One session's shell calls in order, each with its words and every word of the calls before it (what a
+    call, with the session so far, may already apply of a fix)."""
+    seen: set[str] = set()
+    for call in calls:
+        words = _words(call.target)
+        if call.tool == "Bash" and call.target:
+            yield call, words, seen
+        seen |= words
 
 
 def said_missing(fix: FailureSignature) -> bool:
@@ -59,17 +70,14 @@ def ran_clean_without(fixes: Iterable[FailureSignature], failed_commands: dict[s
     if not by_key:
         return {}
     shown: dict[str, StoredToolCall] = {}
-    seen: set[str] = set()  # every word the session's calls held so far
-    for call in calls:
-        words = command_words(call.target)
-        if call.tool == "Bash" and not call.failed and call.target:
-            key = call_key(call.tool, call.target, "")
-            for fix in by_key.get(key or "", []):
-                learned = fix.first_ms or 0
-                same = command_told(call.target) == failed_commands[fix.memory_id]  # type: ignore[index]
-                if same and (call.ts_ms or 0) > learned and not any(u in seen or u in words for u in fix.uses or []):
-                    shown.setdefault(fix.memory_id, call)  # type: ignore[arg-type]
-        seen |= words
+    for call, words, seen in shell_calls(calls):
+        if call.failed:
+            continue
+        for fix in by_key.get(call_key(call.tool, call.target, "") or "", []):
+            learned = fix.first_ms or 0
+            same = command_told(call.target) == failed_commands[fix.memory_id]  # type: ignore[index]
+            if same and (call.ts_ms or 0) > learned and not any(u in seen or u in words for u in fix.uses or []):
+                shown.setdefault(fix.memory_id, call)  # type: ignore[arg-type]
     return shown
 
 

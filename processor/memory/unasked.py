@@ -35,6 +35,7 @@ import numpy as np
 
 from processor.memory.bites import BITE_CHARS, fit, terms
 from processor.memory.search import VectorIndex
+from processor.memory.sentences import split_sentences
 from processor.memory.statements import states_something
 from processor.store import episodes as sql
 from processor.store import origins as origins_sql
@@ -88,8 +89,7 @@ def pushable(ep: Episode, origin: str | None = None) -> bool:
 
 # What a memory told unasked is, as the viewer groups them: by the miner that made it, else by its kind.
 _CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "lesson": "Lessons", "fact": "Facts", "tool_limit": "Facts",
-                       "recipe": "Recipes",
-                       "decision": "Decisions", "routine": "Rules"}
+                       "recipe": "Recipes", "decision": "Decisions", "routine": "Rules"}
 _CATEGORY_OF_KIND = {"gotcha": "Lessons", "convention": "Rules", "decision": "Decisions", "preference": "Preferences"}
 CATEGORIES = ("Error fixes", "Lessons", "Facts", "Recipes", "Decisions", "Rules", "Preferences", "Remembered")
 
@@ -115,9 +115,6 @@ def _words(ep: Episode) -> set[str]:
     return set(terms(" ".join([ep.summary, *ep.entities])))
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`\"'(])")
-
-
 def bite_of(ep: Episode, room: int = BITE_CHARS) -> str:
     """A memory shown unasked is shown as what it states: its summary (a lesson's sentence, a rule), within
     `room` characters (a recipe's steps get more: ``RECIPE_ROOM``), in whole sentences: as many as fit, or the
@@ -127,7 +124,7 @@ def bite_of(ep: Episode, room: int = BITE_CHARS) -> str:
     if len(text) <= room:
         return text
     whole = ""
-    for sentence in _SENTENCE_END.split(text):
+    for sentence in split_sentences(text, len(text)):
         if len(whole) + len(sentence) + 1 > (room if whole else 2 * room):
             break
         whole = f"{whole} {sentence}" if whole else sentence

@@ -172,16 +172,22 @@ def test_staging_and_committing_again_teaches_nothing(engram_home: Path, project
     assert mined(process(), "error_fix") == []
 
 
+def specs_without_venv(session: str, start: str, fix: str) -> Conversation:
+    """A session whose bare `pytest` is not found, got past by running it in the virtualenv (`fix`)."""
+    c = Conversation(session, cwd=CWD, start=start)
+    c.user("Run the specs")
+    c.bash("pytest specs/", "(eval):1: command not found: pytest", error=True)
+    c.bash(fix, "12 passed")
+    c.say("All green.", end_turn=True)
+    return c
+
+
 # --- 2. stale fixes: the command later ran clean without the fix -------------------------------------------------
 
 
 def test_a_fix_the_project_no_longer_needs_is_retired_when_the_bare_command_runs_clean(
         engram_home: Path, projects_dir: Path) -> None:
-    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
-    first.user("Run the specs")
-    first.bash("pytest specs/", "(eval):1: command not found: pytest", error=True)
-    first.bash("source venv/bin/activate && pytest specs/", "12 passed")
-    first.say("All green.", end_turn=True)
+    first = specs_without_venv(S1, "2026-11-01T10:00:00", "source venv/bin/activate && pytest specs/")
     later = Conversation(S2, cwd=CWD, start="2026-11-20T10:00:00")  # the project moved to an environment on PATH
     later.user("Run the specs again")
     later.bash("pytest specs/", "14 passed")
@@ -210,11 +216,7 @@ def test_a_fix_naming_a_folder_a_later_session_removed_is_retired(
     """BookMinder's "`source venv/bin/activate && pytest specs/ --spec`" was told for weeks after session 5 ran
     `rm -rf venv && uv venv` (the project's environment became `.venv`): a clean call that removed the folder a
     fix uses, and no later call of that session using it again, retires the fix."""
-    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
-    first.user("Run the specs")
-    first.bash("pytest specs/", "(eval):1: command not found: pytest", error=True)
-    first.bash("source venv/bin/activate && pytest specs/", "12 passed")
-    first.say("All green.", end_turn=True)
+    first = specs_without_venv(S1, "2026-11-01T10:00:00", "source venv/bin/activate && pytest specs/")
     later = Conversation(S2, cwd=CWD, start="2026-11-20T10:00:00")
     later.user("Let's switch to uv")
     later.bash(removal, "")
@@ -230,11 +232,7 @@ def test_a_fix_naming_a_folder_a_later_session_removed_is_retired(
         why = store.conn.execute("SELECT detail FROM cold_actions WHERE episode_id = ?", (fix_id,)).fetchone()[0]
         assert why.startswith("what fixed it uses `venv/`, which `cd /work/shop && rm -rf venv/"), why
         # The failure met again is learned again, the new way, and told from then on.
-        third = Conversation(S3, cwd=CWD, start="2026-11-21T10:00:00")
-        third.user("Run the specs")
-        third.bash("pytest specs/", "(eval):1: command not found: pytest", error=True)
-        third.bash("source .venv/bin/activate && pytest specs/", "14 passed")
-        third.say("All green.", end_turn=True)
+        third = specs_without_venv(S3, "2026-11-21T10:00:00", "source .venv/bin/activate && pytest specs/")
         write_conversations(projects_dir, first, later, third)
         process()
         assert ".venv/bin/activate" in after(engram_home, S4, "pytest specs/", "(eval):1: command not found: pytest")

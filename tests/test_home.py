@@ -160,6 +160,32 @@ def test_an_earlier_engram_database_is_recognised_and_stamped(tmp_path: Path) ->
     conn.close()
 
 
+# A process that dies inside its first transaction, before Engram's migrations stamped the file: the
+# transaction's pages are in the database and a hot journal is left beside it.
+DIES_MID_TRANSACTION = """
+import os, sys, apsw
+conn = apsw.Connection(sys.argv[1])
+conn.pragma("journal_mode", "DELETE")
+conn.pragma("cache_size", 1)
+conn.execute("BEGIN; CREATE TABLE schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+conn.execute("CREATE TABLE half_made (x TEXT)")
+for _ in range(300):
+    conn.execute("INSERT INTO half_made VALUES (?)", ("x" * 2000,))
+os._exit(9)
+"""
+
+
+def test_a_database_killed_while_it_was_first_created_is_rolled_back_and_opened(tmp_path: Path) -> None:
+    db = tmp_path / "engram.db"
+    died = subprocess.run([sys.executable, "-c", DIES_MID_TRANSACTION, str(db)], check=False)
+    assert died.returncode == 9 and db.stat().st_size > 0
+    assert (tmp_path / "engram.db-journal").exists()
+    conn = open_store(db)  # was: "not an Engram database (unreadable as SQLite: ReadOnlyError ...)"
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert "half_made" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+
+
 @pytest.mark.parametrize("kind", ["tables-no-id", "other-id", "not-sqlite", "foreign-migrations"])
 def test_a_foreign_database_is_refused_with_the_path_and_the_fix_and_left_untouched(
         tmp_path: Path, kind: str) -> None:

@@ -156,6 +156,11 @@ def _check_before_opening(path: Path) -> None:
         check_identity(probe, path)
     except apsw.BusyError:
         return  # a writer holds it: Engram's own processor, most likely
+    except apsw.ReadOnlyError:
+        # A hot journal (or WAL) a read-only connection may not roll back: a SQLite database whose writer
+        # died mid-transaction — Engram's own, killed while creating it before its stamp. The writer's
+        # open below rolls it back, and the migrations check it then.
+        return
     except apsw.Error as exc:
         raise _refusal(path, f"unreadable as SQLite: {exc}") from None
     finally:

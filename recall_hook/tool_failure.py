@@ -9,9 +9,11 @@ The failure is known by its call key and signature (``processor/hook_kit/failure
 lines with paths, numbers and names masked). The project's lesson index (``processor/recall/lesson_index.py``, named
 by the session's recollection file, or found from the event's ``cwd`` before there is one) files each fix under its
 failure key with the signature it fixed; the hook reads that one line and tells the fixes whose signature is this
-failure's: "This failed the same way on <date>; what fixed it: …". Never a fix learned in this same session (it is
-in the agent's context), never one already told in this session (``<session>.shown``, shared with the PreToolUse
-hook), never for a call the user declined or interrupted, or the editor's own mechanics.
+failure's: "This failed the same way on <date>; what fixed it: …" (or, for a program not found that the project
+runs in the environment another's fix activated, "`python` was not found the same way on <date>; …"). Never a
+fix learned in this same session (it is in the agent's context), never one already told in this session
+(``<session>.shown``, shared with the PreToolUse hook), never for a call the user declined or interrupted, or the
+editor's own mechanics.
 
 The other agents have no event for a failed call alone, so the failure is read from the call's result
 (``processor/hook_kit/hook_io.py`` ``failed_call``): the Codex CLI runs this hook as its ``PostToolUse`` of
@@ -104,6 +106,10 @@ def _told(entry: dict) -> str | None:
     bite = _io.one_line(str(entry.get("bite") or ""), _io.MAX_BITE_CHARS)
     fix = _io.one_line(fix, _io.MAX_BITE_CHARS)
     said = "" if fix.lower() in bite.lower() or "what fixed it" in bite.lower() else f" {bite}"
+    like = entry.get("like")
+    if isinstance(like, str) and like:  # another program's "not found", fixed by the environment both run in
+        return (f"- `{_io.one_line(like, 40)}` was not found the same way on {date}; what fixed it: {fix}.{said} "
+                f"(id: {entry['id']})")
     return f"- This failed the same way on {date}; what fixed it: {fix}.{said} (id: {entry['id']})"
 
 

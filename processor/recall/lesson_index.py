@@ -27,7 +27,9 @@ A memory that tells what fixed a way of failing (``store/failures.py``) is filed
 before the call) only once it recurred: that way of failing met in two sessions or more and in at least half of
 the sessions that ran the command since (``processor/memory/failure_rates.py``), and never when it depends on the
 moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
-.of_the_moment``).
+.of_the_moment``). A fix of a program not found that activates an environment (``source .venv/bin/activate``)
+is also filed under the failure key of each other program the project ran clean in that environment, as that
+program not found (``"like"``: whose fix it was; ``processor/memory/environments.py``).
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index
@@ -50,10 +52,12 @@ from pathlib import Path
 from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
+from processor.hook_kit.failure_keys import same_failure
 from processor.hook_kit.project import index_name
 from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, prog_key, stages_everything
 from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
+from processor.memory.environments import activation_of, as_missing, missing_program, programs_after
 from processor.memory.facts import statement_of
 from processor.memory.failed_calls import of_the_moment
 from processor.memory.failure_rates import worth_telling_before
@@ -63,6 +67,7 @@ from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
+from processor.store import tool_calls as tool_calls_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
 
@@ -152,6 +157,27 @@ def _covered(key: str, guards: list[tuple[str, list[str]]]) -> bool:
     return any(key in (g, prog_key(g)) or g.startswith(key + " ") or key.startswith(g + " ") for g, _ in guards)
 
 
+def environment_programs(conn, project: str | None, fixes: dict[str, list[FailureSignature]]) -> dict[str, set[str]]:
+    """For each environment set-up a "not found" fix starts with (``source .venv/bin/activate``), the programs the
+    project's clean commands ran after it."""
+    activations = {activation for ways in fixes.values() for fix in ways
+                   if missing_program(fix.signature, fix.fail_key[5:]) and (activation := activation_of(fix.fix or ""))}
+    return {activation: programs_after(tool_calls_sql.clean_commands_with(conn, project, activation), activation)
+            for activation in activations}
+
+
+def _answers_elsewhere(entry: dict, fix: FailureSignature, environments: dict[str, set[str]]) -> list[tuple[str, dict]]:
+    """A fix of `python` not found that activates an environment, filed as the fix of each other program the
+    project ran in it being not found (``processor/memory/environments.py``); ``"like"`` names whose it was."""
+    program = fix.fail_key[5:]
+    activation = activation_of(fix.fix or "")
+    if activation is None or not missing_program(fix.signature, program):
+        return []
+    return [("fail:" + other, {**entry, "sig": as_missing(fix.signature, program, other), "fix": fix.fix or "",
+                               "like": program})
+            for other in sorted(environments.get(activation, ())) if other != program]
+
+
 KEYS_MARK = hook_io.KEYS_MARK  # the second line: every key the file holds
 
 
@@ -190,18 +216,21 @@ class LessonIndex:
             if row.memory_id:
                 fixes.setdefault(row.memory_id, []).append(row)
         origins = origins_sql.origins(conn, [ep.id for ep in memories])
-        self.write(project, root, memories, fixes, origins)
+        self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes))
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
         return name
 
     def write(self, project: str | None, root: str | None, memories: list[Episode],
-              fixes: dict[str, list[FailureSignature]] | None = None, origins: dict[str, str] | None = None) -> Path:
-        """Write the project's index."""
+              fixes: dict[str, list[FailureSignature]] | None = None, origins: dict[str, str] | None = None,
+              environments: dict[str, set[str]] | None = None) -> Path:
+        """Write the project's index. `environments`: the programs the project ran after each activation a fix
+        starts with (``environment_programs``)."""
         filed: dict[str, list[dict]] = {}
+        borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
         told = 0
-        fixes, origins = fixes or {}, origins or {}
+        fixes, origins, environments = fixes or {}, origins or {}, environments or {}
         for ep in memories:  # newest first
             origin = origins.get(ep.id)
             if told >= MAX_BITES or not pushable(ep, origin):
@@ -233,6 +262,7 @@ class LessonIndex:
                 if len(fails) < FIXES_PER_KEY:
                     fails.append({**entry, "sig": fix.signature, "fix": fix.fix or ""})
                     placed = True
+                borrowed += _answers_elsewhere(entry, fix, environments)
             if ways:
                 uses = next((fix.uses for fix in ways if fix.uses), None)
                 if uses:
@@ -246,6 +276,10 @@ class LessonIndex:
                     entries.append(entry)
                     placed = True
             told += placed
+        for key, answer in borrowed:  # newest fix first; never beside the program's own fix of that failure
+            fails = filed.setdefault(key, [])
+            if len(fails) < FIXES_PER_KEY and not any(same_failure(e.get("sig", []), answer["sig"]) for e in fails):
+                fails.append(answer)
         header = json.dumps({"project": project, "root": root, "at": now_ms()})
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)

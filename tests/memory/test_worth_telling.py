@@ -256,6 +256,40 @@ def test_another_command_of_the_same_program_running_clean_retires_nothing(engra
 # --- 3. the agent's own environment: the same refusal every time ----------------------------------------------
 
 
+@pytest.mark.parametrize(("ran", "told"), [
+    ("source .venv/bin/activate && python -m pytest specs/ --cov", True),  # BookMinder's own call
+    ("source .venv/bin/activate && ruff check .", False),  # pytest never ran in that environment
+    ("pytest specs/", False),  # nor after it
+])
+def test_a_program_not_found_is_told_the_fix_that_found_another_in_the_environment_both_ran_in(
+        engram_home: Path, projects_dir: Path, ran: str, told: bool) -> None:
+    """BookMinder learned what found `pre-commit` (`source .venv/bin/activate && …`), ran `python -m pytest` in
+    that environment, and four days later met "(eval):1: command not found: pytest" with nothing told: the
+    answer was filed under the other program. The programs a project ran clean after the fix's activation are
+    answered by it; no other."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("List my books")
+    first.bash("python bookminder/cli.py list", "Error: (eval):1: command not found: python", error=True)
+    first.bash("source .venv/bin/activate && python bookminder/cli.py list", "Dune")
+    first.say("One book.", end_turn=True)
+    second = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    second.user("Check again")
+    second.bash(ran, "12 passed")
+    second.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first, second)
+    store = process()
+    [(fix_id, _, _, _)] = mined(store, "error_fix")
+    shown = after(engram_home, S3, "pytest specs/ --spec", "Error: (eval):1: command not found: pytest")
+    assert (fix_id in shown) is told, shown
+    if told:
+        assert "`python` was not found the same way on 2026-11-01; what fixed it: `source .venv/bin/activate" in shown
+    # Its own failure (another session: a memory is told once a session) still reads as its own; a program the
+    # environment never ran is told nothing.
+    own = after(engram_home, S4, "python x.py", "(eval):1: command not found: python")
+    assert "- This failed the same way on" in own
+    assert after(engram_home, S3, "gh pr view", "(eval):1: command not found: gh") == ""
+
+
 def test_a_file_too_big_to_read_is_told_before_reading_it_or_its_siblings(engram_home: Path,
                                                                           projects_dir: Path) -> None:
     c = Conversation(S1, cwd=CWD)

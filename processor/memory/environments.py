@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable
 
 from processor.hook_kit.failure_keys import program_of
+from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.hook_kit.tool_keys import GENERIC, command_keys
 
 # What sets up a shell so that a project's tools are found: a virtualenv's activate script, a conda
@@ -56,6 +57,16 @@ def missing_program(signature: list[str], program: str) -> bool:
     return any(program in line.split() and any(form in line for form in _MISSING) for line in signature)
 
 
+# How shells and Python say a program is missing, as real errors: their signatures are what the hook compares.
+_MISSING_ERRORS = ("zsh: command not found: {0}", "bash: {0}: command not found",
+                   "bash: line 1: {0}: command not found", "/bin/sh: 1: {0}: not found",
+                   "/usr/bin/python3: No module named {0}")
+
+
 def as_missing(signature: list[str], program: str, other: str) -> list[str]:
-    """The same "not found" signature, of another program."""
-    return [" ".join(other if word == program else word for word in line.split()) for line in signature]
+    """The same "not found" signature, of another program, and the other ways a shell or Python says it is
+    missing (a `python3 -m pytest` meets "No module named pytest" where `pytest` met "command not found")."""
+    ways = [" ".join(other if word == program else word for word in line.split()) for line in signature]
+    for error in _MISSING_ERRORS:
+        ways += [line for line in failure_signature(error.format(other)) if line not in ways]
+    return ways

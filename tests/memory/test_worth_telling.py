@@ -25,7 +25,7 @@ from processor.store import open_store
 from tests.conftest import REPO
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
-S1, S2, S3, S4 = (f"35353535-0000-4000-8000-00000000000{i}" for i in (1, 2, 3, 4))
+S1, S2, S3, S4, S5 = (f"35353535-0000-4000-8000-00000000000{i}" for i in (1, 2, 3, 4, 5))
 
 # Real outputs, as sessions recorded them.
 PRE_COMMIT = ("trim trailing whitespace.................................................Passed\n"
@@ -281,6 +281,9 @@ def test_a_program_not_found_is_told_the_fix_that_found_another_in_the_environme
     [(fix_id, _, _, _)] = mined(store, "error_fix")
     shown = after(engram_home, S3, "pytest specs/ --spec", "Error: (eval):1: command not found: pytest")
     assert (fix_id in shown) is told, shown
+    # BookMinder's other way of meeting it: the system python3 has no pytest.
+    module = after(engram_home, S5, "python3 -m pytest specs/", "/opt/homebrew/bin/python3: No module named pytest")
+    assert (fix_id in module) is told, module
     if told:
         assert "`python` was not found the same way on 2026-11-01; what fixed it: `source .venv/bin/activate" in shown
     # Its own failure (another session: a memory is told once a session) still reads as its own; a program the

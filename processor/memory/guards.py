@@ -7,8 +7,8 @@ guard: under the key of that command (``processor/hook_kit/tool_keys.py``: stagi
 ``cmd:git add -A``), with the words that make a call of it break the rule (``--force`` of ``git push --force``);
 the hook tells it only before a call that has them.
 
-English negations only (never, don't, avoid, no more, instead of…); the forbidden form is what the rule quotes
-in backticks.
+English negations only (never, don't, avoid, no more, instead of…, "would not work in my case"); the forbidden
+form is what the rule quotes in backticks.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 
 from processor.hook_kit.tool_keys import command_key, stages_everything
+from processor.memory.preferences import DOES_NOT_WORK
 
 _NEGATION = re.compile(r"\b(?:never|don't|do not|dont|must not|mustn't|shouldn't|should not|avoid|no more|stop using|"
-                       r"not allowed|forbidden|instead of)\b", re.IGNORECASE)
+                       r"not allowed|forbidden|instead of)\b|\b" + DOES_NOT_WORK, re.IGNORECASE)
 _QUOTED = re.compile(r"`([^`\n]{2,60})`")
 
 

@@ -69,6 +69,14 @@ _DONT_LASTING = r"(?:^|[,;:]\s*|\b(?:please|and|but|so|just)\s+)(?:don't|do not|
 _KEEP = r"\bplease\s+keep\b|\balways\s+keep\b"
 _PREFERENCE = re.compile(_PREFER, re.IGNORECASE)
 _CONVENTION = re.compile("|".join((_STANDING_TIME, _ALWAYS_NEVER, _DONT_LASTING, _KEEP)), re.IGNORECASE)
+# A quoted command the user says does not work for them, with what makes it last ("`git add .` would not work in
+# my case when I have uncommitted changes to `claude-dev-log-diary`"): a rule against it, read in the sentence as
+# written (the command is in backticks). What makes it last is whom or where it does not work for; "`make` doesn't
+# work yet" or "… doesn't work because of a type error" is a state of the moment (a bug), not a rule.
+DOES_NOT_WORK = r"(?:would not|wouldn't|will not|won't|does not|doesn't|do not|don't|cannot|can't)\s+work\b"
+_NOT_FOR_US = re.compile(r"`[^`\n]{2,60}`[^`.;!?]{0,40}?\b" + DOES_NOT_WORK + r"[^.;!?]{0,30}?"
+                         r"\b(?:in my case|in our case|for me|for us|here|"
+                         r"in this (?:repo|repository|project|codebase))\b", re.IGNORECASE)
 # Venting about the work in hand is not a rule about how to work.
 _VENTING = re.compile(r"\b(?:hate|hated|annoy\w*|frustrat\w*|tired of|sick of|fed up|ridiculous|stupid|wtf|damn\w*|"
                       r"ugh+|seriously|wasting|wasted|waste of|sigh)\b|!!|\?!", re.IGNORECASE)
@@ -176,7 +184,7 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
             if one_off(words):
                 continue
             kind = "preference"
-        elif _CONVENTION.search(words):
+        elif _CONVENTION.search(words) or _NOT_FOR_US.search(sentence):
             kind = "convention"
         else:
             continue

@@ -386,6 +386,35 @@ def test_a_rule_that_forbids_a_command_is_told_before_a_call_that_breaks_it_only
     assert before(engram_home, S4, "Bash", {"command": "git push origin main"}) == ""
 
 
+# BookMinder's user, as typed (session 6): the rule is in what does not work for him, not in a "never".
+NOT_IN_MY_CASE = ("Well, you could try that, but in our previous discussion we learned that `git add .` would not "
+                  "work in my case whenI have uncommited changes to `claude-dev-log-diary` lying around")
+
+
+@pytest.mark.parametrize(("said", "rule"), [
+    (NOT_IN_MY_CASE, True),
+    ("`pytest` does not work here because the fixtures need Docker, so run the unit suite only.", True),
+    ("`make` doesn't work yet, I will fix it after lunch.", False),  # a state of the moment
+    ("The `npm test` script doesn't work.", False),  # nothing makes it last
+    ("`npm run build` doesn't work because of a type error in the coupon form.", False),  # a bug of the moment
+])
+def test_a_command_the_user_says_does_not_work_for_them_is_a_rule_told_before_it(
+        engram_home: Path, projects_dir: Path, said: str, rule: bool) -> None:
+    c = Conversation(S1, cwd=CWD)
+    c.user(said)
+    c.say("Understood.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    rules = [summary for _, _, summary, _ in mined(store, "standing")]
+    assert bool(rules) is rule, rules
+    command = said.split("`")[1]
+    shown = before(engram_home, S2, "Bash", {"command": command + " && git status"})
+    assert ("work" in shown) is rule, shown
+    if said == NOT_IN_MY_CASE:  # staging everything, however typed; not staging a file by name
+        assert "claude-dev-log-diary" in before(engram_home, S3, "Bash", {"command": "git add -A"})
+        assert before(engram_home, S4, "Bash", {"command": "git add README.md"}) == ""
+
+
 FEATURE_BRANCH_RULE = ("also, as a general rule, switch to a feature branch is literally the first thing you should, "
                        "the moment you know what you're working on.. if you are already on a feature branch, check "
                        "that it is the right feature branch for the task youre working on. if not, always go back to "

@@ -65,7 +65,7 @@ HOOK = REPO / "recall_hook" / "pretooluse.py"
 FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
 SESSION_START_HOOK = REPO / "recall_hook" / "session_start.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
-_FIX_LINE = re.compile(r"^- (This failed the same way .*) \(id: (\S+)\)$")
+_FIX_LINE = re.compile(r"^- ((?:This failed|`[^`]+` was not found) the same way .*) \(id: (\S+)\)$")
 
 
 # --- the replay --------------------------------------------------------------------------------

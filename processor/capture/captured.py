@@ -186,6 +186,31 @@ def failure_text(output: str) -> Redacted:
                   f"\n{tail.lstrip()}")
 
 
+# A test run that ran nothing, said at the start of a line of its output: the call "succeeded" (jest's
+# --passWithNoTests, a `| tail` that hides the exit code) and the session then looked for the way that runs the
+# tests. Only these runners' own words, at a line's start (a file read or a grep shows them after a prefix); and a
+# shell's "command not found" a pipe's exit code hid (`npx jest … | tail` said `sh: jest: command not found`).
+_RAN_NOTHING = ("no tests found", "no test files found", "collected 0 items", "no tests ran in", "ran 0 tests in",
+                "testing: warning: no tests to run", "no projects matched the filters")
+_SHELLS = ("sh: ", "bash: ", "zsh: ", "(eval):")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Bytes one of those lines has, as a transcript line holds them (a result-only line without one is skipped unread).
+RAN_NOTHING_HINTS = (b"o test", b"O TEST", b"0 items", b"0 tests", b"o projects matched", b"command not found")
+
+
+def ran_nothing(output: str) -> bool:
+    """Whether a shell call's output says its test runner (or workspace filter) found nothing to run, or that the
+    shell did not find the command, though the call exited 0."""
+    lowered = output.lower()
+    if not any(hint in lowered for hint in ("o test", "0 items", "0 tests", "o projects matched", "command not found")):
+        return False  # the common case, without splitting the output
+    for line in _ANSI.sub("", lowered[-20_000:]).splitlines():
+        line = line.strip(" =")
+        if line.startswith(_RAN_NOTHING) or line.startswith(_SHELLS) and "command not found" in line:
+            return True
+    return False
+
+
 ENGRAM_TOOLS = "engram_"  # Engram's memory tools as opencode (MCP: <server>_<tool>) and pi (its extension) name them
 _FILE_TOOLS = ("Read", "Write", "Edit", "MultiEdit")
 

@@ -28,6 +28,7 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
+    RAN_NOTHING_HINTS,
     CapturedLine,
     Skipped,
     ToolCall,
@@ -35,6 +36,7 @@ from processor.capture.captured import (
     ToolResult,
     ToolResultsOnly,
     failure_text,
+    ran_nothing,
     redact_repeated,
     strip_injected_spans,
     timestamp_ms,
@@ -155,10 +157,16 @@ def _tool_calls(content: object) -> tuple[ToolCall, ...]:
 def _failures(content: object) -> tuple[ToolFailure, ...]:
     if not isinstance(content, list):
         return ()
-    return tuple(ToolFailure(block["tool_use_id"], failure_text(signals.result_text(block.get("content"))))
-                 for block in content
-                 if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error") is True
-                 and isinstance(block.get("tool_use_id"), str))
+    failures = []
+    for block in content:
+        if not (isinstance(block, dict) and block.get("type") == "tool_result"
+                and isinstance(block.get("tool_use_id"), str)):
+            continue
+        if block.get("is_error") is True:
+            failures.append(ToolFailure(block["tool_use_id"], failure_text(signals.result_text(block.get("content")))))
+        elif ran_nothing(output := signals.result_text(block.get("content"))):
+            failures.append(ToolFailure(block["tool_use_id"], failure_text(output)))  # a test run that ran none
+    return tuple(failures)
 
 
 def _tool_results(content: object, awaited: Collection[str]) -> tuple[ToolResult, ...]:
@@ -189,7 +197,8 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
         return b'"type": ' not in raw  # summary, system, attachment, progress, snapshot lines…
     # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited. One scan
     # for the spaced form, text and tool uses: these lines are long.
-    if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None and b'"is_error":true' not in raw:
+    if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None and b'"is_error":true' not in raw \
+            and not any(hint in raw for hint in RAN_NOTHING_HINTS):
         return not (awaited and any(m.decode(errors="replace") in awaited for m in _TOOL_USE_ID.findall(raw)))
     return False
 

@@ -37,12 +37,14 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
+    RAN_NOTHING_HINTS,
     TODO_TOOL,
     Skipped,
     ToolCall,
     ToolFailure,
     ToolResult,
     failure_text,
+    ran_nothing,
     redact_repeated,
     strip_injected_spans,
     todos_input,
@@ -173,7 +175,7 @@ class CodexReader(SessionReader):
                 # 0, and that no signal awaits: read from its bytes alone.
                 clean = _CLEAN_EXIT.search(raw, 0, 2000) is not None or not any(
                     mark in raw for mark in _FAILURE_MARKS)
-                if clean:
+                if clean and not any(hint in raw for hint in RAN_NOTHING_HINTS):  # a test run may have run none
                     call = _CALL_ID.search(raw, 0, 2000)
                     if call is not None and f"{self.session_id}:{call.group(1).decode()}" not in awaited:
                         return Skipped("a tool's output (not a failure)")
@@ -264,7 +266,7 @@ class CodexReader(SessionReader):
         tool_use_id = f"{self.session_id}:{call_id}"
         text, failed = output_text(payload.get("output"))
         results = (ToolResult(tool_use_id, failed, redact(text)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed else ()
+        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or ran_nothing(text) else ()
         if not results and not failures:
             return Skipped("a tool's output (not a failure)")
         return self.results_only(self._id(payload.get("id") or f"out:{call_id}", raw), timestamp, results, failures)

@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
+    RAN_NOTHING_HINTS,
     Skipped,
     ToolFailure,
     ToolResult,
     failure_text,
+    ran_nothing,
     redact_repeated,
     strip_injected_spans,
 )
@@ -178,7 +180,8 @@ class CopilotReader(SessionReader):
             kind = head.group(1)
             if kind not in _READ_BYTES:
                 return Skipped("not conversation") if kind in _KNOWN_BYTES else skip_unknown(COPILOT, kind.decode())
-            if kind == b"tool.execution_complete" and self._clean_result(raw, awaited):
+            if kind == b"tool.execution_complete" and self._clean_result(raw, awaited) \
+                    and not any(hint in raw for hint in RAN_NOTHING_HINTS):  # a test run may have run none
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -264,7 +267,7 @@ class CopilotReader(SessionReader):
         tool_use_id = self._id(call_id)
         text, failed = result_text(data)
         results = (ToolResult(tool_use_id, failed, redact(text)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed else ()
+        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or ran_nothing(text) else ()
         if not results and not failures:
             return Skipped("a tool's result (not a failure)")
         return self.results_only(self._id(event_id), timestamp, results, failures)

@@ -52,6 +52,7 @@ from processor.capture.captured import (
     ToolResult,
     claude_tool,
     failure_text,
+    ran_nothing,
     redact_repeated,
     strip_injected_spans,
     tool_target,
@@ -356,7 +357,7 @@ class OpencodeReader(SessionReader):
         failed, output = _outcome(name, state, status, pending is not None or tool_use_id in awaited)
         results = (ToolResult(tool_use_id, failed, redact(output)),) if pending is not None or \
             tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed else ()
+        failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed or ran_nothing(output) else ()
         times = state.get("time") if isinstance(state.get("time"), dict) else {}
         ms = times.get("end") if isinstance(times.get("end"), int) else None
         return self.line(self._id(part["id"]), "assistant", _iso(ms) if ms else None,
@@ -376,10 +377,10 @@ def _outcome(name: str, state: dict, status: str, needed: bool) -> tuple[bool, s
     metadata = state.get("metadata") if isinstance(state.get("metadata"), dict) else {}
     code = metadata.get("exit")
     failed = name == "Bash" and isinstance(code, int) and not isinstance(code, bool) and code != 0
-    if not failed and not needed:
-        return False, ""
     output = metadata.get("output") if name == "Bash" and isinstance(metadata.get("output"), str) \
         else state.get("output")
+    if not failed and not needed and not (name == "Bash" and isinstance(output, str) and ran_nothing(output)):
+        return False, ""
     return failed, strip_injected_spans(output).strip() if isinstance(output, str) else ""
 
 

@@ -27,11 +27,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
+    RAN_NOTHING_HINTS,
     Skipped,
     ToolFailure,
     ToolResult,
     claude_tool,
     failure_text,
+    ran_nothing,
     strip_injected_spans,
 )
 from processor.capture.formats import (
@@ -106,7 +108,8 @@ class PiReader(SessionReader):
         if raw.startswith(_CUSTOM_MESSAGE):
             return Skipped("context an extension gave the model (Engram's own among it)")
         # A tool's result that did not fail, which no signal awaits: read from its first bytes, never parsed.
-        if _TOOL_RESULT in raw[:200] and _NOT_FAILED in raw and not awaited:
+        if _TOOL_RESULT in raw[:200] and _NOT_FAILED in raw and not awaited \
+                and not any(hint in raw for hint in RAN_NOTHING_HINTS):  # a test run may have run none
             return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -173,11 +176,12 @@ class PiReader(SessionReader):
             return Skipped("a tool result without its call's id", problem=True)
         tool_use_id = self._id(call_id)
         failed = message.get("isError") is True
-        if not failed and tool_use_id not in awaited:
-            return Skipped("a tool's result (not a failure)")
         output = _text(message.get("content"))
+        ran_none = not failed and ran_nothing(output)  # a test run that ran none: a failure that exited 0
+        if not failed and not ran_none and tool_use_id not in awaited:
+            return Skipped("a tool's result (not a failure)")
         results = (ToolResult(tool_use_id, failed, redact(output)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed else ()
+        failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed or ran_none else ()
         return self.results_only(self._id(entry_id), timestamp, results, failures)
 
 

@@ -32,10 +32,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
+    RAN_NOTHING_HINTS,
     Skipped,
     ToolFailure,
     ToolResult,
     failure_text,
+    ran_nothing,
     redact_repeated,
     strip_injected_spans,
 )
@@ -146,7 +148,7 @@ class QwenReader(SessionReader):
             at = raw.rfind(_RESULT)
             call_id = _value_after(raw, _RESULT, at)
             if call_id is not None and raw.startswith(_STATUS + b'success"', at + len(_RESULT) + len(call_id)) \
-                    and self._id(call_id) not in awaited:
+                    and self._id(call_id) not in awaited and not any(hint in raw for hint in RAN_NOTHING_HINTS):
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -218,7 +220,7 @@ class QwenReader(SessionReader):
         tool_use_id = self._id(call_id)
         text, failed = result_text(result, parts)
         results = (ToolResult(tool_use_id, failed, redact(text)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed else ()
+        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or ran_nothing(text) else ()
         if not results and not failures:
             return Skipped("a tool's result (not a failure)")
         return self.results_only(self._id(uuid), timestamp, results, failures)

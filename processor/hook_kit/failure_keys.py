@@ -34,7 +34,9 @@ CUES = ("error", "fatal", "failed", "failure", "not found", "no such", "cannot",
         "invalid", "unknown", "unexpected", "exceeds", "rejected", "modified by", "missing", "unable", "ignored",
         "not allowed", "no module", "not recognized", "unrecognized", "blocked", "does not exist", "doesn't exist",
         "no upstream", "conflict", "abort", "timed out", "exception", "usage:", "not a ", "permission",
-        "did not match", "not set", "undefined")
+        "did not match", "not set", "undefined",
+        # A test run that ran nothing (``processor/capture/captured.py`` ``ran_nothing``): its call exited 0.
+        "no tests", "no test files", "collected 0 items", "ran 0 tests", "no projects matched")
 # Lines that say only that something failed, not what: never a signature.
 _BARE = ("exit code", "traceback", "error", "failed", "failure", "fatal", "exception", "warning")
 # Tools whose failures are the editor's own mechanics or the agent's planning, not what the project taught.

@@ -31,7 +31,8 @@ _PROGRAM_OUTPUT = re.compile(r"^[\w.-]+: |\*\*\*|\b(?:error|exception|traceback|
 _LEADER = re.compile(r"\s*([.\-=_*#~])\1{3,}\s*")
 _EDGE_LEADER = re.compile(r"^\s*([.\-=_*#~])\1{3,}\s*|\s*([.\-=_*#~])\2{3,}\s*$")
 _ERROR_LINE = re.compile(r"\b(?:error|exception|failed|failure|fatal|denied|not found|no such|cannot|can't|"
-                         r"refused|invalid|unknown|unexpected|syntax)\b", re.IGNORECASE)
+                         r"refused|invalid|unknown|unexpected|syntax|no tests?(?: files)? found|collected 0 items|"
+                         r"ran 0 tests|no projects matched)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

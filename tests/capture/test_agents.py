@@ -100,3 +100,47 @@ def test_backfill_and_status_cover_the_copilot_cli_and_qwen_code(tmp_path: Path)
     status = json.loads(run_engram("status", "--json", env=env).stdout)
     assert status["sessions_by_agent"] == {"copilot": 1, "qwen": 1}
     assert (AGENT_NAMES["copilot"], AGENT_NAMES["qwen"]) == ("Copilot CLI", "Qwen Code")
+
+
+# cipher-box's real output: jest run through `pnpm --filter api test -- --testPathPattern=…` found no test and
+# exited 0 (--passWithNoTests); the session went on looking for the call that runs the spec.
+JEST_RAN_NONE = ("> @cipherbox/api@0.8.0 test /Users/michael/Code/cipher-box/apps/api\n"
+                 "> jest --passWithNoTests -- --testPathPattern=auth.service.spec --no-coverage\n\n"
+                 "No tests found, exiting with code 0\nIn /Users/michael/Code/cipher-box/apps/api\n  45 files checked.\n"
+                 "  testMatch:  - 0 matches\nPattern: --testPathPattern=auth.service.spec - 0 matches\n")
+RAN_NONE_COMMAND = "pnpm --filter api test -- --testPathPattern='auth.service.spec' --no-coverage 2>&1 | tail -60"
+
+
+def test_a_test_run_that_ran_nothing_is_a_failure_whichever_agent_ran_it(
+        conn: apsw.Connection, tailer: Tailer, tmp_path: Path, codex_home: Path, gemini_dir: Path) -> None:
+    """Its exit code says it passed; its output says it ran nothing, which is how it failed: captured as a failed
+    call (its output the error), so what the session then found that runs the tests is learned as its fix. The
+    same words read from a file are not."""
+    from bench.testbed.transcripts import Conversation, write_conversations
+    from bench.testbed.agent_transcripts import shell_output
+
+    claude = Conversation("cccccccc-0000-4000-8000-000000000001", cwd="/tmp/shop-api")
+    claude.user("Run the auth service spec")
+    claude.bash(RAN_NONE_COMMAND, JEST_RAN_NONE)
+    # A file that quotes the words is read, not run (the read tool numbers its lines).
+    claude.tool("Read", {"file_path": "/tmp/shop-api/docs/testing.md"}, "     1\tNo tests found, exiting with code 0")
+    claude.say("No tests ran.", end_turn=True)
+    write_conversations(tmp_path / "projects", claude)
+    [claude_file] = (tmp_path / "projects").glob("*/*.jsonl")
+    rollout = Rollout(codex_home, cwd="/tmp/shop-api")
+    rollout.prompt("Run the auth service spec")
+    rollout.exec_command(RAN_NONE_COMMAND, JEST_RAN_NONE, exit_code=0)
+    rollout.answer("No tests ran.")
+    chat = Chat(gemini_dir, project="/tmp/shop-api", slug="shop-api")
+    chat.prompt("Run the auth service spec")
+    first = chat.reply("Let me run it.")
+    ran = chat.tool_call("run_shell_command", {"command": RAN_NONE_COMMAND}, shell_output(JEST_RAN_NONE, 0))
+    chat.reply("Let me run it.", message_id=first, tool_calls=[ran])
+    chat.results([ran])
+    chat.reply("No tests ran.")
+    for path in (claude_file, rollout.write(), chat.write()):
+        tailer.tail(path)
+    failed = conn.execute("SELECT s.agent, t.tool, t.error FROM tool_calls t JOIN sessions s "
+                          "ON s.session_id = t.session_id WHERE t.failed = 1 ORDER BY s.agent").fetchall()
+    assert [(agent, tool) for agent, tool, _ in failed] == [("claude", "Bash"), ("codex", "Bash"), ("gemini", "Bash")]
+    assert all("No tests found, exiting with code 0" in error for _, _, error in failed)

@@ -106,7 +106,8 @@ def test_backfill_and_status_cover_the_copilot_cli_and_qwen_code(tmp_path: Path)
 # exited 0 (--passWithNoTests); the session went on looking for the call that runs the spec.
 JEST_RAN_NONE = ("> @cipherbox/api@0.8.0 test /Users/michael/Code/cipher-box/apps/api\n"
                  "> jest --passWithNoTests -- --testPathPattern=auth.service.spec --no-coverage\n\n"
-                 "No tests found, exiting with code 0\nIn /Users/michael/Code/cipher-box/apps/api\n  45 files checked.\n"
+                 "No tests found, exiting with code 0\nIn /Users/michael/Code/cipher-box/apps/api\n"
+                 "  45 files checked.\n"
                  "  testMatch:  - 0 matches\nPattern: --testPathPattern=auth.service.spec - 0 matches\n")
 RAN_NONE_COMMAND = "pnpm --filter api test -- --testPathPattern='auth.service.spec' --no-coverage 2>&1 | tail -60"
 
@@ -116,8 +117,8 @@ def test_a_test_run_that_ran_nothing_is_a_failure_whichever_agent_ran_it(
     """Its exit code says it passed; its output says it ran nothing, which is how it failed: captured as a failed
     call (its output the error), so what the session then found that runs the tests is learned as its fix. The
     same words read from a file are not."""
-    from bench.testbed.transcripts import Conversation, write_conversations
     from bench.testbed.agent_transcripts import shell_output
+    from bench.testbed.transcripts import Conversation, write_conversations
 
     claude = Conversation("cccccccc-0000-4000-8000-000000000001", cwd="/tmp/shop-api")
     claude.user("Run the auth service spec")

@@ -45,6 +45,7 @@ from processor.store.signals import ReadySignal
 from processor.store.tool_calls import StoredToolCall
 
 log = logging.getLogger(__name__)
+RECIPES_SCANNED = 2_000  # the project's newest memories looked at for recipes a removed folder made stale
 
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
 PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog into episodes
@@ -343,6 +344,13 @@ class Episodizer:
                 call = gone[folder]
                 self._retire(row.memory_id, session_id, stamp, f"what fixed it uses `{folder}/`, which "
                              f"`{redact((call.target or '')[:120])}` removed in session {session_id}")
+        if gone:  # a recipe's steps use the removed folder too ("after … not found, `source venv/bin/activate`…")
+            memories = sql.project_memories(self.conn, project, RECIPES_SCANNED)
+            kinds = origins_sql.origins(self.conn, [ep.id for ep in memories])
+            for ep in memories:
+                for folder in names_removed(ep.summary, gone, root)[:1] if kinds.get(ep.id) == "recipe" else ():
+                    self._retire(ep.id, session_id, stamp, f"its steps use `{folder}/`, which "
+                                 f"`{redact((gone[folder].target or '')[:120])}` removed in session {session_id}")
         fixes = retirable(rows, session_id)
         if not fixes:
             return

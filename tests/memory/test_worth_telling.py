@@ -256,6 +256,34 @@ def test_another_command_of_the_same_program_running_clean_retires_nothing(engra
 # --- 3. the agent's own environment: the same refusal every time ----------------------------------------------
 
 
+def test_a_recipe_whose_steps_use_a_removed_folder_is_retired_with_it(engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder's recipe "To run `pytest` here: after "command not found: pytest", `source venv/bin/activate && …`;
+    after "collected 0 items", …" was told before `pytest` for weeks after `rm -rf venv && uv venv`."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Run the specs")
+    first.bash("pytest specs/ --spec", "(eval):1: command not found: pytest", error=True)
+    first.bash("source venv/bin/activate && pytest specs/ --spec",
+               "============================= test session starts ==============================\n"
+               "collected 0 items\n\n============================ no tests ran in 0.01s =============================")
+    first.bash("source venv/bin/activate && pytest specs/library_spec.py --spec", "4 passed in 0.28s")
+    first.say("All green.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    [(recipe_id, _, recipe, status)] = mined(store, "recipe")
+    assert status == "active" and "collected 0 items" in recipe, recipe
+    later = Conversation(S2, cwd=CWD, start="2026-11-20T10:00:00")
+    later.user("Let's switch to uv")
+    later.bash("rm -rf venv && uv venv", "")
+    later.bash("source .venv/bin/activate && pytest specs/library_spec.py --spec", "4 passed")
+    later.say("Switched.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    store = process()
+    assert [status for _, _, _, status in mined(store, "recipe")] == ["stale"]
+    why = store.conn.execute("SELECT detail FROM cold_actions WHERE episode_id = ?", (recipe_id,)).fetchone()[0]
+    assert why.startswith("its steps use `venv/`, which `rm -rf venv && uv venv` removed"), why
+    assert "venv/bin/activate" not in before(engram_home, S3, "Bash", {"command": "pytest specs/ --spec"})
+
+
 @pytest.mark.parametrize(("ran", "told"), [
     ("source .venv/bin/activate && python -m pytest specs/ --cov", True),  # BookMinder's own call
     ("source .venv/bin/activate && ruff check .", False),  # pytest never ran in that environment

@@ -54,7 +54,7 @@ from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
 from processor.hook_kit.failure_keys import same_failure
 from processor.hook_kit.project import index_name
-from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, prog_key, stages_everything
+from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, name_key, prog_key, stages_everything
 from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
 from processor.memory.environments import activation_of, as_missing, missing_program, programs_after
@@ -231,6 +231,9 @@ class LessonIndex:
         borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
         told = 0
         fixes, origins, environments = fixes or {}, origins or {}, environments or {}
+        # The project's own name (`cipherbox` of cipher-box) is in every call that names its repository or folder: a
+        # fact filed under it would be told at any of them.
+        own_names = {name_key(path.rstrip("/").rsplit("/", 1)[-1]) for path in (project, root) if path}
         for ep in memories:  # newest first
             origin = origins.get(ep.id)
             if told >= MAX_BITES or not pushable(ep, origin):
@@ -245,7 +248,7 @@ class LessonIndex:
             elif origin == "tool_limit":  # a file too big for the read tool: told before a read, not a `git add`
                 entry["on"] = list(hook_io.READING)
             placed = False
-            keys = keys_by_origin(ep, origin, root)
+            keys = [k for k in keys_by_origin(ep, origin, root) if k not in own_names]
             guards = guards_of(ep, origin)
             if guards:  # a rule that forbids a command: told before a call that breaks it, not every call of it
                 keys = [k for k in keys if not _covered(k, guards)]

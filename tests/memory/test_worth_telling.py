@@ -284,6 +284,27 @@ def test_a_recipe_whose_steps_use_a_removed_folder_is_retired_with_it(engram_hom
     assert "venv/bin/activate" not in before(engram_home, S3, "Bash", {"command": "pytest specs/ --spec"})
 
 
+def test_a_fact_anchored_only_to_the_projects_own_name_is_not_told_at_every_call_naming_the_repository(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box's "The staging one uses `-U cipherbox` without specifying `-d`, …" was filed under `cipherbox`,
+    the project's own name: told before `gh pr checks 131 --repo FSM1/cipher-box`."""
+    project = "/work/cipher-box"
+    c = Conversation(S1, cwd=project)
+    c.user("Why can't the staging API reach its database?")
+    c.bash("grep -rn DATABASE_URL .env.staging", ".env.staging:3:DATABASE_URL=postgres://...")
+    c.say("The staging one uses `-U cipherbox` without specifying `-d`, so it tries to connect to database "
+          "`cipherbox` which doesn't exist.", end_turn=True)
+    write_conversations(projects_dir, c)
+    settings = load_settings()
+    Processor(settings).run_once(None)
+    store = EpisodeStore(settings, open_store(settings.db_path))
+    assert any("`-U cipherbox`" in summary for _, _, summary, _ in mined(store, "fact"))
+    RecollectionWriter(settings).lessons.refresh(store.conn, project, project)
+    event = {"session_id": S2, "hook_event_name": "PreToolUse", "cwd": project, "tool_name": "Bash",
+             "tool_input": {"command": "gh pr checks 131 --repo FSM1/cipher-box"}, "tool_use_id": "toolu_b"}
+    assert run_hook("pretooluse.py", engram_home, event) == ""
+
+
 @pytest.mark.parametrize(("ran", "told"), [
     ("source .venv/bin/activate && python -m pytest specs/ --cov", True),  # BookMinder's own call
     ("source .venv/bin/activate && ruff check .", False),  # pytest never ran in that environment

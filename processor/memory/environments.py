@@ -57,6 +57,12 @@ def missing_program(signature: list[str], program: str) -> bool:
     return any(program in line.split() and any(form in line for form in _MISSING) for line in signature)
 
 
+def environment_fix(signature: list[str], program: str, fix: str | None) -> str | None:
+    """The environment set-up of a fix that made `program` found (``source .venv/bin/activate``), or None when
+    the failure was not the program missing or the fix sets up no environment."""
+    return activation_of(fix or "") if missing_program(signature, program) else None
+
+
 # How shells and Python say a program is missing, as real errors: their signatures are what the hook compares.
 _MISSING_ERRORS = ("zsh: command not found: {0}", "bash: {0}: command not found",
                    "bash: line 1: {0}: command not found", "/bin/sh: 1: {0}: not found",

@@ -57,7 +57,7 @@ from processor.hook_kit.project import index_name
 from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, name_key, prog_key, stages_everything
 from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
-from processor.memory.environments import activation_of, as_missing, missing_program, programs_after
+from processor.memory.environments import as_missing, environment_fix, programs_after
 from processor.memory.facts import statement_of
 from processor.memory.failed_calls import of_the_moment
 from processor.memory.failure_rates import worth_telling_before
@@ -161,7 +161,7 @@ def environment_programs(conn, project: str | None, fixes: dict[str, list[Failur
     """For each environment set-up a "not found" fix starts with (``source .venv/bin/activate``), the programs the
     project's clean commands ran after it."""
     activations = {activation for ways in fixes.values() for fix in ways
-                   if missing_program(fix.signature, fix.fail_key[5:]) and (activation := activation_of(fix.fix or ""))}
+                   if (activation := environment_fix(fix.signature, fix.fail_key[5:], fix.fix))}
     return {activation: programs_after(tool_calls_sql.clean_commands_with(conn, project, activation), activation)
             for activation in activations}
 
@@ -170,8 +170,8 @@ def _answers_elsewhere(entry: dict, fix: FailureSignature, environments: dict[st
     """A fix of `python` not found that activates an environment, filed as the fix of each other program the
     project ran in it being not found (``processor/memory/environments.py``); ``"like"`` names whose it was."""
     program = fix.fail_key[5:]
-    activation = activation_of(fix.fix or "")
-    if activation is None or not missing_program(fix.signature, program):
+    activation = environment_fix(fix.signature, program, fix.fix)
+    if activation is None:
         return []
     return [("fail:" + other, {**entry, "sig": as_missing(fix.signature, program, other), "fix": fix.fix or "",
                                "like": program})

@@ -168,6 +168,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
         return []
     found: list[tuple[str, str]] = []
     words = _applied_words(tool_input)
+    options = _options(tool_input)
     # A file the agent made itself: nothing earlier sessions left about it, its folder or its name applies.
     own = keys[0] in created
     for key, entries in filed:
@@ -184,6 +185,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             when = entry.get("when")
             if isinstance(when, list) and when and not all(w in words for w in when):
                 continue  # a rule's guard: this call does not have the form the rule forbids
+            asked = entry.get("asked")
+            if isinstance(asked, list) and asked and not any(option in asked for option in options):
+                continue  # a test run that ran nothing when asked with these options: this call has none of them
             on = entry.get("on")
             if isinstance(on, list) and tool_name not in on:
                 continue  # told before these tools only (how a file is to be edited: not at a read of it)
@@ -193,6 +197,14 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
                 if len(found) == MAX_CALL_BITES:
                     return found
     return found
+
+
+def _options(tool_input: object) -> set[str]:
+    """A command's options by name, as it wrote them (``--testPathPattern='x'`` → ``--testPathPattern``)."""
+    command = _io.command_of(tool_input)
+    if command is None:
+        return set()
+    return {w.partition("=")[0].strip("'\"") for w in command[:2000].split() if w.startswith(("-", "'-", '"-'))}
 
 
 def _applied_words(tool_input: object) -> set[str]:

@@ -34,7 +34,7 @@ MAX_COMMAND_WORDS = 3
 # Where a package manager, git or make runs, given before its subcommand (``pnpm --filter api test``, ``git -C
 # repo status``): skipped with its value, so the key is the subcommand's (``cmd:pnpm test``), not the bare program's.
 _SCOPED = frozenset("git pnpm npm yarn bun make turbo".split())
-_SCOPE_OPTIONS = frozenset("--filter -F --prefix -C --dir --cwd --workspace".split())
+SCOPE_OPTIONS = frozenset("--filter -F --prefix -C --dir --cwd --workspace".split())
 MAX_KEYS = 8
 _FILE_TOOLS = ("Read", "Edit", "Write", "MultiEdit", "NotebookEdit", "NotebookRead")
 _PATH_KEYS = ("file_path", "notebook_path", "path", "absolute_path", "dir_path")
@@ -131,8 +131,8 @@ def command_key(segment: str) -> str | None:
     if not _program_like(program) or program in GENERIC:
         return None
     if program in _SCOPED:
-        while rest and (rest[0] in _SCOPE_OPTIONS or rest[0].partition("=")[0] in _SCOPE_OPTIONS and "=" in rest[0]):
-            rest = rest[2:] if rest[0] in _SCOPE_OPTIONS else rest[1:]
+        while rest and (rest[0] in SCOPE_OPTIONS or rest[0].partition("=")[0] in SCOPE_OPTIONS and "=" in rest[0]):
+            rest = rest[2:] if rest[0] in SCOPE_OPTIONS else rest[1:]
     runner: list[str] = []
     subcommand = RUNNERS.get(program)
     if subcommand is not None and (not subcommand or rest[:1] == [subcommand]):

@@ -14,8 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import another_go, call_key, exception_line, failure_key, not_a_failure
+from processor.hook_kit.failure_keys import (
+    another_go,
+    call_key,
+    exception_line,
+    failure_key,
+    not_a_failure,
+    program_of,
+)
 from processor.hook_kit.failure_keys import signature as failure_signature
+from processor.hook_kit.tool_keys import SCOPE_OPTIONS
 from processor.store.tool_calls import StoredToolCall
 
 ERROR_LINE_CHARS = 160
@@ -80,9 +88,14 @@ def same_call(a: StoredToolCall, b: StoredToolCall, key: str) -> bool:
     """Whether `b` is another go at what `a` ran: the same program (a shell command), or the same tool on the same
     target (a Read of the same file)."""
     other = key_of(b)
-    if other is None or not another_go(key, other):
+    if other is None:
         return False
-    return a.tool == "Bash" or a.target == b.target
+    if another_go(key, other):
+        return a.tool == "Bash" or a.target == b.target
+    # A script whose test run ran nothing says what it ran (`> jest --passWithNoTests …`): running that tool
+    # another way (`pnpm --filter api exec jest …`) is another go at it.
+    return a.tool == b.tool == "Bash" and ran_nothing(failure_signature(a.error or "")) and \
+        program_of(other) in {word.strip("'\"`") for word in (a.error or "")[:1000].split()}
 
 
 def inspects(call: StoredToolCall) -> bool:
@@ -138,6 +151,28 @@ _OF_THE_MOMENT = re.compile(r"\.lock\b|\block(?:ed)? by\b|unable to create .*:? 
                             r"connection (?:refused|reset|timed out)|"
                             r"econn(?:refused|reset)|timed? ?out|temporar|rate limit|too many requests|"
                             r"address already in use|eaddrinuse|\b50[234]\b|network", re.IGNORECASE)
+
+
+# A test run that ran nothing, as its masked signature says it (``processor/capture/captured.py`` ``ran_nothing``).
+_RAN_NOTHING_LINES = ("no tests found", "no test files found", "collected <n> items", "no tests ran", "ran <n> tests",
+                      "no projects matched")
+
+
+def ran_nothing(signature: list[str] | tuple[str, ...]) -> bool:
+    """Whether a failure is a test run that found nothing to run: how it was asked (its options), not its program."""
+    return bool(signature) and all(line.startswith(_RAN_NOTHING_LINES) for line in signature)
+
+
+def asked_with(command: str) -> list[str]:
+    """The options a command passed (``--testPathPattern`` of ``pnpm --filter api test -- --testPathPattern=x``),
+    without where it ran (``--filter``), the end of options (``--``) or a count (``tail -60``)."""
+    options: list[str] = []
+    for word in command.split():
+        name = word.partition("=")[0].strip("'\"")
+        if name.startswith("-") and name.lstrip("-")[:1].isalpha() and name not in SCOPE_OPTIONS \
+                and name not in options:
+            options.append(name)
+    return options[:5]
 
 
 def of_the_moment(signature: list[str] | tuple[str, ...]) -> bool:

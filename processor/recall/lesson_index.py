@@ -59,7 +59,7 @@ from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
 from processor.memory.environments import as_missing, environment_fix, programs_after
 from processor.memory.facts import statement_of
-from processor.memory.failed_calls import of_the_moment
+from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import forbidden_commands, guard
 from processor.memory.stale_fixes import missing_paths
@@ -270,6 +270,11 @@ class LessonIndex:
                 uses = next((fix.uses for fix in ways if fix.uses), None)
                 if uses:
                     entry = {**entry, "uses": uses}  # before the call: not when the call already applies it
+                failed = next((e[2:] for e in ep.entities if e.startswith("$ ")), None)
+                if failed and all(ran_nothing(fix.signature) for fix in ways) and (asked := asked_with(failed)):
+                    # A test run that ran nothing failed by how it was asked: told before a run asked the same way
+                    # (`--testPathPattern`), not before every run of the tests.
+                    entry = {**entry, "asked": asked}
                 if not worth_telling_before(ways) or all(of_the_moment(fix.signature) for fix in ways):
                     # Before the call only once it recurred, in most sessions that ran the command.
                     keys = [k for k in keys if not k.startswith("cmd:")]

@@ -305,6 +305,37 @@ def test_a_fact_anchored_only_to_the_projects_own_name_is_not_told_at_every_call
     assert run_hook("pretooluse.py", engram_home, event) == ""
 
 
+JEST_RAN_NONE = ("> @cipherbox/api@0.8.0 test /Users/michael/Code/cipher-box/apps/api\n"
+                 "> jest --passWithNoTests -- --testPathPattern=auth.service.spec --no-coverage\n\n"
+                 "No tests found, exiting with code 0\n")  # cipher-box's, as the session saw it (exit 0)
+
+
+def jest_session(session: str, start: str) -> Conversation:
+    c = Conversation(session, cwd=CWD, start=start)
+    c.user("Run the auth service spec")
+    c.bash("pnpm --filter api test -- --testPathPattern='auth.service.spec' --no-coverage 2>&1 | tail -60",
+           JEST_RAN_NONE)
+    c.bash("pnpm --filter api exec jest --testPathPattern='auth.service.spec' --no-coverage 2>&1 | tail -80",
+           "PASS src/auth/auth.service.spec.ts\nTests: 12 passed, 12 total")
+    c.say("Passing.", end_turn=True)
+    return c
+
+
+def test_a_test_run_that_ran_nothing_teaches_the_call_that_runs_the_tests_told_before_a_run_asked_the_same_way(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box met "No tests found, exiting with code 0" (jest's --passWithNoTests, exit 0) in four sessions and
+    each time found `pnpm --filter api exec jest` runs the spec: learned, and told before the next run that passes
+    `--testPathPattern` — not before `pnpm --filter @cipherbox/crypto test`, a run of other tests."""
+    write_conversations(projects_dir, jest_session(S1, "2026-11-01T10:00:00"), jest_session(S2, "2026-11-02T10:00:00"))
+    store = process()
+    [(fix_id, kind, summary, status)] = mined(store, "error_fix")
+    assert (kind, status) == ("gotcha", "active") and "No tests found" in summary, summary
+    assert "pnpm --filter api exec jest" in summary
+    assert before(engram_home, S3, "Bash", {"command": "pnpm --filter @cipherbox/crypto test 2>&1 | tail -30"}) == ""
+    told = before(engram_home, S3, "Bash", {"command": "pnpm --filter api test -- --testPathPattern=jwt-issuer"})
+    assert fix_id in told and "pnpm --filter api exec jest" in told, told
+
+
 @pytest.mark.parametrize(("ran", "told"), [
     ("source .venv/bin/activate && python -m pytest specs/ --cov", True),  # BookMinder's own call
     ("source .venv/bin/activate && ruff check .", False),  # pytest never ran in that environment

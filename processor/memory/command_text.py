@@ -34,8 +34,12 @@ def command_shown(target: str | None, limit: int = 120, keep_cd: bool = False) -
 
 def command_told(target: str | None, limit: int = 120, root: str | None = None, keep_cd: bool = False) -> str:
     """A command as a memory tells it: as ``command_shown``, without a ``cd <the project> &&`` later in it
-    either (where it ran is the project), and with a git message (``-m "…"``) left out — it says what that one
-    commit was, never what the lesson is, and at a hundred characters it pushed the fix out of the bite."""
+    either (where it ran is the project) — but a leading `cd` into a folder of the project (`root`) is kept,
+    relative (``cd apps/api && node -e …``: where it ran may be what fixed it) —, and with a git message
+    (``-m "…"``) left out: it says what that one commit was, never what the lesson is, and at a hundred
+    characters it pushed the fix out of the bite."""
+    if root and not keep_cd:
+        target, keep_cd = _cd_below(target, root)
     shown = command_shown(target, 10_000, keep_cd)
     if root:
         for folder in (root, f'"{root}"', f"'{root}'"):
@@ -43,3 +47,18 @@ def command_told(target: str | None, limit: int = 120, root: str | None = None, 
     if shown.startswith("git ") or " git " in shown:
         shown = _GIT_MESSAGE.sub(r'\1\2"…"', shown)
     return shown[:limit] + ("…" if len(shown) > limit else "")
+
+
+def _cd_below(target: str | None, root: str) -> tuple[str | None, bool]:
+    """(the command, whether its leading `cd` is kept): kept, relative to the project, when it goes into a folder of
+    it (``cd /repo/apps/api && …`` → ``cd apps/api && …``) or to a relative folder."""
+    line = (target or "").lstrip()
+    if not line.startswith("cd ") or "&&" not in line.split("\n", 1)[0]:
+        return target, False
+    folder, _, rest = line[3:].partition("&&")
+    folder, base = folder.strip().strip("'\""), root.rstrip("/")
+    if folder.startswith(base + "/"):
+        return f"cd {folder[len(base) + 1:].rstrip('/')} && {rest.strip()}", True
+    if folder and not folder.startswith(("/", "~", "$")) and folder not in (".", "..") and not folder.startswith("../"):
+        return target, True
+    return target, False

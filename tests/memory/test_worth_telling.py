@@ -305,6 +305,22 @@ def test_a_fact_anchored_only_to_the_projects_own_name_is_not_told_at_every_call
     assert run_hook("pretooluse.py", engram_home, event) == ""
 
 
+def test_a_fix_that_ran_the_command_from_a_folder_of_the_project_says_which(engram_home: Path,
+                                                                             projects_dir: Path) -> None:
+    """cipher-box's readers: "what fixed it: `node -e "…`" left out the `cd apps/api` that was the fix (`pg` is a
+    dependency of the API package only)."""
+    script = 'node -e "\nconst { Client } = require(\'pg\');\nnew Client().connect();\n"'
+    c = Conversation(S1, cwd=CWD)
+    c.user("Check the users table on the dev database")
+    c.bash(script, "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop/[eval]", error=True)
+    c.bash(f"cd {CWD}/apps/api && {script}", "connected")
+    c.say("Connected.", end_turn=True)
+    write_conversations(projects_dir, c)
+    process()
+    told = after(engram_home, S2, script, "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop/[eval]")
+    assert "what fixed it: `cd apps/api && node -e" in told, told
+
+
 JEST_RAN_NONE = ("> @cipherbox/api@0.8.0 test /Users/michael/Code/cipher-box/apps/api\n"
                  "> jest --passWithNoTests -- --testPathPattern=auth.service.spec --no-coverage\n\n"
                  "No tests found, exiting with code 0\n")  # cipher-box's, as the session saw it (exit 0)

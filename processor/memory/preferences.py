@@ -184,8 +184,11 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
             if one_off(words):
                 continue
             kind = "preference"
-        elif _CONVENTION.search(words) or _NOT_FOR_US.search(sentence):
+        elif _CONVENTION.search(words):
             kind = "convention"
+        elif (not_for_us := _NOT_FOR_US.search(sentence)) is not None:
+            # From the command on: "Well, you could try that, but … we learned that" is how it was said, not the rule.
+            kind, sentence = "convention", sentence[not_for_us.start():]
         else:
             continue
         whole = sentence

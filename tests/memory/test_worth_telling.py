@@ -503,6 +503,7 @@ def test_a_command_the_user_says_does_not_work_for_them_is_a_rule_told_before_it
     store = process()
     rules = [summary for _, _, summary, _ in mined(store, "standing")]
     assert bool(rules) is rule, rules
+    assert all(r.startswith("`") for r in rules), rules  # from the command on: not "Well, you could try that, but"
     command = said.split("`")[1]
     shown = before(engram_home, S2, "Bash", {"command": command + " && git status"})
     assert ("work" in shown) is rule, shown

@@ -190,8 +190,8 @@ def failure_text(output: str) -> Redacted:
 # --passWithNoTests, a `| tail` that hides the exit code) and the session then looked for the way that runs the
 # tests. Only these runners' own words, at a line's start (a file read or a grep shows them after a prefix); and a
 # shell's "command not found" a pipe's exit code hid (`npx jest … | tail` said `sh: jest: command not found`).
-_RAN_NOTHING = ("no tests found", "no test files found", "collected 0 items", "no tests ran in", "ran 0 tests in",
-                "testing: warning: no tests to run", "no projects matched the filters")
+RAN_NOTHING_LINES = ("no tests found", "no test files found", "collected 0 items", "no tests ran in", "ran 0 tests in",
+                     "testing: warning: no tests to run", "no projects matched the filters")
 _SHELLS = ("sh: ", "bash: ", "zsh: ", "(eval):")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Bytes one of those lines has, as a transcript line holds them (a result-only line without one is skipped unread).
@@ -206,7 +206,7 @@ def ran_nothing(output: str) -> bool:
         return False  # the common case, without splitting the output
     for line in _ANSI.sub("", lowered[-20_000:]).splitlines():
         line = line.strip(" =")
-        if line.startswith(_RAN_NOTHING) or line.startswith(_SHELLS) and "command not found" in line:
+        if line.startswith(RAN_NOTHING_LINES) or line.startswith(_SHELLS) and "command not found" in line:
             return True
     return False
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from processor.capture.captured import RAN_NOTHING_LINES
 from processor.hook_kit.failure_keys import (
     another_go,
     call_key,
@@ -153,9 +154,8 @@ _OF_THE_MOMENT = re.compile(r"\.lock\b|\block(?:ed)? by\b|unable to create .*:? 
                             r"address already in use|eaddrinuse|\b50[234]\b|network", re.IGNORECASE)
 
 
-# A test run that ran nothing, as its masked signature says it (``processor/capture/captured.py`` ``ran_nothing``).
-_RAN_NOTHING_LINES = ("no tests found", "no test files found", "collected <n> items", "no tests ran", "ran <n> tests",
-                      "no projects matched")
+# A test run that ran nothing (``processor/capture/captured.py`` ``ran_nothing``), as its signature says it.
+_RAN_NOTHING_LINES = tuple(line for words in RAN_NOTHING_LINES for line in failure_signature(words))
 
 
 def ran_nothing(signature: list[str] | tuple[str, ...]) -> bool:

@@ -194,15 +194,18 @@ RAN_NOTHING_LINES = ("no tests found", "no test files found", "collected 0 items
                      "testing: warning: no tests to run", "no projects matched the filters")
 _SHELLS = ("sh: ", "bash: ", "zsh: ", "(eval):")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# Bytes one of those lines has, as a transcript line holds them (a result-only line without one is skipped unread).
-RAN_NOTHING_HINTS = (b"o test", b"O TEST", b"0 items", b"0 tests", b"o projects matched", b"command not found")
+# What one of those lines holds whatever its case, as text and as a transcript line's bytes (a result-only line
+# without one is skipped unread): narrow, since "to test" is in half the lines an agent writes.
+_HINTS = ("tests found", "test files found", "collected 0 items", "tests ran", "ran 0 tests", "tests to run",
+          "projects matched", "command not found")
+RAN_NOTHING_HINTS = tuple(h.encode() for hint in _HINTS for h in (hint, hint.capitalize()))
 
 
 def ran_nothing(output: str) -> bool:
     """Whether a shell call's output says its test runner (or workspace filter) found nothing to run, or that the
     shell did not find the command, though the call exited 0."""
     lowered = output.lower()
-    if not any(hint in lowered for hint in ("o test", "0 items", "0 tests", "o projects matched", "command not found")):
+    if not any(hint in lowered for hint in _HINTS):
         return False  # the common case, without splitting the output
     for line in _ANSI.sub("", lowered[-20_000:]).splitlines():
         line = line.strip(" =")

@@ -194,20 +194,27 @@ RAN_NOTHING_LINES = ("no tests found", "no test files found", "collected 0 items
                      "testing: warning: no tests to run", "no projects matched the filters")
 _SHELLS = ("sh: ", "bash: ", "zsh: ", "(eval):")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-# What one of those lines holds whatever its case, as text and as a transcript line's bytes (a result-only line
-# without one is skipped unread): narrow, since "to test" is in half the lines an agent writes.
-_HINTS = ("tests found", "test files found", "collected 0 items", "tests ran", "ran 0 tests", "tests to run",
-          "projects matched", "command not found")
-RAN_NOTHING_HINTS = tuple(h.encode() for hint in _HINTS for h in (hint, hint.capitalize()))
+# What one of those lines holds whatever its case (its first letter left off), as text and as a transcript line's
+# bytes: narrow, since "to test" is in half the lines an agent writes. A run that ran nothing prints little, so only
+# the head of an output (of a line) is looked at: the fast paths that skip a result line unread stay fast.
+_HINTS = ("ests found", "est files found", "ollected 0 items", "ests ran", "an 0 tests", "ests to run",
+          "rojects matched", "ommand not found")
+_BYTE_HINTS = tuple(hint.encode() for hint in _HINTS)
+HEAD_CHARS = 10_000
+
+
+def may_have_run_nothing(raw: bytes) -> bool:
+    """Whether a transcript line may hold a test run that ran nothing: it is parsed, not skipped unread."""
+    return any(raw.find(hint, 0, HEAD_CHARS) >= 0 for hint in _BYTE_HINTS)
 
 
 def ran_nothing(output: str) -> bool:
     """Whether a shell call's output says its test runner (or workspace filter) found nothing to run, or that the
     shell did not find the command, though the call exited 0."""
-    lowered = output.lower()
-    if not any(hint in lowered for hint in _HINTS):
+    head = output[:HEAD_CHARS]
+    if not any(hint in head for hint in _HINTS):
         return False  # the common case, without splitting the output
-    for line in _ANSI.sub("", lowered[-20_000:]).splitlines():
+    for line in _ANSI.sub("", head.lower()).splitlines():
         line = line.strip(" =")
         if line.startswith(RAN_NOTHING_LINES) or line.startswith(_SHELLS) and "command not found" in line:
             return True

@@ -28,7 +28,6 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
-    RAN_NOTHING_HINTS,
     CapturedLine,
     Skipped,
     ToolCall,
@@ -36,6 +35,7 @@ from processor.capture.captured import (
     ToolResult,
     ToolResultsOnly,
     failure_text,
+    may_have_run_nothing,
     ran_nothing,
     redact_repeated,
     strip_injected_spans,
@@ -198,7 +198,7 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
     # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited. One scan
     # for the spaced form, text and tool uses: these lines are long.
     if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None and b'"is_error":true' not in raw \
-            and not any(hint in raw for hint in RAN_NOTHING_HINTS):
+            and not may_have_run_nothing(raw):
         return not (awaited and any(m.decode(errors="replace") in awaited for m in _TOOL_USE_ID.findall(raw)))
     return False
 

@@ -37,13 +37,13 @@ from typing import BinaryIO
 
 from processor.capture import signals
 from processor.capture.captured import (
-    RAN_NOTHING_HINTS,
     TODO_TOOL,
     Skipped,
     ToolCall,
     ToolFailure,
     ToolResult,
     failure_text,
+    may_have_run_nothing,
     ran_nothing,
     redact_repeated,
     strip_injected_spans,
@@ -175,7 +175,7 @@ class CodexReader(SessionReader):
                 # 0, and that no signal awaits: read from its bytes alone.
                 clean = _CLEAN_EXIT.search(raw, 0, 2000) is not None or not any(
                     mark in raw for mark in _FAILURE_MARKS)
-                if clean and not any(hint in raw for hint in RAN_NOTHING_HINTS):  # a test run may have run none
+                if clean and not may_have_run_nothing(raw):  # a test run may have run none
                     call = _CALL_ID.search(raw, 0, 2000)
                     if call is not None and f"{self.session_id}:{call.group(1).decode()}" not in awaited:
                         return Skipped("a tool's output (not a failure)")

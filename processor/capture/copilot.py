@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
-    RAN_NOTHING_HINTS,
     Skipped,
     ToolFailure,
     ToolResult,
     failure_text,
+    may_have_run_nothing,
     ran_nothing,
     redact_repeated,
     strip_injected_spans,
@@ -181,7 +181,7 @@ class CopilotReader(SessionReader):
             if kind not in _READ_BYTES:
                 return Skipped("not conversation") if kind in _KNOWN_BYTES else skip_unknown(COPILOT, kind.decode())
             if kind == b"tool.execution_complete" and self._clean_result(raw, awaited) \
-                    and not any(hint in raw for hint in RAN_NOTHING_HINTS):  # a test run may have run none
+                    and not may_have_run_nothing(raw):  # a test run may have run none
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):

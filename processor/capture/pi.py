@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
-    RAN_NOTHING_HINTS,
     Skipped,
     ToolFailure,
     ToolResult,
     claude_tool,
     failure_text,
+    may_have_run_nothing,
     ran_nothing,
     strip_injected_spans,
 )
@@ -109,7 +109,7 @@ class PiReader(SessionReader):
             return Skipped("context an extension gave the model (Engram's own among it)")
         # A tool's result that did not fail, which no signal awaits: read from its first bytes, never parsed.
         if _TOOL_RESULT in raw[:200] and _NOT_FAILED in raw and not awaited \
-                and not any(hint in raw for hint in RAN_NOTHING_HINTS):  # a test run may have run none
+                and not may_have_run_nothing(raw):  # a test run may have run none
             return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from processor.capture.captured import (
-    RAN_NOTHING_HINTS,
     Skipped,
     ToolFailure,
     ToolResult,
     failure_text,
+    may_have_run_nothing,
     ran_nothing,
     redact_repeated,
     strip_injected_spans,
@@ -148,7 +148,7 @@ class QwenReader(SessionReader):
             at = raw.rfind(_RESULT)
             call_id = _value_after(raw, _RESULT, at)
             if call_id is not None and raw.startswith(_STATUS + b'success"', at + len(_RESULT) + len(call_id)) \
-                    and self._id(call_id) not in awaited and not any(hint in raw for hint in RAN_NOTHING_HINTS):
+                    and self._id(call_id) not in awaited and not may_have_run_nothing(raw):
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):

@@ -357,7 +357,8 @@ class OpencodeReader(SessionReader):
         failed, output = _outcome(name, state, status, pending is not None or tool_use_id in awaited)
         results = (ToolResult(tool_use_id, failed, redact(output)),) if pending is not None or \
             tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed or ran_nothing(output) else ()
+        ran_none = not failed and name == "Bash" and ran_nothing(output)  # a test run that ran none (as _outcome)
+        failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed or ran_none else ()
         times = state.get("time") if isinstance(state.get("time"), dict) else {}
         ms = times.get("end") if isinstance(times.get("end"), int) else None
         return self.line(self._id(part["id"]), "assistant", _iso(ms) if ms else None,

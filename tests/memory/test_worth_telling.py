@@ -359,10 +359,10 @@ def test_a_test_run_that_ran_nothing_teaches_the_call_that_runs_the_tests_told_b
 ])
 def test_a_program_not_found_is_told_the_fix_that_found_another_in_the_environment_both_ran_in(
         engram_home: Path, projects_dir: Path, ran: str, told: bool) -> None:
-    """BookMinder learned what found `pre-commit` (`source .venv/bin/activate && …`), ran `python -m pytest` in
-    that environment, and four days later met "(eval):1: command not found: pytest" with nothing told: the
-    answer was filed under the other program. The programs a project ran clean after the fix's activation are
-    answered by it; no other."""
+    """BookMinder learned what found one program (`pre-commit`: `source .venv/bin/activate && …`), ran `python -m
+    pytest` in that environment, and four days later met "(eval):1: command not found: pytest" with nothing told:
+    the answer was filed under the other program (here `python`'s). The programs a project ran clean after the
+    fix's activation are answered by it; no other."""
     first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     first.user("List my books")
     first.bash("python bookminder/cli.py list", "Error: (eval):1: command not found: python", error=True)

@@ -70,7 +70,7 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     tool_input = call[1] if call is not None else {}
     target = next((v for k in _TARGET_KEYS if isinstance(v := tool_input.get(k), str) and v.strip()), None)
     key = _fail.call_key(tool_name, target, error)
-    signature = _fail.signature(error)
+    signature = _fail.call_signature(tool_name, target, error)
     if key is None or not signature:
         return None
     entries = _filed(directory, session_id, event, _fail.failure_key(key, error))

@@ -13,7 +13,10 @@ for one an earlier session fixed (``recall_hook/tool_failure.py``), with these f
 - ``signature``: up to three error lines (those that say what went wrong, never ``exit code 1`` alone), each
   lower-cased, punctuation and leaders trimmed, paths, numbers, ids and file names masked;
 - ``same_failure``: two signatures share a line, or lines of five words or more that differ in one word (the
-  name of a branch: ``the current branch <b> has no upstream branch``).
+  name of a branch: ``the current branch <b> has no upstream branch``), or name the same program not found
+  (zsh's ``command not found: psql`` is bash's ``psql: command not found``);
+- ``call_signature``: a shell call that said only ``Exit code 127`` (its message thrown away) is known as its
+  program not found.
 
 A call the user declined, an interrupted call and the editor's own mechanics (an edit whose text was not
 found, a file not read first) are not failures of anything: ``not_a_failure``.
@@ -165,9 +168,48 @@ def signature(error: str) -> list[str]:
     return found
 
 
+def exit_127_only(error: str) -> bool:
+    """The error says nothing but the shell's exit status 127 (a program it could not find): its own message went
+    to ``2>/dev/null`` or a redirect (``Exit code 127``)."""
+    lines = [line.lower().split() for line in _message(error[:400]).splitlines() if line.strip()]
+    return bool(lines) and all("127" in words and len(words) <= 4 and ("exit" in words or "status" in words
+                                                                       or "code" in words) for words in lines)
+
+
+def call_signature(tool_name: object, command: str | None, error: str) -> list[str]:
+    """A failed call's signature (``signature``); a shell call that said only ``Exit code 127`` is known as its
+    program not found, the way the shell would have said it had its message not been thrown away."""
+    found = signature(error)
+    if found or tool_name != "Bash" or not exit_127_only(error):
+        return found
+    key = call_key(tool_name, command, error)
+    return [f"command not found {program_of(key)}"] if key and key.startswith("cmd:") else []
+
+
+def _not_found(line: str) -> str | None:
+    """The program a short "not found" line names, whichever shell said it: zsh's ``command not found: psql``,
+    bash's ``psql: command not found``, sh's ``psql: not found``, pnpm's ``Command "biome" not found``."""
+    words = line.split()
+    if len(words) > 7:
+        return None
+    for i in range(len(words) - 1):
+        if words[i] == "not" and words[i + 1] == "found":
+            if i + 2 < len(words):
+                named = words[i + 2]
+            elif i >= 2 and words[i - 1] == "command":
+                named = words[i - 2]
+            else:
+                named = words[i - 1] if i >= 1 else ""
+            return named if named and named[0] != "<" and named != "command" else None
+    return None
+
+
 def _lines_match(a: str, b: str) -> bool:
     if a == b:
         return True
+    missing = _not_found(a)
+    if missing is not None and missing == _not_found(b):
+        return True  # the same program not found, told by another shell
     left, right = a.split(), b.split()
     if len(left) != len(right) or len(left) < 5:
         return False

@@ -18,6 +18,7 @@ from processor.capture.captured import RAN_NOTHING_LINES
 from processor.hook_kit.failure_keys import (
     another_go,
     call_key,
+    call_signature,
     exception_line,
     failure_key,
     not_a_failure,
@@ -101,12 +102,13 @@ def same_call(a: StoredToolCall, b: StoredToolCall, key: str) -> bool:
 
 def inspects(call: StoredToolCall) -> bool:
     """``--help``, ``--version``, ``help``: a call that reads about the program, never one that fixes it. A
-    ``--version`` that is given a value (``release.py --version 1.2.0``) is an argument, not a question."""
+    ``--version`` that is given a value (``release.py --version 1.2.0``) is an argument, not a question, and so is
+    a ``-h`` given one (``psql -h localhost``: the host)."""
     words = (call.target or "").split()
     for index, word in enumerate(words):
-        if word in ("--help", "-h", "help"):
+        if word in ("--help", "help"):
             return True
-        if word in ("--version", "-V"):
+        if word in ("--version", "-V", "-h"):
             following = words[index + 1] if index + 1 < len(words) else ""
             if not following or following.startswith("-") or following in ("&&", "||", ";", "|"):
                 return True
@@ -121,7 +123,7 @@ def failures_of(calls: list[StoredToolCall]) -> list[Failure]:
         if not call.failed or not call.error or not_a_failure(call.tool, call.error) or users_words(call.error):
             continue
         key = key_of(call)
-        signature = failure_signature(call.error)
+        signature = call_signature(call.tool, call.target, call.error)
         if key and signature:
             found.append(Failure(call, key, signature, _error_line(call.error), failure_key(key, call.error)))
     return found

@@ -33,8 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import CD_REFUSED, same_failure
-from processor.hook_kit.failure_keys import signature as failure_signature
+from processor.hook_kit.failure_keys import CD_REFUSED, call_signature, same_failure
 from processor.hook_kit.tool_keys import command_keys, path_like
 from processor.memory.bites import fit
 from processor.memory.command_text import command_shown, command_told
@@ -107,7 +106,7 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
         if not call.failed:
             resolved = i
             break
-        if call.error and same_failure(failure_signature(call.error), failure.signature):
+        if call.error and same_failure(call_signature(call.tool, call.target, call.error), failure.signature):
             continue  # a retry: the same failure again
         if core and core in (call.target or "") and core != command_shown(call.target, 10_000):
             resolved = i  # the command whole, with a step added: it got past this failure

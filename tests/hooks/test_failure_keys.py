@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from processor.hook_kit.failure_keys import another_go, call_key, failure_key, not_a_failure, same_failure, signature
+from processor.hook_kit.failure_keys import (
+    another_go,
+    call_key,
+    call_signature,
+    failure_key,
+    not_a_failure,
+    same_failure,
+    signature,
+)
 
 
 def no_upstream(branch: str) -> str:
@@ -107,10 +115,30 @@ def test_a_signature_has_at_most_three_lines() -> None:
                  id="a shorter line that differs in one word: another failure"),
     pytest.param(DENIED, PRE_COMMIT, False, id="permission denied and a pre-commit hook"),
     pytest.param("Exit code 1", "Exit code 1", False, id="no signature is never the same failure"),
+    pytest.param("Exit code 127\n(eval):1: command not found: psql", "bash: line 1: psql: command not found", True,
+                 id="the same program not found, said by zsh and by bash"),
+    pytest.param("/bin/sh: 1: psql: not found", 'ERR_PNPM_RECURSIVE_EXEC_FIRST_FAIL Command "psql" not found', True,
+                 id="sh and pnpm"),
+    pytest.param("zsh:1: command not found: psql", "bash: line 1: docker: command not found", False,
+                 id="another program not found"),
 ])
 def test_when_two_failures_are_the_same(a: str, b: str, same: bool) -> None:
     assert same_failure(signature(a), signature(b)) is same
     assert same_failure(signature(b), signature(a)) is same
+
+
+@pytest.mark.parametrize(("command", "error", "lines"), [
+    pytest.param("PGPASSWORD=x psql -h db -c 'SELECT 1' 2>/dev/null", "Exit code 127", ["command not found psql"],
+                 id="a 127 whose message went to /dev/null: its program not found"),
+    pytest.param("cd apps/api && tsx seed.ts > /tmp/out 2>&1", "exit status 127", ["command not found tsx"],
+                 id="another agent's words for it; of a chain, the last program"),
+    pytest.param("make db", "Exit code 127\nmake: *** [db] Error 127", ["make db error <n>"],
+                 id="a 127 that said what it was: its own words"),
+    pytest.param("pytest -x", "Exit code 1", [], id="another status that says nothing: no signature"),
+])
+def test_the_signature_of_a_failed_shell_call(command: str, error: str, lines: list[str]) -> None:
+    assert call_signature("Bash", command, error) == lines
+    assert call_signature("Read", command, error) == signature(error)
 
 
 @pytest.mark.parametrize(("tool", "command", "error", "key"), [

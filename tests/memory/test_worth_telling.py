@@ -389,6 +389,31 @@ def test_a_program_not_found_is_told_the_fix_that_found_another_in_the_environme
     assert after(engram_home, S3, "gh pr view", "(eval):1: command not found: gh") == ""
 
 
+def test_a_program_not_found_whose_message_was_thrown_away_is_told_what_found_it(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box ran `PGPASSWORD=… psql -h … 2>/dev/null` and got nothing but "Exit code 127": no signature, so
+    nothing was told, though an earlier session met "(eval):1: command not found: psql". Status 127 is the shell's
+    "command not found"; the same program not found is the same failure whichever shell said it."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Check the test user in the database")
+    first.bash("psql -h localhost -U cipherbox -d cipherbox -c 'SELECT 1'",
+               "Exit code 127\n(eval):1: command not found: psql", error=True)
+    first.bash("export PATH=/opt/homebrew/opt/libpq/bin:$PATH && psql -h localhost -U cipherbox -d cipherbox "
+               "-c 'SELECT 1'", " ?column? \n----------\n        1\n(1 row)")
+    first.say("The user exists.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    [(fix_id, _, _, _)] = mined(store, "error_fix")
+    hidden = after(engram_home, S2, "PGPASSWORD=postgres psql -h db -U postgres -d cipherbox -c 'SELECT 3' "
+                                    "2>/dev/null", "Exit code 127")
+    assert fix_id in hidden and "libpq/bin" in hidden, hidden
+    bash = after(engram_home, S3, "psql -c 'SELECT 4'", "bash: line 1: psql: command not found")
+    assert fix_id in bash, bash
+    # Another program's 127, or a 127 that said what it was, is not psql's.
+    assert after(engram_home, S4, "docker exec db psql 2>/dev/null", "Exit code 127") == ""
+    assert after(engram_home, S5, "psql -f x.sql | grep ok", "Exit code 127\ngrep: x: No such file or directory") == ""
+
+
 def test_a_file_too_big_to_read_is_told_before_reading_it_or_its_siblings(engram_home: Path,
                                                                           projects_dir: Path) -> None:
     c = Conversation(S1, cwd=CWD)

@@ -66,6 +66,7 @@ FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
 SESSION_START_HOOK = REPO / "recall_hook" / "session_start.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
 _FIX_LINE = re.compile(r"^- ((?:This failed|`[^`]+` was not found) the same way .*) \(id: (\S+)\)$")
+_WHERE_LINE = re.compile(r"^- (`[^`]+` is not there: this project's `[^`]+` is `([^`]+)` .*)$")  # no memory: no id
 
 
 # --- the replay --------------------------------------------------------------------------------
@@ -133,7 +134,8 @@ def run_hook(home: Path, event: bytes, hook: Path = HOOK, at_ms: int | None = No
         return []
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     told = [(m.group(2), m.group(1)) for m in map(_BITE_LINE.match, context.splitlines()) if m]
-    return told + [(m.group(2), m.group(1)) for m in map(_FIX_LINE.match, context.splitlines()) if m]
+    told += [(m.group(2), m.group(1)) for m in map(_FIX_LINE.match, context.splitlines()) if m]
+    return told + [("where:" + m.group(2), m.group(1)) for m in map(_WHERE_LINE.match, context.splitlines()) if m]
 
 
 def _call_text(call: ToolCall) -> str:

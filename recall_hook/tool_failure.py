@@ -32,11 +32,13 @@ import sys
 if __package__:  # imported as recall_hook.tool_failure (tests, tools)
     from processor.hook_kit import failure_keys as _fail
     from processor.hook_kit import hook_io as _io
+    from processor.hook_kit import where_files as _where
 else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
     sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
     try:
         import failure_keys as _fail
         import hook_io as _io
+        import where_files as _where
     except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
         _io = None
 
@@ -71,9 +73,11 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     target = next((v for k in _TARGET_KEYS if isinstance(v := tool_input.get(k), str) and v.strip()), None)
     key = _fail.call_key(tool_name, target, error)
     signature = _fail.call_signature(tool_name, target, error)
-    if key is None or not signature:
+    missed = _where.missing_path(tool_name, tool_input, error)
+    if (key is None or not signature) and missed is None:
         return None
-    entries = _filed(directory, session_id, event, _fail.failure_key(key, error))
+    index, root = _index_of(directory, session_id, event)
+    entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
     lines, ids = [], []
     shown, _ = _io.load_shown(directory, session_id)
     for entry in entries:  # the cheap checks first: most entries under a key are other failures' fixes
@@ -87,9 +91,16 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             ids.append(entry["id"])
             if len(ids) == MAX_FIXES:
                 break
-    if not ids or _io.opted_out(directory, session_id):
+    where: list[tuple[str, str]] = []
+    if not ids and missed is not None:
+        where = _where.where_lines(missed, _io.read_paths(directory, index, _where.file_name(missed) or ""), root,
+                                   session_id)  # no fix of this failure: where the file it missed is
+    if not (ids or where) or _io.opted_out(directory, session_id):
         return None
-    fresh = _io.claim_shown(directory, session_id, ids)  # once per session, whichever hook told it first
+    fresh = _io.claim_shown(directory, session_id, ids or [i for i, _ in where])  # once a session, whichever hook
+    if where:
+        lines = [line for i, line in where if i in fresh]
+        return ([], _io.format_where_context(lines, _io.agent())) if lines else None
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     if not lines:
         return None
@@ -113,14 +124,18 @@ def _told(entry: dict) -> str | None:
     return f"- This failed the same way on {date}; what fixed it: {fix}.{said} (id: {entry['id']})"
 
 
-def _filed(directory: str, session_id: str, event: dict, key: str) -> list:
-    """What the project's lesson index files under `key` (a failure key): [] when nothing is."""
+def _index_of(directory: str, session_id: str, event: dict) -> tuple[str | None, str | None]:
+    """The project's lesson index name and root, from the session's recollection file or the event's cwd."""
     try:
         recollection = _io.load_json_file(f"{directory}/{session_id}.json", _io.RECOLLECTION_LIMIT)
     except OSError:
         recollection = None  # the session's first user message is not processed yet: found from the cwd
-    name, _ = _io.lessons_index(recollection, event)
-    filed = _io.read_filed(directory, name, [key])
+    return _io.lessons_index(recollection, event)
+
+
+def _filed(directory: str, index: str | None, key: str) -> list:
+    """What the project's lesson index files under `key` (a failure key): [] when nothing is."""
+    filed = _io.read_filed(directory, index, [key])
     return filed[0][1] if filed else []
 
 

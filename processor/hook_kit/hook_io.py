@@ -467,6 +467,10 @@ LESSONS_SUFFIX = ".index"
 LESSONS_ALIASES = "aliases"
 LESSONS_LIMIT = 64 * 1024
 KEYS_MARK = "#keys\t"
+# Beside each index, <project>.paths: the files the project's sessions worked on, one line a file name
+# (processor/recall/file_map.py); read only right after a call failed on a path that is not there.
+PATHS_SUFFIX = ".paths"
+PATHS_LIMIT = 1024 * 1024
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
 SHOWN_LIMIT = 16 * 1024
 SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
@@ -495,41 +499,64 @@ def _index_name(name: object) -> bool:
     return isinstance(name, str) and name.endswith(LESSONS_SUFFIX) and "/" not in name and not name.startswith(".")
 
 
-def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
-    """What the lesson index `name` files under each of `keys`, in their order: parses only those lines."""
+def _project_file(directory: str, name: str | None, suffix: str, limit: int) -> str | None:
+    """The text of the project's file with `suffix` (its index, ``.index``; its files, ``.paths``) named by its
+    index's name `name`; None when there is none."""
     if not _index_name(name):
-        return []
+        return None
+    stem = name[:-len(LESSONS_SUFFIX)]
     try:
-        raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{name}", LESSONS_LIMIT)
+        raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{stem}{suffix}", limit)
     except FileNotFoundError:  # a clone's root, or a project merged into another: the alias names its index
         try:
             alias = read_limited(f"{directory}/{LESSONS_FOLDER}/{LESSONS_ALIASES}/{name}", 64)
             target = alias.decode("utf-8").strip() if alias else ""
-            raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{target}", LESSONS_LIMIT) \
+            raw = read_limited(f"{directory}/{LESSONS_FOLDER}/{target[:-len(LESSONS_SUFFIX)]}{suffix}", limit) \
                 if _index_name(target) and target != name else None
         except (OSError, UnicodeDecodeError):
-            return []
+            return None
     except OSError:
+        return None
+    try:
+        return raw.decode("utf-8") if raw is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
+def _line_of(text: str, key: str) -> object:
+    """The parsed value of the line ``"key"<tab>value`` of an index-shaped text; None when there is none."""
+    quoted = quote(key)
+    start = text.find("\n" + quoted + "\t")
+    if start < 0:
+        return None
+    start = text.index("\t", start + 1) + 1
+    end = text.find("\n", start)
+    return loads(text[start:] if end < 0 else text[start:end])
+
+
+def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[str, list]]:
+    """What the lesson index `name` files under each of `keys`, in their order: parses only those lines."""
+    text = _project_file(directory, name, LESSONS_SUFFIX, LESSONS_LIMIT)
+    if text is None:
         return []
-    if raw is None:
-        return []
-    text = raw.decode("utf-8")
     # The second line lists the keys the file holds: look there first, and in the whole text only for those.
     listed = text.find("\n" + KEYS_MARK)
     head = text[listed:text.find("\n", listed + 1)] if listed >= 0 else None
     filed: list[tuple[str, list]] = []
     for key in keys:
-        quoted = quote(key)
-        if head is not None and "\t" + quoted + "\t" not in head:
+        if head is not None and "\t" + quote(key) + "\t" not in head:
             continue
-        start = text.find("\n" + quoted + "\t")
-        if start >= 0:
-            start = text.index("\t", start + 1) + 1
-            end = text.find("\n", start)
-            entries = loads(text[start:] if end < 0 else text[start:end])
-            if isinstance(entries, list):
-                filed.append((key, entries))
+        entries = _line_of(text, key)
+        if isinstance(entries, list):
+            filed.append((key, entries))
     return filed
+
+
+def read_paths(directory: str, name: str | None, file_name: str) -> list:
+    """The files named `file_name` the project of index `name` worked on: ``[[path, date, session], …]``."""
+    text = _project_file(directory, name, PATHS_SUFFIX, PATHS_LIMIT)
+    found = _line_of(text, file_name) if text is not None else None
+    return found if isinstance(found, list) else []
 
 
 def _shown_data(directory: str, session_id: str) -> tuple[list[str], list[str], list[str]]:
@@ -792,6 +819,15 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
         *lines,
         f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if it applies. Otherwise, "
         "continue your work.",
+    ]), for_agent)
+
+
+def format_where_context(lines: list[str], for_agent: str = CLAUDE) -> str:
+    """Where the project's file of the name a failed call missed is, fenced."""
+    return fence("\n".join([
+        "Earlier sessions of this project worked on a file of this name elsewhere:",
+        *lines,
+        "If it is the one you meant, use that path. Otherwise, continue your work.",
     ]), for_agent)
 
 

@@ -11,6 +11,9 @@ Injections are recorded for real, without slowing the hooks down:
 - **told about a tool call.** What the PreToolUse hook told about the file or command in hand is listed in
   ``<session>.shown`` (written under its lock when it tells); ``ingest`` records each memory once per session
   as a ``bites`` injection keyed ``tool:<memory id>``, with the memory's statement as it was told.
+- **where a file is.** Right after a call failed on a path that is not there, the failure hook may tell where the
+  project's file of that name is (``processor/hook_kit/where_files.py``); it lists ``where:<path>`` in
+  ``<session>.shown``, recorded the same way with the path as its statement.
 - **digest.** The SessionStart hook leaves ``<session>.digest`` (the ids it showed, which the bite
   writer leaves out, its text and its time, written atomically); ``ingest`` records each digest once
   (by its time) and leaves the file, which is removed with the session's other files when it idles.
@@ -36,6 +39,8 @@ from processor.store import viewer as sql
 from processor.store import write_transaction
 
 log = logging.getLogger(__name__)
+
+WHERE_PREFIX = "where:"  # processor/hook_kit/where_files.py: where a missed path's file is
 
 # Written by the hooks (processor/hook_kit/hook_io.py write_state and claim_shown, processor/recall/digest.py
 # write_digest_ids for the SessionStart hook).
@@ -92,10 +97,17 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
         for _path, session_id, text, at in sorted(digests, key=lambda d: d[3]):
             new += sql.insert_digest(conn, session_id, text, at)
         for session_id, ids, at in told:
-            for episode in episodes_sql.episodes_by_id(conn, sql.not_told(conn, session_id, ids)):
+            fresh = sql.not_told(conn, session_id, ids)
+            for episode in episodes_sql.episodes_by_id(conn, fresh):
                 new += sql.insert_told(conn, session_id, episode.id, [{
                     "id": episode.id, "bite": bite_of(episode), "date": utc_date(episode.created_at),
                     "importance": episode.importance, "kind": episode.kind, "at": "tool"}], at)
+            for told_id in fresh:
+                if told_id.startswith(WHERE_PREFIX):  # where the file a failed call missed is: no memory of its own
+                    path = told_id[len(WHERE_PREFIX):]
+                    new += sql.insert_told(conn, session_id, told_id, [{
+                        "id": told_id, "bite": f"This project's `{path.rpartition('/')[2]}` is `{path}`.",
+                        "date": utc_date(at), "importance": "normal", "kind": "fact", "at": "tool"}], at)
         sql.prune_offers(conn, now_ms() - OFFER_RETENTION_MS)
     if new:
         log.debug("recorded %d injections", new)

@@ -43,6 +43,7 @@ from processor.hook_kit import hook_io
 from processor.memory.citations import extract, missing_paths_on_disk
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.unasked import offers
+from processor.recall.file_map import FileMap
 from processor.recall.lesson_index import LessonIndex
 from processor.store import episodes as episodes_sql
 from processor.store import sessions, write_transaction
@@ -159,6 +160,7 @@ class RecollectionWriter:
         # Only active sessions have one: the idle sweep drops sessions quiet for idle_minutes.
         self._last_vector: dict[str, tuple[np.ndarray, float]] = {}
         self.lessons = LessonIndex(self.settings.recollections_dir)
+        self.files = FileMap(self.settings.recollections_dir)  # beside it: where the project's files are
 
     @property
     def settings(self) -> Settings:
@@ -219,8 +221,10 @@ class RecollectionWriter:
         if bites:  # the ledger of what may reach the agent: the hook's state file later confirms it did
             with write_transaction(store.conn):
                 viewer_sql.record_offer(store.conn, session_id, message_uuid, bites, now_ms())
-        record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites,
-                  "lessons": self.lessons.refresh(store.conn, project, project), "root": project}
+        lessons = self.lessons.refresh(store.conn, project, project)
+        self.files.refresh(store.conn, project, project)
+        record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites, "lessons": lessons,
+                  "root": project}
         write_atomic(path, json.dumps(record, ensure_ascii=False))
         return path
 

@@ -104,10 +104,23 @@ def clean_commands_with(conn: apsw.Connection, project: str | None, text: str, l
     return [row[0] for row in rows]
 
 
-def project_stamp(conn: apsw.Connection, project: str) -> int:
+def files_worked_on(conn: apsw.Connection, project: str | None, tools: tuple[str, ...],
+                    limit: int) -> list[tuple[str, str, int]]:
+    """The files the project's sessions read or changed and the tool did not fail on (`tools`: Read, Edit, …):
+    (path as called, session, its newest call in that session), the most recently worked on first."""
+    marks = ",".join("?" * len(tools))
+    rows = conn.execute(
+        "SELECT t.target, t.session_id, max(coalesce(t.ts_ms, 0)) AS last FROM tool_calls t JOIN sessions s "
+        f"ON s.session_id = t.session_id WHERE s.project IS ? AND t.failed = 0 AND t.tool IN ({marks}) "
+        "AND t.target IS NOT NULL GROUP BY t.target, t.session_id ORDER BY last DESC LIMIT ?",
+        (project, *tools, limit))
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def project_stamp(conn: apsw.Connection, project: str | None) -> int:
     """The newest tool call of the project's sessions (its rowid): changes whenever one of them makes a call."""
     row = conn.execute("SELECT coalesce(max(t.rowid), 0) FROM tool_calls t JOIN sessions s "
-                       "ON s.session_id = t.session_id WHERE s.project = ?", (project,)).fetchone()
+                       "ON s.session_id = t.session_id WHERE s.project IS ?", (project,)).fetchone()
     return row[0]
 
 

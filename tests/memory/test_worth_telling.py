@@ -46,7 +46,9 @@ def process() -> EpisodeStore:
     settings = load_settings()
     Processor(settings).run_once(None)
     store = EpisodeStore(settings, open_store(settings.db_path))
-    RecollectionWriter(settings).lessons.refresh(store.conn, CWD, CWD)  # as the next user message would
+    writer = RecollectionWriter(settings)
+    writer.lessons.refresh(store.conn, CWD, CWD)  # as the next user message would
+    writer.files.refresh(store.conn, CWD, CWD)
     return store
 
 
@@ -412,6 +414,66 @@ def test_a_program_not_found_whose_message_was_thrown_away_is_told_what_found_it
     # Another program's 127, or a 127 that said what it was, is not psql's.
     assert after(engram_home, S4, "docker exec db psql 2>/dev/null", "Exit code 127") == ""
     assert after(engram_home, S5, "psql -f x.sql | grep ok", "Exit code 127\ngrep: x: No such file or directory") == ""
+
+
+def after_read(home: Path, session: str, path: str, error: str = "File does not exist.", cwd: str = CWD) -> str:
+    return run_hook("tool_failure.py", home, {
+        "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": cwd, "tool_name": "Read",
+        "tool_input": {"file_path": path}, "tool_use_id": "toolu_r", "error": error, "is_interrupt": False})
+
+
+def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_is(engram_home: Path,
+                                                                                   projects_dir: Path) -> None:
+    """cipher-box wrote `12.6-CONTEXT.md` in `.planning/phases/12.6-per-file-ipns-metadata-split/`; the next session
+    read it under `…-metadata/` ("File does not exist.") and listed folders until it found it. The files earlier
+    sessions worked on are kept by name; right after a call misses a path, the one of that name is told."""
+    planned = f"{CWD}/.planning/phases/12.6-per-file-ipns-metadata-split/12.6-CONTEXT.md"
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Discuss phase 12.6")
+    first.write(planned, "# Phase 12.6")
+    for folder in ("apps/web/src", "apps/api/src", "packages/crypto/src"):
+        first.read(f"{CWD}/{folder}/index.ts")
+    first.say("Context written.", end_turn=True)
+    write_conversations(projects_dir, first)
+    process()
+    missed = f"{CWD}/.planning/phases/12.6-per-file-ipns-metadata/12.6-CONTEXT.md"
+    told = after_read(engram_home, S2, missed)
+    assert f"- `{missed}` is not there: this project's `12.6-CONTEXT.md` is `{planned}` (worked on 2026-11-01)." \
+        in told, told
+    # A shell's words for it; the path as the command gave it (relative: the project's folder is the shell's).
+    shell = after(engram_home, S3, "cat notes/12.6-CONTEXT.md",
+                  "Exit code 1\ncat: notes/12.6-CONTEXT.md: No such file or directory")
+    assert "this project's `12.6-CONTEXT.md` is `.planning/phases/12.6-per-file-ipns-metadata-split/12.6-CONTEXT.md`" \
+        in shell, shell
+    # Told once a session; never in the session that worked on it (it is in its context); nothing for a name in
+    # many folders that fit as well, a folder, or a failure that is not a missing path.
+    assert after_read(engram_home, S2, missed) == ""
+    assert after_read(engram_home, S1, missed) == ""
+    assert after_read(engram_home, S4, f"{CWD}/apps/mobile/src/index.ts") == ""
+    assert after_read(engram_home, S4, f"{CWD}/.planning/phases/12.6") == ""
+    assert after_read(engram_home, S4, missed, error="EACCES: permission denied") == ""
+
+
+def test_a_file_told_where_it_is_must_still_be_there_when_the_project_is_on_this_machine(
+        engram_home: Path, projects_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "shop"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "VISION.md").write_text("vision")
+    first = Conversation(S1, cwd=str(root), start="2026-11-01T10:00:00")
+    first.user("Read the vision and the plan")
+    first.read(f"{root}/docs/VISION.md")
+    first.read(f"{root}/docs/PLAN.md")
+    first.say("Read both.", end_turn=True)
+    write_conversations(projects_dir, first)
+    settings = load_settings()
+    Processor(settings).run_once(None)
+    store = EpisodeStore(settings, open_store(settings.db_path))
+    RecollectionWriter(settings).files.refresh(store.conn, str(root), str(root))
+    told = after_read(engram_home, S2, f"{root}/VISION.md", cwd=str(root))
+    assert f"is `{root}/docs/VISION.md`" in told, told
+    # PLAN.md was removed since: not told; a path that is there failed for another reason: not told.
+    assert after_read(engram_home, S2, f"{root}/PLAN.md", cwd=str(root)) == ""
+    assert after_read(engram_home, S3, f"{root}/docs/VISION.md", cwd=str(root)) == ""
 
 
 def test_a_file_too_big_to_read_is_told_before_reading_it_or_its_siblings(engram_home: Path,

@@ -1,0 +1,126 @@
+"""Where the project's file of a name is, when a call just failed on a path that is not there.
+
+A session reads ``.planning/phases/12.6-per-file-ipns-metadata/12.6-CONTEXT.md`` and gets "File does not exist.";
+two sessions earlier the project wrote ``12.6-CONTEXT.md`` in ``…/12.6-per-file-ipns-metadata-split/``. Without
+being told, the agent lists folders and searches until it finds it (or concludes there is none). The processor
+keeps the files the project's sessions read or changed, by file name, beside its lesson index
+(``processor/recall/file_map.py``); right after a failed call the failure hook (``recall_hook/tool_failure.py``)
+finds the path the call missed (``missing_path``) and tells where the project's file of that name is
+(``where_lines``): "`…/12.6-per-file-ipns-metadata/12.6-CONTEXT.md` is not there: this project's `12.6-CONTEXT.md`
+is `…-split/12.6-CONTEXT.md` (worked on 2026-02-16)".
+
+Only a file name with an extension is looked up (a folder or a program has none), only a file an earlier session
+worked on, and never one the project's folder shows is gone; when two files of the name fit the missed path
+as well (``index.ts`` in two apps), nothing is told.
+
+Stdlib only and no ``re``: the hook's start-up is its cost.
+"""
+
+import os as _os
+
+# What an error says when the path it was given is not there (a Read's "File does not exist.", a shell's
+# "No such file or directory", node's ENOENT).
+_MISSING = ("no such file or directory", "does not exist", "doesn't exist", "enoent", "cannot find the path")
+# What a shell tool says before the path it could not open (``ls: cannot access 'x'``, ``sed: can't read x``).
+_VERBS = ("cannot access ", "can't access ", "can't read ", "cannot open ", "can't open ", "cannot stat ",
+          "open ", "stat ", "lstat ", "scandir ", "access ")
+_NO_SUCH = "no such file or directory"
+_GLOB = "*?[{"
+
+
+def _plain_path(text: str) -> str | None:
+    """`text` as one path (quotes and a leading verb dropped); None when it is no single, literal path."""
+    text = text.strip().strip(",").strip()
+    lowered = text.lower()
+    for verb in _VERBS:
+        if lowered.startswith(verb):
+            text = text[len(verb):]
+            break
+    text = text.strip().strip("'\"`‘’“”").strip()
+    if not text or any(c in text for c in _GLOB) or any(c.isspace() for c in text):
+        return None
+    return text
+
+
+def missing_path(tool_name: object, tool_input: dict, error: str) -> str | None:
+    """The path a failed call was given that is not there: a file tool's own path, or the one a shell command's
+    error names; None when the error says no path is missing."""
+    lowered = error[:2000].lower()
+    if not any(marker in lowered for marker in _MISSING):
+        return None
+    if tool_name != "Bash":
+        for key in ("file_path", "notebook_path", "path"):
+            value = tool_input.get(key)
+            if isinstance(value, str) and value.strip():
+                return _plain_path(value)
+        return None
+    for line in error[:2000].splitlines()[:40]:
+        low = line.lower()
+        at = low.find(_NO_SUCH)
+        if at < 0:
+            continue
+        # After the words: zsh's "no such file or directory: ./run.sh", node's "…, open 'x'". Before them: "cat:
+        # notes/a.md: No such file or directory", "ls: cannot access 'x': No such file or directory".
+        after = line[at + len(_NO_SUCH):].lstrip(":").strip()
+        named = _plain_path(after or line[:at].rstrip().rstrip(":").rsplit(": ", 1)[-1])
+        if named:
+            return named
+    return None
+
+
+def file_name(path: str) -> str | None:
+    """The name a path's file is looked up by: its last part, when that has an extension; else None."""
+    name = path.rstrip("/").rpartition("/")[2]
+    return name if len(name) >= 4 and "." in name[1:] and not name.endswith(".") else None
+
+
+def relative(path: str, root: str | None) -> str:
+    """`path` as the project's files are kept: below the project's folder, relative to it."""
+    if root and path.startswith(root.rstrip("/") + "/"):
+        path = path[len(root.rstrip("/")) + 1:]
+    while path.startswith("./"):
+        path = path[2:]
+    return path
+
+
+def _closeness(path: str, missed: str) -> int:
+    """How much of the missed path's folder a path shares: leading folders first, then any folder name."""
+    mine, theirs = path.split("/")[:-1], missed.split("/")[:-1]
+    leading = 0
+    for a, b in zip(mine, theirs, strict=False):
+        if a != b:
+            break
+        leading += 1
+    return leading * 100 + len(set(mine) & set(theirs))
+
+
+def where_lines(missed: str, entries: list, root: str | None, session_id: str) -> list[tuple[str, str]]:
+    """(id, line) of the file of the missed path's name an earlier session worked on that fits the missed path
+    best (its folders); [] when there is none, or two fit as well."""
+    name = file_name(missed)
+    if name is None:
+        return []
+    wanted = relative(missed, root)
+    on_disk = bool(root) and _os.path.isdir(root)  # not on this machine (a replay elsewhere): the index is all
+    if on_disk and _os.path.exists(_os.path.join(root, wanted)):
+        return []  # it is there: the call failed for another reason
+    found: list[tuple[int, str, str]] = []
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, str) for v in entry)):
+            continue
+        path, date, first_session = entry
+        if path == wanted:
+            return []  # the project had that very file: it went since, and the others of its name are other files
+        if first_session == session_id or path.rpartition("/")[2] != name:
+            continue
+        if on_disk and not _os.path.exists(_os.path.join(root, path)):
+            continue  # moved or removed since
+        found.append((_closeness(path, wanted), path, date))
+    found.sort(key=lambda f: f[2], reverse=True)  # the newest first among files that fit as well
+    found.sort(key=lambda f: f[0], reverse=True)
+    if not found or (len(found) > 1 and found[0][0] == found[1][0]):
+        return []  # `index.ts` in two folders that fit as well: no way to say which was meant
+    _, path, date = found[0]
+    shown = root.rstrip("/") + "/" + path if root and missed.startswith("/") and not path.startswith("/") else path
+    return [("where:" + path, f"- `{missed}` is not there: this project's `{name}` is `{shown}` "
+                              f"(worked on {date[:10]}).")]

@@ -1,0 +1,91 @@
+"""The files each project's sessions worked on, by file name: where the failure hook finds a missed path's file.
+
+When a call fails on a path that is not there (a Read's "File does not exist.", ``cat``'s "No such file or
+directory"), the project often has a file of that name elsewhere, one an earlier session read or changed: the
+phase's plan in the folder the planner really made, the component in ``file-browser/`` not ``files/``. The failure
+hook (``recall_hook/tool_failure.py``, ``processor/hook_kit/where_files.py``) tells where it is, and it cannot
+search the store, so the processor keeps, beside each project's lesson index, ``<index name>.paths``: its first
+line a JSON object saying whose it is, then one line per file name (a JSON string, a tab, the JSON list of the
+files of that name: ``[path below the project's folder, the day it was last worked on, the first session that
+did]``), the most recently worked on first. ASCII only; the hook finds the one line it needs with a text search.
+
+Written when the project's sessions made new tool calls, at the next user message (with the lesson index).
+Files outside the project's folder are left out (a scratch file in ``/tmp``), and so are names without an
+extension (a folder, a program): only what ``where_files.file_name`` looks up.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from processor.clock import now_ms, utc_date
+from processor.files import ensure_private_dir, write_atomic
+from processor.hook_kit import hook_io
+from processor.hook_kit.project import index_name
+from processor.hook_kit.where_files import file_name, relative
+from processor.store import tool_calls as tool_calls_sql
+
+SCANNED = 50_000  # (file, session) rows read, the newest first
+PATHS_PER_NAME = 5
+LIMIT = hook_io.PATHS_LIMIT
+WORKED_ON = hook_io.READING + hook_io.EDITING
+
+
+def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[str, list[list[str]]]:
+    """Each file name's files (`rows`: path, session, newest call; the newest first), as the map keeps them."""
+    files: dict[str, list] = {}  # path below the root → [path, last day, first session]
+    for target, session_id, last_ms in rows:
+        path = relative(target, root)
+        if path.startswith(("/", "~", "../")) or not path:
+            continue  # outside the project's folder
+        if path in files:
+            files[path][2] = session_id  # an older session worked on it too: the first is the oldest
+        else:
+            files[path] = [path, utc_date(last_ms) if last_ms else "", session_id]
+    by_name: dict[str, list[list[str]]] = {}
+    for path, entry in files.items():
+        name = file_name(path)
+        if name is not None:
+            named = by_name.setdefault(name, [])
+            if len(named) < PATHS_PER_NAME:
+                named.append(entry)
+    return by_name
+
+
+def map_text(project: str | None, root: str | None, by_name: dict[str, list[list[str]]]) -> str:
+    """The file's text: its header, then a line per file name while it stays under ``LIMIT`` bytes."""
+    lines = [json.dumps({"project": project, "root": root, "at": now_ms()})]
+    size = len(lines[0]) + 1
+    for name, entries in by_name.items():
+        line = f"{json.dumps(name)}\t{json.dumps(entries)}"
+        size += len(line) + 1
+        if size > LIMIT:
+            break  # the files worked on longest ago are left out
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+class FileMap:
+    """Writes each project's ``.paths`` file beside its lesson index, when its sessions made new calls."""
+
+    def __init__(self, recollections_dir: Path) -> None:
+        self.folder = recollections_dir / hook_io.LESSONS_FOLDER
+        self._stamps: dict[str | None, int] = {}  # project → its newest tool call when written
+
+    def path(self, project: str | None) -> Path:
+        return self.folder / (index_name(project)[:-len(hook_io.LESSONS_SUFFIX)] + hook_io.PATHS_SUFFIX)
+
+    def refresh(self, conn, project: str | None, root: str | None) -> Path:
+        path = self.path(project)
+        stamp = tool_calls_sql.project_stamp(conn, project)
+        if self._stamps.get(project) == stamp and path.exists():
+            return path
+        rows = tool_calls_sql.files_worked_on(conn, project, WORKED_ON, SCANNED)
+        ensure_private_dir(self.folder.parent)
+        ensure_private_dir(self.folder)
+        write_atomic(path, map_text(project, root, files_by_name(rows, root)))
+        self._stamps[project] = stamp
+        if len(self._stamps) > 1_000:  # one entry per project: only a store of many projects trims it
+            self._stamps.pop(next(iter(self._stamps)))
+        return path

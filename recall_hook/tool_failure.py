@@ -111,8 +111,8 @@ def _told(entry: dict) -> str | None:
     """One fix as the agent reads it: the date, what fixed it, and the memory's own words when they add to it."""
     line = _io.bite_line(entry)
     fix = entry.get("fix")
-    if line is None or not isinstance(fix, str) or not fix.strip():
-        return line
+    if line is None or "ran" in entry or not isinstance(fix, str) or not fix.strip():
+        return line  # the environment the project's tools run in: its own words say it
     date = _io.one_line(str(entry.get("date") or ""), 32)[:10] or "an earlier day"
     bite = _io.one_line(str(entry.get("bite") or ""), _io.MAX_BITE_CHARS)
     fix = _io.one_line(fix, _io.MAX_BITE_CHARS)

@@ -8,16 +8,29 @@ that met `pytest: command not found` for the first time was told nothing while t
 Only programs seen to run clean after the activation are answered (a `uv` that lives outside the virtualenv is
 not told to activate it), and only "not found" failures that name the program: the fix's own signature with
 its program's name replaced.
+
+A project need not have failed to know it: when its sessions always ran `pytest` after `source venv/bin/activate`
+(``run_inside``: at least ``MIN_RUNS`` clean runs, the newest after that set-up), the next session that runs it
+bare and meets "command not found: pytest" was told nothing. That is one ``gotcha`` memory a project (miner
+``environment``, made by the episodizer as a project's close-out routine is), filed under each program's "not
+found" (``processor/recall/lesson_index.py``); when a program is last run bare, or the set-up changes, it is
+replaced, and retired when no program is left.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from processor.hook_kit.failure_keys import program_of
 from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.hook_kit.tool_keys import GENERIC, command_keys
+from processor.memory.findings import Finding
+from processor.memory.identity import episode_id
+from processor.memory.kinds import scope_for
+from processor.redaction import redact
 
 # What sets up a shell so that a project's tools are found: a virtualenv's activate script, a conda
 # environment, a node version, a PATH entry. The text matched is what later commands are looked for with.
@@ -73,6 +86,78 @@ def as_missing(signature: list[str], program: str, other: str) -> list[str]:
     """The same "not found" signature, of another program, and the other ways a shell or Python says it is
     missing (a `python3 -m pytest` meets "No module named pytest" where `pytest` met "command not found")."""
     ways = [" ".join(other if word == program else word for word in line.split()) for line in signature]
+    return ways + [line for line in missing_signatures(other) if line not in ways]
+
+
+def missing_signatures(program: str) -> list[str]:
+    """The signatures of the ways a shell or Python says `program` is missing."""
+    ways: list[str] = []
     for error in _MISSING_ERRORS:
-        ways += [line for line in failure_signature(error.format(other)) if line not in ways]
+        ways += [line for line in failure_signature(error.format(program)) if line not in ways]
     return ways
+
+
+# --- the environment a project's tools run in, from how its sessions ran them --------------------------------
+
+MIN_RUNS = 3  # clean runs of a program inside the environment before it is said to live there
+MAX_PROGRAMS = 5
+
+
+@dataclass(frozen=True)
+class RunInside:
+    """The environment the project's tools were last run in, and the programs that were run only inside it."""
+
+    activation: str  # `source .venv/bin/activate`
+    programs: tuple[str, ...]  # the most run first
+
+
+def _programs(command: str) -> set[str]:
+    """The programs a command runs (``python -m pytest``: python and pytest), not the shell's own."""
+    found: set[str] = set()
+    for key in command_keys(command):
+        if key.startswith("cmd:"):
+            found.update(p for p in (key[4:].split()[0], program_of(key)) if p not in GENERIC and p[:1].isalpha())
+    return found
+
+
+def run_inside(commands: Iterable[str]) -> RunInside | None:
+    """From the project's clean shell commands (the newest first): the environment set-up its newest commands
+    start with, and the programs whose newest clean run came after that set-up, run so at least ``MIN_RUNS``
+    times. A program last run bare (the project no longer needs the environment for it, or never did) is not
+    one; None when no program is."""
+    newest: dict[str, str | None] = {}  # program → the activation its newest clean run came after (None: bare)
+    runs: Counter[str] = Counter()
+    current: str | None = None
+    for command in commands:
+        activation = activation_of(command)
+        inside = programs_after([command], activation) if activation else set()
+        for program in _programs(command):
+            newest.setdefault(program, activation if program in inside else None)
+            if program in inside and activation == newest[program]:
+                runs[program] += 1
+        if activation and current is None and inside:
+            current = activation
+    if current is None:
+        return None
+    programs = sorted((p for p, a in newest.items() if a == current and runs[p] >= MIN_RUNS),
+                      key=lambda p: (-runs[p], p))[:MAX_PROGRAMS]
+    if not programs:
+        return None
+    return RunInside(current, tuple(programs))
+
+
+def _listed(names: Iterable[str]) -> str:
+    shown = [f"`{n}`" for n in names]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def finding(project: str, found: RunInside, at_ms: int) -> Finding:
+    """The memory of where the project's tools run: told right after one of them is not found (its entities: the
+    set-up as a command, and each program)."""
+    text = redact(f"Here {_listed(found.programs)} ran only inside the environment `{found.activation}` sets "
+                  "up: earlier sessions ran them after it, in the same command (each shell call starts afresh): "
+                  f"`{found.activation} && {found.programs[0]} …`.")
+    return Finding(id=episode_id(f"environment:{project}:{found.activation}:{','.join(sorted(found.programs))}"),
+                   kind="gotcha", summary=text, full_content=text,
+                   entities=[redact(f"$ {found.activation}"), *found.programs], source_uuids=[], created_at=at_ms,
+                   miner="environment", scope=scope_for(None, project))

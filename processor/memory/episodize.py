@@ -21,6 +21,8 @@ from processor.clock import now_ms
 from processor.hook_kit.hook_io import EDITING
 from processor.memory import supersede
 from processor.memory.commit_hooks import configured_runner
+from processor.memory.environments import finding as environment_finding
+from processor.memory.environments import run_inside
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.failed_calls import Failure, failures_of
 from processor.memory.failure_rates import runs_without_fix
@@ -55,6 +57,7 @@ PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog
 # read with the full page.
 SLICE_PAGE_MESSAGES = 256
 ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
+ENVIRONMENT_COMMANDS = 2_000  # a project's newest clean shell commands read for the environment its tools run in
 
 
 @dataclass
@@ -104,6 +107,7 @@ class Episodizer:
         self.store = store
         self.conn = store.conn
         self._routine_stamps: dict[str, int] = {}  # project → its newest tool call when its routine was read
+        self._environment_stamps: dict[str, int] = {}  # … and when the environment its tools run in was
 
     def episodize(self, session_id: str | None = None, final: bool = False,
                   max_pieces: int = EPISODE_SLICE_PIECES) -> int:
@@ -292,7 +296,7 @@ class Episodizer:
             sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
         if final and not plan.more and project:
-            added += self.refresh_routine(project)
+            added += self.refresh_routine(project) + self.refresh_environment(project)
         return added
 
     def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
@@ -426,6 +430,40 @@ class Episodizer:
                 sql.supersede(self.conn, previous, found.id, stamp_ms)
             sql.set_meta(self.conn, meta_key, found.id)
         log.info("close-out routine of %s: %s", project, found.summary)
+        return 1
+
+    def refresh_environment(self, project: str) -> int:
+        """The environment the project's tools run in (``processor.memory.environments.run_inside``) as a memory,
+        made or superseded when it changed and retired when no program is left; returns 1 when one was stored."""
+        stamp = tool_call_sql.project_stamp(self.conn, project)
+        if self._environment_stamps.get(project) == stamp:
+            return 0
+        self._environment_stamps[project] = stamp
+        found = run_inside(tool_call_sql.clean_commands(self.conn, project, ENVIRONMENT_COMMANDS))
+        meta_key = f"environment:{project}"
+        previous = sql.get_meta(self.conn, meta_key)
+        made = environment_finding(project, found, now_ms()) if found is not None else None
+        if (made is None and not previous) or (made is not None and (made.id == previous or sql.get_episode(
+                self.conn, made.id) is not None)):
+            return 0
+        blob = self.store.vectors_for([made.full_content])[0] if made is not None else None
+        stamp_ms = now_ms()
+        with write_transaction(self.conn):
+            old = sql.get_episode(self.conn, previous) if previous else None
+            if made is None:
+                if old is not None and old.status == "active":
+                    self._retire(old.id, "", stamp_ms, "no program of the project runs only inside it any more")
+                sql.set_meta(self.conn, meta_key, "")
+                return 0
+            if sql.get_episode(self.conn, made.id) is not None:
+                return 0  # stored meanwhile by another builder of this backfill
+            self.store.record_model()
+            sql.insert_episode(self.conn, made.episode(None, project, stamp_ms), blob)
+            origins_sql.set_origin(self.conn, made.id, made.miner)
+            if old is not None and old.status == "active":
+                sql.supersede(self.conn, old.id, made.id, stamp_ms)
+            sql.set_meta(self.conn, meta_key, made.id)
+        log.info("environment of %s: %s", project, made.summary)
         return 1
 
     def _supersede(self, rowids: list[int]) -> None:

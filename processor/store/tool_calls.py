@@ -94,6 +94,15 @@ def project_sessions_with_calls(conn: apsw.Connection, project: str, limit: int)
     return [row[0] for row in rows]
 
 
+def clean_commands(conn: apsw.Connection, project: str | None, limit: int) -> list[str]:
+    """The project's newest shell commands that ran clean, the newest first."""
+    rows = conn.execute(
+        "SELECT t.target FROM tool_calls t JOIN sessions s ON s.session_id = t.session_id "
+        "WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 AND t.target IS NOT NULL "
+        "ORDER BY t.rowid DESC LIMIT ?", (project, limit))
+    return [row[0] for row in rows]
+
+
 def clean_commands_with(conn: apsw.Connection, project: str | None, text: str, limit: int = 500) -> list[str]:
     """The project's newest shell commands that contain `text` and ran clean (``source .venv/bin/activate``:
     what the project runs inside that environment)."""

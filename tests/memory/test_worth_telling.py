@@ -416,6 +416,43 @@ def test_a_program_not_found_whose_message_was_thrown_away_is_told_what_found_it
     assert after(engram_home, S5, "psql -f x.sql | grep ok", "Exit code 127\ngrep: x: No such file or directory") == ""
 
 
+def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when_it_is_not_found(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder's first session ran every `pytest` after `source venv/bin/activate`; the second ran `pytest
+    specs/ --spec` bare, met "(eval):1: command not found: pytest" and was told nothing: nothing had failed before.
+    How the project always ran its tools is the lesson, told right after one of them is not found; a program
+    the project later ran bare is not told any more."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Set up the project and run the specs")
+    first.bash("python3 -m venv venv && source venv/bin/activate && python --version", "Python 3.13.0")
+    for spec in ("library", "reader", "cli"):
+        first.bash(f"source venv/bin/activate && cd {CWD} && pytest specs/apple_books/{spec}_spec.py --spec",
+                   "3 passed")
+    first.bash("source venv/bin/activate && python -m pytest --spec", "9 passed")
+    first.bash("source venv/bin/activate && python -m pytest -q", "9 passed")
+    first.bash("uv --version", "uv 0.7.2")
+    first.say("All specs pass.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    [(memory_id, kind, summary, _)] = mined(store, "environment")
+    assert kind == "gotcha" and "`pytest` and `python` ran only inside the environment `source venv/bin/activate`" \
+        in summary, summary
+    told = after(engram_home, S2, f"cd {CWD} && pytest specs/ --spec", "Error: (eval):1: command not found: pytest")
+    assert memory_id in told and "`source venv/bin/activate && pytest …`" in told, told
+    assert memory_id in after(engram_home, S3, "python3 -m pytest specs", "/opt/homebrew/bin/python3: No module "
+                                                                           "named pytest")
+    assert after(engram_home, S4, "uv sync", "zsh:1: command not found: uv") == ""  # it ran outside the venv
+    # A later session runs `pytest` bare and clean (the project's shell has the environment now): not told again.
+    later = Conversation(S5, cwd=CWD, start="2026-11-03T10:00:00")
+    later.user("Run the specs")
+    later.bash("pytest --spec", "9 passed")
+    later.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    store = process()
+    assert [(k, st) for _, k, _, st in mined(store, "environment")] == [("gotcha", "superseded"), ("gotcha", "active")]
+    assert after(engram_home, S4, "pytest specs/", "Error: (eval):1: command not found: pytest") == ""
+
+
 def after_read(home: Path, session: str, path: str, error: str = "File does not exist.", cwd: str = CWD) -> str:
     return run_hook("tool_failure.py", home, {
         "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": cwd, "tool_name": "Read",

@@ -262,8 +262,8 @@ def failure_key(key: str, error: str = "") -> str:
     if not key.startswith("cmd:"):
         return "fail:" + key
     lowered = error[:2000].lower()
-    if refused_cd(lowered):
-        return CD_REFUSED  # the agent's harness refused the `cd`, whatever the command went on to run
+    if refused_cd(lowered) or failed_cd(lowered):
+        return CD_REFUSED  # the `cd` was refused or its folder was not there, whatever the command went on to run
     program = program_of(key)
     if lowered and program not in lowered:
         for word in key[4:].split():
@@ -272,10 +272,21 @@ def failure_key(key: str, error: str = "") -> str:
     return "fail:" + program
 
 
-# Where a `cd` the agent's harness refused is filed: the same refusal whichever program the command ran after it
-# (Claude Code: "cd to '/tmp' was blocked. For security, Claude Code may only change directories to child
-# directories of the original working directory").
+# Where a `cd` the agent's harness refused, or one whose folder was not there, is filed: the same failure whichever
+# program the command ran after it (Claude Code: "cd to '/tmp' was blocked. For security, Claude Code may only
+# change directories to child directories of the original working directory"; zsh: "cd:1: no such file or
+# directory: app"). The signature tells the two apart.
 CD_REFUSED = "fail:cd"
+
+
+def failed_cd(lowered_error: str) -> bool:
+    """Whether a failed call's error (lower-cased) says a `cd` found no such folder: zsh's ``(eval):cd:1: no such
+    file or directory: app``, bash's ``cd: app: No such file or directory``, sh's ``cd: can't cd to app`` (the shell
+    keeps its folder between calls: an earlier `cd` moved it)."""
+    for line in lowered_error.splitlines()[:SCANNED_LINES]:
+        if ("no such file or directory" in line or "can't cd" in line) and ("cd:" in line or line.startswith("cd ")):
+            return True
+    return False
 
 
 def refused_cd(lowered_error: str) -> bool:

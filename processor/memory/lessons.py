@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import CD_REFUSED, call_signature, same_failure
+from processor.hook_kit.failure_keys import CD_REFUSED, call_signature, failed_cd, refused_cd, same_failure
 from processor.hook_kit.tool_keys import command_keys, path_like
 from processor.memory.bites import fit
 from processor.memory.command_text import command_shown, command_told
@@ -160,12 +160,10 @@ def findings(round_: Round) -> list[Finding]:
 # What an error says when a path the command named does not exist: the command was mistyped, not the project.
 _MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory|cannot access|does not exist|"
                            r"not found in (?:the )?(?:index|working tree)|no matches found", re.IGNORECASE)
-# A `cd` the shell could not make: the shell keeps its working directory between calls, so a relative path that
-# worked from the project's folder fails after an earlier `cd` moved it.
+# What to do when the shell was not where the command expected: it keeps its working directory between calls, so
+# a relative path that worked from the project's folder fails after an earlier `cd` moved it.
 _CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute paths: an earlier `cd` had moved "
            "the shell")
-_CD_FAILED = re.compile(r"\bcd:? (?:\S+: )?(?:\d+: )?(?:no such file or directory|can't cd)|cd: .*no such file",
-                        re.IGNORECASE)
 
 
 def retry_only(fix: Fix) -> bool:
@@ -185,7 +183,7 @@ def cd_moved(fix: Fix) -> bool:
     """The shell was not where the command expected: a relative `cd` failed from a folder an earlier `cd` had moved
     it to, or a path the command named was missing and what worked was the same command after a `cd` back."""
     error = fix.failure.call.error or ""
-    if _CD_FAILED.search(error):
+    if failed_cd(error.lower()):
         return True
     if not _MISSING_PATH.search(error) or (fix.failure.call.target or "").lstrip().startswith("cd "):
         return False
@@ -242,7 +240,8 @@ def _lesson(fix: Fix, project: str | None) -> Finding | None:
         kind = "gotcha" if diagnosis[0] == "gotcha" and names_a_tool(diagnosis[1]) else "bugfix"
     else:
         kind = "gotcha"
-    refused = failure.fail_key == CD_REFUSED  # the harness refused the `cd`: it is what the lesson is about
+    # The harness refused the `cd`: it is what the lesson is about.
+    refused = failure.fail_key == CD_REFUSED and refused_cd((failure.call.error or "").lower())
     command = command_told(failure.call.target, root=project, keep_cd=refused) or failure.call.tool
     how = fix.how(project)
     if diagnosis is not None:

@@ -548,6 +548,30 @@ def test_a_path_missing_because_an_earlier_cd_moved_the_shell_is_a_lesson_a_typo
     assert "an earlier `cd` had moved the shell" in told, told
 
 
+def test_a_cd_whose_folder_is_not_there_is_told_whatever_the_command_ran_after_it(engram_home: Path,
+                                                                                    projects_dir: Path) -> None:
+    """BookMinder learned that a `cd` into a folder failed because an earlier `cd` had already moved the shell
+    (`cd test-uvenv && … uv pip install …`); four days later `cd BookMinder && git log` failed the same way and
+    nothing was told: the lesson was filed under `uv`, the program that never ran. A `cd` that found no folder is
+    filed under `cd`, whatever the command went on to run."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Install the test tools in the new environment")
+    first.bash("cd test-uvenv && uv venv", "Creating virtual environment at: .venv")
+    first.bash("cd test-uvenv && source .venv/bin/activate && uv pip install pytest pytest-describe",
+               "Error: (eval):cd:1: no such file or directory: test-uvenv", error=True)
+    first.bash("source .venv/bin/activate && uv pip install pytest pytest-describe", "Installed 5 packages in 9ms")
+    first.say("Installed.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    [(fix_id, _, summary, _)] = mined(store, "error_fix")
+    assert summary.startswith("The shell keeps its working directory between calls"), summary
+    told = after(engram_home, S2, "cd BookMinder && git log --oneline -10",
+                 "Error: (eval):cd:1: no such file or directory: BookMinder")
+    assert fix_id in told and "an earlier `cd` had moved the shell" in told, told
+    bash = after(engram_home, S3, "cd docs && make html", "bash: line 1: cd: docs: No such file or directory")
+    assert fix_id not in bash  # bash says it in other words: another signature (and another shell)
+
+
 # Claude Code's refusal of a `cd` out of the session's folder, as recorded (BookMinder's session c6723904).
 CD_REFUSED = ("Error: ERROR: cd to '/tmp' was blocked. For security, Claude Code may only change directories to "
               "child directories of the original working directory\n(/work/shop) for this session.")

@@ -19,6 +19,7 @@ from bench.testbed.transcripts import Conversation, write_conversations
 from processor.capture.claude import parse_line
 from processor.config import load_settings
 from processor.memory.episode_store import EpisodeStore
+from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
 from processor.store import open_store
@@ -477,6 +478,13 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
     told = after_read(engram_home, S2, missed)
     assert f"- `{missed}` is not there: this project's `12.6-CONTEXT.md` is `{planned}` (worked on 2026-11-01)." \
         in told, told
+    # The viewer's ledger of what was told records it once, with the path it told.
+    store = EpisodeStore(load_settings(), open_store(load_settings().db_path))
+    folder = engram_home / "recollections"
+    assert ingest(store.conn, folder) == 1 and ingest(store.conn, folder) == 0
+    [(content,)] = store.conn.execute("SELECT content FROM injections WHERE session_id = ?", (S2,)).fetchall()
+    assert json.loads(content)[0]["bite"] == ("This project's `12.6-CONTEXT.md` is "
+                                              "`.planning/phases/12.6-per-file-ipns-metadata-split/12.6-CONTEXT.md`.")
     # A shell's words for it; the path as the command gave it (relative: the project's folder is the shell's).
     shell = after(engram_home, S3, "cat notes/12.6-CONTEXT.md",
                   "Exit code 1\ncat: notes/12.6-CONTEXT.md: No such file or directory")

@@ -74,7 +74,7 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     key = _fail.call_key(tool_name, target, error)
     signature = _fail.call_signature(tool_name, target, error)
     missed = _where.missing_path(tool_name, tool_input, error)
-    if (key is None or not signature) and missed is None:
+    if (key is None or not signature) and missed is None and "no matches found" not in error[:2000]:
         return None
     index, root = _index_of(directory, session_id, event)
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
@@ -92,9 +92,12 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             if len(ids) == MAX_FIXES:
                 break
     where: list[tuple[str, str]] = []
-    if not ids and missed is not None:
-        where = _where.where_lines(missed, _io.read_paths(directory, index, _where.file_name(missed) or ""), root,
-                                   session_id)  # no fix of this failure: where the file it missed is
+    if not ids and missed is not None:  # no fix of this failure: where the file it missed is
+        name = _where.file_name(missed)
+        where = _where.where_lines(missed, _io.read_paths(directory, index, name), root, session_id) if name else []
+    if not ids and not where and (folder := _where.missing_folder(tool_name, tool_input, error)) is not None:
+        key = _where.folder_key(folder.rpartition("/")[2])  # or the folder of the number it guessed
+        where = _where.folder_lines(folder, _io.read_paths(directory, index, key), root, session_id) if key else []
     if not (ids or where) or _io.opted_out(directory, session_id):
         return None
     fresh = _io.claim_shown(directory, session_id, ids or [i for i, _ in where])  # once a session, whichever hook

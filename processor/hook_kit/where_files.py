@@ -13,6 +13,11 @@ Only a file name with an extension is looked up (a folder or a program has none)
 worked on, and never one the project's folder shows is gone; when two files of the name fit the missed path
 as well (``index.ts`` in two apps), nothing is told.
 
+A folder named by a number or an id is looked up by it (``folder_key``): the agent guesses ``phases/12-mfa/`` (a
+glob that matched nothing, an ``ls`` of a folder not there) where the project's phase 12 is
+``phases/12-multi-factor-authentication/`` — the one folder of that parent an earlier session worked in whose name
+starts with the same number (``folder_lines``).
+
 Stdlib only and no ``re``: the hook's start-up is its cost.
 """
 
@@ -66,6 +71,57 @@ def missing_path(tool_name: object, tool_input: dict, error: str) -> str | None:
         if named:
             return named
     return None
+
+
+def missing_folder(tool_name: object, tool_input: dict, error: str) -> str | None:
+    """The folder a failed call named that is not there: the last literal folder of a shell glob that matched
+    nothing (zsh's ``no matches found: phases/12-mfa/*-PLAN.md``), or a missed path without an extension."""
+    if tool_name == "Bash":
+        for line in error[:2000].splitlines()[:40]:
+            at = line.find("no matches found: ")
+            if at < 0:
+                continue
+            parts = line[at + len("no matches found: "):].strip().split("/")
+            glob_at = next((i for i, part in enumerate(parts) if any(c in part for c in _GLOB)), len(parts))
+            return "/".join(parts[:glob_at]) if 0 < glob_at < len(parts) and parts[glob_at - 1] else None
+    missed = missing_path(tool_name, tool_input, error)
+    return missed.rstrip("/") if missed and file_name(missed) is None else None
+
+
+def folder_key(name: str) -> str | None:
+    """The key a folder is looked up by: its name's first word (before a ``-`` or ``_``) when that holds a digit
+    (``12`` of ``12-multi-factor-authentication``, ``0007`` of ``0007_add_users``), with a ``/``; else None."""
+    word = name.replace("_", "-").split("-", 1)[0]
+    return word + "/" if word and len(word) <= 16 and any(c.isdigit() for c in word) and word != name else None
+
+
+def folder_lines(missed: str, entries: list, root: str | None, session_id: str) -> list[tuple[str, str]]:
+    """(id, line) of the one folder beside the missed one whose name starts with the same number, that an
+    earlier session worked in; [] when there is none or more than one."""
+    wanted = relative(missed.rstrip("/"), root)
+    parent, _, name = wanted.rpartition("/")
+    number = folder_key(name)
+    on_disk = bool(root) and _os.path.isdir(root)
+    if on_disk and _os.path.isdir(_os.path.join(root, wanted)):
+        return []
+    found = []
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, str) for v in entry)):
+            continue
+        path, date, first_session = entry
+        if path == wanted:
+            return []  # the project had that very folder
+        above, _, its_name = path.rpartition("/")
+        if above != parent or folder_key(its_name) != number or first_session == session_id:
+            continue
+        if path not in [f[0] for f in found] and not (on_disk and not _os.path.isdir(_os.path.join(root, path))):
+            found.append((path, date))
+    if len(found) != 1:
+        return []
+    path, date = found[0]
+    shown = root.rstrip("/") + "/" + path if root and missed.startswith("/") else path
+    return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's folder of that number "
+                                   f"is `{shown}/` (worked in on {date[:10]}).")]
 
 
 def file_name(path: str) -> str | None:

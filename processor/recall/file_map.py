@@ -7,7 +7,8 @@ hook (``recall_hook/tool_failure.py``, ``processor/hook_kit/where_files.py``) te
 search the store, so the processor keeps, beside each project's lesson index, ``<index name>.paths``: its first
 line a JSON object saying whose it is, then one line per file name (a JSON string, a tab, the JSON list of the
 files of that name: ``[path below the project's folder, the day it was last worked on, the first session that
-did]``), the most recently worked on first. ASCII only; the hook finds the one line it needs with a text search.
+did]``), the most recently worked on first; and one line per number that starts folder names (``"12/"``: the
+folders whose name begins with ``12-``). ASCII only; the hook finds the one line it needs with a text search.
 
 Written when the project's sessions made new tool calls, at the next user message (with the lesson index).
 Files outside the project's folder are left out (a scratch file in ``/tmp``), and so are names without an
@@ -23,32 +24,37 @@ from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
 from processor.hook_kit.project import index_name
-from processor.hook_kit.where_files import file_name, relative
+from processor.hook_kit.where_files import file_name, folder_key, relative
 from processor.store import tool_calls as tool_calls_sql
 
 SCANNED = 50_000  # (file, session) rows read, the newest first
 PATHS_PER_NAME = 5
+FOLDERS_PER_KEY = 12  # `01/`: the first phase, the first migration, … of several parents
 LIMIT = hook_io.PATHS_LIMIT
 WORKED_ON = hook_io.READING + hook_io.EDITING
 
 
 def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[str, list[list[str]]]:
-    """Each file name's files (`rows`: path, session, newest call; the newest first), as the map keeps them."""
+    """Each file name's files, and each numbered folder name's folders (under ``folder_key``), from `rows` (path,
+    session, newest call; the newest first), as the map keeps them."""
     files: dict[str, list] = {}  # path below the root → [path, last day, first session]
+    folders: dict[str, list] = {}  # the same, of the folders they are in
     for target, session_id, last_ms in rows:
         path = relative(target, root)
         if path.startswith(("/", "~", "../")) or not path:
             continue  # outside the project's folder
-        if path in files:
-            files[path][2] = session_id  # an older session worked on it too: the first is the oldest
-        else:
-            files[path] = [path, utc_date(last_ms) if last_ms else "", session_id]
+        parts = path.split("/")
+        for seen, at in [(files, path)] + [(folders, "/".join(parts[:i])) for i in range(1, len(parts))]:
+            if at in seen:
+                seen[at][2] = session_id  # an older session worked on it too: the first is the oldest
+            else:
+                seen[at] = [at, utc_date(last_ms) if last_ms else "", session_id]
     by_name: dict[str, list[list[str]]] = {}
-    for path, entry in files.items():
-        name = file_name(path)
-        if name is not None:
-            named = by_name.setdefault(name, [])
-            if len(named) < PATHS_PER_NAME:
+    for entries, key_of, most in ((files, file_name, PATHS_PER_NAME),
+                                  (folders, lambda p: folder_key(p.rpartition("/")[2]), FOLDERS_PER_KEY)):
+        for path, entry in entries.items():
+            key = key_of(path)
+            if key is not None and len(named := by_name.setdefault(key, [])) < most:
                 named.append(entry)
     return by_name
 

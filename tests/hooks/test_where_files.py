@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.hook_kit.where_files import missing_path, where_lines
+from processor.hook_kit.where_files import folder_key, folder_lines, missing_folder, missing_path, where_lines
 
 
 @pytest.mark.parametrize(("tool", "tool_input", "error", "missed"), [
@@ -49,3 +49,35 @@ def test_the_file_told_for_a_missed_path(missed: str, told: str | None) -> None:
 
 def test_a_file_only_this_session_worked_on_is_not_told() -> None:
     assert where_lines("/p/FileBrowser.tsx", FILES, "/p", "s1") == []
+
+
+@pytest.mark.parametrize(("error", "folder"), [
+    pytest.param("Exit code 1\n(eval):1: no matches found: /p/.planning/phases/12-mfa/*-PLAN.md",
+                 "/p/.planning/phases/12-mfa", id="a glob in a folder that is not there"),
+    pytest.param("ls: .planning/phases/12-mfa/: No such file or directory", ".planning/phases/12-mfa",
+                 id="a folder listed"),
+    pytest.param("cat: notes/a.md: No such file or directory", None, id="a file: looked up by its name instead"),
+    pytest.param("(eval):1: no matches found: *.log", None, id="a glob with no folder"),
+])
+def test_the_folder_a_failed_call_missed(error: str, folder: str | None) -> None:
+    assert missing_folder("Bash", {}, error) == folder
+
+
+@pytest.mark.parametrize(("name", "key"), [
+    ("12-multi-factor-authentication", "12/"), ("12.2-encrypted-device-registry", "12.2/"),
+    ("0007_add_users", "0007/"), ("src", None), ("v2", None), ("2026", None),
+])
+def test_a_folder_is_looked_up_by_the_number_that_starts_its_name(name: str, key: str | None) -> None:
+    assert folder_key(name) == key
+
+
+def test_the_folder_told_for_a_missed_one_is_the_only_one_of_its_number_beside_it() -> None:
+    folders = [[".planning/phases/12-multi-factor-authentication", "2026-02-12", "s1"],
+               ["docs/12-notes", "2026-02-12", "s1"], [".planning/phases/13-a", "2026-02-13", "s1"],
+               [".planning/phases/13-b", "2026-02-13", "s2"]]
+    [(_, told)] = folder_lines("/p/.planning/phases/12-mfa", folders, "/p", "s3")
+    assert told == ("- `/p/.planning/phases/12-mfa/` is not there: this project's folder of that number is "
+                    "`/p/.planning/phases/12-multi-factor-authentication/` (worked in on 2026-02-12).")
+    assert folder_lines(".planning/phases/13-c", folders, "/p", "s3") == []  # two of that number
+    assert folder_lines(".planning/phases/14-x", folders, "/p", "s3") == []  # none
+    assert folder_lines(".planning/phases/12-mfa", folders, "/p", "s1") == []  # only this session worked there

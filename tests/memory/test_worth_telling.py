@@ -469,6 +469,9 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
     first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     first.user("Discuss phase 12.6")
     first.write(planned, "# Phase 12.6")
+    for plan in ("12-multi-factor-authentication/12-PLAN-01.md", "12.1-aes-ctr/12.1-CONTEXT.md", "13-a/13-PLAN.md",
+                 "13-b/13-PLAN.md"):
+        first.write(f"{CWD}/.planning/phases/{plan}", "# Plan")
     for folder in ("apps/web/src", "apps/api/src", "packages/crypto/src"):
         first.read(f"{CWD}/{folder}/index.ts")
     first.say("Context written.", end_turn=True)
@@ -490,6 +493,14 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
                   "Exit code 1\ncat: notes/12.6-CONTEXT.md: No such file or directory")
     assert "this project's `12.6-CONTEXT.md` is `.planning/phases/12.6-per-file-ipns-metadata-split/12.6-CONTEXT.md`" \
         in shell, shell
+    # A folder named by a number, guessed by a shorter name (a glob that matched nothing): the one beside it of
+    # that number; none when two of that number are there.
+    glob = after(engram_home, S5, "ls .planning/phases/12-mfa/*-PLAN.md",
+                 "Exit code 1\n(eval):1: no matches found: .planning/phases/12-mfa/*-PLAN.md")
+    assert ("- `.planning/phases/12-mfa/` is not there: this project's folder of that number is "
+            "`.planning/phases/12-multi-factor-authentication/` (worked in on 2026-11-01).") in glob, glob
+    assert after(engram_home, S5, "ls .planning/phases/13-x/", "ls: .planning/phases/13-x/: No such file or "
+                                                                "directory") == ""
     # Told once a session; never in the session that worked on it (it is in its context); nothing for a name in
     # many folders that fit as well, a folder, or a failure that is not a missing path.
     assert after_read(engram_home, S2, missed) == ""

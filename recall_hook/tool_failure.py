@@ -10,7 +10,10 @@ lines with paths, numbers and names masked). The project's lesson index (``proce
 by the session's recollection file, or found from the event's ``cwd`` before there is one) files each fix under its
 failure key with the signature it fixed; the hook reads that one line and tells the fixes whose signature is this
 failure's: "This failed the same way on <date>; what fixed it: …" (or, for a program not found that the project
-runs in the environment another's fix activated, "`python` was not found the same way on <date>; …"). Never a
+runs in the environment another's fix activated, "`python` was not found the same way on <date>; …"). When no
+fix is known and the call missed a path, it tells where the project's file of that name is, or the folder of the
+number it guessed (``processor/hook_kit/where_files.py``: "`…/12.6-CONTEXT.md` is not there: this project's
+`12.6-CONTEXT.md` is `…`"). Never a
 fix learned in this same session (it is in the agent's context), never one already told in this session
 (``<session>.shown``, shared with the PreToolUse hook), never for a call the user declined or interrupted, or the
 editor's own mechanics.
@@ -73,8 +76,7 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     target = next((v for k in _TARGET_KEYS if isinstance(v := tool_input.get(k), str) and v.strip()), None)
     key = _fail.call_key(tool_name, target, error)
     signature = _fail.call_signature(tool_name, target, error)
-    missed = _where.missing_path(tool_name, tool_input, error)
-    if (key is None or not signature) and missed is None and "no matches found" not in error[:2000]:
+    if (key is None or not signature) and not _where.says_missing(error):
         return None
     index, root = _index_of(directory, session_id, event)
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
@@ -91,13 +93,7 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             ids.append(entry["id"])
             if len(ids) == MAX_FIXES:
                 break
-    where: list[tuple[str, str]] = []
-    if not ids and missed is not None:  # no fix of this failure: where the file it missed is
-        name = _where.file_name(missed)
-        where = _where.where_lines(missed, _io.read_paths(directory, index, name), root, session_id) if name else []
-    if not ids and not where and (folder := _where.missing_folder(tool_name, tool_input, error)) is not None:
-        key = _where.folder_key(folder.rpartition("/")[2])  # or the folder of the number it guessed
-        where = _where.folder_lines(folder, _io.read_paths(directory, index, key), root, session_id) if key else []
+    where = [] if ids else _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
     if not (ids or where) or _io.opted_out(directory, session_id):
         return None
     fresh = _io.claim_shown(directory, session_id, ids or [i for i, _ in where])  # once a session, whichever hook
@@ -125,6 +121,22 @@ def _told(entry: dict) -> str | None:
         return (f"- `{_io.one_line(like, 40)}` was not found the same way on {date}; what fixed it: {fix}.{said} "
                 f"(id: {entry['id']})")
     return f"- This failed the same way on {date}; what fixed it: {fix}.{said} (id: {entry['id']})"
+
+
+def _missed_where(tool_name: str, tool_input: dict, error: str, directory: str, index: str | None, root: str | None,
+                  session_id: str) -> list[tuple[str, str]]:
+    """Where the file the failed call missed is (``processor/hook_kit/where_files.py``), or the folder of the
+    number it guessed: (id, line), [] when the project worked on no such file or folder."""
+    missed = _where.missing_path(tool_name, tool_input, error)
+    name = _where.file_name(missed) if missed else None
+    if missed and name:
+        found = _where.where_lines(missed, _io.read_paths(directory, index, name), root, session_id)
+        if found:
+            return found
+    folder = _where.missing_folder(tool_name, tool_input, error)
+    key = _where.folder_key(folder.rpartition("/")[2]) if folder else None
+    return _where.folder_lines(folder, _io.read_paths(directory, index, key), root, session_id) if folder and key \
+        else []
 
 
 def _index_of(directory: str, session_id: str, event: dict) -> tuple[str | None, str | None]:

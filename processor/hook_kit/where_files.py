@@ -33,6 +33,12 @@ _NO_SUCH = "no such file or directory"
 _GLOB = "*?[{"
 
 
+def says_missing(error: str) -> bool:
+    """Whether the error says a path it was given is not there (or a shell glob matched nothing)."""
+    lowered = error[:2000].lower()
+    return "no matches found" in lowered or any(marker in lowered for marker in _MISSING)
+
+
 def _plain_path(text: str) -> str | None:
     """`text` as one path (quotes and a leading verb dropped); None when it is no single, literal path."""
     text = text.strip().strip(",").strip()
@@ -50,8 +56,7 @@ def _plain_path(text: str) -> str | None:
 def missing_path(tool_name: object, tool_input: dict, error: str) -> str | None:
     """The path a failed call was given that is not there: a file tool's own path, or the one a shell command's
     error names; None when the error says no path is missing."""
-    lowered = error[:2000].lower()
-    if not any(marker in lowered for marker in _MISSING):
+    if not any(marker in error[:2000].lower() for marker in _MISSING):
         return None
     if tool_name != "Bash":
         for key in ("file_path", "notebook_path", "path"):

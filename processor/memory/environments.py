@@ -9,7 +9,7 @@ Only programs seen to run clean after the activation are answered (a `uv` that l
 not told to activate it), and only "not found" failures that name the program: the fix's own signature with
 its program's name replaced.
 
-A project need not have failed to know it: when its sessions always ran `pytest` after `source venv/bin/activate`
+A project need not have failed to know it: when its sessions ran `pytest` after `source venv/bin/activate`
 (``run_inside``: at least ``MIN_RUNS`` clean runs, the newest after that set-up), the next session that runs it
 bare and meets "command not found: pytest" was told nothing. That is one ``gotcha`` memory a project (miner
 ``environment``, made by the episodizer as a project's close-out routine is), filed under each program's "not
@@ -105,7 +105,7 @@ MAX_PROGRAMS = 5
 
 @dataclass(frozen=True)
 class RunInside:
-    """The environment the project's tools were last run in, and the programs that were run only inside it."""
+    """The environment the project's tools were last run in, and the programs last run inside it."""
 
     activation: str  # `source .venv/bin/activate`
     programs: tuple[str, ...]  # the most run first
@@ -154,7 +154,7 @@ def _listed(names: Iterable[str]) -> str:
 def finding(project: str, found: RunInside, at_ms: int) -> Finding:
     """The memory of where the project's tools run: told right after one of them is not found (its entities: the
     set-up as a command, and each program)."""
-    text = redact(f"Here {_listed(found.programs)} ran only inside the environment `{found.activation}` sets "
+    text = redact(f"Here {_listed(found.programs)} ran inside the environment `{found.activation}` sets "
                   "up: earlier sessions ran them after it, in the same command (each shell call starts afresh): "
                   f"`{found.activation} && {found.programs[0]} …`.")
     return Finding(id=episode_id(f"environment:{project}:{found.activation}:{','.join(sorted(found.programs))}"),

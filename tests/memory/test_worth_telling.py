@@ -436,7 +436,7 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     write_conversations(projects_dir, first)
     store = process()
     [(memory_id, kind, summary, _)] = mined(store, "environment")
-    assert kind == "gotcha" and "`pytest` and `python` ran only inside the environment `source venv/bin/activate`" \
+    assert kind == "gotcha" and "`pytest` and `python` ran inside the environment `source venv/bin/activate`" \
         in summary, summary
     told = after(engram_home, S2, f"cd {CWD} && pytest specs/ --spec", "Error: (eval):1: command not found: pytest")
     assert memory_id in told and "`source venv/bin/activate && pytest …`" in told, told

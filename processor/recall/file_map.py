@@ -10,7 +10,8 @@ files of that name: ``[path below the project's folder, the day it was last work
 did]``), the most recently worked on first; and one line per number that starts folder names (``"12/"``: the
 folders whose name begins with ``12-``). ASCII only; the hook finds the one line it needs with a text search.
 
-Written when the project's sessions made new tool calls, at the next user message (with the lesson index).
+Written when the project's sessions made new tool calls, at the next user message (after the session's
+recollection file): for another session than the last one it was written for, or a minute later.
 Files outside the project's folder are left out (a scratch file in ``/tmp``), and so are names without an
 extension (a folder, a program): only what ``where_files.file_name`` looks up.
 """
@@ -18,6 +19,7 @@ extension (a folder, a program): only what ``where_files.file_name`` looks up.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from processor.clock import now_ms, utc_date
@@ -27,35 +29,45 @@ from processor.hook_kit.project import index_name
 from processor.hook_kit.where_files import file_name, folder_key, relative
 from processor.store import tool_calls as tool_calls_sql
 
-SCANNED = 50_000  # (file, session) rows read, the newest first
+SCANNED = 20_000  # (file, session) rows read, the newest first
 PATHS_PER_NAME = 5
 FOLDERS_PER_KEY = 12  # `01/`: the first phase, the first migration, … of several parents
 LIMIT = hook_io.PATHS_LIMIT
 WORKED_ON = hook_io.READING + hook_io.EDITING
+REFRESH_SECONDS = 60
 
 
 def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[str, list[list[str]]]:
     """Each file name's files, and each numbered folder name's folders (under ``folder_key``), from `rows` (path,
-    session, newest call; the newest first), as the map keeps them."""
-    files: dict[str, list] = {}  # path below the root → [path, last day, first session]
-    folders: dict[str, list] = {}  # the same, of the folders they are in
+    session, newest call; the newest first), as the map keeps them: [path, last day, first session]."""
+    seen: dict[str, list] = {}  # path as called → [newest call, the oldest session that worked on it]
     for target, session_id, last_ms in rows:
+        entry = seen.get(target)
+        if entry is None:
+            seen[target] = [last_ms, session_id]
+        else:
+            entry[1] = session_id  # an older session worked on it too: the first is the oldest
+    files: dict[str, list] = {}  # path below the root → [newest call, first session]
+    folders: dict[str, list] = {}  # the same, of the numbered folders they are in
+    for target, (last_ms, first) in seen.items():
         path = relative(target, root)
-        if path.startswith(("/", "~", "../")) or not path:
-            continue  # outside the project's folder
+        if path.startswith(("/", "~", "../")) or not path or path in files:
+            continue  # outside the project's folder, or the same file called by another path
+        files[path] = [last_ms, first]
         parts = path.split("/")
-        for seen, at in [(files, path)] + [(folders, "/".join(parts[:i])) for i in range(1, len(parts))]:
-            if at in seen:
-                seen[at][2] = session_id  # an older session worked on it too: the first is the oldest
-            else:
-                seen[at] = [at, utc_date(last_ms) if last_ms else "", session_id]
+        for depth in range(1, len(parts)):
+            if folder_key(parts[depth - 1]) is not None:
+                folder = "/".join(parts[:depth])
+                known = folders.setdefault(folder, [last_ms, first])
+                if last_ms > known[0]:
+                    known[0] = last_ms
     by_name: dict[str, list[list[str]]] = {}
     for entries, key_of, most in ((files, file_name, PATHS_PER_NAME),
                                   (folders, lambda p: folder_key(p.rpartition("/")[2]), FOLDERS_PER_KEY)):
-        for path, entry in entries.items():
+        for path, (last_ms, first) in sorted(entries.items(), key=lambda item: -item[1][0]):
             key = key_of(path)
             if key is not None and len(named := by_name.setdefault(key, [])) < most:
-                named.append(entry)
+                named.append([path, utc_date(last_ms) if last_ms else "", first])
     return by_name
 
 
@@ -77,21 +89,27 @@ class FileMap:
 
     def __init__(self, recollections_dir: Path) -> None:
         self.folder = recollections_dir / hook_io.LESSONS_FOLDER
-        self._stamps: dict[str | None, int] = {}  # project → its newest tool call when written
+        self._stamps: dict[str | None, tuple] = {}  # project → (its newest tool call, the session, when) written
 
     def path(self, project: str | None) -> Path:
         return self.folder / (index_name(project)[:-len(hook_io.LESSONS_SUFFIX)] + hook_io.PATHS_SUFFIX)
 
-    def refresh(self, conn, project: str | None, root: str | None) -> Path:
+    def refresh(self, conn, project: str | None, root: str | None, session_id: str | None = None) -> Path:
+        """Write the project's map when its sessions made calls since, for another session than the last one it
+        was written for or ``REFRESH_SECONDS`` later: a session is told where earlier sessions' files are, so its
+        own calls need not rewrite the map at each of its messages (a big project's map takes a fraction of a
+        second)."""
         path = self.path(project)
         stamp = tool_calls_sql.project_stamp(conn, project)
-        if self._stamps.get(project) == stamp and path.exists():
+        written = self._stamps.get(project)
+        if written is not None and path.exists() and (written[0] == stamp or (
+                written[1] == session_id and time.monotonic() - written[2] < REFRESH_SECONDS)):
             return path
         rows = tool_calls_sql.files_worked_on(conn, project, WORKED_ON, SCANNED)
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)
         write_atomic(path, map_text(project, root, files_by_name(rows, root)))
-        self._stamps[project] = stamp
+        self._stamps[project] = (stamp, session_id, time.monotonic())
         if len(self._stamps) > 1_000:  # one entry per project: only a store of many projects trims it
             self._stamps.pop(next(iter(self._stamps)))
         return path

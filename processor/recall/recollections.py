@@ -222,10 +222,10 @@ class RecollectionWriter:
             with write_transaction(store.conn):
                 viewer_sql.record_offer(store.conn, session_id, message_uuid, bites, now_ms())
         lessons = self.lessons.refresh(store.conn, project, project)
-        self.files.refresh(store.conn, project, project)
         record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites, "lessons": lessons,
                   "root": project}
         write_atomic(path, json.dumps(record, ensure_ascii=False))
+        self.files.refresh(store.conn, project, project, session_id)  # after: the prompt's hook waits for it
         return path
 
     def _remember_topic(self, session_id: str, vector: np.ndarray) -> np.ndarray | None:

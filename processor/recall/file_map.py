@@ -89,7 +89,7 @@ class FileMap:
 
     def __init__(self, recollections_dir: Path) -> None:
         self.folder = recollections_dir / hook_io.LESSONS_FOLDER
-        self._stamps: dict[str | None, tuple] = {}  # project → (its newest tool call, the session, when) written
+        self._stamps: dict[str | None, tuple] = {}  # project → (its calls' stamp, the session, when) written
 
     def path(self, project: str | None) -> Path:
         return self.folder / (index_name(project)[:-len(hook_io.LESSONS_SUFFIX)] + hook_io.PATHS_SUFFIX)
@@ -100,10 +100,11 @@ class FileMap:
         own calls need not rewrite the map at each of its messages (a big project's map takes a fraction of a
         second)."""
         path = self.path(project)
-        stamp = tool_calls_sql.project_stamp(conn, project)
+        stamp = tool_calls_sql.calls_stamp(conn, project)
         written = self._stamps.get(project)
         if written is not None and path.exists() and (written[0] == stamp or (
-                written[1] == session_id and time.monotonic() - written[2] < REFRESH_SECONDS)):
+                written[1] == session_id and time.monotonic() - written[2] < REFRESH_SECONDS
+                and stamp[1] >= written[0][1])):  # a session's calls dropped (off the record): written now
             return path
         rows = tool_calls_sql.files_worked_on(conn, project, WORKED_ON, SCANNED)
         ensure_private_dir(self.folder.parent)

@@ -133,6 +133,14 @@ def project_stamp(conn: apsw.Connection, project: str | None) -> int:
     return row[0]
 
 
+def calls_stamp(conn: apsw.Connection, project: str | None) -> tuple[int, int]:
+    """The project's newest tool call (its rowid) and how many it has: changes when a session makes a call, and
+    when a session's calls are dropped (off the record)."""
+    row = conn.execute("SELECT coalesce(max(t.rowid), 0), count(*) FROM tool_calls t JOIN sessions s "
+                       "ON s.session_id = t.session_id WHERE s.project IS ?", (project,)).fetchone()
+    return row[0], row[1]
+
+
 def prompt_times(conn: apsw.Connection, session_id: str) -> list[int]:
     """When the session's user messages were written, in order: where its tasks begin."""
     rows = conn.execute("SELECT ts_ms FROM messages WHERE session_id = ? AND role = 'user' AND ts_ms IS NOT NULL "

@@ -510,6 +510,21 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
     assert after_read(engram_home, S4, missed, error="EACCES: permission denied") == ""
 
 
+def test_a_file_only_a_session_off_the_record_worked_on_is_never_told(engram_home: Path, projects_dir: Path) -> None:
+    secret = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    secret.user("[engram off the record] Draft the salary review")
+    secret.write(f"{CWD}/private/salary-review.md", "…")
+    secret.say("Drafted.", end_turn=True)
+    shared = Conversation(S2, cwd=CWD, start="2026-11-01T11:00:00")
+    shared.user("Write the plan")
+    shared.write(f"{CWD}/docs/plan.md", "…")
+    shared.say("Written.", end_turn=True)
+    write_conversations(projects_dir, secret, shared)
+    process()
+    assert "is `/work/shop/docs/plan.md`" in after_read(engram_home, S3, f"{CWD}/plan.md")
+    assert after_read(engram_home, S3, f"{CWD}/salary-review.md") == ""
+
+
 def test_a_file_told_where_it_is_must_still_be_there_when_the_project_is_on_this_machine(
         engram_home: Path, projects_dir: Path, tmp_path: Path) -> None:
     root = tmp_path / "shop"

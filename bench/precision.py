@@ -66,7 +66,7 @@ FAILURE_HOOK = REPO / "recall_hook" / "tool_failure.py"
 SESSION_START_HOOK = REPO / "recall_hook" / "session_start.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
 _FIX_LINE = re.compile(r"^- ((?:This failed|`[^`]+` was not found) the same way .*) \(id: (\S+)\)$")
-_WHERE_LINE = re.compile(r"^- (`[^`]+` is not there: this project's `[^`]+` is `([^`]+)` .*)$")  # no memory: no id
+_WHERE_LINE = re.compile(r"^- (`[^`]+` is not there: this project's .* is `([^`]+)` \(worked on [^)]*\)\.)$")  # no id
 
 
 # --- the replay --------------------------------------------------------------------------------

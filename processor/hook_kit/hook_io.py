@@ -823,9 +823,9 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
 
 
 def format_where_context(lines: list[str], for_agent: str = CLAUDE) -> str:
-    """Where the project's file of the name a failed call missed is, fenced."""
+    """Where the project's file (or numbered folder) a failed call missed is, fenced."""
     return fence("\n".join([
-        "Earlier sessions of this project worked on a file of this name elsewhere:",
+        "Earlier sessions of this project worked on it at another path:",
         *lines,
         "If it is the one you meant, use that path. Otherwise, continue your work.",
     ]), for_agent)

@@ -126,7 +126,7 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
     path, date = found[0]
     shown = root.rstrip("/") + "/" + path if root and missed.startswith("/") else path
     return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's folder of that number "
-                                   f"is `{shown}/` (worked in on {date[:10]}).")]
+                                   f"is `{shown}/` (worked on {date[:10]}).")]
 
 
 def file_name(path: str) -> str | None:

@@ -77,7 +77,7 @@ def test_the_folder_told_for_a_missed_one_is_the_only_one_of_its_number_beside_i
                [".planning/phases/13-b", "2026-02-13", "s2"]]
     [(_, told)] = folder_lines("/p/.planning/phases/12-mfa", folders, "/p", "s3")
     assert told == ("- `/p/.planning/phases/12-mfa/` is not there: this project's folder of that number is "
-                    "`/p/.planning/phases/12-multi-factor-authentication/` (worked in on 2026-02-12).")
+                    "`/p/.planning/phases/12-multi-factor-authentication/` (worked on 2026-02-12).")
     assert folder_lines(".planning/phases/13-c", folders, "/p", "s3") == []  # two of that number
     assert folder_lines(".planning/phases/14-x", folders, "/p", "s3") == []  # none
     assert folder_lines(".planning/phases/12-mfa", folders, "/p", "s1") == []  # only this session worked there

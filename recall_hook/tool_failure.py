@@ -84,8 +84,9 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     shown, _ = _io.load_shown(directory, session_id)
     for entry in entries:  # the cheap checks first: most entries under a key are other failures' fixes
         if (not isinstance(entry, dict) or not isinstance(entry.get("sig"), list) or entry.get("session") == session_id
-                or entry.get("id") in shown or entry.get("id") in ids
-                or not _fail.same_failure([str(s) for s in entry["sig"]], signature)):
+                or entry.get("id") in shown or entry.get("id") in ids):
+            continue
+        if not _fail.same_failure([str(s) for s in entry["sig"]], signature) and not _outside(entry, target, error):
             continue
         line = _told(entry)
         if line is not None:
@@ -104,6 +105,13 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     if not lines:
         return None
     return fresh, _io.format_failure_context(lines, _io.agent())
+
+
+def _outside(entry: dict, command: str | None, error: str) -> bool:
+    """The environment the project runs a program in (an entry with its set-up, ``"ran"``), and this run of it
+    was outside that set-up and failed for want of something (``No module named …``, externally managed)."""
+    ran = entry.get("ran")
+    return isinstance(ran, str) and bool(ran) and ran not in (command or "") and _fail.wants_environment(error)
 
 
 def _told(entry: dict) -> str | None:

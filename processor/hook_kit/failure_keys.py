@@ -186,6 +186,18 @@ def call_signature(tool_name: object, command: str | None, error: str) -> list[s
     return [f"command not found {program_of(key)}"] if key and key.startswith("cmd:") else []
 
 
+# What an error says when what a program needs is not where it ran: a module, a package, the environment itself
+# (Python's "externally-managed-environment" outside a virtualenv).
+_WANTS = ("not found", "no module named", "modulenotfounderror", "cannot find module", "externally-managed",
+          "is not installed", "cannot import name")
+
+
+def wants_environment(error: str) -> bool:
+    """Whether a failed call's error says something it needed is missing (a module, a program, the environment)."""
+    lowered = error[:4000].lower()
+    return any(cue in lowered for cue in _WANTS)
+
+
 def _not_found(line: str) -> str | None:
     """The program a short "not found" line names, whichever shell said it: zsh's ``command not found: psql``,
     bash's ``psql: command not found``, sh's ``psql: not found``, pnpm's ``Command "biome" not found``."""

@@ -146,6 +146,15 @@ def run_inside(commands: Iterable[str]) -> RunInside | None:
     return RunInside(current, tuple(programs))
 
 
+# Python's programs, as a shell outside the environment has them (Homebrew's, a distribution's): `python3`, `pip3`.
+_VERSIONED = frozenset({"python", "pip"})
+
+
+def names_run_as(program: str) -> list[str]:
+    """The names a program of the environment is run by outside it: `pip` as `pip3` too."""
+    return [program, program + "3"] if program in _VERSIONED else [program]
+
+
 def _listed(names: Iterable[str]) -> str:
     shown = [f"`{n}`" for n in names]
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]

@@ -30,7 +30,9 @@ moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
 .of_the_moment``). A fix of a program not found that activates an environment (``source .venv/bin/activate``)
 is also filed under the failure key of each other program the project ran clean in that environment, as that
 program not found (``"like"``: whose fix it was; ``processor/memory/environments.py``); so is the memory of
-the environment the project's tools were always run in (``"ran"``: its set-up), under each of those programs.
+the environment the project's tools were run in (``"ran"``: its set-up), under each of those programs: told
+after it is not found, or after a run of it outside that set-up failed for want of something (a module, the
+environment: ``processor/hook_kit/failure_keys.py`` ``wants_environment``).
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index
@@ -58,7 +60,13 @@ from processor.hook_kit.project import index_name
 from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, name_key, prog_key, stages_everything
 from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
-from processor.memory.environments import as_missing, environment_fix, missing_signatures, programs_after
+from processor.memory.environments import (
+    as_missing,
+    environment_fix,
+    missing_signatures,
+    names_run_as,
+    programs_after,
+)
 from processor.memory.facts import statement_of
 from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
@@ -261,10 +269,11 @@ class LessonIndex:
             if origin == "environment":  # where the project's tools run: told right after one is not found
                 activation = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
                 for program in (e for e in ep.entities if not e.startswith("$ ")):
-                    fails = filed.setdefault("fail:" + program, [])
-                    if len(fails) < FIXES_PER_KEY:
-                        fails.append({**entry, "sig": missing_signatures(program), "ran": activation})
-                        placed = True
+                    for name in names_run_as(program):  # `pip` is run as `pip3` outside the environment
+                        fails = filed.setdefault("fail:" + name, [])
+                        if len(fails) < FIXES_PER_KEY:
+                            fails.append({**entry, "sig": missing_signatures(name), "ran": activation})
+                            placed = True
                 told += placed
                 continue
             ways = fixes.get(ep.id, [])

@@ -428,6 +428,8 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     first.user("Set up the project and run the specs")
     first.bash("python3 -m venv venv && source venv/bin/activate && python --version", "Python 3.13.0")
+    for package in ("-r requirements.txt", "-e .", "pre-commit"):
+        first.bash(f"source venv/bin/activate && pip install {package}", "Successfully installed")
     for spec in ("library", "reader", "cli"):
         first.bash(f"source venv/bin/activate && cd {CWD} && pytest specs/apple_books/{spec}_spec.py --spec",
                    "3 passed")
@@ -438,13 +440,22 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     write_conversations(projects_dir, first)
     store = process()
     [(memory_id, kind, summary, _)] = mined(store, "environment")
-    assert kind == "gotcha" and "`pytest` and `python` ran inside the environment `source venv/bin/activate`" \
-        in summary, summary
+    assert kind == "gotcha" and "Here `pytest`, `pip` and `python` ran inside the environment `source venv/bin/" \
+        "activate` sets up" in summary, summary
     told = after(engram_home, S2, f"cd {CWD} && pytest specs/ --spec", "Error: (eval):1: command not found: pytest")
     assert memory_id in told and "`source venv/bin/activate && pytest …`" in told, told
     assert memory_id in after(engram_home, S3, "python3 -m pytest specs", "/opt/homebrew/bin/python3: No module "
                                                                            "named pytest")
     assert after(engram_home, S4, "uv sync", "zsh:1: command not found: uv") == ""  # it ran outside the venv
+    # A run outside it that failed for want of something (BookMinder's `pip3 install --user pre-commit`): told;
+    # one that ran and failed on its own (a test failed), or one inside the environment: not.
+    managed = after(engram_home, S5, "pip3 install --user pre-commit",
+                    "Error: [notice] A new release of pip is available: 24.2 -> 25.1.1\nerror: externally-managed-"
+                    "environment\n\n× This environment is externally managed")
+    assert memory_id in managed, managed
+    assert after(engram_home, S4, "pytest specs/", "FAILED specs/cli_spec.py::test_list - assert 2 == 3") == ""
+    assert after(engram_home, S4, "source venv/bin/activate && python -m pytest",
+                 "ModuleNotFoundError: No module named 'ebooklib'") == ""
     # A later session runs `pytest` bare and clean (the project's shell has the environment now): not told again.
     later = Conversation(S5, cwd=CWD, start="2026-11-03T10:00:00")
     later.user("Run the specs")

@@ -105,6 +105,10 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
         call = later[i]
         if not call.failed:
             resolved = i
+            # Another go right after it, clean too: the session was not done (a `| tail` hid jest's "Can't find a
+            # root directory"); what it went on to is what it settled on.
+            while resolved + 1 in tries and not later[resolved + 1].failed:
+                resolved += 1
             break
         if call.error and same_failure(call_signature(call.tool, call.target, call.error), failure.signature):
             continue  # a retry: the same failure again
@@ -113,7 +117,12 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
             break
     if resolved is None:
         return None
-    by, between = later[resolved], later[:resolved]
+    # The failed command itself ran clean later in the round: another way of running it was not what got past
+    # the failure (a `pytest.ini` edit made `pytest specs/` find the specs); what changed before it is.
+    again = next((i for i in tries if i > resolved and not later[i].failed
+                  and command_shown(later[i].target, 10_000) == core), None)
+    resolved = resolved if again is None else again
+    by, between = later[resolved], [c for i, c in enumerate(later[:resolved]) if i not in tries]  # not other goes
     setup = [c.target for c in between if c.tool == "Bash" and not c.failed and c.target and not inspects(c)
              and any(k.startswith("cmd:") for k in command_keys(c.target))]
     edits = list(dict.fromkeys(c.target for c in between if c.tool in _EDITS and c.target and not c.failed))

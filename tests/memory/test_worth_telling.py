@@ -357,6 +357,44 @@ def test_a_test_run_that_ran_nothing_teaches_the_call_that_runs_the_tests_told_b
     assert fix_id in told and "pnpm --filter api exec jest" in told, told
 
 
+def test_a_go_that_ran_clean_and_was_tried_again_at_once_is_not_the_fix(engram_home: Path,
+                                                                       projects_dir: Path) -> None:
+    """cipher-box's `pnpm … exec jest --config apps/api/jest.config.js … | tail -30` printed "Error: Can't find a
+    root directory" (the pipe hid its status) and the session ran `cd apps/api && npx jest …` right after: the fix
+    told was the first, which fails. What the session went on to, right after a clean go, is what it settled on."""
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Run the email OTP spec")
+    c.bash("pnpm --filter @cipherbox/api test -- --testPathPattern=email-otp 2>&1 | tail -20", JEST_RAN_NONE)
+    c.bash("pnpm --filter @cipherbox/api exec jest --config apps/api/jest.config.js --testPathPattern=email-otp 2>&1 "
+           "| tail -30", "Error: Can't find a root directory while resolving a config file path.\nProvided path to "
+           "resolve: apps/api/jest.config.js")
+    c.bash("cd apps/api && npx jest --testPathPattern=email-otp 2>&1 | tail -30", "Tests: 9 passed, 9 total")
+    c.say("All 9 pass.", end_turn=True)
+    write_conversations(projects_dir, c)
+    [(_, _, summary, _)] = mined(process(), "error_fix")
+    assert "What fixed it: `cd apps/api && npx jest --testPathPattern=email-otp" in summary, summary
+
+
+def test_the_failed_command_running_clean_later_in_the_round_is_not_fixed_by_another_way_of_running_it(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder's `pytest specs/ --spec` collected 0 items; an explicit spec file ran, then `pytest.ini` was
+    written and `pytest specs/ --spec` itself ran clean. The lesson told two months later was "what fixed it:
+    `pytest specs/apple_books/library_spec.py --spec`" before a bare `pytest` that collected its specs: stale
+    from the moment it was learned. The failed command running clean later is what got past it."""
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Run the specs")
+    c.bash("source venv/bin/activate && pytest specs/ --spec", "collected 0 items\n\n=== no tests ran in 0.01s ===",
+           error=True)
+    c.bash("source venv/bin/activate && pytest specs/apple_books/library_spec.py --spec", "4 passed in 0.02s")
+    c.write(f"{CWD}/pytest.ini", "[pytest]\npython_files = *_spec.py")
+    c.bash("source venv/bin/activate && pytest specs/ --spec", "4 passed in 0.02s")
+    c.say("Done.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    assert not [m for m in mined(store, "error_fix") if "library_spec.py" in m[2]], mined(store, "error_fix")
+    assert "library_spec" not in before(engram_home, S2, "Bash", {"command": "pytest specs/ --spec"})
+
+
 @pytest.mark.parametrize(("ran", "told"), [
     ("source .venv/bin/activate && python -m pytest specs/ --cov", True),  # BookMinder's own call
     ("source .venv/bin/activate && ruff check .", False),  # pytest never ran in that environment

@@ -106,8 +106,11 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
         if not call.failed:
             resolved = i
             # Another go right after it, clean too: the session was not done (a `| tail` hid jest's "Can't find a
-            # root directory"); what it went on to is what it settled on.
-            while resolved + 1 in tries and not later[resolved + 1].failed:
+            # root directory"); what it went on to is what it settled on. Not past a go that began with a `cd`:
+            # the shell stays there, so the goes after it ran there without saying so (`cd apps/api && node -e …`,
+            # then `node -e …` with another user).
+            while resolved + 1 in tries and not later[resolved + 1].failed \
+                    and not (later[resolved].target or "").lstrip().startswith("cd "):
                 resolved += 1
             break
         if call.error and same_failure(call_signature(call.tool, call.target, call.error), failure.signature):

@@ -370,9 +370,20 @@ def test_a_go_that_ran_clean_and_was_tried_again_at_once_is_not_the_fix(engram_h
            "resolve: apps/api/jest.config.js")
     c.bash("cd apps/api && npx jest --testPathPattern=email-otp 2>&1 | tail -30", "Tests: 9 passed, 9 total")
     c.say("All 9 pass.", end_turn=True)
-    write_conversations(projects_dir, c)
-    [(_, _, summary, _)] = mined(process(), "error_fix")
-    assert "What fixed it: `cd apps/api && npx jest --testPathPattern=email-otp" in summary, summary
+    # Not past a go that began with a `cd`: the shell stayed in `apps/api` for the goes after it (cipher-box's
+    # `node -e` with `pg`, which only `apps/api` has).
+    node = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    node.user("Delete the test user's vault")
+    node.bash("node -e \"const { Client } = require('pg'); new Client({user: 'cipherbox'}).connect()\"",
+              "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop/[eval]", error=True)
+    node.bash("cd apps/api && node -e \"const { Client } = require('pg'); new Client({user: 'cipherbox'}).connect()\"",
+              "password authentication failed for user \"cipherbox\"")
+    node.bash("node -e \"const { Client } = require('pg'); new Client({user: 'postgres'}).connect()\"", "Deleted 1")
+    node.say("Deleted.", end_turn=True)
+    write_conversations(projects_dir, c, node)
+    summaries = sorted(m[2] for m in mined(process(), "error_fix"))
+    assert "What fixed it: `cd apps/api && npx jest --testPathPattern=email-otp" in summaries[1], summaries
+    assert "What fixed it: `cd apps/api && node -e" in summaries[0], summaries
 
 
 def test_the_failed_command_running_clean_later_in_the_round_is_not_fixed_by_another_way_of_running_it(

@@ -122,8 +122,9 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
         return None
     # The failed command itself ran clean later in the round: another way of running it was not what got past
     # the failure (a `pytest.ini` edit made `pytest specs/` find the specs); what changed before it is.
+    failed_as_run = " ".join((failure.call.target or "").split())  # whole: a script's lines, a `cd` first
     again = next((i for i in tries if i > resolved and not later[i].failed
-                  and command_shown(later[i].target, 10_000) == core), None)
+                  and " ".join((later[i].target or "").split()) == failed_as_run), None)
     resolved = resolved if again is None else again
     by, between = later[resolved], [c for i, c in enumerate(later[:resolved]) if i not in tries]  # not other goes
     setup = [c.target for c in between if c.tool == "Bash" and not c.failed and c.target and not inspects(c)

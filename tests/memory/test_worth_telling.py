@@ -374,11 +374,11 @@ def test_a_go_that_ran_clean_and_was_tried_again_at_once_is_not_the_fix(engram_h
     # `node -e` with `pg`, which only `apps/api` has).
     node = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
     node.user("Delete the test user's vault")
-    node.bash("node -e \"const { Client } = require('pg'); new Client({user: 'cipherbox'}).connect()\"",
-              "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop/[eval]", error=True)
-    node.bash("cd apps/api && node -e \"const { Client } = require('pg'); new Client({user: 'cipherbox'}).connect()\"",
-              "password authentication failed for user \"cipherbox\"")
-    node.bash("node -e \"const { Client } = require('pg'); new Client({user: 'postgres'}).connect()\"", "Deleted 1")
+    script = "node -e \"\nconst { Client } = require('pg');\nnew Client({user: '%s'}).connect()\n\""  # its lines
+    node.bash(script % "cipherbox", "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop/[eval]", error=True)
+    node.bash("cd apps/api && " + script % "cipherbox", "password authentication failed for user \"cipherbox\"")
+    for _ in range(2):
+        node.bash(script % "postgres", "Deleted 1 vault(s)")
     node.say("Deleted.", end_turn=True)
     write_conversations(projects_dir, c, node)
     summaries = sorted(m[2] for m in mined(process(), "error_fix"))

@@ -110,10 +110,7 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
     if on_disk and _os.path.isdir(_os.path.join(root, wanted)):
         return []
     found = []
-    for entry in entries:
-        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, str) for v in entry)):
-            continue
-        path, date, first_session = entry
+    for path, date, first_session in _entries(entries):
         if path == wanted:
             return []  # the project had that very folder
         above, _, its_name = path.rpartition("/")
@@ -124,9 +121,8 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
     if len(found) != 1:
         return []
     path, date = found[0]
-    shown = root.rstrip("/") + "/" + path if root and missed.startswith("/") else path
     return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's folder of that number "
-                                   f"is `{shown}/` (worked on {date[:10]}).")]
+                                   f"is `{_shown(path, missed, root)}/` (worked on {date[:10]}).")]
 
 
 def file_name(path: str) -> str | None:
@@ -142,6 +138,16 @@ def relative(path: str, root: str | None) -> str:
     while path.startswith("./"):
         path = path[2:]
     return path
+
+
+def _entries(entries: list) -> list[list[str]]:
+    """The map's well-formed entries of a name: [path below the project's folder, day, first session]."""
+    return [e for e in entries if isinstance(e, list) and len(e) == 3 and all(isinstance(v, str) for v in e)]
+
+
+def _shown(path: str, missed: str, root: str | None) -> str:
+    """A path of the project as the call named the one it missed: absolute when that was (a Read takes no other)."""
+    return root.rstrip("/") + "/" + path if root and missed.startswith("/") and not path.startswith("/") else path
 
 
 def _closeness(path: str, missed: str) -> int:
@@ -166,10 +172,7 @@ def where_lines(missed: str, entries: list, root: str | None, session_id: str) -
     if on_disk and _os.path.exists(_os.path.join(root, wanted)):
         return []  # it is there: the call failed for another reason
     found: list[tuple[int, str, str]] = []
-    for entry in entries:
-        if not (isinstance(entry, list) and len(entry) == 3 and all(isinstance(v, str) for v in entry)):
-            continue
-        path, date, first_session = entry
+    for path, date, first_session in _entries(entries):
         if path == wanted:
             return []  # the project had that very file: it went since, and the others of its name are other files
         if first_session == session_id or path.rpartition("/")[2] != name:
@@ -182,6 +185,5 @@ def where_lines(missed: str, entries: list, root: str | None, session_id: str) -
     if not found or (len(found) > 1 and found[0][0] == found[1][0]):
         return []  # `index.ts` in two folders that fit as well: no way to say which was meant
     _, path, date = found[0]
-    shown = root.rstrip("/") + "/" + path if root and missed.startswith("/") and not path.startswith("/") else path
-    return [("where:" + path, f"- `{missed}` is not there: this project's `{name}` is `{shown}` "
+    return [("where:" + path, f"- `{missed}` is not there: this project's `{name}` is `{_shown(path, missed, root)}` "
                               f"(worked on {date[:10]}).")]

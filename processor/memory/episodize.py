@@ -414,9 +414,33 @@ class Episodizer:
         found = routine(project, {sid: tasks_of(tool_call_sql.session_calls(self.conn, sid),
                                                tool_call_sql.prompt_times(self.conn, sid)) for sid in recent},
                         forbidden_commands(rules))
-        meta_key = f"routine:{project}"
+        return 0 if found is None else self._replace_project_memory(project, f"routine:{project}", found,
+                                                                    "close-out routine")
+
+    def refresh_environment(self, project: str) -> int:
+        """The environment the project's tools run in (``processor.memory.environments.run_inside``) as a memory,
+        made or superseded when it changed and retired when no program is left; returns 1 when one was stored."""
+        stamp = tool_call_sql.project_stamp(self.conn, project)
+        if self._environment_stamps.get(project) == stamp:
+            return 0
+        self._environment_stamps[project] = stamp
+        found = run_inside(tool_call_sql.clean_commands_with(self.conn, project, None, ENVIRONMENT_COMMANDS))
+        meta_key = f"environment:{project}"
+        if found is not None:
+            return self._replace_project_memory(project, meta_key, environment_finding(project, found, now_ms()),
+                                                "environment")
         previous = sql.get_meta(self.conn, meta_key)
-        if found is None or found.id == previous or sql.get_episode(self.conn, found.id) is not None:
+        if previous:
+            with write_transaction(self.conn):
+                self._retire(previous, "", now_ms(), "no program of the project was last run inside it any more")
+                sql.set_meta(self.conn, meta_key, "")
+        return 0
+
+    def _replace_project_memory(self, project: str, meta_key: str, found: Finding, what: str) -> int:
+        """The one memory of its kind a project has (its close-out routine, the environment its tools run in),
+        named by `meta_key`: stored when it changed, superseding the one before; returns 1 when it was stored."""
+        previous = sql.get_meta(self.conn, meta_key)
+        if found.id == previous or sql.get_episode(self.conn, found.id) is not None:
             return 0
         [blob] = self.store.vectors_for([found.full_content])
         stamp_ms = now_ms()
@@ -429,41 +453,7 @@ class Episodizer:
             if previous and (old := sql.get_episode(self.conn, previous)) is not None and old.status == "active":
                 sql.supersede(self.conn, previous, found.id, stamp_ms)
             sql.set_meta(self.conn, meta_key, found.id)
-        log.info("close-out routine of %s: %s", project, found.summary)
-        return 1
-
-    def refresh_environment(self, project: str) -> int:
-        """The environment the project's tools run in (``processor.memory.environments.run_inside``) as a memory,
-        made or superseded when it changed and retired when no program is left; returns 1 when one was stored."""
-        stamp = tool_call_sql.project_stamp(self.conn, project)
-        if self._environment_stamps.get(project) == stamp:
-            return 0
-        self._environment_stamps[project] = stamp
-        found = run_inside(tool_call_sql.clean_commands(self.conn, project, ENVIRONMENT_COMMANDS))
-        meta_key = f"environment:{project}"
-        previous = sql.get_meta(self.conn, meta_key)
-        made = environment_finding(project, found, now_ms()) if found is not None else None
-        if (made is None and not previous) or (made is not None and (made.id == previous or sql.get_episode(
-                self.conn, made.id) is not None)):
-            return 0
-        blob = self.store.vectors_for([made.full_content])[0] if made is not None else None
-        stamp_ms = now_ms()
-        with write_transaction(self.conn):
-            old = sql.get_episode(self.conn, previous) if previous else None
-            if made is None:
-                if old is not None and old.status == "active":
-                    self._retire(old.id, "", stamp_ms, "no program of the project runs only inside it any more")
-                sql.set_meta(self.conn, meta_key, "")
-                return 0
-            if sql.get_episode(self.conn, made.id) is not None:
-                return 0  # stored meanwhile by another builder of this backfill
-            self.store.record_model()
-            sql.insert_episode(self.conn, made.episode(None, project, stamp_ms), blob)
-            origins_sql.set_origin(self.conn, made.id, made.miner)
-            if old is not None and old.status == "active":
-                sql.supersede(self.conn, old.id, made.id, stamp_ms)
-            sql.set_meta(self.conn, meta_key, made.id)
-        log.info("environment of %s: %s", project, made.summary)
+        log.info("%s of %s: %s", what, project, found.summary)
         return 1
 
     def _supersede(self, rowids: list[int]) -> None:

@@ -94,22 +94,14 @@ def project_sessions_with_calls(conn: apsw.Connection, project: str, limit: int)
     return [row[0] for row in rows]
 
 
-def clean_commands(conn: apsw.Connection, project: str | None, limit: int) -> list[str]:
-    """The project's newest shell commands that ran clean, the newest first."""
+def clean_commands_with(conn: apsw.Connection, project: str | None, text: str | None,
+                        limit: int = 500) -> list[str]:
+    """The project's newest shell commands that ran clean, the newest first: those that contain `text`
+    (``source .venv/bin/activate``: what the project runs inside that environment), or all (None)."""
     rows = conn.execute(
         "SELECT t.target FROM tool_calls t JOIN sessions s ON s.session_id = t.session_id "
         "WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 AND t.target IS NOT NULL "
-        "ORDER BY t.rowid DESC LIMIT ?", (project, limit))
-    return [row[0] for row in rows]
-
-
-def clean_commands_with(conn: apsw.Connection, project: str | None, text: str, limit: int = 500) -> list[str]:
-    """The project's newest shell commands that contain `text` and ran clean (``source .venv/bin/activate``:
-    what the project runs inside that environment)."""
-    rows = conn.execute(
-        "SELECT t.target FROM tool_calls t JOIN sessions s ON s.session_id = t.session_id "
-        "WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 AND instr(t.target, ?) > 0 "
-        "ORDER BY t.rowid DESC LIMIT ?", (project, text, limit))
+        "AND (? IS NULL OR instr(t.target, ?) > 0) ORDER BY t.rowid DESC LIMIT ?", (project, text, text, limit))
     return [row[0] for row in rows]
 
 
@@ -126,10 +118,10 @@ def files_worked_on(conn: apsw.Connection, project: str | None, tools: tuple[str
     return [(row[0], row[1], row[2]) for row in rows]
 
 
-def project_stamp(conn: apsw.Connection, project: str | None) -> int:
+def project_stamp(conn: apsw.Connection, project: str) -> int:
     """The newest tool call of the project's sessions (its rowid): changes whenever one of them makes a call."""
     row = conn.execute("SELECT coalesce(max(t.rowid), 0) FROM tool_calls t JOIN sessions s "
-                       "ON s.session_id = t.session_id WHERE s.project IS ?", (project,)).fetchone()
+                       "ON s.session_id = t.session_id WHERE s.project = ?", (project,)).fetchone()
     return row[0]
 
 

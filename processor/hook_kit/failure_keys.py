@@ -198,7 +198,7 @@ def wants_environment(error: str) -> bool:
     return any(cue in lowered for cue in _WANTS)
 
 
-def _not_found(line: str) -> str | None:
+def missing_program_of(line: str) -> str | None:
     """The program a short "not found" line names, whichever shell said it: zsh's ``command not found: psql``,
     bash's ``psql: command not found``, sh's ``psql: not found``, pnpm's ``Command "biome" not found``."""
     words = line.split()
@@ -219,8 +219,8 @@ def _not_found(line: str) -> str | None:
 def _lines_match(a: str, b: str) -> bool:
     if a == b:
         return True
-    missing = _not_found(a)
-    if missing is not None and missing == _not_found(b):
+    missing = missing_program_of(a)
+    if missing is not None and missing == missing_program_of(b):
         return True  # the same program not found, told by another shell
     left, right = a.split(), b.split()
     if len(left) != len(right) or len(left) < 5:

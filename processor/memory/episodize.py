@@ -10,6 +10,7 @@ become episodes of their own (signals), and once a project's session has ended i
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from processor.capture import signals
 from processor.clock import now_ms
 from processor.hook_kit.hook_io import EDITING
 from processor.memory import supersede
+from processor.memory.absent_programs import absent_programs, runs_bare
+from processor.memory.absent_programs import finding as absent_finding
 from processor.memory.commit_hooks import configured_runner
 from processor.memory.environments import finding as environment_finding
 from processor.memory.environments import run_inside
@@ -58,6 +61,8 @@ PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog
 SLICE_PAGE_MESSAGES = 256
 ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
 ENVIRONMENT_COMMANDS = 2_000  # a project's newest clean shell commands read for the environment its tools run in
+NOT_FOUND_FAILURES = 500  # a project's newest failed shell calls read for the programs not installed where it runs
+NOT_FOUND = ("not found", "exit code 127")  # what such a failure says, in lower case
 
 
 @dataclass
@@ -108,6 +113,7 @@ class Episodizer:
         self.conn = store.conn
         self._routine_stamps: dict[str, int] = {}  # project → its newest tool call when its routine was read
         self._environment_stamps: dict[str, int] = {}  # … and when the environment its tools run in was
+        self._absent_stamps: dict[str, int] = {}  # … and when the programs not installed where it runs were
 
     def episodize(self, session_id: str | None = None, final: bool = False,
                   max_pieces: int = EPISODE_SLICE_PIECES) -> int:
@@ -296,7 +302,7 @@ class Episodizer:
             sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
         if final and not plan.more and project:
-            added += self.refresh_routine(project) + self.refresh_environment(project)
+            added += self.refresh_routine(project) + self.refresh_environment(project) + self.refresh_absent(project)
         return added
 
     def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
@@ -435,6 +441,45 @@ class Episodizer:
                 self._retire(previous, "", now_ms(), "no program of the project was last run inside it any more")
                 sql.set_meta(self.conn, meta_key, "")
         return 0
+
+    def refresh_absent(self, project: str) -> int:
+        """The programs not installed where the project's sessions run (``processor.memory.absent_programs``), a
+        memory each: made or replaced when what it says changed, retired once the program ran clean here; returns
+        how many were stored."""
+        stamp = tool_call_sql.project_stamp(self.conn, project)
+        if self._absent_stamps.get(project) == stamp:
+            return 0
+        self._absent_stamps[project] = stamp
+        failed = tool_call_sql.failed_commands_saying(self.conn, project, NOT_FOUND, NOT_FOUND_FAILURES)
+
+        def runs_clean(program: str) -> bool:
+            return any(runs_bare(command, program) for command in
+                       tool_call_sql.clean_commands_with(self.conn, project, program, ENVIRONMENT_COMMANDS))
+
+        found = absent_programs(failed, runs_clean, self._same_prompt_after, project)
+        list_key = f"absent:{project}"
+        before = json.loads(sql.get_meta(self.conn, list_key) or "[]")
+        added = sum(self._replace_project_memory(project, f"{list_key}:{absent.program}",
+                                                 absent_finding(project, absent, now_ms()), "not installed")
+                    for absent in found)
+        now = [absent.program for absent in found]
+        with write_transaction(self.conn):
+            for program in before:
+                if program not in now and (previous := sql.get_meta(self.conn, f"{list_key}:{program}")):
+                    self._retire(previous, "", now_ms(), f"`{program}` ran clean here")
+                    sql.set_meta(self.conn, f"{list_key}:{program}", "")
+            if before != now:
+                sql.set_meta(self.conn, list_key, json.dumps(now))
+        return added
+
+    def _same_prompt_after(self, call: StoredToolCall) -> list[StoredToolCall]:
+        """The calls its session made after `call`, up to the session's next prompt."""
+        at = call.ts_ms or 0
+        following = next((t for t in tool_call_sql.prompt_times(self.conn, call.session_id) if t > at), None)
+        calls = tool_call_sql.session_calls(self.conn, call.session_id, since_ms=at,
+                                            until_ms=None if following is None else following - 1)
+        ids = [c.tool_use_id for c in calls]
+        return calls[ids.index(call.tool_use_id) + 1:] if call.tool_use_id in ids else calls
 
     def _replace_project_memory(self, project: str, meta_key: str, found: Finding, what: str) -> int:
         """The one memory of its kind a project has (its close-out routine, the environment its tools run in),

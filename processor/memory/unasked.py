@@ -43,11 +43,12 @@ from processor.store.episodes import Episode
 
 PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
 # What was mined from tool calls has its own moment, the call (before it, or right after the same failure): an
-# error's fix, a lesson, a fact about a file, the close-out routine, the environment the project's tools run in.
+# error's fix, a lesson, a fact about a file, the close-out routine, the environment the project's tools run in,
+# a program not installed where it runs.
 # A prompt that merely shares words with it is not that moment; the user's decisions and rules, and what was
 # stored on purpose, are told at prompts.
 AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "tool_limit", "routine", "recipe", "correction", "file",
-                           "environment"})
+                           "environment", "absent"})
 # A standing instruction mined from the user's words is told in the digest of the project's next sessions and
 # before the call it forbids (its guard), not at a prompt that shares its words: a prompt about branches ("switch
 # to the phase 12 branch") already says what a rule about branches would; the held-out readers found none of

@@ -32,7 +32,8 @@ is also filed under the failure key of each other program the project ran clean 
 program not found (``"like"``: whose fix it was; ``processor/memory/environments.py``); so is the memory of
 the environment the project's tools were run in (``"ran"``: its set-up), under each of those programs: told
 after it is not found, or after a run of it outside that set-up failed for want of something (a module, the
-environment: ``processor/hook_kit/failure_keys.py`` ``wants_environment``).
+environment: ``processor/hook_kit/failure_keys.py`` ``wants_environment``). A program not installed where the
+project's sessions run (``processor/memory/absent_programs.py``) is filed under its "not found" the same way.
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index
@@ -248,8 +249,10 @@ class LessonIndex:
             if told >= MAX_BITES or not pushable(ep, origin):
                 continue
             # The session it was learned in: that session has it in its context already and is not told.
-            # A recipe's steps, and a user's rule, are told whole (the rule up to a digest line's length).
-            entry = {"id": ep.id, "bite": bite_of(ep, RECIPE_ROOM if origin in ("recipe", "standing") else BITE_CHARS),
+            # A recipe's steps, a user's rule and what did a missing program's job are told whole (the rule up to
+            # a digest line's length).
+            room = RECIPE_ROOM if origin in ("recipe", "standing", "absent") else BITE_CHARS
+            entry = {"id": ep.id, "bite": bite_of(ep, room),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             if origin == "file":  # how the user wants a file worked on: told when it is changed, not read
@@ -275,6 +278,12 @@ class LessonIndex:
                             fails.append({**entry, "sig": missing_signatures(name), "ran": activation})
                             placed = True
                 told += placed
+                continue
+            if origin == "absent":  # a program not installed where the project runs: told right after it is not found
+                fails = filed.setdefault("fail:" + ep.entities[0], []) if ep.entities else []
+                if ep.entities and len(fails) < FIXES_PER_KEY:
+                    fails.append({**entry, "sig": missing_signatures(ep.entities[0])})
+                    told += 1
                 continue
             ways = fixes.get(ep.id, [])
             if ways and any(missing_paths(fix.fix or "", root) for fix in ways[:1]):

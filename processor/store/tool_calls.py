@@ -105,6 +105,18 @@ def clean_commands_with(conn: apsw.Connection, project: str | None, text: str | 
     return [row[0] for row in rows]
 
 
+def failed_commands_saying(conn: apsw.Connection, project: str | None, needles: tuple[str, ...],
+                           limit: int = 500) -> list[StoredToolCall]:
+    """The project's newest failed shell calls whose error holds one of `needles` (lower case: ``not found``),
+    the newest first."""
+    said = " OR ".join("instr(lower(t.error), ?) > 0" for _ in needles) or "0"
+    rows = conn.execute(
+        f"SELECT {', '.join('t.' + c.strip() for c in _COLUMNS.split(','))} FROM tool_calls t JOIN sessions s "
+        f"ON s.session_id = t.session_id WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 1 "
+        f"AND t.error IS NOT NULL AND ({said}) ORDER BY t.rowid DESC LIMIT ?", (project, *needles, limit))
+    return [_call(row) for row in rows]
+
+
 def files_worked_on(conn: apsw.Connection, project: str | None, tools: tuple[str, ...],
                     limit: int) -> list[tuple[str, str, int]]:
     """The files the project's sessions read or changed and the tool did not fail on (`tools`: Read, Edit, …):

@@ -516,6 +516,60 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     assert after(engram_home, S4, "pytest specs/", "Error: (eval):1: command not found: pytest") == ""
 
 
+def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_its_job(engram_home: Path,
+                                                                                       projects_dir: Path) -> None:
+    """cipher-box's sessions reached for `psql` (and `docker`) where neither is installed: "(eval):1: command not
+    found: psql", or only "Exit code 127" when its message went to /dev/null. The session got the rows with the
+    project's own `pg` client from `apps/api`; the next sessions met "command not found: psql" again and were told
+    nothing. A program met not found that no session here ran is told right after it is not found again, with the
+    call that did its job; never a program found after an activation or an `export PATH=`, never one run only on
+    another machine (`ssh host "docker ps"`) or where a pipe hid its failure, and not once it runs clean here."""
+    query = "SELECT ipns_name, latest_cid FROM folder_ipns LIMIT 10;"
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Check the DB for cached IPNS CIDs")
+    first.bash(f'PGPASSWORD=postgres psql -h 192.168.133.114 -U postgres -d cipherbox -c "{query}" 2>/dev/null',
+               "Exit code 127", error=True)
+    first.bash("which psql 2>&1", "psql not found", error=True)
+    first.bash("curl -s -X POST http://localhost:3001/reset", "ok")
+    first.bash(f"cd {CWD}/apps/api && node -e \"\nconst {{ Client }} = require('pg');\nconst c = new Client("
+               "{host:'192.168.133.114',user:'postgres',password:'postgres',database:'cipherbox'});\n"
+               f"c.connect().then(() => c.query('{query}')).then(r => console.log(r.rows))\n\"",
+               "[ { ipns_name: 'k51qzi5uqu5d', latest_cid: 'bafy' } ]")
+    first.bash("docker ps --format '{{.Names}}' 2>/dev/null | grep -i ipfs || echo 'No IPFS container running'",
+               "No IPFS container running")
+    first.bash('ssh root@76.13.151.200 "cd /opt/cipherbox/docker && docker compose ps postgres"', "postgres Up")
+    first.bash("docker compose up -d", "Exit code 127\n(eval):1: command not found: docker", error=True)
+    first.bash("uv sync", "Exit code 127\n(eval):1: command not found: uv", error=True)
+    first.bash('export PATH="$HOME/.local/bin:$PATH" && uv sync', "Resolved 12 packages")
+    first.say("The table has one cached CID.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    found = {summary.split("`")[1]: (memory_id, summary) for memory_id, _, summary, status in mined(store, "absent")
+             if status == "active"}
+    assert sorted(found) == ["docker", "psql"], found  # `uv` ran once PATH had it; `docker` never ran here
+    psql_id, psql = found["psql"]
+    assert psql.startswith("`psql` is not installed where this project's sessions run (not found on 2026-11-01; "
+                           "no session here ran it). What did its job instead: `cd apps/api && node -e"), psql
+    assert "192.168.133.114" in psql and "password:'postgres'" not in psql, psql  # redacted like everything
+    told = after(engram_home, S2, 'psql -h localhost -U cipherbox -d cipherbox -c "SELECT 1"',
+                 "Exit code 127\n(eval):1: command not found: psql")
+    assert psql_id in told and "require('pg')" in told, told
+    assert found["docker"][0] in after(engram_home, S2, "docker compose logs api", "zsh:1: command not found: docker")
+    uv = after(engram_home, S3, "uv sync", "zsh:1: command not found: uv")  # its fix is told, not "not installed"
+    assert "export PATH=" in uv and "not installed" not in uv, uv
+    assert after(engram_home, S3, "psql -h localhost", "psql: error: connection refused") == ""  # it ran: not this
+    # A later session has psql: it ran clean here, so what was said of it is retired.
+    later = Conversation(S4, cwd=CWD, start="2026-11-03T10:00:00")
+    later.user("Count the users")
+    later.bash('psql -h 192.168.133.114 -U postgres -d cipherbox -c "SELECT count(*) FROM users"', " count\n 3")
+    later.say("Three users.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    store = process()
+    statuses = {summary.split("`")[1]: status for _, _, summary, status in mined(store, "absent")}
+    assert statuses == {"psql": "stale", "docker": "active"}, statuses
+    assert after(engram_home, S5, "psql -c 'SELECT 1'", "zsh:1: command not found: psql") == ""
+
+
 def after_read(home: Path, session: str, path: str, error: str = "File does not exist.", cwd: str = CWD) -> str:
     return run_hook("tool_failure.py", home, {
         "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": cwd, "tool_name": "Read",

@@ -1,0 +1,174 @@
+"""Which programs are not installed where a project's sessions run, and what did their job instead.
+
+An agent reaches for the tool it knows: ``psql`` to look at the database, ``docker compose up`` to start the
+services. Where the project's sessions run, some of those are simply not there, and every new session meets
+"command not found: psql" again, then spends a few calls finding what the last one found: that the database is
+queried with the ``pg`` client the project already has (``cd apps/api && node -e "…require('pg')…"``).
+
+A program is absent here when a session of the project met it not found (the shell's "command not found", or a
+shell call that said only "Exit code 127") and no session of the project ever ran it, bare, clean — neither
+before nor since (a program found after ``source .venv/bin/activate`` or an ``export PATH=`` is there: that is
+``processor/memory/environments.py``'s and the error fixes' business). What did its job instead is the first
+clean shell call after it, before the next prompt, that runs another program on the same things: two or more of
+the failed command's own words (the host, the database, the query's table), never one that only looks for the
+program (``which psql``, ``--version``).
+
+One ``gotcha`` memory a program and project (miner ``absent``), made by the episodizer as the environment's is,
+replaced when what it says changed (another day it was not found, another way round it), and retired the
+moment the program runs clean here. It is told only right after that program is not found again
+(``processor/recall/lesson_index.py``): a moment the agent has already met it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from processor.clock import utc_date
+from processor.hook_kit.failure_keys import call_signature, missing_program_of
+from processor.memory.command_text import command_told
+from processor.memory.failed_calls import inspects
+from processor.memory.findings import Finding
+from processor.memory.identity import episode_id
+from processor.memory.kinds import scope_for
+from processor.redaction import redact
+from processor.store.tool_calls import StoredToolCall
+
+MAX_DAYS = 3  # the days it was not found, newest first, as the memory says them
+INSTEAD_CHARS = 220
+MIN_SHARED = 2  # the failed command's own words a call must share to be doing its job
+# What a shell runs a command through or under: the program is the word after them.
+_PREFIXES = frozenset({"sudo", "time", "exec", "env", "command", "nohup", "xargs"})
+_SEARCHES = frozenset({"which", "type", "whereis"})  # a call that looks for a program does not do its job
+_SEPARATORS = re.compile(r"(&&|\|\||;|\||\n|\$\(|`)")
+_QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*(?:\"|$)|'[^']*(?:'|$)")  # to its end when cut before it closes
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{3,}")
+
+
+@dataclass(frozen=True)
+class Absent:
+    """A program the project's sessions met not found and never ran: when, and what did its job instead."""
+
+    program: str
+    days: tuple[str, ...]  # the days it was not found, newest first
+    instead: StoredToolCall | None  # the newest call that did its job after it was not found
+    failed: tuple[StoredToolCall, ...]  # its not-found calls, newest first
+
+
+def not_found_program(call: StoredToolCall) -> str | None:
+    """The program a failed shell call says was not found, when the command runs it (``fatal: remote origin not
+    found`` names no program the command ran)."""
+    if call.tool != "Bash" or not call.failed or not call.error:
+        return None
+    for line in call_signature(call.tool, call.target, call.error):
+        program = missing_program_of(line)
+        if program and program in programs_run(call.target or ""):
+            return program
+    return None
+
+
+def _unquoted(command: str) -> str:
+    """The command with its quoted spans blanked: what runs elsewhere (``ssh host "docker ps"``) or is an
+    argument (``node -e "…"``) is not a step of this shell's."""
+    return _QUOTED.sub(" ", command)
+
+
+def _steps(command: str) -> list[tuple[str, bool]]:
+    """Each step of a shell command as (its program, whether the command's clean exit proves that step ran clean):
+    a step piped into another, or followed by ``|| fallback``, may have failed under a clean exit."""
+    parts = _SEPARATORS.split(_unquoted(command))  # steps and, between them, the separators
+    found: list[tuple[str, bool]] = []
+    for index in range(0, len(parts), 2):
+        words = [w for w in parts[index].split() if w not in ("(", ")", "{", "}", "do", "then", "else", "!")]
+        while words and (_ASSIGNMENT.match(words[0]) or words[0] in _PREFIXES):
+            words = words[1:]
+        after = parts[index + 1] if index + 1 < len(parts) else ""
+        if words:
+            found.append((words[0], after not in ("||", "|")))
+    return found
+
+
+def programs_run(command: str) -> list[str]:
+    """The programs a shell command runs, each as the first word of a step of it (past ``VAR=value``, ``sudo``
+    and the like): ``PGPASSWORD=x psql …`` runs psql; ``which psql`` runs which; ``/usr/bin/psql`` runs a path."""
+    return list(dict.fromkeys(program for program, _ in _steps(command)))
+
+
+def runs_bare(command: str, program: str) -> bool:
+    """Whether a command that exited clean ran `program` by its name, clean: not by a path, not as what `which`
+    looks for, not on another machine (``ssh host "…"``), not where a pipe or an ``|| echo`` hid its failure."""
+    return any(step == program and proven for step, proven in _steps(command))
+
+
+def _own_words(command: str, program: str, root: str | None) -> set[str]:
+    """A command's words that say what it works on (the host, the database, a table), not where it ran or how."""
+    line = " ".join(command.split())
+    if root:
+        line = line.replace(root, " ")
+    return {w.strip(".:-").lower() for w in _WORD.findall(line) if w.lower() != program} - {""}
+
+
+def instead_of(failed: StoredToolCall, later: Iterable[StoredToolCall], program: str,
+               root: str | None) -> StoredToolCall | None:
+    """The first clean shell call of `later` (the same prompt's calls after `failed`) that did what `failed`
+    meant to with another program: it shares ``MIN_SHARED`` of its own words and is no search for the program."""
+    wanted = _own_words(failed.target or "", program, root)
+    if len(wanted) < MIN_SHARED:
+        return None
+    for call in later:
+        if call.tool != "Bash" or call.failed or not call.target or inspects(call):
+            continue
+        runs = programs_run(call.target)
+        if program in runs or _SEARCHES & set(runs):
+            continue
+        if len(wanted & _own_words(call.target, program, root)) >= MIN_SHARED:
+            return call
+    return None
+
+
+def absent_programs(failed: list[StoredToolCall], runs_clean: Callable[[str], bool],
+                    later_calls: Callable[[StoredToolCall], list[StoredToolCall]],
+                    root: str | None) -> list[Absent]:
+    """From the project's failed shell calls (the newest first): the programs met not found that never ran clean
+    here (`runs_clean`: whether the project ever ran it, bare, clean), each with what did its job instead
+    (`later_calls`: the calls after a failed one, up to its session's next prompt)."""
+    by_program: dict[str, list[StoredToolCall]] = {}
+    for call in failed:
+        program = not_found_program(call)
+        if program and program[:1].isalpha():
+            by_program.setdefault(program, []).append(call)
+    found: list[Absent] = []
+    for program, calls in sorted(by_program.items()):
+        if runs_clean(program):
+            continue
+        days = tuple(dict.fromkeys(utc_date(c.ts_ms) for c in calls if c.ts_ms))[:MAX_DAYS]
+        instead = next((done for call in calls if (done := instead_of(call, later_calls(call), program, root))),
+                       None)
+        found.append(Absent(program, days, instead, tuple(calls)))
+    return found
+
+
+def _said(days: tuple[str, ...]) -> str:
+    oldest_first = sorted(days)
+    return oldest_first[0] if len(days) == 1 else ", ".join(oldest_first[:-1]) + " and " + oldest_first[-1]
+
+
+def finding(project: str, absent: Absent, at_ms: int) -> Finding:
+    """The memory of a program not installed where the project's sessions run: told right after it is not found
+    again (its entities: the program, and what did its job as a command)."""
+    text = f"`{absent.program}` is not installed where this project's sessions run"
+    text += f" (not found on {_said(absent.days)}; no session here ran it)." if absent.days else "."
+    entities = [absent.program]
+    if absent.instead is not None:
+        done = command_told(" ".join((absent.instead.target or "").split()), INSTEAD_CHARS, project)
+        text += f" What did its job instead: `{done}`."
+        entities.append(f"$ {done}")
+    text = redact(text)
+    sources = [u for call in (*absent.failed[:2], absent.instead) if call is not None
+               for u in (call.use_uuid, call.result_uuid) if u]
+    return Finding(id=episode_id(f"absent:{project}:{text}"), kind="gotcha", summary=text, full_content=text,
+                   entities=[redact(e) for e in entities], source_uuids=list(dict.fromkeys(sources)),
+                   created_at=absent.failed[0].ts_ms if absent.failed and absent.failed[0].ts_ms else at_ms,
+                   miner="absent", scope=scope_for(None, project))

@@ -75,6 +75,8 @@ class Mined:
     findings: dict[str, Finding] = field(default_factory=dict)  # by episode id
     failures: list[tuple[Failure, Finding | None]] = field(default_factory=list)
     calls: list[StoredToolCall] = field(default_factory=list)  # the session's calls the rounds read, in order
+    # Fixes a later round of the session replaced: the same failure came back and was got past another way.
+    replaced: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,8 @@ class Episodizer:
         if self._told_by_another(found, project):
             return  # this way of failing already has its memory (or had one, forgotten)
         episode = found.episode(session_id, project, stamp)
+        if self._got_past_again(found, episode, session_id, mined):
+            return
         known = sql.get_episode(self.conn, episode.id)
         if ((known is not None and (known.status != "stale" or found.failure is None))
                 or sql.active_with_hash(self.conn, episode.content_hash, memories_only=True)
@@ -257,6 +261,29 @@ class Episodizer:
             return
         mined.episodes.append(episode)
         mined.findings[episode.id] = found
+
+    def _got_past_again(self, found: Finding, episode: NewEpisode, session_id: str, mined: Mined) -> bool:
+        """A way of failing this session already learned a fix of, met again in a later round and got past another
+        way: what got past it the first time did not hold (BookMinder ran one spec file by name; the next round
+        `pytest specs/` still collected nothing until `pytest.ini` said where the specs are). The later way
+        replaces the earlier one — planned in this slice, or stored by an earlier slice of the session."""
+        if found.failure is None or not found.failure.session_fixed:
+            return False
+        earlier = next((i for i, e in enumerate(mined.episodes) if e.id == episode.id), None)
+        if earlier is not None:
+            if mined.episodes[earlier].content_hash != episode.content_hash:
+                mined.episodes[earlier] = episode
+                mined.findings[episode.id] = found
+                mined.replaced.add(episode.id)
+            return True
+        known = sql.get_episode(self.conn, episode.id)
+        if known is None or known.status != "active" or known.session_id != session_id \
+                or known.content_hash == episode.content_hash:
+            return False
+        mined.episodes.append(episode)
+        mined.findings[episode.id] = found
+        mined.replaced.add(episode.id)
+        return True
 
     def _told_by_another(self, found: Finding, project: str | None) -> bool:
         """A way of failing that already has its memory (or had one, forgotten), other than this finding."""
@@ -296,6 +323,11 @@ class Episodizer:
                 elif known is not None and known.status == "stale" and found.failure is not None \
                         and not self._told_by_another(found, project):
                     self._relearn(known, episode, blob, session_id, stamp)
+                elif known is not None and episode.id in plan.mined.replaced and known.status == "active":
+                    sql.rewrite_episode(self.conn, known.id, episode, blob)  # got past another way, later
+                    cold_sql.record_action(self.conn, stamp, "mining", "active", episode_id=known.id,
+                                           detail=f"got past another way later in session {session_id}: "
+                                                  f"{redact(episode.summary[:120])}")
             self._record_failures(session_id, project, plan.mined)
             self._note_runs(session_id, project, plan.mined.calls)
             self._retire_unneeded_fixes(session_id, project, plan.mined.calls, stamp)
@@ -312,6 +344,11 @@ class Episodizer:
             row = failures_sql.record(self.conn, project, failure.fail_key, failure.key, failure.signature,
                                       session_id, failure.call.result_ts_ms or failure.call.ts_ms,
                                       redact(failure.error_line))
+            if lesson is not None and lesson.id in mined.replaced:  # a later round's way is the fix it tells
+                lesson = mined.findings[lesson.id]
+                if lesson.failure is not None and sql.get_episode(self.conn, lesson.id) is not None:
+                    failures_sql.relink(self.conn, row.id, lesson.id, redact(lesson.failure.fix), lesson.failure.uses)
+                continue
             if lesson is not None and lesson.failure is not None:
                 # Its memory, or the same words made elsewhere and pulled here (shared memory): a copy that kept
                 # this lesson from being stored again tells it instead.

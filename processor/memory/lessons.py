@@ -74,14 +74,30 @@ class Fix:
         return tuple(dict.fromkeys(new))[:6]
 
     def how(self, root: str | None) -> str:
-        """What fixed it, in a line: the setup, then the changed (or same) command (`root`: the project's folder)."""
+        """What fixed it, in a line: the setup, then the changed (or same) command (`root`: the project's folder);
+        files changed on the way first (``changing `pytest.ini`, then `pytest --spec` ran clean``)."""
         command = f"`{command_told(self.resolved_by.target, root=root)}`"
         steps = [f"`{command_told(step, 80, root)}`" for step in self.setup[:3]]
-        if self.edits and not steps and not self.changed_command:
-            return "changing " + ", ".join(f"`{e}`" for e in self.edits[:3]) + f", then {command} ran clean"
+        if self.edits and not steps:
+            changed = EDIT_FIX + ", ".join(f"`{_relative(e, root)}`" for e in self.edits[:3])
+            return f"{changed}, then {command}" + ("" if self.changed_command else " ran clean")
         if steps:
             return ", then ".join(steps) + f", then {command}" + ("" if self.changed_command else " again")
         return command
+
+
+EDIT_FIX = "changing "  # how a fix that changed the project's files begins
+
+
+def fixed_by_editing(fix: str | None) -> bool:
+    """Whether a fix (as ``Fix.how`` says it) changed the project's files: the change is in the project now, so
+    the failure comes back only if it is undone — told right after it, never before the command."""
+    return (fix or "").startswith(EDIT_FIX)
+
+
+def _relative(path: str, root: str | None) -> str:
+    top = (root or "").rstrip("/") + "/"
+    return path[len(top):] if root and path.startswith(top) else path
 
 
 def _words(command: str) -> list[str]:
@@ -149,10 +165,10 @@ def findings(round_: Round) -> list[Finding]:
     recipe = recipe_of(failures, in_round, replies, round_.project)
     lessons: list[Finding] = undone_staging(in_round, round_.project)[:1] + ([recipe] if recipe else [])
     seen: set[str] = {lesson.id for lesson in lessons}
-    for failure in failures:
-        later = in_round[in_round.index(failure.call) + 1:]
-        fix = _fix(failure, later, replies)
-        if fix is None:
+    fixes = {id(failure): _fix(failure, in_round[in_round.index(failure.call) + 1:], replies) for failure in failures}
+    for index, failure in enumerate(failures):
+        fix = fixes[id(failure)]
+        if fix is None or _came_back(failure, failures[index + 1:], fixes):
             continue
         hook = hook_failure(failure.call.target, failure.call.error)
         if hook is not None:
@@ -177,6 +193,16 @@ _MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory
 # a relative path that worked from the project's folder fails after an earlier `cd` moved it.
 _CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute paths: an earlier `cd` had moved "
            "the shell")
+
+
+def _came_back(failure: Failure, after: list[Failure], fixes: dict[int, Fix | None]) -> bool:
+    """Whether the same failure came back later in the round and the session got past it then: what got past it
+    the first time did not hold (an explicit spec file ran, `pytest specs/` still collected nothing until
+    `pytest.ini` said where the specs are); the last time's fix is the lesson. Not a slip got past by typing the
+    path right, nor a retry: those teach nothing, so they cannot say the first fix was not it."""
+    return any(other.fail_key == failure.fail_key and same_failure(other.signature, failure.signature)
+               and (fix := fixes[id(other)]) is not None and not retry_only(fix) and not wrong_path(fix)
+               for other in after)
 
 
 def retry_only(fix: Fix) -> bool:

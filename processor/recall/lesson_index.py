@@ -72,6 +72,7 @@ from processor.memory.facts import statement_of
 from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import forbidden_commands, guard
+from processor.memory.lessons import fixed_by_editing
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.store import episodes as episodes_sql
@@ -303,8 +304,10 @@ class LessonIndex:
                     # A test run that ran nothing failed by how it was asked: told before a run asked the same way
                     # (`--testPathPattern`), not before every run of the tests.
                     entry = {**entry, "asked": asked}
-                if not worth_telling_before(ways) or all(of_the_moment(fix.signature) for fix in ways):
-                    # Before the call only once it recurred, in most sessions that ran the command.
+                if not worth_telling_before(ways) or all(of_the_moment(fix.signature) for fix in ways) \
+                        or all(fixed_by_editing(fix.fix) for fix in ways):
+                    # Before the call only once it recurred, in most sessions that ran the command; never a fix that
+                    # changed the project's files (the change is there now: only its failure says it was undone).
                     keys = [k for k in keys if not k.startswith("cmd:")]
             for key in keys:
                 entries = filed.setdefault(key, [])

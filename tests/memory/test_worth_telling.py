@@ -406,6 +406,59 @@ def test_the_failed_command_running_clean_later_in_the_round_is_not_fixed_by_ano
     assert "library_spec" not in before(engram_home, S2, "Bash", {"command": "pytest specs/ --spec"})
 
 
+COLLECTED_NOTHING = ("Error: ============================= test session starts ==============================\n"
+                     "platform darwin -- Python 3.13.0, pytest-8.3.5, pluggy-1.5.0\nrootdir: /work/shop\n"
+                     "plugins: describe-2.2.0, spec-4.0.0, cov-6.1.1\ncollected 0 items\n\n"
+                     "============================ no tests ran in 0.01s =============================")
+
+
+def test_a_failure_that_came_back_in_a_later_round_is_taught_by_what_got_past_it_then(engram_home: Path,
+                                                                                       projects_dir: Path) -> None:
+    """BookMinder's "can you run the specs?": `pytest specs/ --spec` collected 0 items and one spec file run by
+    name ran. The next prompt ("I had trouble getting the living documentation output. Can we fix it?") met the
+    same "collected 0 items" four times until `pytest.ini` said where the specs are, and `pytest --spec` ran
+    them all. The lesson kept the first round's way round it (run one file by name) and was told before `pytest`
+    weeks later. What got past it the last time is the lesson; being a change to the project's files, it is told
+    right after the same failure, never before the command (the file is there now)."""
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("can you run the specs?")
+    c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
+    c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/apple_books/library_spec.py --spec",
+           "collected 4 items\n\n    ✓ It lists books\n\n4 passed in 0.02s")
+    c.say("All 4 specs pass.", end_turn=True)
+    c.user("I had trouble getting the living documentation output. It looks like you had the same issue. Can we "
+           "fix it?")
+    c.bash(f"cd {CWD} && ls -la specs/", "apple_books")
+    c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
+    c.bash(f"cd {CWD} && source venv/bin/activate && python -m pytest specs/apple_books/library_spec.py --spec -v",
+           "collected 4 items\n\n4 passed in 0.02s")
+    c.write(f"{CWD}/conftest.py", "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))")
+    c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
+    c.write(f"{CWD}/pytest.ini", "[pytest]\ntestpaths = specs\npython_files = *_spec.py")
+    c.bash(f"cd {CWD} && source venv/bin/activate && pytest --spec", "configfile: pytest.ini\n4 passed in 0.02s")
+    c.say("Fixed: pytest.ini tells pytest where the specs are.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    lessons = [summary for _, _, summary, status in mined(store, "error_fix") if "collected 0 items" in summary]
+    assert lessons == ["`source venv/bin/activate && pytest specs/ --spec` failed: collected 0 items What fixed it: "
+                       "changing `pytest.ini`, then `source venv/bin/activate && pytest --spec`."], lessons
+    told = after(engram_home, S2, "source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING)
+    assert "changing `pytest.ini`" in told and "library_spec" not in told, told
+    # Met again in a second session: a way of running things would now be told before the command; a change
+    # to the project's files is not.
+    again = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    again.user("run the specs")
+    again.bash("source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
+    again.write(f"{CWD}/pytest.ini", "[pytest]\ntestpaths = specs\npython_files = *_spec.py")
+    again.bash("source venv/bin/activate && pytest --spec", "4 passed in 0.02s")
+    again.say("Done.", end_turn=True)
+    write_conversations(projects_dir, c, again)
+    store = process()
+    RecollectionWriter(load_settings()).write(store, S3, "u-s3", "Run the specs", project=CWD)
+    asked_again = {"command": "source venv/bin/activate && pytest specs/ --spec"}
+    assert "pytest.ini" not in before(engram_home, S3, "Bash", asked_again)
+
+
 @pytest.mark.parametrize(("ran", "told"), [
     ("source .venv/bin/activate && python -m pytest specs/ --cov", True),  # BookMinder's own call
     ("source .venv/bin/activate && ruff check .", False),  # pytest never ran in that environment

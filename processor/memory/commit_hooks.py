@@ -52,11 +52,17 @@ class HookFailure:
     def lesson(self) -> str:
         """The step that avoids the failure, in a line: the step first (a bite cut to its length keeps it), then
         why."""
-        checks = ", ".join(f"`{c}`" for c in self.checks) if self.checks else "its checks"
-        what = "rewrite files and stop the commit" if self.modified else "stop the commit when they fail"
+        checks = ", ".join(f"`{c}`" for c in self.checks) if self.checks else "checks"
+        if len(self.checks) == 1:
+            what = "rewrites files and stops the commit" if self.modified else "stops the commit when it fails"
+        else:
+            what = "rewrite files and stop the commit" if self.modified else "stop the commit when they fail"
         first = f"run `{self.run_first}`" if self.run_first else f"run the {self.runner} hook's checks"
         staged = " and stage what it changes" if self.modified or self.runner == "pre-commit" else ""
         return f"Before `git commit` here, {first}{staged}: its {self.runner} hook's {checks} {what}"
+
+
+HOOK_RUNNERS = tuple(runner for runner, _ in _CONFIGS)
 
 
 def configured_runner(path: str | None) -> str | None:

@@ -32,7 +32,7 @@ from processor.memory.failure_rates import runs_without_fix
 from processor.memory.findings import Finding, Round
 from processor.memory.guards import forbidden_commands
 from processor.memory.identity import content_hash, episode_id
-from processor.memory.lessons import hook_lesson_id
+from processor.memory.lessons import hook_lesson_id, is_hook_lesson
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
 from processor.memory.stale_fixes import names_removed, ran_clean_without, removed_folders, retirable
@@ -266,7 +266,8 @@ class Episodizer:
         """A way of failing this session already learned a fix of, met again in a later round and got past another
         way: what got past it the first time did not hold (BookMinder ran one spec file by name; the next round
         `pytest specs/` still collected nothing until `pytest.ini` said where the specs are). The later way
-        replaces the earlier one — planned in this slice, or stored by an earlier slice of the session."""
+        replaces the earlier one — planned in this slice, or stored by an earlier slice of the session; and a
+        commit hook's newer refusal, in any session, replaces what an older one said of its checks."""
         if found.failure is None or not found.failure.session_fixed:
             return False
         earlier = next((i for i, e in enumerate(mined.episodes) if e.id == episode.id), None)
@@ -277,8 +278,12 @@ class Episodizer:
                 mined.replaced.add(episode.id)
             return True
         known = sql.get_episode(self.conn, episode.id)
-        if known is None or known.status != "active" or known.session_id != session_id \
-                or known.content_hash == episode.content_hash:
+        # A project's commit hook is one memory whose checks are the newest refusal's: the hook's configuration
+        # changes (BookMinder dropped its whitespace checks; ruff's then refused) and the lesson named the old ones.
+        newer_refusal = is_hook_lesson(episode.id, episode.project) and known is not None \
+            and (episode.created_at or 0) > (known.created_at or 0)
+        if known is None or known.status != "active" or content_hash(known.full_content) == episode.content_hash \
+                or not (known.session_id == session_id or newer_refusal):
             return False
         mined.episodes.append(episode)
         mined.findings[episode.id] = found
@@ -324,7 +329,7 @@ class Episodizer:
                         and not self._told_by_another(found, project):
                     self._relearn(known, episode, blob, session_id, stamp)
                 elif known is not None and episode.id in plan.mined.replaced and known.status == "active":
-                    sql.rewrite_episode(self.conn, known.id, episode, blob)  # got past another way, later
+                    sql.rewrite_episode(self.conn, known.id, episode, blob, dated=True)  # got past another way
                     cold_sql.record_action(self.conn, stamp, "mining", "active", episode_id=known.id,
                                            detail=f"got past another way later in session {session_id}: "
                                                   f"{redact(episode.summary[:120])}")

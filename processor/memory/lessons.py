@@ -37,7 +37,7 @@ from processor.hook_kit.failure_keys import CD_REFUSED, call_signature, failed_c
 from processor.hook_kit.tool_keys import command_keys, path_like
 from processor.memory.bites import fit
 from processor.memory.command_text import command_shown, command_told
-from processor.memory.commit_hooks import HookFailure, hook_failure
+from processor.memory.commit_hooks import HOOK_RUNNERS, HookFailure, hook_failure
 from processor.memory.diagnosis import LESSON_CHARS, diagnosis_in, names_a_tool
 from processor.memory.failed_calls import Failure, failures_of, inspects, same_call, stages_only
 from processor.memory.findings import FailureFix, Finding, Round
@@ -245,6 +245,11 @@ def wrong_path(fix: Fix) -> bool:
 def hook_lesson_id(project: str | None, runner: str) -> str:
     """The memory of a project's commit hook run by `runner` (one a project and runner)."""
     return episode_id(f"commit-hook:{project}:{runner}")
+
+
+def is_hook_lesson(memory_id: str, project: str | None) -> bool:
+    """Whether a memory is the one of a project's commit hook."""
+    return any(memory_id == hook_lesson_id(project, runner) for runner in HOOK_RUNNERS)
 
 
 def _hook_lesson(fix: Fix, hook: HookFailure, project: str | None) -> Finding:

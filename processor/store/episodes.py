@@ -502,11 +502,13 @@ def delete_episodes(conn: apsw.Connection, episode_ids: list[str]) -> None:
     conn.executemany("DELETE FROM episodes WHERE id = ?", [(i,) for i in episode_ids])
 
 
-def rewrite_episode(conn: apsw.Connection, episode_id: str, ep: NewEpisode, embedding: bytes | None) -> None:
-    """New text for a kept id: its status, importance, access history and creation time stay."""
+def rewrite_episode(conn: apsw.Connection, episode_id: str, ep: NewEpisode, embedding: bytes | None,
+                    dated: bool = False) -> None:
+    """New text for a kept id: its status, importance, access history and creation time stay (`dated`: the
+    creation time becomes the new text's, when what it says is as of then)."""
     conn.execute(
         "UPDATE episodes SET summary = ?, full_content = ?, entities = ?, source_uuids = ?, content_hash = ?, "
-        "embedding = ? WHERE id = ?",
+        "embedding = ?, created_at = CASE WHEN ? THEN ? ELSE created_at END WHERE id = ?",
         (ep.summary, ep.full_content, json.dumps(ep.entities), json.dumps(ep.source_uuids), ep.content_hash,
-         embedding, episode_id),
+         embedding, dated, ep.created_at, episode_id),
     )

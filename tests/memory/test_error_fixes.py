@@ -152,7 +152,7 @@ def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(en
     assert len(fixes(store)) == 2
     # A commit hook's refusal teaches the step that avoids it (what the hook runs), never the retry that got past it.
     lesson = ("Before `git commit` here, run `pre-commit run --all-files` and stage what it changes: its pre-commit "
-              "hook's `trailing-whitespace` rewrite files and stop the commit.")
+              "hook's `trailing-whitespace` rewrites files and stops the commit.")
     assert any(summary.startswith(lesson) for _, _, summary, _ in fixes(store)), fixes(store)
     hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
     assert "what fixed it: run `pre-commit run --all-files` before committing" in hook, hook

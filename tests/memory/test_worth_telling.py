@@ -144,7 +144,8 @@ def test_after_a_hook_configuration_edit_its_lesson_waits_for_a_refusal_before_i
         engram_home: Path, projects_dir: Path) -> None:
     """BookMinder removed its whitespace hooks from `.pre-commit-config.yaml` on 05-25; the lesson naming them was
     told before every commit for weeks. After an edit of the runner's configuration, what its refusals taught is
-    told before a commit again only once it refused again in two sessions; right after a refusal, always."""
+    told before a commit again only once it refused again in two sessions; right after a refusal, always; and
+    it names the checks of its newest refusal (ruff's), not those of the first."""
     first, second = (commit_session(S1, "2026-11-01T10:00:00", PRE_COMMIT),
                      commit_session(S2, "2026-11-02T10:00:00", PRE_COMMIT))
     edit = Conversation("35353535-0000-4000-8000-000000000201", cwd=CWD, start="2026-11-03T10:00:00")
@@ -163,7 +164,10 @@ def test_after_a_hook_configuration_edit_its_lesson_waits_for_a_refusal_before_i
     write_conversations(projects_dir, first, second, edit, *again)
     process()
     later = "35353535-0000-4000-8000-000000000299"  # a session not told it yet
-    assert "pre-commit run --all-files" in before(engram_home, later, "Bash", {"command": 'git commit -m "More"'})
+    told = before(engram_home, later, "Bash", {"command": 'git commit -m "More"'})
+    # It names the checks that refuse now, not the ones the configuration dropped.
+    assert "pre-commit run --all-files" in told and "`ruff` rewrites files" in told, told
+    assert "end-of-file-fixer" not in told, told
 
 
 def test_staging_and_committing_again_teaches_nothing(engram_home: Path, projects_dir: Path) -> None:
@@ -426,6 +430,9 @@ def test_a_failure_that_came_back_in_a_later_round_is_taught_by_what_got_past_it
     c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/apple_books/library_spec.py --spec",
            "collected 4 items\n\n    ✓ It lists books\n\n4 passed in 0.02s")
     c.say("All 4 specs pass.", end_turn=True)
+    write_conversations(projects_dir, c)
+    first_round = [summary for _, _, summary, _ in mined(process(), "error_fix") if "collected 0 items" in summary]
+    assert ["library_spec.py" in summary for summary in first_round] == [True], first_round  # stored meanwhile
     c.user("I had trouble getting the living documentation output. It looks like you had the same issue. Can we "
            "fix it?")
     c.bash(f"cd {CWD} && ls -la specs/", "apple_books")

@@ -8,7 +8,8 @@ this order, only what a session should know before its first prompt:
 
 1. where this project's last session stopped: the newest other session of the project, active in the last
    ``CONTINUE_HOURS``, when its todo list (Claude Code's TodoWrite; the Codex CLI's plan, the Gemini CLI's
-   todos, stored alike) still had items in progress or pending — later sessions often begin by continuing;
+   todos, stored alike) still had items in progress or pending — later sessions often begin by continuing; an
+   item it put off for later ("… (future)", "Later: …") is not where it stopped;
 2. this project's rules and decisions in the user's own words (standing instructions and decisions in the
    project's next ``store.digest.RULE_SESSIONS`` sessions after they were said — later a rule is told at the call
    that would break it, a decision at a call or a prompt about what it names; what was stored on purpose), the
@@ -119,11 +120,24 @@ def collect(conn: object, queue_dir: object, project: str | None, now_ms: int, s
     return Digest(stopped, global_high, rules, count_pending(conn, queue_dir), project)
 
 
+# How a todo item says it was put off, not left: "Add more test books when needed (future)", "Later: …".
+DEFERRED = ("(future)", "(later)", "(optional)", "(deferred)", "(someday)", "(nice to have)", "(low priority)",
+            "(backlog)", "(follow-up)", "(if needed)", "(when needed)")
+DEFERRED_STARTS = ("future:", "later:", "optional:", "someday:", "backlog:", "nice to have:", "maybe:")
+
+
+def deferred(item: str) -> bool:
+    """Whether a todo item says it was put off for later: not where the session stopped."""
+    text = item.strip().lower()
+    return text.startswith(DEFERRED_STARTS) or any(cue in text for cue in DEFERRED)
+
+
 def open_todos(todos: str | None) -> list[str]:
-    """The items of a stored todo list (``status: content`` lines) not done: in progress first, then pending."""
+    """The items of a stored todo list (``status: content`` lines) not done and not put off for later: in progress
+    first, then pending."""
     items = [line.partition(": ") for line in (todos or "").splitlines()]
     doing = [text for status, _, text in items if status == "in_progress" and text]
-    pending = [text for status, _, text in items if status == "pending" and text]
+    pending = [text for status, _, text in items if status == "pending" and text and not deferred(text)]
     return [f"in progress: {t}" for t in doing] + [f"pending: {t}" for t in pending]
 
 

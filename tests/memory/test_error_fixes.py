@@ -155,7 +155,8 @@ def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(en
               "hook's `trailing-whitespace` rewrites files and stops the commit.")
     assert any(summary.startswith(lesson) for _, _, summary, _ in fixes(store)), fixes(store)
     hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
-    assert "what fixed it: run `pre-commit run --all-files` before committing" in hook, hook
+    # Said once: the memory's own words name the step.
+    assert f"This failed the same way on 2026-11-01: {lesson}" in hook and hook.count("pre-commit run") == 1, hook
     assert "git add README.md" not in hook and "git config" not in hook, hook
     identity = told(failed(engram_home, S2, 'git commit -m "X"', who))
     assert "git config user.email" in identity and "git add" not in identity

@@ -191,6 +191,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             on = entry.get("on")
             if isinstance(on, list) and tool_name not in on:
                 continue  # told before these tools only (how a file is to be edited: not at a read of it)
+            given = entry.get("unless")
+            if isinstance(given, list) and isinstance(tool_input, dict) and any(k in tool_input for k in given):
+                continue  # the call already does what it says (a Read given a `limit` reads a part of the file)
             line = _io.bite_line(entry)
             if line is not None:
                 found.append((bite_id, line))

@@ -258,8 +258,9 @@ class LessonIndex:
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
             if origin == "file":  # how the user wants a file worked on: told when it is changed, not read
                 entry["on"] = list(hook_io.EDITING)
-            elif origin == "tool_limit":  # a file too big for the read tool: told before a read, not a `git add`
-                entry["on"] = list(hook_io.READING)
+            elif origin == "tool_limit":  # a file too big for the read tool: told before a read, not a `git add`,
+                entry["on"] = list(hook_io.READING)  # and not before one that reads a part of it (`limit`)
+                entry["unless"] = ["limit"]
             placed = False
             keys = [k for k in keys_by_origin(ep, origin, root) if k not in own_names]
             guards = guards_of(ep, origin)

@@ -742,6 +742,9 @@ def test_a_file_too_big_to_read_is_told_before_reading_it_or_its_siblings(engram
     assert kind == "fact" and summary.startswith("`diary/day-004.md` is too big for Read")
     RecollectionWriter(load_settings()).write(store, S2, "u-s2", "And day five?", project=CWD)
     assert "too big for Read" in before(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-005.md"})
+    # Not before a Read that takes a part of it (BookMinder's tail of day-004.md: both readers, "changes nothing").
+    part = {"file_path": f"{CWD}/diary/day-006.md", "offset": 900, "limit": 120}
+    assert before(engram_home, "35353535-0000-4000-8000-000000000009", "Read", part) == ""
     # Not before a call that does not read it whole (BookMinder: told before `git reset claude-dev-log-diary/`).
     assert before(engram_home, S2, "Bash", {"command": "git reset diary/ && git status"}) == ""
 

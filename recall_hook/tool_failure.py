@@ -125,9 +125,9 @@ def _told(entry: dict) -> str | None:
     fix = _io.one_line(fix, _io.MAX_BITE_CHARS)
     said = "" if fix.lower() in bite.lower() or "what fixed it" in bite.lower() else f" {bite}"
     like = entry.get("like")
-    spans = fix.split("`")[1::2]
-    if said and not like and spans and all(span in bite for span in spans):
-        # The memory's words say the fix already ("Before `git commit` here, run `pre-commit run …`"): once.
+    step = max(fix.split("`")[1::2], key=len, default="")
+    if said and not like and step and f"run `{step}`" in bite:
+        # The memory's words say the step already ("Before `git commit` here, run `pre-commit run …`"): once.
         return f"- This failed the same way on {date}: {bite} (id: {entry['id']})"
     if isinstance(like, str) and like:  # another program's "not found", fixed by the environment both run in
         return (f"- `{_io.one_line(like, 40)}` was not found the same way on {date}; what fixed it: {fix}.{said} "

@@ -99,6 +99,12 @@ class _SlicePlan:
         return [p.full_content for p in self.pieces] + [e.full_content for e in self.standing]
 
 
+def _failed_command(entities: list[str]) -> str | None:
+    """The failed command a lesson is about (its ``$ …`` entity): another command that failed alike (`git add` of
+    another missing path) may have failed for another reason, and its fix is not this one's."""
+    return next((e for e in entities if e.startswith("$ ")), None)
+
+
 def _signal_finding(signal: ReadySignal) -> Finding:
     """A commit message, tracker reason or answer as a memory: short, and saying what was decided or fixed, so its
     bite is nearly all of it."""
@@ -266,13 +272,15 @@ class Episodizer:
         """A way of failing this session already learned a fix of, met again in a later round and got past another
         way: what got past it the first time did not hold (BookMinder ran one spec file by name; the next round
         `pytest specs/` still collected nothing until `pytest.ini` said where the specs are). The later way
-        replaces the earlier one — planned in this slice, or stored by an earlier slice of the session; and a
-        commit hook's newer refusal, in any session, replaces what an older one said of its checks."""
+        replaces the earlier one — planned in this slice, or stored by an earlier slice of the session — when it
+        is the same command that failed; and a commit hook's newer refusal, in any session, replaces what an older
+        one said of its checks."""
         if found.failure is None or not found.failure.session_fixed:
             return False
         earlier = next((i for i, e in enumerate(mined.episodes) if e.id == episode.id), None)
         if earlier is not None:
-            if mined.episodes[earlier].content_hash != episode.content_hash:
+            if mined.episodes[earlier].content_hash != episode.content_hash \
+                    and _failed_command(mined.episodes[earlier].entities) == _failed_command(episode.entities):
                 mined.episodes[earlier] = episode
                 mined.findings[episode.id] = found
                 mined.replaced.add(episode.id)
@@ -283,7 +291,8 @@ class Episodizer:
         newer_refusal = is_hook_lesson(episode.id, episode.project) and known is not None \
             and (episode.created_at or 0) > (known.created_at or 0)
         if known is None or known.status != "active" or content_hash(known.full_content) == episode.content_hash \
-                or not (known.session_id == session_id or newer_refusal):
+                or not (newer_refusal or (known.session_id == session_id
+                                          and _failed_command(known.entities) == _failed_command(episode.entities))):
             return False
         mined.episodes.append(episode)
         mined.findings[episode.id] = found

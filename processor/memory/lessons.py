@@ -198,9 +198,12 @@ _CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute
 def _came_back(failure: Failure, after: list[Failure], fixes: dict[int, Fix | None]) -> bool:
     """Whether the same failure came back later in the round and the session got past it then: what got past it
     the first time did not hold (an explicit spec file ran, `pytest specs/` still collected nothing until
-    `pytest.ini` said where the specs are); the last time's fix is the lesson. Not a slip got past by typing the
-    path right, nor a retry: those teach nothing, so they cannot say the first fix was not it."""
+    `pytest.ini` said where the specs are); the last time's fix is the lesson. The same command: another that
+    failed alike (`git add` of another missing path) may have failed for another reason. Not a slip got past by
+    typing the path right, nor a retry: those teach nothing, so they cannot say the first fix was not it."""
+    failed = command_told(failure.call.target)
     return any(other.fail_key == failure.fail_key and same_failure(other.signature, failure.signature)
+               and command_told(other.call.target) == failed  # the same command: not another that failed alike
                and (fix := fixes[id(other)]) is not None and not retry_only(fix) and not wrong_path(fix)
                for other in after)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from processor.clock import utc_date
 from processor.hook_kit.failure_keys import call_signature, missing_program_of
+from processor.hook_kit.tool_keys import RUNNERS
 from processor.memory.command_text import command_told
 from processor.memory.failed_calls import inspects
 from processor.memory.findings import Finding
@@ -85,9 +86,23 @@ def _steps(command: str) -> list[tuple[str, bool]]:
         while words and (_ASSIGNMENT.match(words[0]) or words[0] in _PREFIXES):
             words = words[1:]
         after = parts[index + 1] if index + 1 < len(parts) else ""
+        proven = after not in ("||", "|")
         if words:
-            found.append((words[0], after not in ("||", "|")))
+            found.append((words[0], proven))
+            ran = _run_by(words)
+            if ran:
+                found.append((ran, proven))  # `npx vite build` runs vite: the project has it, in its packages
     return found
+
+
+def _run_by(words: list[str]) -> str | None:
+    """The program a runner runs (``npx vite``, ``uv run pytest``, ``pnpm exec jest``), or None."""
+    if words[0] not in RUNNERS:
+        return None
+    verb = RUNNERS[words[0]]
+    rest = words[words.index(verb) + 1:] if verb and verb in words else [] if verb else words[1:]
+    rest = [w for w in rest if not w.startswith("-")]  # `pnpm --filter web exec vite`: past the verb
+    return rest[0] if rest else None
 
 
 def programs_run(command: str) -> list[str]:

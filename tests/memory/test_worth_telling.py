@@ -601,12 +601,15 @@ def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_
     first.bash("docker compose up -d", "Exit code 127\n(eval):1: command not found: docker", error=True)
     first.bash("uv sync", "Exit code 127\n(eval):1: command not found: uv", error=True)
     first.bash('export PATH="$HOME/.local/bin:$PATH" && uv sync', "Resolved 12 packages")
+    first.bash("jest ipns.service", "Exit code 127\n(eval):1: command not found: jest", error=True)
+    first.bash("pnpm --filter api exec jest ipns.service", "Tests: 12 passed")  # the project has it, in its packages
     first.say("The table has one cached CID.", end_turn=True)
     write_conversations(projects_dir, first)
     store = process()
     found = {summary.split("`")[1]: (memory_id, summary) for memory_id, _, summary, status in mined(store, "absent")
              if status == "active"}
-    assert sorted(found) == ["docker", "psql"], found  # `uv` ran once PATH had it; `docker` never ran here
+    # `uv` ran once PATH had it, `jest` through pnpm; `docker` never ran here
+    assert sorted(found) == ["docker", "psql"], found
     psql_id, psql = found["psql"]
     assert psql.startswith("`psql` is not installed where this project's sessions run (not found on 2026-11-01; "
                            "no session here ran it). What did its job instead: `cd apps/api && node -e"), psql

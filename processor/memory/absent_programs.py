@@ -77,8 +77,8 @@ def _unquoted(command: str) -> str:
 
 
 def _steps(command: str) -> list[tuple[str, bool]]:
-    """Each step of a shell command as (its program, whether the command's clean exit proves that step ran clean):
-    a step piped into another, or followed by ``|| fallback``, may have failed under a clean exit."""
+    """Each step of a shell command as (its program, whether the command's clean exit proves that step ran clean);
+    a runner's step also as the program it runs."""
     parts = _SEPARATORS.split(_unquoted(command))  # steps and, between them, the separators
     found: list[tuple[str, bool]] = []
     for index in range(0, len(parts), 2):
@@ -86,7 +86,9 @@ def _steps(command: str) -> list[tuple[str, bool]]:
         while words and (_ASSIGNMENT.match(words[0]) or words[0] in _PREFIXES):
             words = words[1:]
         after = parts[index + 1] if index + 1 < len(parts) else ""
-        proven = after not in ("||", "|")
+        # A clean exit proves nothing of a step with a fallback (`|| echo`), nor of one piped on with its errors
+        # thrown away (`2>/dev/null | grep`): `| tail` shows what it said, so the session would have seen it.
+        proven = after != "||" and not (after == "|" and "/dev/null" in parts[index])
         if words:
             found.append((words[0], proven))
             ran = _run_by(words)
@@ -112,8 +114,9 @@ def programs_run(command: str) -> list[str]:
 
 
 def runs_bare(command: str, program: str) -> bool:
-    """Whether a command that exited clean ran `program` by its name, clean: not by a path, not as what `which`
-    looks for, not on another machine (``ssh host "…"``), not where a pipe or an ``|| echo`` hid its failure."""
+    """Whether a command that exited clean ran `program` by its name (or through a runner: ``npx vite``), clean:
+    not by a path, not as what `which` looks for, not on another machine (``ssh host "…"``), not where an ``||
+    echo`` or a pipe that threw its errors away hid its failure."""
     return any(step == program and proven for step, proven in _steps(command))
 
 

@@ -164,11 +164,11 @@ def findings(round_: Round) -> list[Finding]:
     failures = failures_of(in_round)
     recipe = recipe_of(failures, in_round, replies, round_.project)
     lessons: list[Finding] = undone_staging(in_round, round_.project)[:1] + ([recipe] if recipe else [])
-    seen: set[str] = {lesson.id for lesson in lessons}
-    fixes = {id(failure): _fix(failure, in_round[in_round.index(failure.call) + 1:], replies) for failure in failures}
-    for index, failure in enumerate(failures):
-        fix = fixes[id(failure)]
-        if fix is None or _came_back(failure, failures[index + 1:], fixes):
+    first = {lesson.id for lesson in lessons}
+    learned: dict[str, Finding] = {}  # by id: the same way of failing met again later in the round replaces it
+    for failure in failures:
+        fix = _fix(failure, in_round[in_round.index(failure.call) + 1:], replies)
+        if fix is None:
             continue
         hook = hook_failure(failure.call.target, failure.call.error)
         if hook is not None:
@@ -177,13 +177,16 @@ def findings(round_: Round) -> list[Finding]:
             continue  # what every session does anyway (re-stage, run it again; type the path right): no lesson
         else:
             lesson = _lesson(fix, round_.project)
-        if lesson is None or lesson.id in seen or lesson.summary in seen:
+        if lesson is None or lesson.id in first or any(lesson.summary == other.summary for other in learned.values()):
             continue
-        seen.update((lesson.id, lesson.summary))
-        lessons.append(lesson)
-        if len(lessons) >= MAX_LESSONS_PER_ROUND:
-            break
-    return lessons
+        if lesson.id not in learned and len(lessons) + len(learned) >= MAX_LESSONS_PER_ROUND:
+            continue
+        # The same failure came back and the session got past it again: what got past it the first time did not
+        # hold (one spec file run by name; `pytest specs/` still collected nothing until `pytest.ini` said where
+        # the specs are). The way the round settled on is the lesson.
+        learned.pop(lesson.id, None)
+        learned[lesson.id] = lesson
+    return lessons + list(learned.values())
 
 
 # What an error says when a path the command named does not exist: the command was mistyped, not the project.
@@ -193,19 +196,6 @@ _MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory
 # a relative path that worked from the project's folder fails after an earlier `cd` moved it.
 _CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute paths: an earlier `cd` had moved "
            "the shell")
-
-
-def _came_back(failure: Failure, after: list[Failure], fixes: dict[int, Fix | None]) -> bool:
-    """Whether the same failure came back later in the round and the session got past it then: what got past it
-    the first time did not hold (an explicit spec file ran, `pytest specs/` still collected nothing until
-    `pytest.ini` said where the specs are); the last time's fix is the lesson. The same command: another that
-    failed alike (`git add` of another missing path) may have failed for another reason. Not a slip got past by
-    typing the path right, nor a retry: those teach nothing, so they cannot say the first fix was not it."""
-    failed = command_told(failure.call.target)
-    return any(other.fail_key == failure.fail_key and same_failure(other.signature, failure.signature)
-               and command_told(other.call.target) == failed  # the same command: not another that failed alike
-               and (fix := fixes[id(other)]) is not None and not retry_only(fix) and not wrong_path(fix)
-               for other in after)
 
 
 def retry_only(fix: Fix) -> bool:

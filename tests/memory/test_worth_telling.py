@@ -439,6 +439,9 @@ def test_a_failure_that_came_back_in_a_later_round_is_taught_by_what_got_past_it
     c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
     c.bash(f"cd {CWD} && source venv/bin/activate && python -m pytest specs/apple_books/library_spec.py --spec -v",
            "collected 4 items\n\n4 passed in 0.02s")
+    c.bash(f"cd {CWD} && source venv/bin/activate && python -m pytest specs/ --spec", COLLECTED_NOTHING, error=True)
+    c.bash(f"cd {CWD} && source venv/bin/activate && PYTHONPATH=. pytest specs/apple_books/library_spec.py -v",
+           "collected 4 items\n\n4 passed in 0.02s")  # another command got past it another way: not settled yet
     c.write(f"{CWD}/conftest.py", "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))")
     c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
     c.write(f"{CWD}/pytest.ini", "[pytest]\ntestpaths = specs\npython_files = *_spec.py")

@@ -61,6 +61,7 @@ PAGE_MESSAGES = 2_000  # messages read per step when turning a session's backlog
 SLICE_PAGE_MESSAGES = 256
 ROUTINE_SESSIONS = 30  # a project's newest sessions read for its close-out routine
 ENVIRONMENT_COMMANDS = 2_000  # a project's newest clean shell commands read for the environment its tools run in
+SESSION_RECIPES = 2_000  # a session's newest episodes looked through for a recipe a later round showed wrong
 NOT_FOUND_FAILURES = 500  # a project's newest failed shell calls read for the programs not installed where it runs
 NOT_FOUND = ("not found", "exit code 127")  # what such a failure says, in lower case
 
@@ -77,6 +78,7 @@ class Mined:
     calls: list[StoredToolCall] = field(default_factory=list)  # the session's calls the rounds read, in order
     # Fixes a later round of the session replaced: the same failure came back and was got past another way.
     replaced: set[str] = field(default_factory=set)
+    retired_recipes: set[str] = field(default_factory=set)  # … and the session's stored recipes through it
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,19 @@ class _SlicePlan:
     @property
     def texts(self) -> list[str]:
         return [p.full_content for p in self.pieces] + [e.full_content for e in self.standing]
+
+
+def _drop_recipes_through(mined: Mined, lesson_sources: list[str]) -> None:
+    """Take out of the slice a recipe with a step past this lesson's failure (its first sources: the failed
+    call's lines): the session met it again after the recipe and got past it another way, so the recipe's way
+    round it was not the way (its other steps are told by their own fixes)."""
+    failed = set(lesson_sources[:2])
+    dropped = {episode_id for episode_id, found in mined.findings.items()
+               if found.miner == "recipe" and failed & set(found.source_uuids)}
+    if dropped:
+        mined.episodes = [e for e in mined.episodes if e.id not in dropped]
+        for episode_id in dropped:
+            mined.findings.pop(episode_id, None)
 
 
 def _failed_command(entities: list[str]) -> str | None:
@@ -281,9 +296,11 @@ class Episodizer:
         if earlier is not None:
             if mined.episodes[earlier].content_hash != episode.content_hash \
                     and _failed_command(mined.episodes[earlier].entities) == _failed_command(episode.entities):
+                first_way = mined.episodes[earlier].source_uuids
                 mined.episodes[earlier] = episode
                 mined.findings[episode.id] = found
                 mined.replaced.add(episode.id)
+                _drop_recipes_through(mined, first_way)
             return True
         known = sql.get_episode(self.conn, episode.id)
         # A project's commit hook is one memory whose checks are the newest refusal's: the hook's configuration
@@ -297,6 +314,12 @@ class Episodizer:
         mined.episodes.append(episode)
         mined.findings[episode.id] = found
         mined.replaced.add(episode.id)
+        if not newer_refusal:  # the session's recipe that went round it the first time: stored, to be retired
+            failed = set(known.source_uuids[:2])
+            mined.retired_recipes |= {ep.id for ep in sql.episodes_by_id(
+                self.conn, list(sql.newest_session_episode_ids(self.conn, session_id, SESSION_RECIPES)))
+                if ep.status == "active" and failed & set(ep.source_uuids)
+                and origins_sql.origins(self.conn, [ep.id]).get(ep.id) == "recipe"}
         return True
 
     def _told_by_another(self, found: Finding, project: str | None) -> bool:
@@ -342,6 +365,11 @@ class Episodizer:
                     cold_sql.record_action(self.conn, stamp, "mining", "active", episode_id=known.id,
                                            detail=f"got past another way later in session {session_id}: "
                                                   f"{redact(episode.summary[:120])}")
+            for recipe_id in plan.mined.retired_recipes:
+                cold_sql.set_status(self.conn, recipe_id, "stale", stamp)
+                cold_sql.record_action(self.conn, stamp, "mining", "stale", episode_id=recipe_id,
+                                       detail=f"a step's failure came back later in session {session_id} and was "
+                                              "got past another way")
             self._record_failures(session_id, project, plan.mined)
             self._note_runs(session_id, project, plan.mined.calls)
             self._retire_unneeded_fixes(session_id, project, plan.mined.calls, stamp)

@@ -426,13 +426,16 @@ def test_a_failure_that_came_back_in_a_later_round_is_taught_by_what_got_past_it
     right after the same failure, never before the command (the file is there now)."""
     c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     c.user("can you run the specs?")
+    c.bash(f"cd {CWD} && pytest specs/ --spec", "Error: (eval):1: command not found: pytest", error=True)
     c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING, error=True)
     c.bash(f"cd {CWD} && source venv/bin/activate && pytest specs/apple_books/library_spec.py --spec",
            "collected 4 items\n\n    ✓ It lists books\n\n4 passed in 0.02s")
     c.say("All 4 specs pass.", end_turn=True)
     write_conversations(projects_dir, c)
-    first_round = [summary for _, _, summary, _ in mined(process(), "error_fix") if "collected 0 items" in summary]
+    store = process()
+    first_round = [summary for _, _, summary, _ in mined(store, "error_fix") if "collected 0 items" in summary]
     assert ["library_spec.py" in summary for summary in first_round] == [True], first_round  # stored meanwhile
+    assert ["library_spec.py" in summary for _, _, summary, _ in mined(store, "recipe")] == [True]
     c.user("I had trouble getting the living documentation output. It looks like you had the same issue. Can we "
            "fix it?")
     c.bash(f"cd {CWD} && ls -la specs/", "apple_books")
@@ -450,6 +453,7 @@ def test_a_failure_that_came_back_in_a_later_round_is_taught_by_what_got_past_it
     write_conversations(projects_dir, c)
     store = process()
     lessons = [summary for _, _, summary, status in mined(store, "error_fix") if "collected 0 items" in summary]
+    assert [status for _, _, _, status in mined(store, "recipe")] == ["stale"]  # its way round it was not the way
     assert lessons == ["`source venv/bin/activate && pytest specs/ --spec` failed: collected 0 items What fixed it: "
                        "changing `pytest.ini`, then `source venv/bin/activate && pytest --spec`."], lessons
     told = after(engram_home, S2, "source venv/bin/activate && pytest specs/ --spec", COLLECTED_NOTHING)

@@ -36,7 +36,7 @@ from processor.memory.kinds import scope_for
 from processor.redaction import redact
 from processor.store.tool_calls import StoredToolCall
 
-MAX_DAYS = 3  # the days it was not found, newest first, as the memory says them
+MAX_DAYS = 3  # the newest days it was not found, as the memory says them
 INSTEAD_CHARS = 220
 MIN_SHARED = 2  # the failed command's own words a call must share to be doing its job
 # What a shell runs a command through or under: the program is the word after them.
@@ -53,7 +53,7 @@ class Absent:
     """A program the project's sessions met not found and never ran: when, and what did its job instead."""
 
     program: str
-    days: tuple[str, ...]  # the days it was not found, newest first
+    days: tuple[str, ...]  # the days it was not found, the newest ``MAX_DAYS``
     instead: StoredToolCall | None  # the newest call that did its job after it was not found
     failed: tuple[StoredToolCall, ...]  # its not-found calls, newest first
 
@@ -101,9 +101,10 @@ def _run_by(words: list[str]) -> str | None:
     """The program a runner runs (``npx vite``, ``uv run pytest``, ``pnpm exec jest``), or None."""
     if words[0] not in RUNNERS:
         return None
-    verb = RUNNERS[words[0]]
-    rest = words[words.index(verb) + 1:] if verb and verb in words else [] if verb else words[1:]
-    rest = [w for w in rest if not w.startswith("-")]  # `pnpm --filter web exec vite`: past the verb
+    verb = RUNNERS[words[0]]  # `npx vite`: none; `pnpm --filter web exec vite`: past its `exec`
+    if verb and verb not in words:
+        return None
+    rest = [w for w in words[words.index(verb) + 1 if verb else 1:] if not w.startswith("-")]
     return rest[0] if rest else None
 
 

@@ -9,9 +9,9 @@ A program is absent here when a session of the project met it not found (the she
 shell call that said only "Exit code 127") and no session of the project ever ran it, bare, clean — neither
 before nor since (a program found after ``source .venv/bin/activate`` or an ``export PATH=`` is there: that is
 ``processor/memory/environments.py``'s and the error fixes' business). What did its job instead is the first
-clean shell call after it, before the next prompt, that runs another program on the same things: two or more of
+clean shell call after it, before the next prompt, that runs another program on the same things — two or more of
 the failed command's own words (the host, the database, the query's table), never one that only looks for the
-program (``which psql``, ``--version``).
+program (``which psql``, ``--version``) —, the last such: the way the session settled on.
 
 One ``gotcha`` memory a program and project (miner ``absent``), made by the episodizer as the environment's is,
 replaced when what it says changed (another day it was not found, another way round it), and retired the
@@ -131,20 +131,24 @@ def _own_words(command: str, program: str, root: str | None) -> set[str]:
 
 def instead_of(failed: StoredToolCall, later: Iterable[StoredToolCall], program: str,
                root: str | None) -> StoredToolCall | None:
-    """The first clean shell call of `later` (the same prompt's calls after `failed`) that did what `failed`
-    meant to with another program: it shares ``MIN_SHARED`` of its own words and is no search for the program."""
+    """The clean shell call of `later` (the same prompt's calls after `failed`) that did what `failed` meant to
+    with another program — it shares ``MIN_SHARED`` of its own words and is no search for the program —, the last
+    one with the program the first one used: the way the session settled on (its first `node -e` with the `pg`
+    client exited 0 on "password authentication failed"; the ones after it used the right user)."""
     wanted = _own_words(failed.target or "", program, root)
     if len(wanted) < MIN_SHARED:
         return None
+    done, doer = None, None
     for call in later:
         if call.tool != "Bash" or call.failed or not call.target or inspects(call):
             continue
         runs = programs_run(call.target)
         if program in runs or _SEARCHES & set(runs):
             continue
-        if len(wanted & _own_words(call.target, program, root)) >= MIN_SHARED:
-            return call
-    return None
+        main = next((run for run in reversed(runs) if run != "cd"), None)
+        if (doer is None or main == doer) and len(wanted & _own_words(call.target, program, root)) >= MIN_SHARED:
+            done, doer = call, main
+    return done
 
 
 def absent_programs(failed: list[StoredToolCall], runs_clean: Callable[[str], bool],
@@ -177,8 +181,8 @@ def _said(days: tuple[str, ...]) -> str:
 def finding(project: str, absent: Absent, at_ms: int) -> Finding:
     """The memory of a program not installed where the project's sessions run: told right after it is not found
     again (its entities: the program, and what did its job as a command)."""
-    text = f"`{absent.program}` is not installed where this project's sessions run"
-    text += f" (not found on {_said(absent.days)}; no session here ran it)." if absent.days else "."
+    text = f"`{absent.program}` is not on the PATH of this project's sessions"
+    text += f": not found on {_said(absent.days)}, never run here by that name." if absent.days else "."
     entities = [absent.program]
     if absent.instead is not None:
         done = command_told(" ".join((absent.instead.target or "").split()), INSTEAD_CHARS, project)

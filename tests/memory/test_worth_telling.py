@@ -599,6 +599,10 @@ def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_
     first.bash("which psql 2>&1", "psql not found", error=True)
     first.bash("curl -s -X POST http://localhost:3001/reset", "ok")
     first.bash(f"cd {CWD}/apps/api && node -e \"\nconst {{ Client }} = require('pg');\nconst c = new Client("
+               "{host:'192.168.133.114',user:'cipherbox',database:'cipherbox'});\n"
+               f"c.connect().then(() => c.query('{query}')).catch(e => console.log(e.message))\n\"",
+               'password authentication failed for user "cipherbox"')  # exited 0: the next go is the way
+    first.bash(f"cd {CWD}/apps/api && node -e \"\nconst {{ Client }} = require('pg');\nconst c = new Client("
                "{host:'192.168.133.114',user:'postgres',password:'postgres',database:'cipherbox'});\n"
                f"c.connect().then(() => c.query('{query}')).then(r => console.log(r.rows))\n\"",
                "[ { ipns_name: 'k51qzi5uqu5d', latest_cid: 'bafy' } ]")
@@ -618,9 +622,10 @@ def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_
     # `uv` ran once PATH had it, `jest` through pnpm; `docker` never ran here
     assert sorted(found) == ["docker", "psql"], found
     psql_id, psql = found["psql"]
-    assert psql.startswith("`psql` is not installed where this project's sessions run (not found on 2026-11-01; "
-                           "no session here ran it). What did its job instead: `cd apps/api && node -e"), psql
-    assert "192.168.133.114" in psql and "password:'postgres'" not in psql, psql  # redacted like everything
+    assert psql.startswith("`psql` is not on the PATH of this project's sessions: not found on 2026-11-01, never "
+                           "run here by that name. What did its job instead: `cd apps/api && node -e"), psql
+    assert "user:'postgres'" in psql and "192.168.133.114" in psql, psql  # the go the session settled on
+    assert "password:'postgres'" not in psql, psql  # redacted like everything
     told = after(engram_home, S2, 'psql -h localhost -U cipherbox -d cipherbox -c "SELECT 1"',
                  "Exit code 127\n(eval):1: command not found: psql")
     assert psql_id in told and "require('pg')" in told, told

@@ -56,6 +56,7 @@ class Absent:
     days: tuple[str, ...]  # the days it was not found, the newest ``MAX_DAYS``
     instead: StoredToolCall | None  # the newest call that did its job after it was not found
     failed: tuple[StoredToolCall, ...]  # its not-found calls, newest first
+    instead_in: str | None = None  # the `cd` the shell was left in when that call ran
 
 
 def not_found_program(call: StoredToolCall) -> str | None:
@@ -130,25 +131,33 @@ def _own_words(command: str, program: str, root: str | None) -> set[str]:
 
 
 def instead_of(failed: StoredToolCall, later: Iterable[StoredToolCall], program: str,
-               root: str | None) -> StoredToolCall | None:
+               root: str | None) -> tuple[StoredToolCall, str | None] | None:
     """The clean shell call of `later` (the same prompt's calls after `failed`) that did what `failed` meant to
-    with another program — it shares ``MIN_SHARED`` of its own words and is no search for the program —, the last
-    one with the program the first one used: the way the session settled on (its first `node -e` with the `pg`
-    client exited 0 on "password authentication failed"; the ones after it used the right user)."""
+    with another program: the one that shares most of its own words (``MIN_SHARED`` at least), the last of those
+    (the way the session settled on: its first `node -e` with the `pg` client exited 0 on "password authentication
+    failed"; the next, with the right user, ran the same query), never a search for the program. With the `cd`
+    an earlier call left the shell in, when it began with none (the shell stays where a `cd` took it)."""
     wanted = _own_words(failed.target or "", program, root)
     if len(wanted) < MIN_SHARED:
         return None
-    done, doer = None, None
+    best: tuple[StoredToolCall, str | None] | None = None
+    most, where = 0, None
     for call in later:
-        if call.tool != "Bash" or call.failed or not call.target or inspects(call):
+        if call.tool != "Bash" or not call.target:
+            continue
+        starts_in = where
+        if call.target.lstrip().startswith("cd ") and "&&" in call.target:
+            where = call.target.lstrip().split("&&", 1)[0].strip()
+        if call.failed or inspects(call):
             continue
         runs = programs_run(call.target)
         if program in runs or _SEARCHES & set(runs):
             continue
-        main = next((run for run in reversed(runs) if run != "cd"), None)
-        if (doer is None or main == doer) and len(wanted & _own_words(call.target, program, root)) >= MIN_SHARED:
-            done, doer = call, main
-    return done
+        shared = len(wanted & _own_words(call.target, program, root))
+        if shared >= max(MIN_SHARED, most):
+            most = shared
+            best = (call, None if call.target.lstrip().startswith("cd ") else starts_in)
+    return best
 
 
 def absent_programs(failed: list[StoredToolCall], runs_clean: Callable[[str], bool],
@@ -167,9 +176,9 @@ def absent_programs(failed: list[StoredToolCall], runs_clean: Callable[[str], bo
         if runs_clean(program):
             continue
         days = tuple(dict.fromkeys(utc_date(c.ts_ms) for c in calls if c.ts_ms))[:MAX_DAYS]
-        instead = next((done for call in calls if (done := instead_of(call, later_calls(call), program, root))),
-                       None)
-        found.append(Absent(program, days, instead, tuple(calls)))
+        done = next((done for call in calls if (done := instead_of(call, later_calls(call), program, root))), None)
+        instead, where = done if done else (None, None)
+        found.append(Absent(program, days, instead, tuple(calls), where))
     return found
 
 
@@ -185,7 +194,8 @@ def finding(project: str, absent: Absent, at_ms: int) -> Finding:
     text += f": not found on {_said(absent.days)}, never run here by that name." if absent.days else "."
     entities = [absent.program]
     if absent.instead is not None:
-        done = command_told(" ".join((absent.instead.target or "").split()), INSTEAD_CHARS, project)
+        ran = " ".join((absent.instead.target or "").split())
+        done = command_told(f"{absent.instead_in} && {ran}" if absent.instead_in else ran, INSTEAD_CHARS, project)
         text += f" What did its job instead: `{done}`."
         entities.append(f"$ {done}")
     text = redact(text)

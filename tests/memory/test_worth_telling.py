@@ -602,7 +602,7 @@ def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_
                "{host:'192.168.133.114',user:'cipherbox',database:'cipherbox'});\n"
                f"c.connect().then(() => c.query('{query}')).catch(e => console.log(e.message))\n\"",
                'password authentication failed for user "cipherbox"')  # exited 0: the next go is the way
-    first.bash(f"cd {CWD}/apps/api && node -e \"\nconst {{ Client }} = require('pg');\nconst c = new Client("
+    first.bash(f"node -e \"\nconst {{ Client }} = require('pg');\nconst c = new Client("  # still in apps/api
                "{host:'192.168.133.114',user:'postgres',password:'postgres',database:'cipherbox'});\n"
                f"c.connect().then(() => c.query('{query}')).then(r => console.log(r.rows))\n\"",
                "[ { ipns_name: 'k51qzi5uqu5d', latest_cid: 'bafy' } ]")

@@ -377,7 +377,9 @@ def audit_sample(name: str, records: list[dict], labelled: list[dict], seed: int
               "id": b["id"], "bite": b["bite"], "verdict": None}
              for r, b in rng.sample(shown, min(AUDIT_BITES, len(shown)))]
     moments = []
-    for m in rng.sample(labelled, min(AUDIT_MOMENTS, len(labelled))):
+    # The moments are drawn by a generator of their own: the same moments are read whatever the bites told (a
+    # sample drawn after the bites changed with their number, so two runs' readings were of other moments).
+    for m in random.Random(f"{seed}-{name}-moments").sample(labelled, min(AUDIT_MOMENTS, len(labelled))):
         record = by_prompt.get(m["moment"]["prompt_uuid"])
         moments.append({"id": m["id"], "kind": m["kind"], "knowledge": m["knowledge"], "moment": m["moment"],
                         "prompt": record["prompt"][:800] if record else None,

@@ -191,6 +191,22 @@ def test_helped_bench_finds_a_recurring_failure_and_whether_it_was_told(tmp_path
     assert engram["precision"] == 1.0 and engram["bites_shown"] == 1  # the fix, once in the session
 
 
+def test_the_reading_sample_reads_the_same_moments_whatever_the_bites_told() -> None:
+    """Two runs that told different bites are read on the same labelled moments: their read figures compare."""
+    from bench.helped import audit_sample
+
+    labelled = [{"id": f"op-{n:03d}", "kind": {"a": "fact"}, "knowledge": {"a": f"fact {n}"}, "sources": [],
+                 "moment": {"prompt_uuid": f"p{n}", "session": "s"}} for n in range(41)]
+
+    def records(bites: int) -> list[dict]:
+        bite = {"at": "prompt", "id": "ep_x", "bite": "a bite"}
+        return [{"project": "p", "session": "s", "prompt_uuid": f"p{n}", "prompt": "", "first_session": False,
+                 "prompt_index": n, "calls": [], "bites": [bite] * (bites if n == 0 else 0)} for n in range(41)]
+
+    drawn = [[m["id"] for m in audit_sample("cipher-box", records(bites), labelled)["moments"]] for bites in (12, 30)]
+    assert drawn[0] == drawn[1] and len(drawn[0]) == 20
+
+
 def test_capture_bench_has_a_row_per_agent_format(tmp_path: Path) -> None:
     report = run_bench("capture.py", "--generated-mb", "0", "--agent-mb", "1", "--repeats", "1", home=tmp_path)
     from bench.capture import AGENT_CORPORA

@@ -102,6 +102,7 @@ def build_corpus(name: str, out: Path, sets: dict = SETS) -> dict:
     readme = source / "README.md"
     repo = make_repo(out / "code" / Path(lived).name, remote=remote,
                      files={"README.md": readme.read_text(encoding="utf-8") if readme.exists() else f"# {name}\n"})
+    make_folders(repo, lived, project_dir)
     elsewhere = out / "elsewhere"
     sessions = sorted(p for p in project_dir.glob("*.jsonl"))
     placed: dict[str, tuple[Path, str, str]] = {}  # session → (folder, branch, layout)
@@ -134,6 +135,25 @@ def build_corpus(name: str, out: Path, sets: dict = SETS) -> dict:
     assert not any(folder.exists() for folder in folders.values())
     return {"projects_dir": out / "projects", "repository": repo, "worktrees": len(folders),
             "sessions": {s: {"folder": str(f), "branch": b, "layout": layout} for s, (f, b, layout) in placed.items()}}
+
+
+def make_folders(repo: Path, lived: str, project_dir: Path) -> int:
+    """The project's folders its sessions name (`apps/api/src/` of `<lived>/apps/api/src/x.ts`), made in the
+    repository's checkout: the real one had them, and a fix naming a folder the project's checkout lacks is
+    retired as gone stale (``processor/memory/stale_fixes.py``). Files are not made: their contents are not in
+    the transcripts. Returns how many folders were made."""
+    named = re.compile(re.escape(lived.encode()) + rb"/((?:[\w.@-]+/)+)[\w.@-]+")
+    folders: set[str] = set()
+    for path in project_dir.glob("*.jsonl"):
+        folders.update(m.group(1).decode("utf-8", "replace") for m in named.finditer(path.read_bytes()))
+    made = 0
+    for folder in sorted(folders):
+        target = (repo / folder).resolve()
+        if folder.startswith((".git/", "../")) or repo.resolve() not in target.parents:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        made += 1
+    return made
 
 
 def placed_layout(placed: dict[str, tuple[Path, str, str]], branch: str) -> str:

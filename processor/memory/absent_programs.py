@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from processor.clock import utc_date
 from processor.hook_kit.failure_keys import call_signature, missing_program_of
-from processor.hook_kit.tool_keys import RUNNERS
+from processor.hook_kit.tool_keys import RUNNERS, WRAPPERS
 from processor.memory.command_text import command_told
 from processor.memory.failed_calls import inspects
 from processor.memory.findings import Finding
@@ -40,7 +40,7 @@ MAX_DAYS = 3  # the newest days it was not found, as the memory says them
 INSTEAD_CHARS = 220
 MIN_SHARED = 2  # the failed command's own words a call must share to be doing its job
 # What a shell runs a command through or under: the program is the word after them.
-_PREFIXES = frozenset({"sudo", "time", "exec", "env", "command", "nohup", "xargs"})
+_PREFIXES = WRAPPERS | {"env", "xargs"}
 _SEARCHES = frozenset({"which", "type", "whereis"})  # a call that looks for a program does not do its job
 _SEPARATORS = re.compile(r"(&&|\|\||;|\||\n|\$\(|`)")
 _QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*(?:\"|$)|'[^']*(?:'|$)")  # to its end when cut before it closes

@@ -316,10 +316,11 @@ class Episodizer:
         mined.replaced.add(episode.id)
         if not newer_refusal:  # the session's recipe that went round it the first time: stored, to be retired
             failed = set(known.source_uuids[:2])
-            mined.retired_recipes |= {ep.id for ep in sql.episodes_by_id(
+            through = [ep for ep in sql.episodes_by_id(
                 self.conn, list(sql.newest_session_episode_ids(self.conn, session_id, SESSION_RECIPES)))
-                if ep.status == "active" and failed & set(ep.source_uuids)
-                and origins_sql.origins(self.conn, [ep.id]).get(ep.id) == "recipe"}
+                if ep.status == "active" and failed & set(ep.source_uuids)]
+            origins = origins_sql.origins(self.conn, [ep.id for ep in through])
+            mined.retired_recipes |= {ep.id for ep in through if origins.get(ep.id) == "recipe"}
         return True
 
     def _told_by_another(self, found: Finding, project: str | None) -> bool:

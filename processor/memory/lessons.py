@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from processor.hook_kit.failure_keys import CD_REFUSED, call_signature, failed_cd, refused_cd, same_failure
-from processor.hook_kit.tool_keys import command_keys, path_like
+from processor.hook_kit.tool_keys import command_keys, path_like, relative
 from processor.memory.bites import fit
 from processor.memory.command_text import command_shown, command_told
 from processor.memory.commit_hooks import HOOK_RUNNERS, HookFailure, hook_failure
@@ -79,7 +79,7 @@ class Fix:
         command = f"`{command_told(self.resolved_by.target, root=root)}`"
         steps = [f"`{command_told(step, 80, root)}`" for step in self.setup[:3]]
         if self.edits and not steps:
-            changed = EDIT_FIX + ", ".join(f"`{_relative(e, root)}`" for e in self.edits[:3])
+            changed = EDIT_FIX + ", ".join(f"`{relative(e, root)}`" for e in self.edits[:3])
             return f"{changed}, then {command}" + ("" if self.changed_command else " ran clean")
         if steps:
             return ", then ".join(steps) + f", then {command}" + ("" if self.changed_command else " again")
@@ -93,11 +93,6 @@ def fixed_by_editing(fix: str | None) -> bool:
     """Whether a fix (as ``Fix.how`` says it) changed the project's files: the change is in the project now, so
     the failure comes back only if it is undone — told right after it, never before the command."""
     return (fix or "").startswith(EDIT_FIX)
-
-
-def _relative(path: str, root: str | None) -> str:
-    top = (root or "").rstrip("/") + "/"
-    return path[len(top):] if root and path.startswith(top) else path
 
 
 def _words(command: str) -> list[str]:

@@ -630,8 +630,8 @@ def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_
                  "Exit code 127\n(eval):1: command not found: psql")
     assert psql_id in told and "require('pg')" in told, told
     assert found["docker"][0] in after(engram_home, S2, "docker compose logs api", "zsh:1: command not found: docker")
-    uv = after(engram_home, S3, "uv sync", "zsh:1: command not found: uv")  # its fix is told, not "not installed"
-    assert "export PATH=" in uv and "not installed" not in uv, uv
+    uv = after(engram_home, S3, "uv sync", "zsh:1: command not found: uv")  # its fix is told, not "not on the PATH"
+    assert "export PATH=" in uv and "not on the PATH" not in uv, uv
     assert after(engram_home, S3, "psql -h localhost", "psql: error: connection refused") == ""  # it ran: not this
     # A later session has psql: it ran clean here, so what was said of it is retired.
     later = Conversation(S4, cwd=CWD, start="2026-11-03T10:00:00")

@@ -546,7 +546,7 @@ class Episodizer:
         with write_transaction(self.conn):
             for program in before:
                 if program not in now and (previous := sql.get_meta(self.conn, f"{list_key}:{program}")):
-                    self._retire(previous, "", now_ms(), f"`{program}` ran clean here")
+                    self._retire(previous, "", now_ms(), redact(f"`{program}` ran clean here"))
                     sql.set_meta(self.conn, f"{list_key}:{program}", "")
             if before != now:
                 sql.set_meta(self.conn, list_key, json.dumps(now))

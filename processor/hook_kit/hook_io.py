@@ -523,6 +523,18 @@ def _project_file(directory: str, name: str | None, suffix: str, limit: int) -> 
         return None
 
 
+GUARDED_SHOWN = 200  # ids of the rules an index guards at their calls, listed in its first line
+
+
+def guarded_ids(directory: str, name: str | None) -> set[str]:
+    """The ids of the rules the project's lesson index guards at the calls that would break them (its first line's
+    ``"guarded"``): told there, so not at the session's start."""
+    text = _project_file(directory, name, LESSONS_SUFFIX, LESSONS_LIMIT)
+    header = loads(text.split("\n", 1)[0]) if text else None
+    listed = header.get("guarded") if isinstance(header, dict) else None
+    return {i for i in listed if isinstance(i, str)} if isinstance(listed, list) else set()
+
+
 def _line_of(text: str, key: str) -> object:
     """The parsed value of the line ``"key"<tab>value`` of an index-shaped text; None when there is none."""
     quoted = quote(key)

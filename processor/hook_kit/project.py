@@ -35,7 +35,7 @@ INNER_FOLDERS = ("/.claude/worktrees/", "/.worktrees/")
 
 def index_name(project: str | None) -> str:
     """The file name of the project's lesson index (``<recollections>/lessons/<name>``)."""
-    import hashlib  # here: the SessionStart hook asks for the project's root, never for its index
+    import hashlib  # here: only a hook that reads the index pays for it
 
     return hashlib.sha1((project or "").encode()).hexdigest()[:16] + INDEX_SUFFIX
 

@@ -49,6 +49,19 @@ def command_told(target: str | None, limit: int = 120, root: str | None = None, 
     return shown[:limit] + ("…" if len(shown) > limit else "")
 
 
+def runs_elsewhere(command: str | None, folders: list[str]) -> bool:
+    """Whether a command starts by going to a folder outside all of `folders` (the project's root and checkouts):
+    ``cd /Users/me/Developer/OtherProject && source venv/bin/activate && …`` is another project's, run from a
+    session of this one. Only an absolute `cd` says so (``~`` and ``$HOME`` may be the project's own)."""
+    line = (command or "").lstrip()
+    if not line.startswith("cd ") or not folders:
+        return False
+    folder = line[3:].split("&&", 1)[0].split(";", 1)[0].strip().strip("'\"").rstrip("/")
+    if not folder.startswith("/"):
+        return False
+    return not any(folder == f.rstrip("/") or folder.startswith(f.rstrip("/") + "/") for f in folders if f)
+
+
 def _cd_below(target: str | None, root: str) -> tuple[str | None, bool]:
     """(the command, whether its leading `cd` is kept): kept, relative to the project, when it goes into a folder of
     it (``cd /repo/apps/api && …`` → ``cd apps/api && …``) or to a relative folder."""

@@ -4,7 +4,8 @@ A lesson (``processor/memory/lessons.py``) and a recipe's step (``processor/memo
 own words when it said why ("the issue is that …", "`dist/` is git-ignored, so …"). A sentence is a diagnosis when
 it can stand alone: not narration ("Let me …") nor a question, long enough, about something specific (a code span,
 a path, an identifier, a named tool), and stating either
-- a constraint of a tool, platform or repository (``gotcha``: it will fail the same way again), or
+- a constraint of a tool, platform or repository (``gotcha``: it will fail the same way again; not one said as a
+  guess: "`ty` seems to have issues with it"), or
 - the cause of a failure (``bugfix``: the project's own code was at fault).
 English cues only: an error in another language still has its signature and its fix.
 """
@@ -32,6 +33,9 @@ _CONSTRAINT = re.compile(
     r"|\blimitation\b|\bincompatible\b|\bdeprecated in\b|\bno longer (?:supports?|works?|accepts?)\b"
     r"|\b(?:has|have|having)\s+(?:an?\s+|some\s+)?(?:issues?|problems?|troubles?|bugs?)\s+with\b|\bfalse positives?\b"
     r"|\b(?:expects?|wants?) (?:a|an|the)\b", re.IGNORECASE)
+# A constraint said as a guess.
+_HEDGE = re.compile(r"\b(?:seems?|appears?|might|may|maybe|perhaps|probably|possibly|i think|i believe|not sure|"
+                    r"apparently|presumably|i guess)\b", re.IGNORECASE)
 # The cause of a failure.
 _CAUSE = re.compile(
     r"\b(?:the|this|that)\s+(?:(?:real|actual|root|main)\s+)?(?:issue|problem|error|failure|bug|cause|culprit|"
@@ -75,7 +79,9 @@ def diagnosis_kind(sentence: str) -> str | None:
     if word_count(sentence) < MIN_WORDS or not (_SPECIFIC.search(sentence) or _TOOLS.search(sentence)):
         return None
     if _CONSTRAINT.search(sentence):
-        return "gotcha"
+        # "`ty` seems to have issues with it": a guess at a constraint is not one (a cause may be said as one:
+        # "the issue seems to be …", and is checked by the fix that follows).
+        return None if _HEDGE.search(sentence) else "gotcha"
     if _CAUSE.search(sentence):
         return "bugfix"
     return None

@@ -10,7 +10,8 @@ not told to activate it), and only "not found" failures that name the program: t
 its program's name replaced.
 
 A project need not have failed to know it: when its sessions ran `pytest` after `source venv/bin/activate`
-(``run_inside``: at least ``MIN_RUNS`` clean runs, the newest after that set-up), the next session that runs it
+(``run_inside``: at least ``MIN_RUNS`` clean runs, the newest after a set-up of that kind: a project that moved
+its virtualenv runs its tools in the new one), the next session that runs it
 bare and meets "command not found: pytest" was told nothing. That is one ``gotcha`` memory a project (miner
 ``environment``, made by the episodizer as a project's close-out routine is), filed under each program's "not
 found" (``processor/recall/lesson_index.py``); when a program is last run bare, or the set-up changes, it is
@@ -24,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from processor.hook_kit.failure_keys import program_of
+from processor.hook_kit.failure_keys import missing_program_of, program_of
 from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.hook_kit.tool_keys import GENERIC, command_keys
 from processor.memory.findings import Finding
@@ -66,8 +67,10 @@ def programs_after(commands: Iterable[str], activation: str) -> set[str]:
 
 
 def missing_program(signature: list[str], program: str) -> bool:
-    """Whether a masked failure signature says `program` itself was not found."""
-    return any(program in line.split() and any(form in line for form in _MISSING) for line in signature)
+    """Whether a masked failure signature says `program` itself was not found (``<id> command not found uv``, ``no
+    module named pytest``): not an HTTP 404 of it (``gh not found http <n>``)."""
+    return any(missing_program_of(line) == program
+               or (program in line.split() and any(form in line for form in _MISSING[1:])) for line in signature)
 
 
 def environment_fix(signature: list[str], program: str, fix: str | None) -> str | None:
@@ -120,26 +123,36 @@ def _programs(command: str) -> set[str]:
     return found
 
 
+def kind_of(activation: str) -> str:
+    """What kind of environment a set-up makes: a virtualenv (whatever its folder), a conda one, a node version,
+    a PATH entry. A project that moved its virtualenv (``venv/`` to uv's ``.venv/``) runs the same tools in the
+    new one: runs in the old count for the new."""
+    if "bin/activate" in activation:
+        return "virtualenv"
+    return activation.split()[0] if activation.split() else activation
+
+
 def run_inside(commands: Iterable[str]) -> RunInside | None:
     """From the project's clean shell commands (the newest first): the environment set-up its newest commands
-    start with, and the programs whose newest clean run came after that set-up, run so at least ``MIN_RUNS``
-    times. A program last run bare (the project no longer needs the environment for it, or never did) is not
-    one; None when no program is."""
-    newest: dict[str, str | None] = {}  # program → the activation its newest clean run came after (None: bare)
+    start with, and the programs whose newest clean run came after a set-up of that kind (``kind_of``), run so
+    at least ``MIN_RUNS`` times. A program last run bare (the project no longer needs the environment for it, or
+    never did) is not one; None when no program is."""
+    newest: dict[str, str | None] = {}  # program → the kind of set-up its newest clean run came after (None: bare)
     runs: Counter[str] = Counter()
     current: str | None = None
     for command in commands:
         activation = activation_of(command)
         inside = programs_after([command], activation) if activation else set()
+        kind = kind_of(activation) if activation else None
         for program in _programs(command):
-            newest.setdefault(program, activation if program in inside else None)
-            if program in inside and activation == newest[program]:
+            newest.setdefault(program, kind if program in inside else None)
+            if program in inside and kind == newest[program]:
                 runs[program] += 1
         if activation and current is None and inside:
             current = activation
     if current is None:
         return None
-    programs = sorted((p for p, a in newest.items() if a == current and runs[p] >= MIN_RUNS),
+    programs = sorted((p for p, k in newest.items() if k == kind_of(current) and runs[p] >= MIN_RUNS),
                       key=lambda p: (-runs[p], p))[:MAX_PROGRAMS]
     if not programs:
         return None

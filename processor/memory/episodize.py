@@ -23,6 +23,7 @@ from processor.hook_kit.hook_io import EDITING
 from processor.memory import supersede
 from processor.memory.absent_programs import absent_programs, runs_bare
 from processor.memory.absent_programs import finding as absent_finding
+from processor.memory.command_text import runs_elsewhere
 from processor.memory.commit_hooks import configured_runner
 from processor.memory.environments import finding as environment_finding
 from processor.memory.environments import run_inside
@@ -42,6 +43,7 @@ from processor.store import cold as cold_sql
 from processor.store import episodes as sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
+from processor.store import projects as projects_sql
 from processor.store import sessions, write_transaction
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
@@ -510,7 +512,12 @@ class Episodizer:
         if self._environment_stamps.get(project) == stamp:
             return 0
         self._environment_stamps[project] = stamp
-        found = run_inside(tool_call_sql.clean_commands_with(self.conn, project, None, ENVIRONMENT_COMMANDS))
+        # A command that went to another project's folder first ran that project's tools (a sibling checkout's
+        # `source venv/bin/activate`): not where this project's run.
+        folders = [project, *projects_sql.paths_of(self.conn, project)] if project.startswith("/") else []
+        found = run_inside(command for command in
+                           tool_call_sql.clean_commands_with(self.conn, project, None, ENVIRONMENT_COMMANDS)
+                           if not runs_elsewhere(command, folders))
         meta_key = f"environment:{project}"
         if found is not None:
             return self._replace_project_memory(project, meta_key, environment_finding(project, found, now_ms()),

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 
-from processor.hook_kit.tool_keys import command_key, stages_everything
+from processor.hook_kit.tool_keys import command_key, prog_key, stages_everything
 from processor.memory.preferences import DOES_NOT_WORK
 
 _NEGATION = re.compile(r"\b(?:never|don't|do not|dont|must not|mustn't|shouldn't|should not|avoid|no more|stop using|"
-                       r"not allowed|forbidden|instead of)\b|\b" + DOES_NOT_WORK, re.IGNORECASE)
+                       r"not allowed|forbidden|instead of|rather than)\b|\b" + DOES_NOT_WORK, re.IGNORECASE)
 _QUOTED = re.compile(r"`([^`\n]{2,60})`")
+_INSTEAD = re.compile(r"instead of|rather than", re.IGNORECASE)
 
 
 def forbidden_commands(rules: list[str]) -> list[str]:
@@ -29,8 +30,14 @@ def forbidden_commands(rules: list[str]) -> list[str]:
     found: list[str] = []
     for rule in rules:
         for sentence in re.split(r"(?<=[.!?;])\s+", rule):
-            if _NEGATION.search(sentence):
-                found += [q.strip() for q in _QUOTED.findall(sentence) if command_key(q.strip())]
+            cues = [m for m in _NEGATION.finditer(sentence)]
+            if not cues:
+                continue
+            quoted = list(_QUOTED.finditer(sentence))
+            if all(_INSTEAD.fullmatch(m.group(0)) for m in cues):
+                # "use `pnpm` instead of `npm`": what it drops is the command after the cue, not the one it keeps
+                quoted = [q for q in quoted if any(q.start() >= m.end() for m in cues)][:1]
+            found += [q.group(1).strip() for q in quoted if command_key(q.group(1).strip())]
     return found
 
 
@@ -43,5 +50,8 @@ def guard(command: str) -> tuple[str, list[str]] | None:
     key = command_key(command)
     if key is None:
         return None
+    if len(command.split()) == 1:  # a program ("never `npm` here"): every call of it, whatever it goes on to do
+        program = prog_key(key)
+        return (program, []) if program else None
     named = set(key[4:].split())
     return key, [w for w in command.split()[1:] if w not in named][:3]

@@ -5,7 +5,9 @@ holds. It stops holding when the project changes under it: the virtual environme
 (``pytest`` now runs clean bare), the tool a fix put on ``PATH`` is installed. The evidence is positive: a later
 session ran the very command that failed (the same command line, as a memory writes it), it ran clean, and
 nothing the fix added (its ``uses``: ``source``, ``activate``…) was in that command or in the session's calls
-before it. Another command of the same program proves nothing (``node -e`` of another script).
+before it. Another command of the same program proves nothing (``node -e`` of another script) — unless the
+failure was that program not found (``command not found: uv``): any clean run of it by its name shows the shell
+has it now.
 
 Only a failure that said something was missing (``command not found``, ``No module named``, ``not installed``…)
 is retired this way: whether a tool exists is a fact of the environment, while most other failures depend on the
@@ -21,7 +23,9 @@ import re
 from collections.abc import Iterable, Iterator
 
 from processor.hook_kit.failure_keys import call_key
+from processor.memory.absent_programs import runs_bare
 from processor.memory.command_text import command_told
+from processor.memory.environments import missing_program
 from processor.store.failures import FailureSignature
 from processor.store.tool_calls import StoredToolCall
 
@@ -69,13 +73,17 @@ def ran_clean_without(fixes: Iterable[FailureSignature], failed_commands: dict[s
             by_key.setdefault(fix.call_key, []).append(fix)
     if not by_key:
         return {}
+    # A program that was not found is found once any command runs it by its name clean: not only the one that failed.
+    missing = [(fix, fix.fail_key[5:]) for fixes_of_key in by_key.values() for fix in fixes_of_key
+               if missing_program(fix.signature, fix.fail_key[5:])]
     shown: dict[str, StoredToolCall] = {}
     for call, words, seen in shell_calls(calls):
         if call.failed:
             continue
-        for fix in by_key.get(call_key(call.tool, call.target, "") or "", []):
+        found = [fix for fix, program in missing if runs_bare(call.target or "", program)]
+        for fix in [*by_key.get(call_key(call.tool, call.target, "") or "", []), *found]:
             learned = fix.first_ms or 0
-            same = command_told(call.target) == failed_commands[fix.memory_id]  # type: ignore[index]
+            same = fix in found or command_told(call.target) == failed_commands[fix.memory_id]  # type: ignore[index]
             if same and (call.ts_ms or 0) > learned and not any(u in seen or u in words for u in fix.uses or []):
                 shown.setdefault(fix.memory_id, call)  # type: ignore[arg-type]
     return shown

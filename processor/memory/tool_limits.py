@@ -2,10 +2,11 @@
 
 The agent's harness refuses some calls the same way every time: a ``Read`` of a file past its token limit ("File
 content (56293 tokens) exceeds maximum allowed tokens (25000)"). The refusal says what to do instead, so the moment
-that needs the lesson is before the next read of that file, or of its siblings (a folder of day-by-day logs, of
-generated dumps, is big file after big file): each such failure becomes a ``fact`` about the file, filed under it
-and its folder (``processor/recall/lesson_index.py``: a fact's keys), told before a later session reads there with a
-tool that has the limit (origin ``tool_limit``: not before a `git add` of the folder).
+that needs the lesson is before the next read of that file: each such failure becomes a ``fact`` about the file,
+filed under it (``processor/recall/lesson_index.py``), told before a later session reads it whole with a tool that
+has the limit (origin ``tool_limit``: not before a `git add` of it, nor a read of a part of it). Not before a read of
+the files beside it: a folder of day-by-day logs holds small ones too, and each read of one was told a warning it
+did not need (read moment by moment: related at best); a big one's own refusal says what to do.
 
 Found without an LLM, in the harness's own words (Claude Code's and the agents that copy its tools); a refusal in
 other words still has its failure signature.
@@ -44,7 +45,7 @@ def findings(round_: Round) -> list[Finding]:
         path = _relative(call.target, round_.project)
         size = f" ({match.group('size')} tokens; the limit is {match.group('limit')})" if match.group("size") else ""
         summary = (f"`{path}` is too big for Read to take whole{size}: search it with Grep, or read a part with "
-                   "offset and limit; the files beside it may be as big.")
+                   "offset and limit.")
         text = redact(summary)
         found.append(Finding(id=episode_id(f"too-big:{round_.project}:{path}"), kind="fact", summary=text,
                              full_content=text, entities=[redact(path)],

@@ -49,7 +49,7 @@ from collections import namedtuple
 
 from processor.hook_kit import hook_io
 from processor.hook_kit.hook_io import fence, one_line
-from processor.hook_kit.project import project_root
+from processor.hook_kit.project import index_name, project_root
 from processor.store import digest as digest_sql
 from processor.store import projects as projects_sql
 from processor.store.digest import Memory
@@ -118,6 +118,16 @@ def collect(conn: object, queue_dir: object, project: str | None, now_ms: int, s
         rules = digest_sql.project_rules(conn, project, RULES_SHOWN, new_since, session_id)
         stopped = digest_sql.last_session(conn, project, session_id, now_ms - CONTINUE_HOURS * 3_600_000)
     return Digest(stopped, global_high, rules, count_pending(conn, queue_dir), project)
+
+
+def unguarded(digest: Digest, guarded: set[str]) -> Digest:
+    """The digest without the rules the project's lesson index guards (``processor/recall/lesson_index.py``): a
+    rule that forbids a command is told just before a call that would break it; at the session's start it is
+    read long before that call, or in a session that makes none."""
+    if not guarded:
+        return digest
+    return digest._replace(project_rules=[m for m in digest.project_rules if m.id not in guarded],
+                           global_high=[m for m in digest.global_high if m.id not in guarded])
 
 
 # How a todo item says it was put off, not left: "Add more test books when needed (future)", "Later: …".
@@ -292,6 +302,7 @@ def hook_output(event: object, home: str | None = None, now_ms: int | None = Non
                          session_id)
     finally:
         conn.close()
+    digest = unguarded(digest, hook_io.guarded_ids(home + "/recollections", index_name(project) if project else None))
     ids: list[str] = []
     context = render(digest, budget(home), home + "/queue", ids, agent)
     if context is None:

@@ -6,9 +6,10 @@ The hook cannot search (it is stdlib-only and its start-up is its cost), so the 
 memory under the keys of what it is about (``processor/hook_kit/tool_keys.py``: ``file:…`` and ``cmd:…``) in a
 small file per project, ``recollections/lessons/<sha1 of the project>.index`` (a folder of its own:
 nothing that scans the session files mistakes them for one). Its first line is a JSON object saying whose it
-is; then one line per key, the key as a JSON string, a tab, and the JSON list of what is filed under it::
+is and which rules it guards at their calls (the SessionStart digest leaves those out); then one line per key,
+the key as a JSON string, a tab, and the JSON list of what is filed under it::
 
-    {"project": "/work/shop", "root": "/work/shop", "at": 1764151200000}
+    {"project": "/work/shop", "root": "/work/shop", "at": 1764151200000, "guarded": ["ep_…"]}
     "cmd:git add"\t[{"id": "ep_…", "bite": "…", "date": "2026-11-01", "importance": "normal", "kind": "gotcha"}]
     "file:dist/app.js"\t[{"id": "ep_…", …}]
 
@@ -64,6 +65,7 @@ from processor.memory.decisions import tool_names
 from processor.memory.environments import (
     as_missing,
     environment_fix,
+    missing_program,
     missing_signatures,
     names_run_as,
     programs_after,
@@ -116,7 +118,9 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
 def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
     """Where a memory is filed: a fact under the file, folder or name it is about; a decision under the files,
     names and programs it names; anything else under what its entities say (``keys_of``)."""
-    if origin in ("fact", "tool_limit"):
+    if origin == "tool_limit":  # a file too big to read whole: that file, not the folder (``memory/tool_limits.py``)
+        return [k for k in fact_keys(ep.entities[0], root) if k.startswith("file:")] if ep.entities else []
+    if origin == "fact":
         return fact_keys(ep.entities[0], root) if ep.entities else []
     if origin in ("correction", "file"):  # every name it gives, every file it is about
         return list(dict.fromkeys(k for name in ep.entities for k in fact_keys(name, root)))
@@ -189,6 +193,13 @@ def _answers_elsewhere(entry: dict, fix: FailureSignature, environments: dict[st
             for other in sorted(environments.get(activation, ())) if other != program]
 
 
+def of_the_shell(fix: FailureSignature) -> bool:
+    """Whether a failure was the shell's lack of a program or a module (``command not found: uv``, ``No module
+    named pytest``): its fix sets up the shell, which a later session's may have set up already."""
+    return missing_program(fix.signature, fix.fail_key[5:]) or any("no module named" in line.lower()
+                                                                    for line in fix.signature)
+
+
 KEYS_MARK = hook_io.KEYS_MARK  # the second line: every key the file holds
 
 
@@ -240,6 +251,7 @@ class LessonIndex:
         starts with (``environment_programs``)."""
         filed: dict[str, list[dict]] = {}
         borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
+        guarded: list[str] = []  # rules told before the calls that would break them: not at a session's start
         told = 0
         fixes, origins, environments = fixes or {}, origins or {}, environments or {}
         # The project's own name (`cipherbox` of cipher-box) is in every call that names its repository or folder: a
@@ -271,6 +283,8 @@ class LessonIndex:
                     if len(entries) < IDS_PER_KEY:
                         entries.append({**entry, "when": list(when)} if when else entry)
                         placed = True
+                if placed and len(guarded) < hook_io.GUARDED_SHOWN:
+                    guarded.append(ep.id)
             if origin == "environment":  # where the project's tools run: told right after one is not found
                 activation = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
                 for program in (e for e in ep.entities if not e.startswith("$ ")):
@@ -306,9 +320,11 @@ class LessonIndex:
                     # (`--testPathPattern`), not before every run of the tests.
                     entry = {**entry, "asked": asked}
                 if not worth_telling_before(ways) or all(of_the_moment(fix.signature) for fix in ways) \
-                        or all(fixed_by_editing(fix.fix) for fix in ways):
+                        or all(fixed_by_editing(fix.fix) or of_the_shell(fix) for fix in ways):
                     # Before the call only once it recurred, in most sessions that ran the command; never a fix that
-                    # changed the project's files (the change is there now: only its failure says it was undone).
+                    # changed the project's files (the change is there now: only its failure says it was undone),
+                    # nor one of a program or module not found (the shell may have it now: a PATH set in the
+                    # user's profile, an environment already active; only its failure says it has not).
                     keys = [k for k in keys if not k.startswith("cmd:")]
             for key in keys:
                 entries = filed.setdefault(key, [])
@@ -320,7 +336,7 @@ class LessonIndex:
             fails = filed.setdefault(key, [])
             if len(fails) < FIXES_PER_KEY and not any(same_failure(e.get("sig", []), answer["sig"]) for e in fails):
                 fails.append(answer)
-        header = json.dumps({"project": project, "root": root, "at": now_ms()})
+        header = json.dumps({"project": project, "root": root, "at": now_ms(), "guarded": guarded})
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)
         path = self.path(project)

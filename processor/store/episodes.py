@@ -356,11 +356,15 @@ class StoredMessage:
 
 
 def sessions_with_new_messages(conn: apsw.Connection) -> list[tuple[str, str | None, int]]:
-    """(session_id, project, episodized_through) for sessions with messages not yet in episodes."""
+    """(session_id, project, episodized_through) for sessions with messages not yet in episodes, the one whose
+    first such message is oldest first: what a session learned is mined before the later sessions that may show
+    it stale (a backfill captures transcripts in no particular order)."""
     return conn.execute(
         """
         SELECT s.session_id, s.project, s.episodized_through FROM sessions s
         WHERE EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.session_id AND m.id > s.episodized_through)
+        ORDER BY (SELECT min(coalesce(m.ts_ms, 0)) FROM messages m
+                  WHERE m.session_id = s.session_id AND m.id > s.episodized_through), s.rowid
         """
     ).fetchall()
 

@@ -96,24 +96,27 @@ def project_sessions_with_calls(conn: apsw.Connection, project: str, limit: int)
 
 def clean_commands_with(conn: apsw.Connection, project: str | None, text: str | None,
                         limit: int = 500) -> list[str]:
-    """The project's newest shell commands that ran clean, the newest first: those that contain `text`
-    (``source .venv/bin/activate``: what the project runs inside that environment), or all (None)."""
+    """The project's newest shell commands that ran clean, the newest first (by when they ran: a backfill stores
+    sessions in no particular order): those that contain `text` (``source .venv/bin/activate``: what the project
+    runs inside that environment), or all (None)."""
     rows = conn.execute(
         "SELECT t.target FROM tool_calls t JOIN sessions s ON s.session_id = t.session_id "
         "WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 AND t.target IS NOT NULL "
-        "AND (? IS NULL OR instr(t.target, ?) > 0) ORDER BY t.rowid DESC LIMIT ?", (project, text, text, limit))
+        "AND (? IS NULL OR instr(t.target, ?) > 0) ORDER BY coalesce(t.ts_ms, 0) DESC, t.rowid DESC LIMIT ?",
+        (project, text, text, limit))
     return [row[0] for row in rows]
 
 
 def failed_commands_saying(conn: apsw.Connection, project: str | None, needles: tuple[str, ...],
                            limit: int = 500) -> list[StoredToolCall]:
     """The project's newest failed shell calls whose error holds one of `needles` (lower case: ``not found``),
-    the newest first."""
+    the newest first (by when they ran)."""
     said = " OR ".join("instr(lower(t.error), ?) > 0" for _ in needles) or "0"
     rows = conn.execute(
         f"SELECT {', '.join('t.' + c.strip() for c in _COLUMNS.split(','))} FROM tool_calls t JOIN sessions s "
         f"ON s.session_id = t.session_id WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 1 "
-        f"AND t.error IS NOT NULL AND ({said}) ORDER BY t.rowid DESC LIMIT ?", (project, *needles, limit))
+        f"AND t.error IS NOT NULL AND ({said}) ORDER BY coalesce(t.ts_ms, 0) DESC, t.rowid DESC LIMIT ?",
+        (project, *needles, limit))
     return [_call(row) for row in rows]
 
 

@@ -135,7 +135,9 @@ def test_a_megabyte_error_is_kept_as_its_head_and_tail(engram_home: Path, projec
     ("All 27 tests pass.", None),
     ("Le problème est que la table `users` n'existe pas encore.", None),  # no English cue: no lesson
     ("The issue is that it fails.", None),  # says nothing it is about
-    ("The `ty` type checker seems to have an issue with `pytest.skip()`.", "gotcha"),
+    ("The `ty` type checker has an issue with `pytest.skip()`.", "gotcha"),
+    # A guess at a constraint is not one (dev's "`ty` … seems to have issues with it": both readers, related).
+    ("The `ty` type checker seems to have an issue with `pytest.skip()`.", None),
 ])
 def test_what_counts_as_a_diagnosis(sentence: str, kind: str | None) -> None:
     assert diagnosis_kind(sentence) == kind
@@ -144,7 +146,9 @@ def test_what_counts_as_a_diagnosis(sentence: str, kind: str | None) -> None:
 def test_a_narrated_fix_gives_its_reason() -> None:
     said = ("Let me try a type ignore comment for this case since `pytest.skip()` is a valid call but the `ty` "
             "type checker seems to have issues with it.")
-    assert reason_of(said).startswith("`pytest.skip()` is a valid call") and diagnosis_kind(reason_of(said)) == "gotcha"
+    assert reason_of(said).startswith("`pytest.skip()` is a valid call")
+    assert diagnosis_kind(reason_of(said)) is None  # "seems to have issues": a guess
+    assert diagnosis_kind(reason_of(said.replace("seems to have", "has"))) == "gotcha"
     assert reason_of("Let me run the tests.") == "Let me run the tests."  # no reason: stays narration
 
 

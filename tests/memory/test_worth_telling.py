@@ -21,6 +21,7 @@ from bench.testbed.transcripts import Conversation, write_conversations
 from processor.capture.claude import parse_line
 from processor.config import load_settings
 from processor.memory.episode_store import EpisodeStore
+from processor.memory.guards import forbidden_commands, guard
 from processor.recall.injections import ingest
 from processor.recall.recollections import RecollectionWriter
 from processor.service.run_loop import Processor
@@ -218,7 +219,7 @@ def test_a_fix_the_project_no_longer_needs_is_retired_when_the_bare_command_runs
 @pytest.mark.parametrize(("removal", "then", "retired"), [
     ("cd /work/shop && rm -rf venv/ && uv venv", "source .venv/bin/activate && pytest specs/", True),
     ("rm -rf venv && python -m venv venv", "source venv/bin/activate && pytest specs/", False),  # made again
-    ("rm -rf venv/lib/python3.9/site-packages/old", "pytest --version", False),  # inside it, not the folder
+    ("rm -rf venv/lib/python3.9/site-packages/old", "source venv/bin/activate && pytest --version", False),  # in it
 ])
 def test_a_fix_naming_a_folder_a_later_session_removed_is_retired(
         engram_home: Path, projects_dir: Path, removal: str, then: str, retired: bool) -> None:
@@ -583,6 +584,74 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     assert after(engram_home, S4, "pytest specs/", "Error: (eval):1: command not found: pytest") == ""
 
 
+def test_the_environment_a_project_moved_its_tools_to_is_the_one_told_and_a_sibling_projects_is_not(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder ran its tools in `venv/` for weeks, then moved to uv's `.venv/`; a session later ran
+    `cd …/BookMind && source venv/bin/activate && python -m pytest` in the sibling project. At the next "command not
+    found: pytest" the memory said `source venv/bin/activate` — a folder removed a week earlier (both readers:
+    noise). The environment is the newest the project's own commands ran in, with the runs in the one it replaced
+    counted; a command that went to another project's folder first is that project's. Sessions captured out of
+    order (a backfill takes transcripts as the folder lists them) are read by when they ran."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Run the specs")
+    for spec in ("library", "reader", "cli"):
+        first.bash(f"source venv/bin/activate && pytest specs/{spec}_spec.py", "3 passed")
+    first.say("Green.", end_turn=True)
+    moved = Conversation(S2, cwd=CWD, start="2026-11-10T10:00:00")
+    moved.user("Let's switch to uv")
+    moved.bash(f"cd {CWD} && rm -rf venv && uv venv", "Creating virtual environment at: .venv")
+    moved.bash("source .venv/bin/activate && uv pip install -e '.[dev]'", "Installed 14 packages in 40ms")
+    moved.bash("source .venv/bin/activate && ruff check .", "All checks passed!")
+    moved.say("Switched.", end_turn=True)
+    sibling = Conversation(S3, cwd=CWD, start="2026-11-12T10:00:00")
+    sibling.user("How did the first attempt, BookMind, run its specs?")
+    for flag in ("-v", "--spec", "-q"):
+        sibling.bash(f"cd /work/shop-old && source venv/bin/activate && python -m pytest {flag}", "5 passed")
+    sibling.say("With plain pytest.", end_turn=True)
+    write_conversations(projects_dir, sibling, moved, first)  # listed in no particular order
+    store = process()
+    [(memory_id, _, summary, _)] = [m for m in mined(store, "environment") if m[3] == "active"]
+    assert "`source .venv/bin/activate`" in summary and "`pytest`" in summary, summary
+    told = after(engram_home, S4, "pytest specs/ --spec", "Error: (eval):1: command not found: pytest")
+    assert memory_id in told and "`source .venv/bin/activate && pytest …`" in told, told
+
+
+def test_a_program_not_found_is_told_after_it_fails_never_before_and_goes_once_it_runs_by_its_name(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder's uv lived in `~/.local/bin`, off the agent's PATH, in two sessions; the user then put it on the
+    PATH, and the next session's first `uv venv` call was told "`uv venv -p .uvenv` failed: command not found: uv
+    What fixed it: `export PATH=…`" before it (both readers: noise: uv was found). Whether a shell has a program is
+    known when it fails, so that fix is told after the failure only; and once any command runs the program by its
+    name clean (`mkdir -p t && cd t && uv venv`), it is retired — not by a clean run after an HTTP "Not Found" of
+    the same program (`gh: Not Found (HTTP 404)` is not gh missing)."""
+    sessions = []
+    for index, day in enumerate(("01", "02")):
+        c = Conversation(S1 if index == 0 else S2, cwd=CWD, start=f"2026-11-{day}T10:00:00")
+        c.user("Make the environment")
+        c.bash("uv venv -p .uvenv", "Exit code 127\n(eval):1: command not found: uv", error=True)
+        c.bash('export PATH="$HOME/.local/bin:$PATH" && uv venv -p .uvenv', "Creating virtual environment at: .uvenv")
+        c.bash("gh api repos/o/r/pulls/1/comments/9", "gh: Not Found (HTTP 404)", error=True)
+        c.bash("gh api repos/o/r/pulls/comments/9", '{"body": "nit"}')
+        c.say("Made.", end_turn=True)
+        sessions.append(c)
+    write_conversations(projects_dir, *sessions)
+    store = process()
+    fixes = {summary.split("`")[1]: (fix_id, status) for fix_id, _, summary, status in mined(store, "error_fix")}
+    uv_fix, _ = fixes["uv venv -p .uvenv"]
+    RecollectionWriter(load_settings()).write(store, S3, "u-s3", "Make the environment", project=CWD)
+    assert before(engram_home, S3, "Bash", {"command": "uv venv -p .uvenv"}) == ""
+    assert uv_fix in after(engram_home, S3, "uv venv -p .uvenv", "(eval):1: command not found: uv")
+    later = Conversation(S4, cwd=CWD, start="2026-11-05T10:00:00")
+    later.user("Try uv in a scratch folder")
+    later.bash("mkdir -p t && cd t && uv venv", "Creating virtual environment at: .venv")
+    later.bash("gh pr list", "#1  Fix the cart  feat/cart")
+    later.say("uv works.", end_turn=True)
+    write_conversations(projects_dir, *sessions, later)
+    store = process()
+    status = {summary.split("`")[1]: st for _, _, summary, st in mined(store, "error_fix")}
+    assert status == {"uv venv -p .uvenv": "stale", "gh api repos/o/r/pulls/1/comments/9": "active"}, status
+
+
 def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_its_job(engram_home: Path,
                                                                                        projects_dir: Path) -> None:
     """cipher-box's sessions reached for `psql` (and `docker`) where neither is installed: "(eval):1: command not
@@ -744,8 +813,8 @@ def test_a_file_told_where_it_is_must_still_be_there_when_the_project_is_on_this
     assert after_read(engram_home, S3, f"{root}/docs/VISION.md", cwd=str(root)) == ""
 
 
-def test_a_file_too_big_to_read_is_told_before_reading_it_or_its_siblings(engram_home: Path,
-                                                                          projects_dir: Path) -> None:
+def test_a_file_too_big_to_read_is_told_before_reading_it_not_its_siblings(engram_home: Path,
+                                                                           projects_dir: Path) -> None:
     c = Conversation(S1, cwd=CWD)
     c.user("What did we do on day four?")
     c.tool("Read", {"file_path": f"{CWD}/diary/day-004.md"}, READ_LIMIT, error=True)
@@ -756,9 +825,12 @@ def test_a_file_too_big_to_read_is_told_before_reading_it_or_its_siblings(engram
     [(_, kind, summary, _)] = mined(store, "tool_limit")
     assert kind == "fact" and summary.startswith("`diary/day-004.md` is too big for Read")
     RecollectionWriter(load_settings()).write(store, S2, "u-s2", "And day five?", project=CWD)
-    assert "too big for Read" in before(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-005.md"})
+    # Not before a read of a file beside it (BookMinder's day-001.md, 1.3K, told before its read: "changes nothing").
+    assert before(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-005.md"}) == ""
+    told = before(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-004.md"})
+    assert "`diary/day-004.md` is too big for Read" in told and "beside" not in told, told
     # Not before a Read that takes a part of it (BookMinder's tail of day-004.md: both readers, "changes nothing").
-    part = {"file_path": f"{CWD}/diary/day-006.md", "offset": 900, "limit": 120}
+    part = {"file_path": f"{CWD}/diary/day-004.md", "offset": 900, "limit": 120}
     assert before(engram_home, "35353535-0000-4000-8000-000000000009", "Read", part) == ""
     # Not before a call that does not read it whole (BookMinder: told before `git reset claude-dev-log-diary/`).
     assert before(engram_home, S2, "Bash", {"command": "git reset diary/ && git status"}) == ""
@@ -892,6 +964,33 @@ def test_a_command_the_user_says_does_not_work_for_them_is_a_rule_told_before_it
     if said == NOT_IN_MY_CASE:  # staging everything, however typed; not staging a file by name
         assert "claude-dev-log-diary" in before(engram_home, S3, "Bash", {"command": "git add -A"})
         assert before(engram_home, S4, "Bash", {"command": "git add README.md"}) == ""
+
+
+def test_a_rule_told_before_the_call_that_breaks_it_does_not_open_the_next_sessions(engram_home: Path,
+                                                                                      projects_dir: Path) -> None:
+    """BookMinder's `git add .` rule opened its next two sessions ("where did we leave off?", an analysis session):
+    all four readings, related — it was told again, and useful, before the `git add -A` an hour later. A rule the
+    lesson index guards at its call is left out of the digest; one with no call to wait for opens them."""
+    c = Conversation(S1, cwd=CWD)
+    c.user(NOT_IN_MY_CASE)
+    c.say("Understood.", end_turn=True)
+    c.user(FEATURE_BRANCH_RULE)
+    c.say("Understood.", end_turn=True)
+    write_conversations(projects_dir, c)
+    process()
+    opened = digest(engram_home, S2)
+    assert "switch to a feature branch" in opened and "would not work in my case" not in opened, opened
+    assert "would not work in my case" in before(engram_home, S2, "Bash", {"command": "git add -A && git status"})
+
+
+@pytest.mark.parametrize(("rule", "forbidden"), [
+    ("Decision: we switched to `pnpm`. From now on use `pnpm` instead of `npm` in this project.", ["npm"]),
+    ("Instead of `npm test`, run `pnpm --filter api test`.", ["npm test"]),
+    ("Never use `git add -A` here; stage files by name.", ["git add -A"]),
+])
+def test_a_rule_that_says_instead_of_forbids_what_it_drops_not_what_it_keeps(rule: str, forbidden: list[str]) -> None:
+    assert forbidden_commands([rule]) == forbidden
+    assert guard("npm") == ("prog:npm", [])  # a program: every call of it, whatever it goes on to run
 
 
 FEATURE_BRANCH_RULE = ("also, as a general rule, switch to a feature branch is literally the first thing you should, "
@@ -1112,10 +1211,14 @@ def test_a_rule_the_user_later_reverses_is_told_as_the_later_one_only(engram_hom
     later.user("Decision: we switched to `pnpm`. From now on use `pnpm` instead of `npm` in this project.")
     later.say("Switched.", end_turn=True)
     write_conversations(projects_dir, first, later)
-    process()
+    store = process()
     told = digest(engram_home, S4)
-    assert "instead of `npm`" in told, told
     assert "always use `npm`" not in told, told  # the earlier rule is retired, never told beside the later
+    # The later rule forbids a command: told before a call that breaks it, not at the session's start.
+    assert "instead of `npm`" not in told, told
+    RecollectionWriter(load_settings()).write(store, S4, "u-s4", "Add lodash", project=CWD)
+    guard = before(engram_home, S4, "Bash", {"command": "npm install lodash"})
+    assert "instead of `npm`" in guard and "always use `npm`" not in guard, guard
 
 
 # --- 13. what the extractor learned is told as what the miners learned ----------------------------------------

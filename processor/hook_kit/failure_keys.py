@@ -281,7 +281,29 @@ def failure_key(key: str, error: str = "") -> str:
         for word in key[4:].split():
             if len(word) >= 2 and word != program and word[0].isalpha() and _names_missing(lowered, word):
                 return "fail:" + word
+    hooked = _hook_missing(error[:2000])
+    if hooked and hooked != program:
+        return "fail:" + hooked
     return "fail:" + program
+
+
+def _hook_missing(error: str) -> str | None:
+    """The program a hook or script the command ran says is missing, as its own line puts it: pre-commit's hook
+    "`pre-commit` not found.  Did you forget to activate your virtualenv?" (a `git commit` that failed so is
+    that program not found), a script's ``./build.sh: line 3: jq: command not found``."""
+    for line in error.splitlines()[:SCANNED_LINES]:
+        line = line.strip()
+        if line.lower().startswith("error: "):
+            line = line[7:].lstrip()
+        if line.startswith("`") and "` not found" in line:
+            name = line[1:line.index("` not found")]
+        elif ": line " in line and line.endswith(": command not found"):
+            name = line[:-len(": command not found")].rsplit(": ", 1)[-1]
+        else:
+            continue
+        if name and len(name) <= 40 and name[0].isalpha() and all(c.isalnum() or c in "-_." for c in name):
+            return name
+    return None
 
 
 # Where a `cd` the agent's harness refused, or one whose folder was not there, is filed: the same failure whichever

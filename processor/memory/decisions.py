@@ -1,8 +1,8 @@
 """Decisions in the user's own words, found without an LLM.
 
 A user decides in passing: "Decision for the billing service: we use PostgreSQL 16, never MySQL", "let's go with
-`httpx`", "use `pnpm` instead of `npm`", "we're not doing these complex path selections, just picking the latest
-one", "we switched to `uv`". A later session that works on what the decision names should hear it, in those
+`httpx` from now on", "use `pnpm` instead of `npm`", "we're not doing these complex path selections, just picking
+the latest one", "we switched to `uv`". A later session that works on what the decision names should hear it, in those
 words: a change to that function, the billing service's database. Each such sentence becomes a ``decision``
 memory (importance high: the SessionStart digest lists it with the project's rules), with what it names as its
 entities: its backticked spans, paths, identifiers and the proper names of tools and services, so it is told at
@@ -37,12 +37,12 @@ _DECIDED = re.compile(
     r"|\bwe(?:'re| are) not (?:doing|going to do|using|supporting|adding|building)\b.*\b(?:just|only|instead)\b"
     r"|\b(?:no more|stop using|drop(?:ping)?|get rid of)\b .*\b(?:use|instead|switch)\b",
     re.IGNORECASE)
-# "Let's switch to main, pull and commit" is a request for the work in hand; "let's use pnpm instead of npm", "let's
-# go with uv from now on", "let's switch to `uv`" is a choice: a let's-sentence is a decision only with the
-# alternative it drops, a word that makes it last, or a tool named as one (backticked, or a proper name).
+# "Let's switch to main, pull and commit" is a request for the work in hand; so is "Let's switch to `uv`.", said at
+# the prompt of the session that then switched (opening BookMinder's next sessions it was noise or at best related
+# to all four readings: done, and it says nothing of what it replaced). "let's use pnpm instead of npm", "let's go
+# with uv from now on" is a choice: a let's-sentence is a decision only with the alternative it drops or a word
+# that makes it last.
 _LETS_ONLY = re.compile(_LETS, re.IGNORECASE)
-_NAMED_CHOICE = re.compile(r"\b(?i:let'?s (?:go with|use|stick with|switch to|keep using|stay with|adopt|"
-                           r"standardi[sz]e on) (?:the |a )?)(?:`[^`\n]+`|[A-Z][\w.-]+)")  # a tool named as one
 _CHOICE_OR_LASTING = re.compile(r"\b(?:instead of|rather than|over|not|never|no more|always|from now on|going forward|"
                                 r"for (?:this|the) project|in this project|here on|everywhere)\b", re.IGNORECASE)
 _HYPOTHETICAL = re.compile(r"^\W*(?:if|whether|maybe|perhaps|what if|should|could|would|can)\b|\b(?:if we|unless we|"
@@ -117,7 +117,7 @@ def decisions_in(message: StoredMessage, project: str | None) -> list[Finding]:
         if not _DECIDED.search(words) or _HYPOTHETICAL.search(words) or _VENTING.search(words):
             continue
         if _LETS_ONLY.search(words) and not _DECIDED.search(_LETS_ONLY.sub(" ", words)) \
-                and not _CHOICE_OR_LASTING.search(words) and not _NAMED_CHOICE.search(sentence):
+                and not _CHOICE_OR_LASTING.search(words):
             continue  # a request for the work in hand, not a choice
         if _PREFERENCE.search(words) or _CONVENTION.search(words):
             continue  # kept as a standing instruction already

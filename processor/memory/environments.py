@@ -82,7 +82,8 @@ def environment_fix(signature: list[str], program: str, fix: str | None) -> str 
 # How shells and Python say a program is missing, as real errors: their signatures are what the hook compares.
 _MISSING_ERRORS = ("zsh: command not found: {0}", "bash: {0}: command not found",
                    "bash: line 1: {0}: command not found", "/bin/sh: 1: {0}: not found",
-                   "/usr/bin/python3: No module named {0}")
+                   "/usr/bin/python3: No module named {0}",
+                   "`{0}` not found.  Did you forget to activate your virtualenv?")  # pre-commit's git hook
 
 
 def as_missing(signature: list[str], program: str, other: str) -> list[str]:

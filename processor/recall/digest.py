@@ -13,7 +13,8 @@ this order, only what a session should know before its first prompt:
 2. this project's rules and decisions in the user's own words (standing instructions and decisions in the
    project's next ``store.digest.RULE_SESSIONS`` sessions after they were said — later a rule is told at the call
    that would break it, a decision at a call or a prompt about what it names; what was stored on purpose), the
-   newest ``RULES_SHOWN``; the project is the git root of the event's ``cwd``
+   newest ``RULES_SHOWN``, but not a rule the project's lesson index guards at the call that breaks it
+   (``unguarded``); the project is the git root of the event's ``cwd``
    (``processor/hook_kit/project.py``) as capture names it (``processor/capture/project.py``: a clone joins its
    project, a worktree is remembered; ``store/projects.py``), the same key capture stores in ``episodes.project``;
 3. the user's preferences for all projects: active ``scope='global'`` ones of importance high, newest first (one

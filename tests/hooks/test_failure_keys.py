@@ -184,6 +184,11 @@ def test_the_call_key_of_a_failed_call(tool: object, command: str | None, error:
                  "directories to child directories of the original working directory", "fail:cd",
                  id="a cd the harness refused, whatever ran after it"),
     pytest.param("cmd:pytest", "ERROR: cd to '~/x' failed", "fail:pytest", id="a cd that failed is not refused"),
+    pytest.param("cmd:git commit", "Error: `pre-commit` not found.  Did you forget to activate your virtualenv?",
+                 "fail:pre-commit", id="a program the commit's hook ran, not found (BookMinder, as recorded)"),
+    pytest.param("cmd:build.sh", "Exit code 127\n./build.sh: line 3: jq: command not found", "fail:jq",
+                 id="a program a script ran, not found"),
+    pytest.param("cmd:gh api", "gh: Not Found (HTTP 404)", "fail:gh", id="an HTTP not found is the program's own"),
 ])
 def test_where_a_failure_is_filed(key: str, error: str, filed_under: str) -> None:
     assert failure_key(key, error) == filed_under

@@ -190,6 +190,14 @@ class RecollectionWriter:
         progress = episodes_sql.session_progress(store.conn, session_id)
         return progress[0] if progress else None
 
+    def refresh_lessons(self, store: EpisodeStore, session_id: str) -> None:
+        """The lesson index of the session's project, once its rounds became memories: what it learned last (a rule
+        said in its final round) is filed before the project's next session starts, not at that session's first
+        prompt."""
+        project = self._project(store, session_id)
+        if project:
+            self.lessons.refresh(store.conn, project, project)
+
     def write(self, store: EpisodeStore, session_id: str, message_uuid: str, text: str,
               project: str | None) -> Path | None:
         """Search memories for the message and replace the session's recollection file.

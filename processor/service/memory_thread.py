@@ -224,6 +224,9 @@ class MemoryThread:
         self.recollect = recollect  # the recollection writer's handler, if the processor writes them
         self.problems: CaptureProblems | None = None  # where unreadable auto-memory files are reported
         self.periodic: list[Callable[[], object]] = []  # run with each idle-session sweep
+        # Run once a session's captured rounds are all episodes: its project's lesson index is brought up to date
+        # (a rule said in its last round guards the next session's calls, and leaves its digest, from the start).
+        self.learned: Callable[[EpisodeStore, str], object] | None = None
         self.pending = PendingWork(MAX_WAITING_SESSIONS)
         self._building: list[str] = []  # sessions whose episodes are being built, a slice at a time
         self._finished: set[str] = set()  # of those, sessions whose last captured line ended a turn
@@ -325,7 +328,10 @@ class MemoryThread:
             # What the builders left (a session that got new signals meanwhile), and the signals of none.
             return sum(added) + episodizer.episodize(final=final, max_pieces=BACKFILL_SLICE_PIECES)
 
-        return self._episode_errors(run) or 0
+        built = self._episode_errors(run) or 0
+        for session_id in sessions:
+            self._after_learning(session_id)
+        return built
 
     def note_capture(self) -> None:
         """A session captured lines: it is live for LIVE_SECONDS (capture's thread calls this)."""
@@ -353,6 +359,15 @@ class MemoryThread:
         outcome = self._episode_errors(lambda: episodizer.episodize_slice(session_id, final,
                                                                           between=self.serve_recollections))
         return bool(outcome and outcome[1])
+
+    def _after_learning(self, session_id: str) -> None:
+        """``learned`` for a session whose rounds are all episodes; a failure is logged, never the thread's end."""
+        if self.learned is None or self.store is None:
+            return
+        try:
+            self.learned(self.store, session_id)
+        except (apsw.Error, OSError) as exc:
+            log.warning("the lesson index of session %s's project was not brought up to date: %s", session_id, exc)
 
     def _episode_errors(self, build: Callable[[], T]) -> T | None:
         try:
@@ -476,6 +491,7 @@ class MemoryThread:
                         builds.append(session_id)
                     else:
                         self._finished.discard(session_id)
+                        self._after_learning(session_id)
         finally:
             self.close()
 

@@ -66,6 +66,7 @@ class Processor:
         self.recollections = RecollectionWriter(self.holder)
         self.memory = MemoryThread(self.holder, recollect=self.recollections.handle)
         self.memory.periodic.append(self.recollections.remove_idle)
+        self.memory.learned = self.recollections.refresh_lessons
         self.memory.periodic.append(self.ingest_injections)
         self.memory.periodic.append(self.redact_stored_text_again)
         self._automem_dirs: set[Path] = set()  # project folders whose auto memory was asked for once already

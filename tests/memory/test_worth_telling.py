@@ -983,7 +983,9 @@ def test_a_rule_told_before_the_call_that_breaks_it_does_not_open_the_next_sessi
     c.user(FEATURE_BRANCH_RULE)
     c.say("Understood.", end_turn=True)
     write_conversations(projects_dir, c)
-    process()
+    # The processor's pass alone: the rule said in the session's last round is filed (and guarded) before the next
+    # session starts, not at that session's first prompt.
+    Processor(load_settings()).run_once(None)
     opened = digest(engram_home, S2)
     assert "switch to a feature branch" in opened and "would not work in my case" not in opened, opened
     assert "would not work in my case" in before(engram_home, S2, "Bash", {"command": "git add -A && git status"})

@@ -133,14 +133,36 @@ def kind_of(activation: str) -> str:
     return activation.split()[0] if activation.split() else activation
 
 
+# A recursive remove in a chain (`rm -rf .uvenv`, `rm -r -f venv/`): the words up to the next command of the chain.
+_REMOVE = re.compile(r"(?:^|&&|;|\|\|)\s*rm\s+(?P<words>[^&;|]*)")
+
+
+def _removed_by(command: str) -> set[str]:
+    """The folders a clean command removed recursively, by the name a set-up uses (``rm -rf .uvenv/`` → .uvenv)."""
+    found: set[str] = set()
+    for match in _REMOVE.finditer(command):
+        words = match.group("words").split()
+        if any(w.startswith("-") and "r" in w.lstrip("-").lower() for w in words):
+            found |= {w.rstrip("/") for w in words if not w.startswith("-")}
+    return found
+
+
+def _folder_of(activation: str) -> str | None:
+    """The folder a virtualenv's set-up activates (``source .venv/bin/activate`` → .venv), None for another kind."""
+    path = activation.split()[-1] if activation.split() else ""
+    return path[:-len("/bin/activate")] if path.endswith("/bin/activate") else None
+
+
 def run_inside(commands: Iterable[str]) -> RunInside | None:
     """From the project's clean shell commands (the newest first): the environment set-up its newest commands
-    start with, and the programs whose newest clean run came after a set-up of that kind (``kind_of``), run so
-    at least ``MIN_RUNS`` times. A program last run bare (the project no longer needs the environment for it, or
-    never did) is not one; None when no program is."""
+    start with (not one whose folder a newer command removed: ``rm -rf .uvenv``), and the programs whose newest
+    clean run came after a set-up of that kind (``kind_of``), run so at least ``MIN_RUNS`` times. A program last
+    run bare (the project no longer needs the environment for it, or never did) is not one; None when no program
+    is."""
     newest: dict[str, str | None] = {}  # program → the kind of set-up its newest clean run came after (None: bare)
     runs: Counter[str] = Counter()
     current: str | None = None
+    removed: set[str] = set()  # folders a newer command removed: a set-up in one is gone (``rm -rf .uvenv``)
     for command in commands:
         activation = activation_of(command)
         inside = programs_after([command], activation) if activation else set()
@@ -149,8 +171,9 @@ def run_inside(commands: Iterable[str]) -> RunInside | None:
             newest.setdefault(program, kind if program in inside else None)
             if program in inside and kind == newest[program]:
                 runs[program] += 1
-        if activation and current is None and inside:
+        if activation and current is None and inside and _folder_of(activation) not in removed:
             current = activation
+        removed |= _removed_by(command)
     if current is None:
         return None
     programs = sorted((p for p, k in newest.items() if k == kind_of(current) and runs[p] >= MIN_RUNS),

@@ -20,6 +20,7 @@ from bench.precision import run_hook as bench_hook
 from bench.testbed.transcripts import Conversation, write_conversations
 from processor.capture.claude import parse_line
 from processor.config import load_settings
+from processor.memory.environments import run_inside
 from processor.memory.episode_store import EpisodeStore
 from processor.memory.guards import forbidden_commands, guard
 from processor.recall.injections import ingest
@@ -620,6 +621,19 @@ def test_the_environment_a_project_moved_its_tools_to_is_the_one_told_and_a_sibl
     hook = after(engram_home, S5, "git commit -m 'Ignore uv environments'",
                  "Error: `pre-commit` not found.  Did you forget to activate your virtualenv?")
     assert memory_id in hook, hook
+
+
+def test_a_set_up_whose_folder_a_later_command_removed_is_not_where_the_tools_run() -> None:
+    """BookMinder's session 5 ran its tools in `.uvenv/`, the next removed it (`rm -rf .uvenv`, as typed) and
+    committed; its pre-commit hook met "`pre-commit` not found" and the memory said `source .uvenv/bin/activate`,
+    five minutes after that folder went. The set-up is the newest one whose folder is still there."""
+    root = "cd /Users/palimondo/Developer/BookMinder && "
+    newest_first = ["rm -rf .uvenv", "rm -rf venv",
+                    *[root + f"source .uvenv/bin/activate && {run}" for run in ("pytest", "ruff --version")],
+                    *[root + f"source .venv/bin/activate && pytest specs/{s}_spec.py" for s in ("a", "b", "c")]]
+    found = run_inside(newest_first)
+    assert found is not None and found.activation == "source .venv/bin/activate" and "pytest" in found.programs
+    assert run_inside(newest_first[1:]).activation == "source .uvenv/bin/activate"  # before its removal: there
 
 
 def test_a_program_not_found_is_told_after_it_fails_never_before_and_goes_once_it_runs_by_its_name(

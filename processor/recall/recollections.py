@@ -45,6 +45,7 @@ from processor.memory.episode_store import EpisodeStore
 from processor.memory.unasked import offers
 from processor.recall.file_map import FileMap
 from processor.recall.lesson_index import LessonIndex
+from processor.recall.recap import asks_for_last_session, recap_bite
 from processor.store import episodes as episodes_sql
 from processor.store import sessions, write_transaction
 from processor.store import viewer as viewer_sql
@@ -226,6 +227,10 @@ class RecollectionWriter:
         # Forgotten while the search ran (memory_forget, `engram forget`): never written back.
         active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
         bites = [b for b in bites if b["id"] in active]
+        if asks_for_last_session(text):  # "where did we leave off?": what the last session did, first
+            recap = recap_bite(store.conn, project, session_id)
+            if recap is not None and recap["id"] not in shown:
+                bites.insert(0, recap)
         if bites:  # the ledger of what may reach the agent: the hook's state file later confirms it did
             with write_transaction(store.conn):
                 viewer_sql.record_offer(store.conn, session_id, message_uuid, bites, now_ms())

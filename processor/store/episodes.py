@@ -391,6 +391,21 @@ def unfinished_turns(conn: apsw.Connection, agent: str, captured_between: tuple[
         """, (agent, *captured_between)).fetchall()
 
 
+def last_messages(conn: apsw.Connection, session_id: str, role: str, limit: int) -> list[StoredMessage]:
+    """A session's newest messages of one role, the newest first."""
+    rows = conn.execute("SELECT id, uuid, role, text, ts_ms FROM messages WHERE session_id = ? AND role = ? "
+                        "ORDER BY id DESC LIMIT ?", (session_id, role, limit)).fetchall()
+    return [StoredMessage(*row) for row in rows]
+
+
+def session_commits(conn: apsw.Connection, session_id: str, limit: int) -> list[str]:
+    """What a session committed, as its commit memories say it ("Committed 018c746: …"), in order."""
+    return [row[0] for row in conn.execute(
+        "SELECT summary FROM episodes WHERE session_id = ? AND status = 'active' AND summary LIKE 'Committed %' "
+        "AND id IN (SELECT episode_id FROM memory_origins WHERE miner = 'signal') ORDER BY created_at LIMIT ?",
+        (session_id, limit))]
+
+
 def messages_after(conn: apsw.Connection, session_id: str, after_id: int, limit: int = 10_000) -> list[StoredMessage]:
     rows = conn.execute(
         "SELECT id, uuid, role, text, ts_ms FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",

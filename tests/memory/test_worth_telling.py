@@ -1106,6 +1106,41 @@ def test_the_next_session_starts_with_where_the_last_one_stopped(engram_home: Pa
     assert "Add the coupon model" not in context
 
 
+# BookMinder's session 3 closed on this summary (cut) and its commits; session 4 opened with the question, as typed.
+CLOSING = ("Great! We've now successfully: 1. Created an astral branch with modernized tooling 2. Updated the project "
+           "to use ruff and uv 3. Created comprehensive documentation for using uv 4. Provided instructions for "
+           "setting up the GitHub repository. Here's what you need to do next: 1. Create the GitHub repository.")
+
+
+@pytest.mark.parametrize(("prompt", "told"), [
+    ("do you know what we did in out last session?", True),
+    ("Hi, have a look around the project... where did we left off?", True),
+    # A remark about earlier sessions asks nothing (BookMinder's session 7).
+    ("But you are misinterpreting the cost gains, since all previous sessions on BookMinder were still done with "
+     "Sonnet 3.7.", False),
+])
+def test_asked_where_the_last_session_left_off_the_prompt_is_told_what_it_did(
+        engram_home: Path, projects_dir: Path, prompt: str, told: bool) -> None:
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Let's modernize the tooling on a branch of its own")
+    first.bash('git commit -m "Modernize tooling with uv and ruff"',
+               "[astral 018c746] Modernize tooling with uv and ruff")
+    first.bash('git commit -m "Add GitHub setup instructions"', "[astral 3901a5e] Add GitHub setup instructions")
+    first.say(CLOSING, end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2", prompt, project=CWD)
+    bites = json.loads((load_settings().recollections_dir / f"{S2}.json").read_text())["bites"]
+    recap = [b for b in bites if b["bite"].startswith("The last session of this project")]
+    assert bool(recap) is told, bites
+    if told:
+        [line] = recap
+        assert line["bite"].startswith("The last session of this project (2026-11-01) ended saying: “Great! We've "
+                                       "now successfully: 1. Created an astral branch"), line
+        assert "committed `018c746` Modernize tooling with uv and ruff; `3901a5e` Add GitHub setup" in line["bite"]
+        assert line["id"].startswith("msg_") and len(line["bite"]) <= 600
+
+
 def test_items_the_last_session_put_off_for_later_are_not_where_it_stopped(engram_home: Path,
                                                                           projects_dir: Path) -> None:
     """BookMinder's session ended having done its work and written two "(future)" items into TODO.md; the next

@@ -1,0 +1,92 @@
+"""What the project's last session did, told when the user asks for it ("where did we leave off?").
+
+Later sessions often begin by continuing, and the user asks: "do you know what we did in our last session?",
+"where did we leave off?" (BookMinder, both). The memories answer neither: a lesson waits for its call, a commit
+message is recalled only when searched for. So a prompt that asks about the previous session is told, as one bite
+with it, what that session said last (its closing summary, in its own words), what it committed and what its todo
+list left open. Only when asked: opening every session with the last one's summary tells most of them nothing.
+
+English cues only; the question must be asked (a sentence with the cue that asks or requests: "… previous
+sessions were done with Sonnet 3.7" is not).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from processor.clock import utc_date
+from processor.recall.digest import open_todos
+from processor.store import digest as digest_sql
+from processor.store import episodes as episodes_sql
+from processor.store.episodes import StoredMessage
+
+# What names the previous session's work, and what makes a sentence ask for it.
+_ABOUT_LAST = re.compile(
+    r"\b(?:last|previous|earlier|yesterday'?s) (?:session|conversation|chat)\b|\bleft off\b|\bleave off\b"
+    r"|\bwhere were we\b|\bwhere we stopped\b|\bpick up where\b|\bwhat (?:did|have) we (?:do|done|did)\b",
+    re.IGNORECASE)
+_ASKS = re.compile(r"\?|\b(?:remind me|recap|summari[sz]e|tell me|catch me up|continue|pick up)\b", re.IGNORECASE)
+SAID_CHARS = 360  # of the session's last words
+MIN_SAID = 60  # characters: "Done." is not a closing summary
+LOOKED_AT = 20  # the session's newest assistant messages read for its last words
+COMMITS = 4
+_TOOL_MARK = re.compile(r"\[tool: [^\]]*\]")
+
+
+def asks_for_last_session(prompt: str) -> bool:
+    """Whether the user's message asks what the project's previous session did."""
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", prompt[:4000]):
+        if _ABOUT_LAST.search(sentence) and _ASKS.search(sentence):
+            return True
+    return False
+
+
+def last_said(messages: list[StoredMessage]) -> StoredMessage | None:
+    """Of a session's newest assistant messages (newest first), the last that says something: not a bare tool call
+    ("[tool: Bash]") nor a line of narration before one ("Let me run the tests: [tool: Bash]"); its text without
+    the tool-call marks."""
+    for message in messages:
+        text = _TOOL_MARK.sub(" ", message.text).strip()
+        if len(text) >= MIN_SAID and not _TOOL_MARK.search(message.text[-80:]):
+            return replace(message, text=text)
+    return None
+
+
+def _commit(summary: str) -> str:
+    """A commit memory as the recap names it: ``018c746`` and its subject (the body and a console's cost line
+    after the subject's "…" left out)."""
+    sha, _, subject = summary.removeprefix("Committed ").partition(": ")
+    return f"`{sha}` {subject.split('…', 1)[0].strip()}"
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
+    """The bite that says what the project's newest other session did: its last words, its commits, its open todo
+    items; None when there is no such session or it left nothing to say."""
+    if not project:
+        return None
+    last = digest_sql.last_session(conn, project, session_id, 0)
+    if last is None:
+        return None
+    said = last_said(episodes_sql.last_messages(conn, last.session_id, "assistant", LOOKED_AT))
+    commits = [_commit(c) for c in episodes_sql.session_commits(conn, last.session_id, COMMITS)]
+    todos = open_todos(last.todos)
+    parts = []
+    if said is not None:
+        parts.append(f"ended saying: “{_cut(said.text, SAID_CHARS)}”")
+    if commits:
+        parts.append("committed " + "; ".join(_cut(c, 90) for c in commits))
+    if todos:
+        parts.append("left its todo list with " + "; ".join(_cut(t, 80) for t in todos[:3]))
+    if not parts:
+        return None
+    uuid = said.uuid if said is not None else last.message_uuid
+    if not uuid:
+        return None
+    text = f"The last session of this project ({utc_date(last.at)}) " + "; it ".join(parts) + "."
+    return {"id": f"msg_{uuid}", "bite": text, "date": utc_date(last.at), "importance": "high", "kind": "task"}

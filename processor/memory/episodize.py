@@ -36,6 +36,7 @@ from processor.memory.identity import content_hash, episode_id
 from processor.memory.lessons import hook_lesson_id, is_hook_lesson
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
+from processor.memory.staging import untracked
 from processor.memory.stale_fixes import names_removed, ran_clean_without, removed_folders, retirable
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
 from processor.redaction import redact
@@ -443,6 +444,7 @@ class Episodizer:
                 for folder in names_removed(ep.summary, gone, root)[:1] if kinds.get(ep.id) == "recipe" else ():
                     self._retire(ep.id, session_id, stamp, f"its steps use `{folder}/`, which "
                                  f"`{redact((gone[folder].target or '')[:120])}` removed in session {session_id}")
+        self._retire_untracked_staging(session_id, project, calls, stamp)
         fixes = retirable(rows, session_id)
         if not fixes:
             return
@@ -455,6 +457,23 @@ class Episodizer:
         for memory_id, call in ran_clean_without(fixes, failed, calls, session_id).items():
             self._retire(memory_id, session_id, stamp,
                          f"`{redact((call.target or '')[:120])}` ran clean without its fix in session {session_id}")
+
+    def _retire_untracked_staging(self, session_id: str, project: str | None, calls: list[StoredToolCall],
+                                  stamp: int) -> None:
+        """Mark stale a lesson about what staging everything swept in (``processor/memory/staging.py``) once these
+        calls took every path it names out of git's index on purpose (``git rm --cached .DS_Store``)."""
+        gone = untracked(calls)
+        if not gone:
+            return
+        memories = sql.project_memories(self.conn, project, RECIPES_SCANNED)
+        kinds = origins_sql.origins(self.conn, [ep.id for ep in memories])
+        for ep in memories:
+            paths = [e for e in ep.entities if not e.startswith("$ ")]
+            staged = any(e.startswith(("$ git add", "$ git commit")) for e in ep.entities)
+            if kinds.get(ep.id) == "lesson" and staged and paths and all(p.rstrip("/") in gone for p in paths):
+                call = gone[paths[0].rstrip("/")]
+                self._retire(ep.id, session_id, stamp, f"`{redact(paths[0])}` is no longer tracked: "
+                             f"`{redact((call.target or '')[:120])}` in session {session_id}")
 
     def _relearn(self, known: Episode, episode: NewEpisode, blob: bytes, session_id: str, stamp: int) -> None:
         """A way of failing whose fix went stale met again and got past anew: its memory says the new way and is

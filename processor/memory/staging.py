@@ -4,7 +4,8 @@
 ``.DS_Store`` — that the next calls took out of the index again (``git reset <paths>``, ``git restore --staged
 <paths>``). What was swept in, and how it was undone, is told before the next ``git add -A`` of the project: stage
 files by name. One per round at most, mined with the round's lessons (``processor/memory/lessons.py``), whose
-origin it is stored with.
+origin it is stored with. It goes once a later session stops tracking what was swept in on purpose (a clean ``git
+rm --cached .DS_Store``: the project ignores it now; ``untracked``), as BookMinder did the day it learned it.
 """
 
 from __future__ import annotations
@@ -64,4 +65,22 @@ def undone_staging(calls: list[StoredToolCall], project: str | None) -> list[Fin
                                  source_uuids=[call.use_uuid, later.use_uuid], created_at=later.ts_ms,
                                  miner="lesson", scope=scope_for(None, project)))
             break
+    return found
+
+
+def untracked(calls: list[StoredToolCall]) -> dict[str, StoredToolCall]:
+    """The paths these calls took out of git's index on purpose, keeping the files (a clean ``git rm --cached
+    <paths>``, not one whose failure an ``|| true`` hid), each with the call."""
+    found: dict[str, StoredToolCall] = {}
+    for call in calls:
+        if call.tool != "Bash" or call.failed or not call.target:
+            continue
+        for segment in without_console(call.target).replace("&&", "\n").replace(";", "\n").splitlines():
+            if "||" in segment:
+                continue
+            words = segment.split()
+            if words[:2] == ["git", "rm"] and "--cached" in words:
+                for word in words[2:]:
+                    if not word.startswith("-") and not word.startswith(("2>", ">", "/dev/null")):
+                        found.setdefault(word.rstrip("/"), call)
     return found

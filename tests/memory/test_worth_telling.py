@@ -956,6 +956,35 @@ def test_a_rule_that_forbids_a_command_is_told_before_a_call_that_breaks_it_only
     assert before(engram_home, S4, "Bash", {"command": "git push origin main"}) == ""
 
 
+@pytest.mark.parametrize(("untracking", "retired"), [
+    ("git rm --cached .DS_Store", True),  # BookMinder's session 5, as typed
+    ("git rm --cached .DS_Store bookminder/.DS_Store 2>/dev/null || true", False),  # its failure hidden: no proof
+    ("git rm --cached notes.md", False),  # another file
+])
+def test_what_staging_everything_swept_in_is_no_lesson_once_the_project_stops_tracking_it(
+        engram_home: Path, projects_dir: Path, untracking: str, retired: bool) -> None:
+    """BookMinder's `git add .` swept in `.DS_Store` (`git restore --staged .DS_Store`); the same day the project
+    stopped tracking it (`git rm --cached .DS_Store`, and `.gitignore` took it), yet "`git add .` here also staged
+    `.DS_Store`…" was told before every later `git add -A` (one reader: noise three times, "gitignored since")."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Commit the tooling change")
+    first.bash("git add . && git status",
+               "Changes to be committed:\n\tnew file:   .DS_Store\n\tmodified:   pyproject.toml")
+    first.bash("git restore --staged .DS_Store", "")
+    first.bash('git commit -m "Modernize tooling"', "[main 018c746] Modernize tooling")
+    first.say("Committed.", end_turn=True)
+    later = Conversation(S2, cwd=CWD, start="2026-11-01T15:00:00")
+    later.user("Stop tracking the .DS_Store files")
+    later.bash(untracking, "rm '.DS_Store'")
+    later.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    store = process()
+    [(lesson_id, _, summary, status)] = [m for m in mined(store, "lesson") if "staged `.DS_Store`" in m[2]]
+    assert (status == "stale") is retired, summary
+    told = before(engram_home, S3, "Bash", {"command": "git add -A && git commit -m 'More'"})
+    assert (lesson_id in told) is not retired, told
+
+
 # BookMinder's user, as typed (session 6): the rule is in what does not work for him, not in a "never".
 NOT_IN_MY_CASE = ("Well, you could try that, but in our previous discussion we learned that `git add .` would not "
                   "work in my case whenI have uncommited changes to `claude-dev-log-diary` lying around")

@@ -7,7 +7,8 @@ with it, what that session said last (its closing summary, in its own words), wh
 list left open. Only when asked: opening every session with the last one's summary tells most of them nothing.
 
 English cues only; the question must be asked (a sentence with the cue that asks or requests: "… previous
-sessions were done with Sonnet 3.7" is not).
+sessions were done with Sonnet 3.7" is not), and "where were we?" in a session that already had prompts (after a
+``/compact``) asks about that session: only a question that names the last session reaches back then.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ from processor.store import digest as digest_sql
 from processor.store import episodes as episodes_sql
 from processor.store.episodes import StoredMessage
 
-# What names the previous session's work, and what makes a sentence ask for it.
+# What names the previous session's work, and what makes a sentence ask for it. "Where were we?" asked in a
+# session that already had prompts (after a /compact) is about that session: only the named ones ("our last
+# session") reach back then.
+_NAMES_LAST = re.compile(r"\b(?:last|previous|earlier|yesterday'?s) (?:session|conversation|chat)\b", re.IGNORECASE)
 _ABOUT_LAST = re.compile(
     r"\b(?:last|previous|earlier|yesterday'?s) (?:session|conversation|chat)\b|\bleft off\b|\bleave off\b"
     r"|\bwhere were we\b|\bwhere we stopped\b|\bpick up where\b|\bwhat (?:did|have) we (?:do|done|did)\b",
     re.IGNORECASE)
+NAMED, UNNAMED = "named", "unnamed"  # how a prompt asks: naming the last session, or only where "we" were
 _ASKS = re.compile(r"\?|\b(?:remind me|recap|summari[sz]e|tell me|catch me up|continue|pick up)\b", re.IGNORECASE)
 SAID_CHARS = 360  # of the session's last words
 MIN_SAID = 60  # characters: "Done." is not a closing summary
@@ -34,12 +39,16 @@ COMMITS = 4
 _TOOL_MARK = re.compile(r"\[tool: [^\]]*\]")
 
 
-def asks_for_last_session(prompt: str) -> bool:
-    """Whether the user's message asks what the project's previous session did."""
+def asks_for_last_session(prompt: str) -> str | None:
+    """Whether the user's message asks what the project's previous session did: ``NAMED`` when it names that
+    session, ``UNNAMED`` for "where were we?", None when it does not ask."""
+    asked = None
     for sentence in re.split(r"(?<=[.!?])\s+|\n+", prompt[:4000]):
         if _ABOUT_LAST.search(sentence) and _ASKS.search(sentence):
-            return True
-    return False
+            if _NAMES_LAST.search(sentence):
+                return NAMED
+            asked = UNNAMED
+    return asked
 
 
 def last_said(messages: list[StoredMessage]) -> StoredMessage | None:

@@ -45,7 +45,7 @@ from processor.memory.episode_store import EpisodeStore
 from processor.memory.unasked import offers
 from processor.recall.file_map import FileMap
 from processor.recall.lesson_index import LessonIndex
-from processor.recall.recap import asks_for_last_session, recap_bite
+from processor.recall.recap import NAMED, UNNAMED, asks_for_last_session, recap_bite
 from processor.store import episodes as episodes_sql
 from processor.store import sessions, write_transaction
 from processor.store import viewer as viewer_sql
@@ -227,7 +227,9 @@ class RecollectionWriter:
         # Forgotten while the search ran (memory_forget, `engram forget`): never written back.
         active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
         bites = [b for b in bites if b["id"] in active]
-        if asks_for_last_session(text):  # "where did we leave off?": what the last session did, first
+        asked = asks_for_last_session(text)  # "where did we leave off?": what the last session did, first
+        if asked == NAMED or (asked == UNNAMED and not episodes_sql.other_prompts(store.conn, session_id,
+                                                                                 message_uuid)):
             recap = recap_bite(store.conn, project, session_id)
             if recap is not None and recap["id"] not in shown:
                 bites.insert(0, recap)

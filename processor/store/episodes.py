@@ -398,6 +398,12 @@ def last_messages(conn: apsw.Connection, session_id: str, role: str, limit: int)
     return [StoredMessage(*row) for row in rows]
 
 
+def other_prompts(conn: apsw.Connection, session_id: str, uuid: str) -> int:
+    """How many user messages the session has besides this one (a compacted session's summary is one)."""
+    return conn.execute("SELECT count(*) FROM messages WHERE session_id = ? AND role = 'user' AND uuid != ?",
+                        (session_id, uuid)).fetchone()[0]
+
+
 def session_commits(conn: apsw.Connection, session_id: str, limit: int) -> list[str]:
     """What a session committed, as its commit memories say it ("Committed 018c746: …"), in order."""
     return [row[0] for row in conn.execute(

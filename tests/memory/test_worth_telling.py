@@ -1170,6 +1170,25 @@ def test_asked_where_the_last_session_left_off_the_prompt_is_told_what_it_did(
         assert line["id"].startswith("msg_") and len(line["bite"]) <= 600
 
 
+@pytest.mark.parametrize(("prompt", "told"), [
+    ("ok so where were we?", False),  # cipher-box's, right after a /compact: this session's work
+    ("and what did we do in our last session?", True),  # names it
+])
+def test_where_were_we_in_a_session_that_already_had_prompts_is_about_that_session(
+        engram_home: Path, projects_dir: Path, prompt: str, told: bool) -> None:
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Let's modernize the tooling on a branch of its own")
+    first.say(CLOSING, end_turn=True)
+    going = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    going.user("Let's plan the MFA phase")
+    going.say("Here is the plan for MFA: TOTP first, then recovery codes, then WebAuthn.", end_turn=True)
+    write_conversations(projects_dir, first, going)
+    store = process()
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2-later", prompt, project=CWD)
+    bites = json.loads((load_settings().recollections_dir / f"{S2}.json").read_text())["bites"]
+    assert any(b["bite"].startswith("The last session of this project") for b in bites) is told, bites
+
+
 def test_items_the_last_session_put_off_for_later_are_not_where_it_stopped(engram_home: Path,
                                                                           projects_dir: Path) -> None:
     """BookMinder's session ended having done its work and written two "(future)" items into TODO.md; the next

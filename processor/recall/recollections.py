@@ -228,8 +228,9 @@ class RecollectionWriter:
         active = episodes_sql.active_ids(store.conn, [b["id"] for b in bites])
         bites = [b for b in bites if b["id"] in active]
         asked = asks_for_last_session(text)  # "where did we leave off?": what the last session did, first
-        if asked == NAMED or (asked == UNNAMED and not episodes_sql.other_prompts(store.conn, session_id,
-                                                                                 message_uuid)):
+        # A session with prompts before this one (its recollection file, or its captured messages) asks about itself.
+        if asked == NAMED or (asked == UNNAMED and not path.exists()
+                              and not episodes_sql.other_prompts(store.conn, session_id, message_uuid)):
             recap = recap_bite(store.conn, project, session_id)
             if recap is not None and recap["id"] not in shown:
                 bites.insert(0, recap)

@@ -1184,8 +1184,14 @@ def test_where_were_we_in_a_session_that_already_had_prompts_is_about_that_sessi
     going.say("Here is the plan for MFA: TOTP first, then recovery codes, then WebAuthn.", end_turn=True)
     write_conversations(projects_dir, first, going)
     store = process()
-    RecollectionWriter(load_settings()).write(store, S2, "u-s2-later", prompt, project=CWD)
+    writer = RecollectionWriter(load_settings())
+    writer.write(store, S2, "u-s2-later", prompt, project=CWD)
     bites = json.loads((load_settings().recollections_dir / f"{S2}.json").read_text())["bites"]
+    assert any(b["bite"].startswith("The last session of this project") for b in bites) is told, bites
+    # A session whose earlier prompt the processor answered (its recollection file), not yet captured, the same.
+    writer.write(store, S3, "u-s3-first", "Let's plan the MFA phase with TOTP and recovery codes", project=CWD)
+    writer.write(store, S3, "u-s3-later", prompt, project=CWD)
+    bites = json.loads((load_settings().recollections_dir / f"{S3}.json").read_text())["bites"]
     assert any(b["bite"].startswith("The last session of this project") for b in bites) is told, bites
 
 

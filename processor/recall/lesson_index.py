@@ -194,10 +194,11 @@ def _answers_elsewhere(entry: dict, fix: FailureSignature, environments: dict[st
 
 
 def of_the_shell(fix: FailureSignature) -> bool:
-    """Whether a failure was the shell's lack of a program or a module (``command not found: uv``, ``No module
-    named pytest``): its fix sets up the shell, which a later session's may have set up already."""
-    return missing_program(fix.signature, fix.fail_key[5:]) or any("no module named" in line.lower()
-                                                                    for line in fix.signature)
+    """Whether a failure was the shell's lack of the program it ran (``command not found: uv``, ``No module named
+    pytest`` of ``python3 -m pytest``): its fix sets up the shell (a PATH, an environment), which a later session's
+    may have set up already. Not a module the program itself imports (``No module named app``: the project's
+    package not installed is the project's state, and its fix is told before the call once it recurs)."""
+    return missing_program(fix.signature, fix.fail_key[5:])
 
 
 KEYS_MARK = hook_io.KEYS_MARK  # the second line: every key the file holds

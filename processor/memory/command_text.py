@@ -49,6 +49,21 @@ def command_told(target: str | None, limit: int = 120, root: str | None = None, 
     return shown[:limit] + ("…" if len(shown) > limit else "")
 
 
+# A remove in a chain: `rm -rf venv/`, `rm -r -f build`, `git rm -r old/` (its words up to the next command).
+_REMOVE = re.compile(r"(?:^|&&|;|\|\||\|)\s*(?:git\s+)?rm\s+(?P<words>[^&;|]*)")
+
+
+def recursive_removes(command: str) -> list[tuple[str, list[str]]]:
+    """Each recursive remove of a command's chain (``rm -rf .uvenv``): the text of that step, and the paths it
+    names (its words but the options)."""
+    found = []
+    for match in _REMOVE.finditer(command):
+        words = match.group("words").split()
+        if any(w.startswith("-") and "r" in w.lstrip("-").lower() for w in words):
+            found.append((match.group(0), [w for w in words if not w.startswith("-")]))
+    return found
+
+
 def runs_elsewhere(command: str | None, folders: list[str]) -> bool:
     """Whether a command starts by going to a folder outside all of `folders` (the project's root and checkouts):
     ``cd /Users/me/Developer/OtherProject && source venv/bin/activate && …`` is another project's, run from a

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from processor.hook_kit.failure_keys import missing_program_of, program_of
 from processor.hook_kit.failure_keys import signature as failure_signature
 from processor.hook_kit.tool_keys import GENERIC, command_keys
+from processor.memory.command_text import recursive_removes
 from processor.memory.findings import Finding
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
@@ -133,18 +134,9 @@ def kind_of(activation: str) -> str:
     return activation.split()[0] if activation.split() else activation
 
 
-# A recursive remove in a chain (`rm -rf .uvenv`, `rm -r -f venv/`): the words up to the next command of the chain.
-_REMOVE = re.compile(r"(?:^|&&|;|\|\|)\s*rm\s+(?P<words>[^&;|]*)")
-
-
 def _removed_by(command: str) -> set[str]:
     """The folders a clean command removed recursively, by the name a set-up uses (``rm -rf .uvenv/`` → .uvenv)."""
-    found: set[str] = set()
-    for match in _REMOVE.finditer(command):
-        words = match.group("words").split()
-        if any(w.startswith("-") and "r" in w.lstrip("-").lower() for w in words):
-            found |= {w.rstrip("/") for w in words if not w.startswith("-")}
-    return found
+    return {path.rstrip("/") for _, paths in recursive_removes(command) for path in paths}
 
 
 def _folder_of(activation: str) -> str | None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 
 from processor.hook_kit.failure_keys import call_key
 from processor.memory.absent_programs import runs_bare
-from processor.memory.command_text import command_told
+from processor.memory.command_text import command_told, recursive_removes
 from processor.memory.environments import missing_program
 from processor.store.failures import FailureSignature
 from processor.store.tool_calls import StoredToolCall
@@ -115,9 +115,6 @@ def missing_paths(command: str, root: str | None) -> list[str]:
             and not os.path.exists(top + relative) and not os.path.exists(top + relative.split("/", 1)[0])]
 
 
-# A recursive remove in a chain: `rm -rf venv/`, `rm -r -f build`, `git rm -r old/` (its words up to the next
-# command of the chain).
-_REMOVE = re.compile(r"(?:^|&&|;|\|\||\|)\s*(?:git\s+)?rm\s+(?P<words>[^&;|]*)")
 
 
 def removed_folders(calls: list[StoredToolCall], root: str | None) -> dict[str, StoredToolCall]:
@@ -132,12 +129,11 @@ def removed_folders(calls: list[StoredToolCall], root: str | None) -> dict[str, 
         if call.tool != "Bash" or not call.target:
             continue
         rest = call.target
-        for match in _REMOVE.finditer(call.target):
-            rest = rest.replace(match.group(0), " ")  # what the command names besides what it removes
-            words = match.group("words").split()
-            if call.failed or not any(w.startswith("-") and ("r" in w.lstrip("-").lower()) for w in words):
+        for step, paths in recursive_removes(call.target):
+            rest = rest.replace(step, " ")  # what the command names besides what it removes
+            if call.failed:
                 continue
-            for _, relative in _project_paths(" ".join(w for w in words if not w.startswith("-")), root):
+            for _, relative in _project_paths(" ".join(paths), root):
                 if "/" not in relative.rstrip("/") and relative not in (".", ".."):
                     removed[relative.rstrip("/")] = call
         for name in names_removed(rest, list(removed), root):

@@ -26,13 +26,12 @@ from processor.store.episodes import StoredMessage
 # session that already had prompts (after a /compact) is about that session: only the named ones ("our last
 # session") reach back then.
 _NAMES_LAST = re.compile(r"\b(?:last|previous|earlier|yesterday'?s) (?:session|conversation|chat)\b", re.IGNORECASE)
-_ABOUT_LAST = re.compile(
-    r"\b(?:last|previous|earlier|yesterday'?s) (?:session|conversation|chat)\b|\bleft off\b|\bleave off\b"
-    r"|\bwhere were we\b|\bwhere we stopped\b|\bpick up where\b|\bwhat (?:did|have) we (?:do|done|did)\b",
-    re.IGNORECASE)
+_ABOUT_LAST = re.compile(_NAMES_LAST.pattern + r"|\bleft off\b|\bleave off\b|\bwhere were we\b|\bwhere we stopped\b"
+                         r"|\bpick up where\b|\bwhat (?:did|have) we (?:do|done|did)\b", re.IGNORECASE)
 NAMED, UNNAMED = "named", "unnamed"  # how a prompt asks: naming the last session, or only where "we" were
 _ASKS = re.compile(r"\?|\b(?:remind me|recap|summari[sz]e|tell me|catch me up|continue|pick up)\b", re.IGNORECASE)
-SAID_CHARS = 360  # of the session's last words
+BITE_ROOM = 590  # characters: the hooks show a bite whole up to 600 (hook_io.MAX_BITE_CHARS)
+SAID_CHARS = 360  # of the session's closing words, at most: the gist of a summary, not all of it
 MIN_SAID = 60  # characters: "Done." is not a closing summary
 LOOKED_AT = 20  # the session's newest assistant messages read for its last words
 COMMITS = 4
@@ -85,17 +84,19 @@ def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
     said = last_said(episodes_sql.last_messages(conn, last.session_id, "assistant", LOOKED_AT))
     commits = [_commit(c) for c in episodes_sql.session_commits(conn, last.session_id, COMMITS)]
     todos = open_todos(last.todos)
+    opening = f"The last session of this project ({utc_date(last.at)}) "
     parts = []
-    if said is not None:
-        parts.append(f"ended saying: “{_cut(said.text, SAID_CHARS)}”")
     if commits:
-        parts.append("committed " + "; ".join(_cut(c, 90) for c in commits))
+        parts.append("committed " + "; ".join(_cut(c, 80) for c in commits))
     if todos:
-        parts.append("left its todo list with " + "; ".join(_cut(t, 80) for t in todos[:3]))
+        parts.append("left its todo list with " + "; ".join(_cut(t, 70) for t in todos[:3]))
+    if said is not None:  # its closing words take the room the rest leaves: the bite is shown whole
+        room = BITE_ROOM - len(opening) - sum(len(p) + 5 for p in parts) - len("ended saying: “”")
+        parts.insert(0, f"ended saying: “{_cut(said.text, min(SAID_CHARS, max(room, 120)))}”")
     if not parts:
         return None
     uuid = said.uuid if said is not None else last.message_uuid
     if not uuid:
         return None
-    text = f"The last session of this project ({utc_date(last.at)}) " + "; it ".join(parts) + "."
+    text = opening + "; it ".join(parts) + "."
     return {"id": f"msg_{uuid}", "bite": text, "date": utc_date(last.at), "importance": "high", "kind": "task"}

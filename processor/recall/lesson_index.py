@@ -201,6 +201,16 @@ def of_the_shell(fix: FailureSignature) -> bool:
     return missing_program(fix.signature, fix.fail_key[5:])
 
 
+def dropped_options(ep: Episode) -> list[str]:
+    """The options a recipe's steps ran its command with that the command it ends on, clean, no longer has
+    (BookMinder's `uv venv`: `-p .uvenv`, then `--path .uvenv`, then `uv venv .uvenv`): a call without them does
+    not go the way the recipe went. [] when its way through kept the options (the steps set something up)."""
+    clean = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
+    kept = set(asked_with(clean))
+    steps = [step for step in ep.summary.split("`")[1::2] if step != clean]
+    return list(dict.fromkeys(o for step in steps for o in asked_with(step) if o not in kept))[:5]
+
+
 KEYS_MARK = hook_io.KEYS_MARK  # the second line: every key the file holds
 
 
@@ -269,6 +279,8 @@ class LessonIndex:
             entry = {"id": ep.id, "bite": bite_of(ep, room),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
+            if origin == "recipe" and (dropped := dropped_options(ep)):
+                entry["asked"] = dropped  # before a call given the options its way through dropped, not every call
             if origin == "file":  # how the user wants a file worked on: told when it is changed, not read
                 entry["on"] = list(hook_io.EDITING)
             elif origin == "tool_limit":  # a file too big for the read tool: told before a read, not a `git add`,

@@ -636,6 +636,31 @@ def test_a_set_up_whose_folder_a_later_command_removed_is_not_where_the_tools_ru
     assert run_inside(newest_first[1:]).activation == "source .uvenv/bin/activate"  # before its removal: there
 
 
+def test_a_recipe_whose_way_through_dropped_options_is_told_before_a_call_given_them_only(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder's session 3 got `uv venv` right by dropping options (`-p .uvenv`, then `--path .uvenv`, then `uv
+    venv .uvenv`, each error as uv wrote it); the recipe was told before a later `uv venv && source .venv/bin/
+    activate && …` that gave none of them (both readers: noise)."""
+    path = 'export PATH="$HOME/.local/bin:$PATH" && '
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Make a separate environment for uv")
+    c.bash("uv venv -p .uvenv", "Exit code 127\n(eval):1: command not found: uv", error=True)
+    c.bash(path + "uv venv -p .uvenv", "× No interpreter found for executable name `.uvenv` in managed "
+                                       "installations or search path", error=True)
+    c.bash(path + "uv venv --path .uvenv", "error: unexpected argument '--path' found\n\n  tip: to pass '--path' "
+                                           "as a value, use '-- --path'\n\nUsage: uv venv [OPTIONS] [PATH]",
+           error=True)
+    c.bash(path + "uv venv .uvenv", "Using CPython 3.13.3\nCreating virtual environment at: .uvenv")
+    c.say("Made.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(recipe_id, _, summary, _)] = mined(store, "recipe")
+    assert summary.startswith("To run `uv venv` here:"), summary
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Set up the project", project=CWD)
+    assert before(engram_home, S2, "Bash", {"command": "uv venv && source .venv/bin/activate"}) == ""
+    assert recipe_id in before(engram_home, S3, "Bash", {"command": "uv venv --path .venv"})  # the way it failed
+
+
 def test_a_program_not_found_is_told_after_it_fails_never_before_and_goes_once_it_runs_by_its_name(
         engram_home: Path, projects_dir: Path) -> None:
     """BookMinder's uv lived in `~/.local/bin`, off the agent's PATH, in two sessions; the user then put it on the

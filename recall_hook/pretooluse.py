@@ -168,7 +168,6 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
         return []
     found: list[tuple[str, str]] = []
     words = _applied_words(tool_input)
-    options = _options(tool_input)
     # A file the agent made itself: nothing earlier sessions left about it, its folder or its name applies.
     own = keys[0] in created
     for key, entries in filed:
@@ -186,7 +185,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             if isinstance(when, list) and when and not all(w in words for w in when):
                 continue  # a rule's guard: this call does not have the form the rule forbids
             asked = entry.get("asked")
-            if isinstance(asked, list) and asked and not any(option in asked for option in options):
+            if isinstance(asked, list) and asked and not any(option in asked for option in _options(tool_input, key)):
                 continue  # a test run that ran nothing when asked with these options: this call has none of them
             on = entry.get("on")
             if isinstance(on, list) and tool_name not in on:
@@ -202,12 +201,15 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     return found
 
 
-def _options(tool_input: object) -> set[str]:
-    """A command's options by name, as it wrote them (``--testPathPattern='x'`` → ``--testPathPattern``)."""
+def _options(tool_input: object, key: str) -> set[str]:
+    """The options by name, as written (``--testPathPattern='x'`` → ``--testPathPattern``), of the commands of the
+    call's chain that `key` files (``cmd:uv venv``): a `mkdir -p` earlier in the chain gives `uv venv` no `-p`."""
     command = _io.command_of(tool_input)
     if command is None:
         return set()
-    return {w.partition("=")[0].strip("'\"") for w in command[:2000].split() if w.startswith(("-", "'-", '"-'))}
+    segments = [seg for seg in _keys.simple_commands(command) if _keys.command_key(seg) == key]
+    return {w.partition("=")[0].strip("'\"") for seg in segments for w in seg.split()
+            if w.startswith(("-", "'-", '"-'))}
 
 
 def _applied_words(tool_input: object) -> set[str]:

@@ -120,6 +120,11 @@ def _program(word: str) -> str:
     return "python" if program in ("python3", "py") else program
 
 
+def simple_commands(command: str) -> list[str]:
+    """The simple commands of a command line (``_split_commands``), read up to 2,000 characters as keys are."""
+    return _split_commands(command[:2000])
+
+
 def command_key(segment: str) -> str | None:
     """``cmd:…`` for one simple command, or None for a look-around command or nothing recognisable."""
     words = segment.split()

@@ -657,7 +657,9 @@ def test_a_recipe_whose_way_through_dropped_options_is_told_before_a_call_given_
     [(recipe_id, _, summary, _)] = mined(store, "recipe")
     assert summary.startswith("To run `uv venv` here:"), summary
     RecollectionWriter(load_settings()).write(store, S2, "u-s2", "Set up the project", project=CWD)
-    assert before(engram_home, S2, "Bash", {"command": "uv venv && source .venv/bin/activate"}) == ""
+    # As BookMinder's session 5 typed it: `mkdir`'s `-p` is not `uv venv`'s.
+    assert before(engram_home, S2, "Bash", {"command": "mkdir -p ~/t && cd ~/t && uv venv && source .venv/bin/"
+                                                       "activate"}) == ""
     assert recipe_id in before(engram_home, S3, "Bash", {"command": "uv venv --path .venv"})  # the way it failed
 
 

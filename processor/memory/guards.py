@@ -30,7 +30,7 @@ def forbidden_commands(rules: list[str]) -> list[str]:
     found: list[str] = []
     for rule in rules:
         for sentence in re.split(r"(?<=[.!?;])\s+", rule):
-            cues = [m for m in _NEGATION.finditer(sentence)]
+            cues = list(_NEGATION.finditer(sentence))
             if not cues:
                 continue
             quoted = list(_QUOTED.finditer(sentence))

@@ -336,7 +336,7 @@ class LessonIndex:
                         or all(fixed_by_editing(fix.fix) or of_the_shell(fix) for fix in ways):
                     # Before the call only once it recurred, in most sessions that ran the command; never a fix that
                     # changed the project's files (the change is there now: only its failure says it was undone),
-                    # nor one of a program or module not found (the shell may have it now: a PATH set in the
+                    # nor one of the program itself not found (the shell may have it now: a PATH set in the
                     # user's profile, an environment already active; only its failure says it has not).
                     keys = [k for k in keys if not k.startswith("cmd:")]
             for key in keys:

@@ -13,7 +13,8 @@ failure's: "This failed the same way on <date>; what fixed it: …" (or, for a p
 runs in the environment another's fix activated, "`python` was not found the same way on <date>; …"). When no
 fix is known and the call missed a path, it tells where the project's file of that name is, or the folder of the
 number it guessed (``processor/hook_kit/where_files.py``: "`…/12.6-CONTEXT.md` is not there: this project's
-`12.6-CONTEXT.md` is `…`"). Never a
+`12.6-CONTEXT.md` is `…`"). A read the harness refused for the file's size (or a sub-agent whose result says
+one was) is told the project's other files known too big for it, beside the refused one (``_too_big_too``). Never a
 fix learned in this same session (it is in the agent's context), never one already told in this session
 (``<session>.shown``, shared with the PreToolUse hook), never for a call the user declined or interrupted, or the
 editor's own mechanics.
@@ -69,11 +70,13 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     if failed is None:
         return None
     tool_name, error = failed
-    if not error.strip() or _fail.not_a_failure(tool_name, error):
-        return None
     call = _io.call_of(event)  # the input under Claude Code's keys (opencode's filePath is file_path)
     tool_input = call[1] if call is not None else {}
     target = next((v for k in _TARGET_KEYS if isinstance(v := tool_input.get(k), str) and v.strip()), None)
+    if _fail.read_refused(tool_name, error):
+        return _too_big_too(event, directory, session_id, target if tool_name not in _fail.SUB_AGENTS else None)
+    if not error.strip() or _fail.not_a_failure(tool_name, error):
+        return None
     key = _fail.call_key(tool_name, target, error)
     signature = _fail.call_signature(tool_name, target, error)
     if (key is None or not signature) and not _where.says_missing(error):
@@ -105,6 +108,35 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     if not lines:
         return None
     return fresh, _io.format_failure_context(lines, _io.agent())
+
+
+def _too_big_too(event: dict, directory: str, session_id: str, path: str | None) -> tuple[list[str], str] | None:
+    """After a read refused for the file's size, the project's other files known too big for it: those beside
+    the refused file (a folder of day-by-day logs), or any when a sub-agent met the refusal (its result does not
+    say which file). The refused file's own refusal says what to do; its siblings' is what it does not."""
+    index, root = _index_of(directory, session_id, event)
+    if path and root and path.startswith(root.rstrip("/") + "/"):
+        path = path[len(root.rstrip("/")) + 1:]
+    folder = path.rpartition("/")[0] if path else None
+    shown, _ = _io.load_shown(directory, session_id)
+    lines, ids = [], []
+    for entry in _filed(directory, index, _io.READ_REFUSED):
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) or entry.get("session") == session_id \
+                or entry.get("id") in shown or entry.get("id") in ids:
+            continue
+        if path is not None and (entry["file"] == path or entry["file"].rpartition("/")[0] != folder):
+            continue
+        line = _io.bite_line(entry)
+        if line is not None:
+            lines.append(line)
+            ids.append(entry["id"])
+            if len(ids) == MAX_FIXES:
+                break
+    if not ids or _io.opted_out(directory, session_id):
+        return None
+    fresh = _io.claim_shown(directory, session_id, ids)
+    lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
+    return (fresh, _io.format_too_big_context(lines, _io.agent())) if lines else None
 
 
 def _outside(entry: dict, command: str | None, error: str) -> bool:

@@ -199,13 +199,43 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # the head of an output (of a line) is looked at: the fast paths that skip a result line unread stay fast.
 _HINTS = ("ests found", "est files found", "ollected 0 items", "ests ran", "an 0 tests", "ests to run",
           "rojects matched", "ommand not found")
-_BYTE_HINTS = tuple(hint.encode() for hint in _HINTS)
+# A commit a hook stopped, in its runner's own words (pre-commit's "- hook id: …" under a "…Failed" status line,
+# husky's "husky - pre-commit script failed"), though the call exited 0: a `git commit … | tail` hides the status.
+_HOOK_HINTS = ("- hook id: ", "husky - ")
+_BYTE_HINTS = tuple(hint.encode() for hint in (*_HINTS, *_HOOK_HINTS))
 HEAD_CHARS = 10_000
 
 
-def may_have_run_nothing(raw: bytes) -> bool:
-    """Whether a transcript line may hold a test run that ran nothing: it is parsed, not skipped unread."""
+def may_have_failed_quietly(raw: bytes) -> bool:
+    """Whether a transcript line may hold a call that failed though it exited 0 (``failed_quietly``): it is
+    parsed, not skipped unread."""
     return any(raw.find(hint, 0, HEAD_CHARS) >= 0 for hint in _BYTE_HINTS)
+
+
+def failed_quietly(output: str) -> bool:
+    """Whether a shell call that exited 0 failed all the same: its test runner ran nothing, or a commit hook
+    stopped the commit."""
+    return ran_nothing(output) or hook_stopped_commit(output)
+
+
+def hook_stopped_commit(output: str) -> bool:
+    """Whether a call's output is a commit hook's refusal (a check's "Failed" with its "- hook id:", husky's
+    "script failed") with no commit made after it (git's "[main e391026] subject" line)."""
+    head = output[:HEAD_CHARS]
+    if not any(hint in head for hint in _HOOK_HINTS):
+        return False  # the common case, without splitting the output
+    lines = [line.strip() for line in head.splitlines()]
+    refused = any(line.startswith("- hook id: ") for line in lines) and any(line.endswith("Failed") for line in lines) \
+        or any(line.startswith("husky - ") and " failed" in line for line in lines)
+    return refused and not any(_commit_line(line) for line in lines)
+
+
+def _commit_line(line: str) -> bool:
+    """git's line for a commit it made: ``[main e391026] subject`` (``[main (root-commit) e391026]``)."""
+    if not line.startswith("[") or "]" not in line:
+        return False
+    words = line[1:line.index("]")].split()
+    return len(words) >= 2 and 7 <= len(words[-1]) <= 40 and all(c in "0123456789abcdef" for c in words[-1])
 
 
 def ran_nothing(output: str) -> bool:

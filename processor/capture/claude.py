@@ -34,9 +34,9 @@ from processor.capture.captured import (
     ToolFailure,
     ToolResult,
     ToolResultsOnly,
+    failed_quietly,
     failure_text,
-    may_have_run_nothing,
-    ran_nothing,
+    may_have_failed_quietly,
     redact_repeated,
     strip_injected_spans,
     timestamp_ms,
@@ -164,8 +164,8 @@ def _failures(content: object) -> tuple[ToolFailure, ...]:
             continue
         if block.get("is_error") is True:
             failures.append(ToolFailure(block["tool_use_id"], failure_text(signals.result_text(block.get("content")))))
-        elif ran_nothing(output := signals.result_text(block.get("content"))):
-            failures.append(ToolFailure(block["tool_use_id"], failure_text(output)))  # a test run that ran none
+        elif failed_quietly(output := signals.result_text(block.get("content"))):
+            failures.append(ToolFailure(block["tool_use_id"], failure_text(output)))  # it failed though it exited 0
     return tuple(failures)
 
 
@@ -198,7 +198,7 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
     # A user line made only of tool results (the bulk of transcript bytes), unless one is awaited. One scan
     # for the spaced form, text and tool uses: these lines are long.
     if b'"type":"tool_result"' in raw and _PARSE_ANYWAY.search(raw) is None and b'"is_error":true' not in raw \
-            and not may_have_run_nothing(raw):
+            and not may_have_failed_quietly(raw):
         return not (awaited and any(m.decode(errors="replace") in awaited for m in _TOOL_USE_ID.findall(raw)))
     return False
 

@@ -42,9 +42,9 @@ from processor.capture.captured import (
     ToolCall,
     ToolFailure,
     ToolResult,
+    failed_quietly,
     failure_text,
-    may_have_run_nothing,
-    ran_nothing,
+    may_have_failed_quietly,
     redact_repeated,
     strip_injected_spans,
     todos_input,
@@ -175,7 +175,7 @@ class CodexReader(SessionReader):
                 # 0, and that no signal awaits: read from its bytes alone.
                 clean = _CLEAN_EXIT.search(raw, 0, 2000) is not None or not any(
                     mark in raw for mark in _FAILURE_MARKS)
-                if clean and not may_have_run_nothing(raw):  # a test run may have run none
+                if clean and not may_have_failed_quietly(raw):  # a call may have failed though it exited 0
                     call = _CALL_ID.search(raw, 0, 2000)
                     if call is not None and f"{self.session_id}:{call.group(1).decode()}" not in awaited:
                         return Skipped("a tool's output (not a failure)")
@@ -266,7 +266,7 @@ class CodexReader(SessionReader):
         tool_use_id = f"{self.session_id}:{call_id}"
         text, failed = output_text(payload.get("output"))
         results = (ToolResult(tool_use_id, failed, redact(text)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or ran_nothing(text) else ()
+        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or failed_quietly(text) else ()
         if not results and not failures:
             return Skipped("a tool's output (not a failure)")
         return self.results_only(self._id(payload.get("id") or f"out:{call_id}", raw), timestamp, results, failures)

@@ -37,9 +37,9 @@ from processor.capture.captured import (
     Skipped,
     ToolFailure,
     ToolResult,
+    failed_quietly,
     failure_text,
-    may_have_run_nothing,
-    ran_nothing,
+    may_have_failed_quietly,
     redact_repeated,
     strip_injected_spans,
 )
@@ -181,7 +181,7 @@ class CopilotReader(SessionReader):
             if kind not in _READ_BYTES:
                 return Skipped("not conversation") if kind in _KNOWN_BYTES else skip_unknown(COPILOT, kind.decode())
             if kind == b"tool.execution_complete" and self._clean_result(raw, awaited) \
-                    and not may_have_run_nothing(raw):  # a test run may have run none
+                    and not may_have_failed_quietly(raw):  # a call may have failed though it exited 0
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -267,7 +267,7 @@ class CopilotReader(SessionReader):
         tool_use_id = self._id(call_id)
         text, failed = result_text(data)
         results = (ToolResult(tool_use_id, failed, redact(text)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or ran_nothing(text) else ()
+        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or failed_quietly(text) else ()
         if not results and not failures:
             return Skipped("a tool's result (not a failure)")
         return self.results_only(self._id(event_id), timestamp, results, failures)

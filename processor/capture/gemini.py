@@ -46,8 +46,8 @@ from processor.capture.captured import (
     ToolCall,
     ToolFailure,
     ToolResult,
+    failed_quietly,
     failure_text,
-    ran_nothing,
     strip_injected_spans,
     todos_input,
     tool_target,
@@ -222,7 +222,7 @@ class GeminiReader(SessionReader):
                 continue
             if pending is not None or tool_use_id in awaited:
                 results.append(ToolResult(tool_use_id, failed, redact(output)))
-            if failed or (call.get("name") == "run_shell_command" and ran_nothing(output)):
+            if failed or (call.get("name") == "run_shell_command" and failed_quietly(output)):
                 shell = call.get("name") == "run_shell_command"
                 failures.append(ToolFailure(tool_use_id, failure_text(shell_error(output) if shell else output)))
         body = "\n".join(part for part in (text, *notes) if part)
@@ -307,7 +307,7 @@ def _result(call: dict, needed: bool) -> tuple[str, bool, bool]:
     if not failed and call.get("name") == "run_shell_command":
         exit_code = next((m for text in texts if "Exit Code:" in text for m in [_EXIT.search(text)] if m), None)
         failed = exit_code is not None and int(exit_code.group(1)) != 0
-    shell_ran_none = not failed and call.get("name") == "run_shell_command" and any(map(ran_nothing, texts))
+    shell_ran_none = not failed and call.get("name") == "run_shell_command" and any(map(failed_quietly, texts))
     if not failed and not needed and not shell_ran_none:
         return "", False, True
     output = "\n".join(texts)

@@ -51,8 +51,8 @@ from processor.capture.captured import (
     ToolFailure,
     ToolResult,
     claude_tool,
+    failed_quietly,
     failure_text,
-    ran_nothing,
     redact_repeated,
     strip_injected_spans,
     tool_target,
@@ -357,7 +357,7 @@ class OpencodeReader(SessionReader):
         failed, output = _outcome(name, state, status, pending is not None or tool_use_id in awaited)
         results = (ToolResult(tool_use_id, failed, redact(output)),) if pending is not None or \
             tool_use_id in awaited else ()
-        ran_none = not failed and name == "Bash" and ran_nothing(output)  # a test run that ran none (as _outcome)
+        ran_none = not failed and name == "Bash" and failed_quietly(output)  # failed though it exited 0 (as _outcome)
         failures = (ToolFailure(tool_use_id, failure_text(output)),) if failed or ran_none else ()
         times = state.get("time") if isinstance(state.get("time"), dict) else {}
         ms = times.get("end") if isinstance(times.get("end"), int) else None
@@ -380,7 +380,7 @@ def _outcome(name: str, state: dict, status: str, needed: bool) -> tuple[bool, s
     failed = name == "Bash" and isinstance(code, int) and not isinstance(code, bool) and code != 0
     output = metadata.get("output") if name == "Bash" and isinstance(metadata.get("output"), str) \
         else state.get("output")
-    if not failed and not needed and not (name == "Bash" and isinstance(output, str) and ran_nothing(output)):
+    if not failed and not needed and not (name == "Bash" and isinstance(output, str) and failed_quietly(output)):
         return False, ""
     return failed, strip_injected_spans(output).strip() if isinstance(output, str) else ""
 

@@ -31,9 +31,9 @@ from processor.capture.captured import (
     ToolFailure,
     ToolResult,
     claude_tool,
+    failed_quietly,
     failure_text,
-    may_have_run_nothing,
-    ran_nothing,
+    may_have_failed_quietly,
     strip_injected_spans,
 )
 from processor.capture.formats import (
@@ -109,7 +109,7 @@ class PiReader(SessionReader):
             return Skipped("context an extension gave the model (Engram's own among it)")
         # A tool's result that did not fail, which no signal awaits: read from its first bytes, never parsed.
         if _TOOL_RESULT in raw[:200] and _NOT_FAILED in raw and not awaited \
-                and not may_have_run_nothing(raw):  # a test run may have run none
+                and not may_have_failed_quietly(raw):  # a call may have failed though it exited 0
             return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -177,7 +177,7 @@ class PiReader(SessionReader):
         tool_use_id = self._id(call_id)
         failed = message.get("isError") is True
         output = _text(message.get("content"))
-        ran_none = not failed and ran_nothing(output)  # a test run that ran none: a failure that exited 0
+        ran_none = not failed and failed_quietly(output)  # a failure that exited 0
         if not failed and not ran_none and tool_use_id not in awaited:
             return Skipped("a tool's result (not a failure)")
         results = (ToolResult(tool_use_id, failed, redact(output)),) if tool_use_id in awaited else ()

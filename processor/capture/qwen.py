@@ -35,9 +35,9 @@ from processor.capture.captured import (
     Skipped,
     ToolFailure,
     ToolResult,
+    failed_quietly,
     failure_text,
-    may_have_run_nothing,
-    ran_nothing,
+    may_have_failed_quietly,
     redact_repeated,
     strip_injected_spans,
 )
@@ -148,7 +148,7 @@ class QwenReader(SessionReader):
             at = raw.rfind(_RESULT)
             call_id = _value_after(raw, _RESULT, at)
             if call_id is not None and raw.startswith(_STATUS + b'success"', at + len(_RESULT) + len(call_id)) \
-                    and self._id(call_id) not in awaited and not may_have_run_nothing(raw):
+                    and self._id(call_id) not in awaited and not may_have_failed_quietly(raw):
                 return Skipped("a tool's result (not a failure)")
         record = loads_line(raw)
         if isinstance(record, Skipped):
@@ -220,7 +220,7 @@ class QwenReader(SessionReader):
         tool_use_id = self._id(call_id)
         text, failed = result_text(result, parts)
         results = (ToolResult(tool_use_id, failed, redact(text)),) if tool_use_id in awaited else ()
-        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or ran_nothing(text) else ()
+        failures = (ToolFailure(tool_use_id, failure_text(text)),) if failed or failed_quietly(text) else ()
         if not results and not failures:
             return Skipped("a tool's result (not a failure)")
         return self.results_only(self._id(uuid), timestamp, results, failures)

@@ -51,6 +51,18 @@ _NOT_RUN = ("doesn't want to proceed", "user doesn't want", "request interrupted
 _TRIM = "'\"`()[]{}<>,;:.!?*|│─╰╭╮╯├┤"
 
 
+# The agent's harness refusing a read for the file's size (Claude Code's Read: "File content (56293 tokens) exceeds
+# maximum allowed tokens (25000)"), in a read's own result or a sub-agent's (``Task``) that met it.
+_READ_REFUSAL = "exceeds maximum allowed tokens"
+SUB_AGENTS = ("Task", "Agent")
+
+
+def read_refused(tool_name: object, error: str) -> bool:
+    """Whether a failed call is a read the harness refused for the file's size: a read, or a sub-agent whose
+    result says one of its reads was."""
+    return tool_name in ("Read", "NotebookRead", *SUB_AGENTS) and _READ_REFUSAL in error[:4000].lower()
+
+
 def not_a_failure(tool_name: object, error: str) -> bool:
     """A declined or interrupted call, or the editor's mechanics: nothing about the project failed."""
     if not isinstance(tool_name, str) or tool_name in MECHANICS:
@@ -104,6 +116,10 @@ def _says_what(line: str) -> bool:
         and not line.startswith(("exit code", "traceback"))
 
 
+# A hook runner's progress lines (lint-staged's "[SKIPPED] Skipped because of errors from tasks."): every refusal
+# of it prints them, whatever failed; its "[FAILED] <check>" line and the check's own output say what, and
+# husky's own line under any of its hooks' refusals ("husky - pre-commit script failed (code 1)") says only that.
+_PROGRESS = ("[started]", "[completed]", "[skipped]", "husky - ")
 _TRACEBACK = "Traceback (most recent call last)"
 # What Python prints between chained tracebacks: it says they are chained, not what failed.
 _CHAINING = ("During handling of the above exception", "The above exception was the direct cause")
@@ -154,7 +170,7 @@ def signature(error: str) -> list[str]:
             found.append(named)  # "keyerror port": the exception's name says what, even in two words
     for line in lines:
         lowered = line.lower()
-        if not any(cue in lowered for cue in CUES):
+        if not any(cue in lowered for cue in CUES) or lowered.lstrip().startswith(_PROGRESS):
             continue
         normal = normalise(line)
         if _says_what(normal) and normal not in found and len(found) < MAX_LINES:
@@ -336,6 +352,15 @@ def _names_missing(error: str, word: str) -> bool:
                                           f"no module named {word}", f"no such command: {word}"))
 
 
+# How the common commit hook runners say they stopped a commit (pre-commit, husky, lint-staged, lefthook).
+_HOOK_REFUSALS = ("- hook id: ", "husky - ", "running tasks for staged files", "lint-staged", "lefthook")
+
+
+def commit_hook_refused(lowered_error: str) -> bool:
+    """Whether a failed call's error (lower-cased) is a commit hook's refusal, in its runner's own words."""
+    return any(marker in lowered_error for marker in _HOOK_REFUSALS)
+
+
 def call_key(tool_name: object, command: str | None, error: str = "") -> str | None:
     """``cmd:…`` of the command a failed shell call ran (the one its error names, else the last of a chain),
     ``tool:<name>`` for any other tool; None when there is nothing to key it by."""
@@ -347,6 +372,8 @@ def call_key(tool_name: object, command: str | None, error: str = "") -> str | N
     if not keys:
         return None
     lowered = error[:4000].lower()
+    if "cmd:git commit" in keys and commit_hook_refused(lowered):
+        return "cmd:git commit"  # lint-staged says "git stash" on its way: the `git add` before it did not fail
     for key in keys:
         program = program_of(key)
         if len(program) >= 2 and program in lowered:

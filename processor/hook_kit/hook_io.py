@@ -704,6 +704,9 @@ _CREATING = ("Write", "NotebookEdit")
 EDITING = ("Edit", "MultiEdit", "Write", "NotebookEdit")
 # The calls that read a file whole (Claude Code's names): a file too big for them is told before these only.
 READING = ("Read", "NotebookRead")
+# Where a project's lesson index files its files too big for the read tool, for the moment a read of another is
+# refused (``recall_hook/tool_failure.py``): a folder of day-by-day logs holds more than one.
+READ_REFUSED = "refused:Read"
 _GEMINI_CREATED = "Successfully created"  # how Gemini's write_file says the file is new (Qwen's, a fork's, too)
 _COPILOT_CREATED = "Created file "  # how the Copilot CLI's create says it
 _GEMINI_SHELL = "run_shell_command"
@@ -831,6 +834,15 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
         *lines,
         f"Call {mcp_tool('memory_expand', for_agent)}(id) for the full context if it applies. Otherwise, "
         "continue your work.",
+    ]), for_agent)
+
+
+def format_too_big_context(lines: list[str], for_agent: str = CLAUDE) -> str:
+    """The project's other files too big for the read tool, right after a read was refused, fenced."""
+    return fence("\n".join([
+        "Earlier sessions of this project met the same limit on these files:",
+        *lines,
+        "Search them with Grep, or read a part with offset and limit, rather than reading them whole.",
     ]), for_agent)
 
 

@@ -182,7 +182,10 @@ def command_keys(command: str, root: str | None = None) -> list[str]:
 
 
 def _segment_keys(segments: list[str], root: str | None) -> list[str]:
+    """Each segment's command key, and the files its words name while there is room: a `git add` of eight files
+    leaves the `git commit` after it its key."""
     keys: list[str] = []
+    files = 0
     for segment in segments:
         key = command_key(segment)
         if key and key not in keys:
@@ -191,14 +194,17 @@ def _segment_keys(segments: list[str], root: str | None) -> list[str]:
         if words and words[0] in _SETUP:
             continue
         for word in words[1:]:
-            if path_like(word):
+            if path_like(word) and len(keys) < MAX_KEYS:
                 path = relative(word, root)
                 file_key = "file:" + path
                 if path and path.rstrip("/") != (root or "").rstrip("/") and file_key not in keys:
                     keys.append(file_key)
-        if len(keys) >= MAX_KEYS:
-            break
-    return keys[:MAX_KEYS]
+                    files += 1
+    while len(keys) > MAX_KEYS and files:  # over by the commands after the room ran out: the last files go
+        last_file = max(i for i, k in enumerate(keys) if k.startswith("file:"))
+        del keys[last_file]
+        files -= 1
+    return keys
 
 
 def name_key(word: str) -> str | None:

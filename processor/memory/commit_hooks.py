@@ -24,7 +24,7 @@ _PRE_COMMIT_STATUS = re.compile(r"^(?P<name>\S.*?)\s*\.{3,}\s*(?:\([^)]*\)\s*)?(
                                 re.MULTILINE)
 _PRE_COMMIT_ID = re.compile(r"^- hook id: (?P<id>\S+)\s*$", re.MULTILINE)
 _MODIFIED = re.compile(r"^- files were modified by this hook\s*$", re.MULTILINE)
-_LINT_STAGED_FAILED = re.compile(r"^\s*(?:\[FAILED\]|✖)\s+(?P<command>[^\[\n]+?)\s*(?:\[FAILED\])?\s*$", re.MULTILINE)
+_LINT_STAGED_FAILED = re.compile(r"^\s*(?:\[FAILED\]|✖)\s+(?P<command>[^\[\n]+?)\s*(?:\[FAILED\]|:)?\s*$", re.MULTILINE)
 _LINT_STAGED = re.compile(r"\blint-staged\b|\[STARTED\] Running tasks for staged files|Running tasks for staged")
 _HUSKY = re.compile(r"husky - (?P<hook>pre-commit|commit-msg|pre-push) (?:script )?failed")
 _LEFTHOOK = re.compile(r"^\s*(?:🥊|✗|╰─)?\s*(?P<command>[\w:.-]+)\s*❯", re.MULTILINE)
@@ -48,6 +48,13 @@ class HookFailure:
     checks: tuple[str, ...]
     modified: bool
     run_first: str | None  # the command that runs the failed checks on demand, when the runner has one
+
+    @property
+    def rewrote_files(self) -> bool:
+        """Its output says the checks changed the files (pre-commit's "files were modified by this hook"): the
+        commit goes through once they are staged again. lint-staged reverts its fixers' changes when a check
+        fails, so a fixer's failure there left the files as they were."""
+        return self.modified and self.runner == "pre-commit"
 
     def lesson(self) -> str:
         """The step that avoids the failure, in a line: the step first (a bite cut to its length keeps it), then

@@ -25,7 +25,7 @@ MIN_WORDS = 6
 _CONSTRAINT = re.compile(
     r"\b(?:doesn't|does not|don't|do not|can't|cannot|can not|won't|will not|isn't|is not|aren't|are not)\s+"
     r"(?:\w+\s+)?(?:support|allow|accept|handle|recogni[sz]e|understand|work with|work on|work in|run|resolve|"
-    r"find|available|installed|exist|serve|permit|like)\w*\b"
+    r"find|available|installed|exist|serve|permit|like|use)\w*\b"
     r"|\bnot (?:supported|allowed|available|installed|permitted|recogni[sz]ed)\b"
     r"|\b(?:rejects?|refuses?)\b|\b(?:git-?)?ignored\b|\.gitignore\b|\bgitignore[sd]?\b"
     r"|\bonly (?:works?|supports?|accepts?|runs?)\b|\brequires?\b|\bmust (?:be|have|use|run)\b"

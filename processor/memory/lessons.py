@@ -101,12 +101,14 @@ def _words(command: str) -> list[str]:
             and not w.startswith(("'", '"'))]
 
 
-def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMessage]) -> Fix | None:
+def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMessage],
+         hooked: bool = False) -> Fix | None:
     """What got past `failure` later in its round, when the round ends with the same call running clean: the
     first go at it that ran clean, or that kept the failed command whole and added to it (a step first: it got
     past this failure, whatever failed next); retries that fail the same way, and calls that only read about the
     program (``--help``), are passed over. None when it was never fixed, or when nothing changed on the way (a
-    flaky rerun of the same command passed: nothing to learn)."""
+    flaky rerun of the same command passed: nothing to learn) — unless a commit hook stopped it (`hooked`): its
+    checks rewrote the files the same `git add … && git commit` staged again, and its refusal is the lesson."""
     tries = [i for i, c in enumerate(later) if same_call(failure.call, c, failure.key) and not inspects(c)]
     if not any(not later[i].failed for i in tries):
         return None  # never ran clean in the round
@@ -142,7 +144,7 @@ def _fix(failure: Failure, later: list[StoredToolCall], replies: list[StoredMess
              and any(k.startswith("cmd:") for k in command_keys(c.target))]
     edits = list(dict.fromkeys(c.target for c in between if c.tool in _EDITS and c.target and not c.failed))
     changed = " ".join((by.target or "").split()) != " ".join((failure.call.target or "").split())
-    if not (setup or edits or changed):
+    if not (setup or edits or changed or hooked):
         return None
     failed_at = failure.call.result_ts_ms or failure.call.ts_ms or 0
     said = [m for m in replies if failed_at < (m.ts_ms or 0) <= (by.ts_ms or 0)]
@@ -162,16 +164,16 @@ def findings(round_: Round) -> list[Finding]:
     first = {lesson.id for lesson in lessons}
     learned: dict[str, Finding] = {}  # by id: the same way of failing met again later in the round replaces it
     for failure in failures:
-        fix = _fix(failure, in_round[in_round.index(failure.call) + 1:], replies)
+        hook = hook_failure(failure.call.target, failure.call.error)
+        fix = _fix(failure, in_round[in_round.index(failure.call) + 1:], replies, hooked=hook is not None)
         if fix is None:
             continue
-        hook = hook_failure(failure.call.target, failure.call.error)
-        if hook is not None:
+        if hook is not None and (hook.rewrote_files or not said_why_it_failed(fix)):
             lesson = _hook_lesson(fix, hook, round_.project)
         elif retry_only(fix) or wrong_path(fix):
             continue  # what every session does anyway (re-stage, run it again; type the path right): no lesson
         else:
-            lesson = _lesson(fix, round_.project)
+            lesson = _lesson(fix, round_.project, hooked=hook is not None)
         if lesson is None or lesson.id in first or any(lesson.summary == other.summary for other in learned.values()):
             continue
         if lesson.id not in learned and len(lessons) + len(learned) >= MAX_LESSONS_PER_ROUND:
@@ -191,6 +193,13 @@ _MISSING_PATH = re.compile(r"pathspec .* did not match|no such file or directory
 # a relative path that worked from the project's folder fails after an earlier `cd` moved it.
 _CD_FIX = ("run it from the project's folder (`cd` there first) or with absolute paths: an earlier `cd` had moved "
            "the shell")
+
+
+def said_why_it_failed(fix: Fix) -> bool:
+    """The session got past a commit hook's check by changing the files it checked, and said why they failed it
+    ("the `<domain>` wrapper tags confuse the markdown linter"): that is the lesson, not running the check first
+    (its own run would have failed the same way)."""
+    return fix.diagnosis is not None and bool(fix.edits) and all(stages_only(step) for step in fix.setup)
 
 
 def retry_only(fix: Fix) -> bool:
@@ -260,16 +269,17 @@ def _hook_lesson(fix: Fix, hook: HookFailure, project: str | None) -> Finding:
                                       fix=redact(fit(step, FIX_CHARS)), uses=uses, session_fixed=True))
 
 
-def _lesson(fix: Fix, project: str | None) -> Finding | None:
+def _lesson(fix: Fix, project: str | None, hooked: bool = False) -> Finding | None:
     """The memory a fix makes. A changed command or a setup step is a way of working here (``gotcha``: told when
     the failure comes back, and before the call once it recurs). A fix by editing files is the work itself: a
     lesson only when the session said why, and a ``gotcha`` only when that names a tool's constraint (SQLite
-    does not support …); the project's own code missing something is work in progress (``bugfix``)."""
+    does not support …), or the project's commit hook's (`hooked`: it will refuse the same way again); the
+    project's own code missing something is work in progress (``bugfix``)."""
     failure, diagnosis = fix.failure, fix.diagnosis
     if not (fix.setup or fix.changed_command):
         if diagnosis is None:
             return None
-        kind = "gotcha" if diagnosis[0] == "gotcha" and names_a_tool(diagnosis[1]) else "bugfix"
+        kind = "gotcha" if diagnosis[0] == "gotcha" and (hooked or names_a_tool(diagnosis[1])) else "bugfix"
     else:
         kind = "gotcha"
     # The harness refused the `cd`: it is what the lesson is about.

@@ -286,6 +286,9 @@ class LessonIndex:
             elif origin == "tool_limit":  # a file too big for the read tool: told before a read, not a `git add`,
                 entry["on"] = list(hook_io.READING)  # and not before one that reads a part of it (`limit`)
                 entry["unless"] = ["limit"]
+                refused = filed.setdefault(hook_io.READ_REFUSED, [])
+                if ep.entities and len(refused) < IDS_PER_KEY:  # and right after a read of another file is refused
+                    refused.append({**entry, "file": ep.entities[0]})
             placed = False
             keys = [k for k in keys_by_origin(ep, origin, root) if k not in own_names]
             guards = guards_of(ep, origin)

@@ -52,9 +52,10 @@ _TRIM = "'\"`()[]{}<>,;:.!?*|│─╰╭╮╯├┤"
 
 
 # The agent's harness refusing a read for the file's size (Claude Code's Read: "File content (56293 tokens) exceeds
-# maximum allowed tokens (25000)"), in a read's own result or a sub-agent's (``Task``) that met it.
+# maximum allowed tokens (25000)"), in a read's own result or that of a call that ran others (a sub-agent, ``Task``;
+# the old ``BatchTool``) and met it.
 _READ_REFUSAL = "exceeds maximum allowed tokens"
-SUB_AGENTS = ("Task", "Agent")
+SUB_AGENTS = ("Task", "Agent", "BatchTool")
 
 
 def read_refused(tool_name: object, error: str) -> bool:

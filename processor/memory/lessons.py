@@ -316,7 +316,9 @@ def _lesson(fix: Fix, project: str | None, hooked: bool = False) -> Finding | No
     # with the new way a later session found (``episodize``). Work fixed by edits is one memory per failure.
     seed = (f"fix:{project}:{failure.fail_key}:{failure.signature[0]}" if kind == "gotcha"
             else f"lesson:{failure.call.tool_use_id}")
-    session_fixed = bool(fix.setup or fix.changed_command)
+    # Linked to its failure (told right after it) when the session got past it by a step, or past its commit
+    # hook's check by changing what it checked; work fixed by edits is the project's own.
+    session_fixed = bool(fix.setup or fix.changed_command or hooked)
     return Finding(id=episode_id(seed), kind=kind, summary=redact(summary), full_content=redact("\n".join(lines)),
                    entities=[redact(e) for e in entities], source_uuids=list(dict.fromkeys(sources)),
                    created_at=(said.ts_ms if said else None) or failure.call.ts_ms,

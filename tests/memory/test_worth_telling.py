@@ -1455,3 +1455,131 @@ def test_two_projects_with_the_same_folder_name_keep_their_lessons_apart(engram_
         "session_id": S4, "hook_event_name": "PreToolUse", "cwd": other, "tool_name": "Bash",
         "tool_input": {"command": 'git commit -m "X"'}, "tool_use_id": "toolu_c"})
     assert elsewhere == ""
+
+
+# --- a commit hook's refusal, wherever it was met -----------------------------------------------------------------
+
+# cipher-box's lint-staged under husky (2026-02-13), whole: it says "git stash" on its way, and markdownlint's line
+# says what failed. The path is this test's project.
+MD001 = ("Exit code 1\n[STARTED] Backing up original state...\n"
+         "[COMPLETED] Backed up original state in git stash (cdd688a6c)\n[STARTED] Running tasks for staged files...\n"
+         "[STARTED] package.json — 2 files\n[STARTED] *.{ts,tsx,js,jsx} — 0 files\n[STARTED] *.md — 2 files\n"
+         "[SKIPPED] *.{ts,tsx,js,jsx} — no files\n[STARTED] markdownlint --fix\n[FAILED] markdownlint --fix [FAILED]\n"
+         "[FAILED] markdownlint --fix [FAILED]\n[COMPLETED] Running tasks for staged files...\n"
+         "[STARTED] Applying modifications from tasks...\n[SKIPPED] Skipped because of errors from tasks.\n"
+         "[STARTED] Reverting to original state because of errors...\n"
+         "[COMPLETED] Reverting to original state because of errors...\n\n✖ markdownlint --fix:\n"
+         "{path}:16 error MD001/heading-increment Heading levels should only increment by one level at a time "
+         "[Expected: h2; Actual: h3]\nhusky - pre-commit script failed (code 1)")
+# cipher-box's own check (scripts/check-api-client.sh) under husky, whole.
+API_CLIENT = ("Exit code 1\n\n⚠️  API source files changed but generated client files are not staged!\n\n"
+              "You modified API DTOs, controllers, or entities but didn't regenerate the client.\n\n"
+              "Run this command and stage the changes:\n\n    pnpm api:generate\n\nMissing generated files:\n"
+              "    - packages/api-client/openapi.json\n\nTo skip this check (not recommended), use: "
+              "git commit --no-verify\n\nhusky - pre-commit script failed (code 1)")
+
+
+def context_commit(phase: str) -> str:
+    return (f"git add .planning/phases/{phase}/{phase}-CONTEXT.md .planning/todos/pending/todo.md && "
+            f"git commit -m \"docs({phase}): capture phase context\"")
+
+
+def test_a_check_the_session_got_past_by_changing_the_file_it_checked_is_told_why_after_it_fails_again(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box's lint-staged stopped a `*-CONTEXT.md` commit three times (markdownlint MD001: the template's
+    `<domain>` wrapper tags); each session found why anew. Its refusal is the commit's (not the `git add` before it,
+    though lint-staged says "git stash"), and the session's why, said between the refusal and the edit that got
+    past it, is the lesson: told right after the same refusal, never before the commit (the file is fixed)."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("/gsd:discuss-phase 12.2")
+    context = f"{CWD}/.planning/phases/12.2/12.2-CONTEXT.md"
+    first.write(context, "<domain>\n## Phase Boundary\n</domain>\n")
+    first.bash(context_commit("12.2"), MD001.replace("{path}", context), error=True)
+    first.read(f"{CWD}/.planning/phases/12/12-CONTEXT.md")
+    first.say("The Phase 12 context doesn't use the `<domain>`/`<decisions>` wrapper tags. The markdown linter gets "
+              "confused by them. Let me remove those tags.")
+    first.edit(context, "<domain>\n## Phase Boundary", "## Phase Boundary")
+    first.bash(context_commit("12.2"), "[main 1a2b3c4] docs(12.2): capture phase context")
+    first.say("Committed.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    # Not "run `markdownlint --fix` first": it would fail the same way.
+    [(_, kind, summary, _)] = mined(store, "error_fix")
+    assert kind == "gotcha" and summary.startswith("The Phase 12 context doesn't use the `<domain>`"), summary
+    again = f"{CWD}/.planning/phases/12.3/12.3-CONTEXT.md"
+    told = after(engram_home, S2, context_commit("12.3"), MD001.replace("{path}", again))
+    assert "wrapper tags" in told and "12.2-CONTEXT.md" in told, told
+    assert before(engram_home, S3, "Bash", {"command": context_commit("12.4")}) == ""
+
+
+def test_a_refusal_of_a_commit_after_staging_many_files_is_the_commits(engram_home: Path,
+                                                                        projects_dir: Path) -> None:
+    """cipher-box staged seven files and committed in one call; the husky check's refusal was keyed as the `git add`
+    (its files filled the call's keys before the `git commit`), so the go that ran clean was never another go at it
+    and the fix (`pnpm api:generate`) was kept only by luck of the words."""
+    files = " ".join(f"apps/api/src/ipns/part{n}.ts" for n in range(7))
+    c = Conversation(S1, cwd=CWD)
+    c.user("Commit the review fixes")
+    c.bash(f'git add {files} && git commit -m "fix(api): review"', API_CLIENT, error=True)
+    c.bash("pnpm api:generate 2>&1 | tail -5", "Generated packages/api-client/openapi.json")
+    c.bash(f'git add {files} packages/api-client/openapi.json && git commit -m "fix(api): review"',
+           "[main 5e6f7a8] fix(api): review")
+    c.say("Committed.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(_, _, summary, _)] = mined(store, "error_fix")
+    assert "What fixed it: `pnpm api:generate" in summary, summary
+    told = after(engram_home, S2, f'git add {files} && git commit -m "fix(api): more"', API_CLIENT)
+    assert "pnpm api:generate" in told, told
+
+
+def test_a_commit_its_hook_stopped_though_the_call_exited_zero_is_learned_from(engram_home: Path,
+                                                                                projects_dir: Path) -> None:
+    """BookMinder's first session met pre-commit's refusals in calls not marked failed (a `| tail`, or a harness
+    that kept only the text, hides the status): they taught nothing, and the next session met them untold. A
+    commit hook's refusal with no commit made after it is a failure whatever the status; re-staging and committing
+    again got past it, and the hook's checks are the lesson."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("Commit the README")
+    c.bash('git add README.md && git commit -m "Docs"', PRE_COMMIT)
+    c.bash('git add README.md && git commit -m "Docs"', "[main e391026] Docs\n 1 file changed")
+    c.say("Committed.", end_turn=True)
+    clean = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    clean.user("Commit the licence")
+    clean.bash('git add LICENSE && git commit -m "Licence"',
+               PRE_COMMIT.replace("Failed", "Passed").replace("- files were modified by this hook\n", "")
+               + "[main 77aa001] Licence\n 1 file changed")
+    clean.say("Committed.", end_turn=True)
+    write_conversations(projects_dir, c, clean)
+    [(_, _, summary, _)] = mined(process(), "error_fix")
+    assert summary.startswith("Before `git commit` here, run `pre-commit run --all-files`"), summary
+    assert "pre-commit run --all-files" in after(engram_home, S3, 'git commit -m "X"', PRE_COMMIT)
+
+
+def after_refused(home: Path, session: str, tool: str, tool_input: dict) -> str:
+    return run_hook("tool_failure.py", home, {
+        "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": tool,
+        "tool_input": tool_input, "tool_use_id": "toolu_r", "error": READ_LIMIT, "is_interrupt": False})
+
+
+def test_a_read_refused_for_size_is_told_the_other_files_beside_it_too_big_to_read(engram_home: Path,
+                                                                                   projects_dir: Path) -> None:
+    """BookMinder's diary (`claude-dev-log-diary/day-*.md`): a read of one file was refused for its size, and
+    later sessions' reads of others (and sub-agents sent to read them) met the same refusal untold. Right after a
+    read is refused, the project's files beside it known too big are told; after a sub-agent met it, the
+    project's; never the refused file itself, one in another folder, or a session's own."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("What did we do on day two?")
+    c.tool("Read", {"file_path": f"{CWD}/diary/day-002.md"}, READ_LIMIT, error=True)
+    c.tool("Grep", {"pattern": "migration", "path": f"{CWD}/diary/day-002.md"}, "12: the migration")
+    c.say("The migration.", end_turn=True)
+    write_conversations(projects_dir, c)
+    process()
+    told = after_refused(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-005.md"})
+    assert "same limit on these files" in told and "`diary/day-002.md` is too big for Read" in told, told
+    assert after_refused(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-006.md"}) == ""  # once a session
+    assert "`diary/day-002.md`" in after_refused(engram_home, S3, "Task", {"description": "Search the diary"})
+    assert "`diary/day-002.md`" in after_refused(engram_home, S5, "BatchTool", {"description": "Check the logs"})
+    assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/diary/day-002.md"}) == ""
+    assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/docs/big.md"}) == ""
+    assert after_refused(engram_home, S1, "Read", {"file_path": f"{CWD}/diary/day-007.md"}) == ""

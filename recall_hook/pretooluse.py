@@ -184,6 +184,8 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             when = entry.get("when")
             if isinstance(when, list) and when and not all(w in words for w in when):
                 continue  # a rule's guard: this call does not have the form the rule forbids
+            if entry.get("bypass") is True and _keys.hook_bypass(_io.command_of(tool_input) or "") is None:
+                continue  # the user declined skipping the hooks: told before a call that would, not every commit
             asked = entry.get("asked")
             if isinstance(asked, list) and asked and not any(option in asked for option in _options(tool_input, key)):
                 continue  # a test run that ran nothing when asked with these options: this call has none of them

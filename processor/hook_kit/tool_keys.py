@@ -237,6 +237,33 @@ def stages_everything(segment: str) -> str | None:
     return None
 
 
+# What makes a commit or push skip the repository's hooks: git's own option, and the hook runners' switches
+# (pre-commit's SKIP=<ids>, husky's HUSKY=0, lefthook's LEFTHOOK=0), set before the command.
+HOOKED_KEYS = ("cmd:git commit", "cmd:git push")
+_BYPASS_OPTIONS = ("--no-verify",)
+_BYPASS_SWITCHES = ("SKIP=", "HUSKY=0", "HUSKY_SKIP_HOOKS=", "LEFTHOOK=0")
+
+
+def hook_bypass(command: str) -> str | None:
+    """How a command line skips the repository's commit hooks, as typed (``--no-verify``, ``SKIP=ruff``), or None."""
+    for segment in simple_commands(command):
+        key = command_key(segment)
+        words = segment.split()
+        if key not in HOOKED_KEYS:
+            if key == "cmd:git" and any(w.lower().startswith("core.hookspath=") for w in words):
+                return next(w for w in words if w.lower().startswith("core.hookspath="))
+            continue
+        for word in words:
+            if "=" not in word:
+                break  # past the assignments before the command
+            if word.startswith(_BYPASS_SWITCHES):
+                return word
+        for word in words[2:]:
+            if word in _BYPASS_OPTIONS or (key == "cmd:git commit" and word == "-n"):
+                return word
+    return None
+
+
 def prog_key(key: str) -> str | None:
     """``prog:<program>`` of a ``cmd:`` key, past its runner (``cmd:uv run pytest -q`` → ``prog:pytest``): what a
     decision about a tool ("use pnpm instead of npm") is filed under."""

@@ -59,7 +59,15 @@ from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
 from processor.hook_kit.failure_keys import same_failure
 from processor.hook_kit.project import index_name
-from processor.hook_kit.tool_keys import GENERIC, command_keys, fact_keys, name_key, prog_key, stages_everything
+from processor.hook_kit.tool_keys import (
+    GENERIC,
+    HOOKED_KEYS,
+    command_keys,
+    fact_keys,
+    name_key,
+    prog_key,
+    stages_everything,
+)
 from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
 from processor.memory.environments import (
@@ -275,7 +283,7 @@ class LessonIndex:
             # The session it was learned in: that session has it in its context already and is not told.
             # A recipe's steps, a user's rule and what did a missing program's job are told whole (the rule up to
             # a digest line's length).
-            room = RECIPE_ROOM if origin in ("recipe", "standing", "absent") else BITE_CHARS
+            room = RECIPE_ROOM if origin in ("recipe", "standing", "absent", "declined") else BITE_CHARS
             entry = {"id": ep.id, "bite": bite_of(ep, room),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
@@ -309,6 +317,14 @@ class LessonIndex:
                         if len(fails) < FIXES_PER_KEY:
                             fails.append({**entry, "sig": missing_signatures(name), "ran": activation})
                             placed = True
+                told += placed
+                continue
+            if origin == "declined":  # a hook bypass the user declined: told before a call that would skip them again
+                for key in HOOKED_KEYS:
+                    entries = filed.setdefault(key, [])
+                    if len(entries) < IDS_PER_KEY:
+                        entries.append({**entry, "bypass": True})
+                        placed = True
                 told += placed
                 continue
             if origin == "absent":  # a program not installed where the project runs: told right after it is not found

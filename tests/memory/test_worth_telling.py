@@ -1583,3 +1583,35 @@ def test_a_read_refused_for_size_is_told_the_other_files_beside_it_too_big_to_re
     assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/diary/day-002.md"}) == ""
     assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/docs/big.md"}) == ""
     assert after_refused(engram_home, S1, "Read", {"file_path": f"{CWD}/diary/day-007.md"}) == ""
+
+
+DECLINED = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file "
+            "edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell "
+            "you how to proceed.")
+
+
+def test_a_commit_the_user_would_not_let_skip_the_hooks_is_told_before_the_next_call_that_would(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder's user declined `SKIP=end-of-file-fixer git commit …` (04-17), `SKIP=trailing-whitespace,… git
+    commit …` (05-04) and `git commit --no-verify …` (05-25), each in a session not told the last. The declined
+    call is the rule: told before a call that skips the hooks in any of the ways, never before a commit that runs
+    them, and not with the session's opening."""
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Commit the README")
+    c.bash('git add README.md && git commit -m "Docs"', PRE_COMMIT, error=True)
+    c.bash('SKIP=end-of-file-fixer git add README.md && SKIP=end-of-file-fixer git commit -m "Docs"', DECLINED,
+           error=True)
+    c.user("No, fix the hook configuration instead.")
+    c.edit(f"{CWD}/.pre-commit-config.yaml")
+    c.bash('git add README.md .pre-commit-config.yaml && git commit -m "Docs"', "[main 1a2b3c4] Docs")
+    c.say("Committed.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(_, kind, summary, _)] = mined(store, "declined")
+    assert kind == "preference" and summary.startswith("The user declined skipping this project's commit hooks "
+                                                       "(`SKIP=end-of-file-fixer git add README.md"), summary
+    assert before(engram_home, S2, "Bash", {"command": 'git commit -m "More"'}) == ""
+    told = before(engram_home, S2, "Bash", {"command": 'cd /work/shop && git commit --no-verify -m "Fix CI"'})
+    assert "The user declined skipping this project's commit hooks" in told, told
+    assert "declined" in before(engram_home, S3, "Bash", {"command": 'SKIP=ruff git commit -m "More"'})
+    assert "declined" not in digest(engram_home, S4)

@@ -80,7 +80,8 @@ class Fix:
         steps = [f"`{command_told(step, 80, root)}`" for step in self.setup[:3]]
         if self.edits and not steps:
             changed = EDIT_FIX + ", ".join(f"`{relative(e, root)}`" for e in self.edits[:3])
-            return f"{changed}, then {command}" + ("" if self.changed_command else " ran clean")
+            # The same command again is not news (a `git add` of five files and a commit): that it ran clean is.
+            return f"{changed}, then {command}" if self.changed_command else f"{changed}; then the command ran clean"
         if steps:
             return ", then ".join(steps) + f", then {command}" + ("" if self.changed_command else " again")
         return command

@@ -186,6 +186,8 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
                 continue  # a rule's guard: this call does not have the form the rule forbids
             if entry.get("bypass") is True and _keys.hook_bypass(_io.command_of(tool_input) or "") is None:
                 continue  # the user declined skipping the hooks: told before a call that would, not every commit
+            if isinstance(entry.get("core"), str) and not _runs_without(tool_input, entry["core"], entry.get("vars")):
+                continue  # the variables a command came to be run with: told before a run of it without them
             asked = entry.get("asked")
             if isinstance(asked, list) and asked and not any(option in asked for option in _options(tool_input, key)):
                 continue  # a test run that ran nothing when asked with these options: this call has none of them
@@ -212,6 +214,18 @@ def _options(tool_input: object, key: str) -> set[str]:
     segments = [seg for seg in _keys.simple_commands(command) if _keys.command_key(seg) == key]
     return {w.partition("=")[0].strip("'\"") for seg in segments for w in seg.split()
             if w.startswith(("-", "'-", '"-'))}
+
+
+def _runs_without(tool_input: object, core: str, names: object) -> bool:
+    """Whether the call runs `core` (``pnpm --filter api dev``) setting none of the variables `names`."""
+    command = _io.command_of(tool_input)
+    if command is None or not isinstance(names, list):
+        return False
+    for segment in _keys.simple_commands(command):
+        given, run = _keys.assigned(segment)
+        if run == core and not any(name in given for name in names):
+            return True
+    return False
 
 
 def _applied_words(tool_input: object) -> set[str]:

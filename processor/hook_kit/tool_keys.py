@@ -264,6 +264,26 @@ def hook_bypass(command: str) -> str | None:
     return None
 
 
+def assigned(segment: str) -> tuple[list[str], str]:
+    """The variables a simple command sets for its program (``DB_HOST=db PORT=3000 pnpm dev`` → ``DB_HOST``,
+    ``PORT``) and the command without them, its redirections or what a `&` runs after it (``pnpm dev``)."""
+    words = segment.split()
+    names: list[str] = []
+    while words and "=" in words[0] and words[0].partition("=")[0].replace("_", "a").isalnum():
+        name, _, value = words.pop(0).partition("=")
+        names.append(name)
+        quote = value[:1]
+        if quote in ("'", '"') and (len(value) < 2 or not value.endswith(quote)):  # a value with spaces
+            while words and not words.pop(0).endswith(quote):
+                pass
+    core: list[str] = []
+    for word in words:
+        if word in ("&", "&&", "|", ";") or word.startswith((">", "2>", "1>", "&>", "<")):
+            break
+        core.append(word)
+    return names, " ".join(core)
+
+
 def prog_key(key: str) -> str | None:
     """``prog:<program>`` of a ``cmd:`` key, past its runner (``cmd:uv run pytest -q`` → ``prog:pytest``): what a
     decision about a tool ("use pnpm instead of npm") is filed under."""

@@ -36,6 +36,8 @@ from processor.memory.identity import content_hash, episode_id
 from processor.memory.lessons import hook_lesson_id, is_hook_lesson
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
+from processor.memory.settled_vars import finding as settled_finding
+from processor.memory.settled_vars import settled
 from processor.memory.staging import untracked
 from processor.memory.stale_fixes import names_removed, ran_clean_without, removed_folders, retirable
 from processor.memory.verbatim import RoundPiece, entities_of, group_rounds, round_pieces, summarize
@@ -140,6 +142,7 @@ class Episodizer:
         self._routine_stamps: dict[str, int] = {}  # project → its newest tool call when its routine was read
         self._environment_stamps: dict[str, int] = {}  # … and when the environment its tools run in was
         self._absent_stamps: dict[str, int] = {}  # … and when the programs not installed where it runs were
+        self._settled_stamps: dict[str, int] = {}  # … and when the variables its commands are run with were
 
     def episodize(self, session_id: str | None = None, final: bool = False,
                   max_pieces: int = EPISODE_SLICE_PIECES) -> int:
@@ -380,7 +383,8 @@ class Episodizer:
             sql.set_episodized_through(self.conn, session_id, plan.through)
         self._supersede(rowids)
         if final and not plan.more and project:
-            added += self.refresh_routine(project) + self.refresh_environment(project) + self.refresh_absent(project)
+            added += self.refresh_routine(project) + self.refresh_environment(project) + self.refresh_absent(project) \
+                + self.refresh_settled(project)
         return added
 
     def _record_failures(self, session_id: str, project: str | None, mined: Mined) -> None:
@@ -577,6 +581,17 @@ class Episodizer:
             if before != now:
                 sql.set_meta(self.conn, list_key, json.dumps(now))
         return added
+
+    def refresh_settled(self, project: str) -> int:
+        """The variables the project's commands came to be run with (``processor.memory.settled_vars``), a memory
+        a command: made or replaced when a newer session settled on others; returns how many were stored."""
+        stamp = tool_call_sql.project_stamp(self.conn, project)
+        if self._settled_stamps.get(project) == stamp:
+            return 0
+        self._settled_stamps[project] = stamp
+        found = settled(tool_call_sql.clean_calls_assigning(self.conn, project, ENVIRONMENT_COMMANDS))
+        return sum(self._replace_project_memory(project, f"settled:{project}:{s.core}", settled_finding(project, s),
+                                                "settled variables") for s in found)
 
     def _same_prompt_after(self, call: StoredToolCall) -> list[StoredToolCall]:
         """The calls its session made after `call`, up to the session's next prompt."""

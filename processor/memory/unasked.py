@@ -48,7 +48,7 @@ PUSHED_KINDS = frozenset({"gotcha", "convention", "decision", "preference"})
 # A prompt that merely shares words with it is not that moment; the user's decisions and rules, and what was
 # stored on purpose, are told at prompts.
 AT_THEIR_CALL = frozenset({"error_fix", "lesson", "fact", "tool_limit", "routine", "recipe", "correction", "file",
-                           "environment", "absent", "declined"})
+                           "environment", "absent", "declined", "settled"})
 # A standing instruction mined from the user's words is told in the digest of the project's next sessions and
 # before the call it forbids (its guard), not at a prompt that shares its words: a prompt about branches ("switch
 # to the phase 12 branch") already says what a rule about branches would; the held-out readers found none of
@@ -92,7 +92,8 @@ def pushable(ep: Episode, origin: str | None = None) -> bool:
 
 # What a memory told unasked is, as the viewer groups them: by the miner that made it, else by its kind.
 _CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "lesson": "Lessons", "fact": "Facts", "tool_limit": "Facts",
-                       "recipe": "Recipes", "decision": "Decisions", "routine": "Rules", "declined": "Rules"}
+                       "recipe": "Recipes", "decision": "Decisions", "routine": "Rules", "declined": "Rules",
+                       "settled": "Recipes"}
 _CATEGORY_OF_KIND = {"gotcha": "Lessons", "convention": "Rules", "decision": "Decisions", "preference": "Preferences"}
 CATEGORIES = ("Error fixes", "Lessons", "Facts", "Recipes", "Decisions", "Rules", "Preferences", "Remembered")
 

@@ -62,6 +62,7 @@ from processor.hook_kit.project import index_name
 from processor.hook_kit.tool_keys import (
     GENERIC,
     HOOKED_KEYS,
+    command_key,
     command_keys,
     fact_keys,
     name_key,
@@ -283,7 +284,7 @@ class LessonIndex:
             # The session it was learned in: that session has it in its context already and is not told.
             # A recipe's steps, a user's rule and what did a missing program's job are told whole (the rule up to
             # a digest line's length).
-            room = RECIPE_ROOM if origin in ("recipe", "standing", "absent", "declined") else BITE_CHARS
+            room = RECIPE_ROOM if origin in ("recipe", "standing", "absent", "declined", "settled") else BITE_CHARS
             entry = {"id": ep.id, "bite": bite_of(ep, room),
                      "date": utc_date(ep.created_at),
                      "importance": ep.importance, "kind": ep.kind, "session": ep.session_id}
@@ -326,6 +327,14 @@ class LessonIndex:
                         entries.append({**entry, "bypass": True})
                         placed = True
                 told += placed
+                continue
+            if origin == "settled":  # the variables a command came to be run with: before a run without them
+                core = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
+                key = command_key(core) if core else None
+                entries = filed.setdefault(key, []) if key else []
+                if key and len(entries) < IDS_PER_KEY:
+                    entries.append({**entry, "core": core, "vars": [e for e in ep.entities if not e.startswith("$ ")]})
+                    told += 1
                 continue
             if origin == "absent":  # a program not installed where the project runs: told right after it is not found
                 fails = filed.setdefault("fail:" + ep.entities[0], []) if ep.entities else []

@@ -107,6 +107,18 @@ def clean_commands_with(conn: apsw.Connection, project: str | None, text: str | 
     return [row[0] for row in rows]
 
 
+def clean_calls_assigning(conn: apsw.Connection, project: str | None, limit: int = 500) -> list[StoredToolCall]:
+    """The project's newest shell calls that ran clean and set a variable for a command (``DB_HOST=… pnpm dev``,
+    or any `=`: the caller reads which), with the calls of the same sessions, the newest first (by when they ran)."""
+    rows = conn.execute(
+        f"SELECT {', '.join('t.' + c.strip() for c in _COLUMNS.split(','))} FROM tool_calls t JOIN sessions s "
+        "ON s.session_id = t.session_id WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 "
+        "AND t.target IS NOT NULL AND t.session_id IN (SELECT session_id FROM tool_calls WHERE tool = 'Bash' "
+        "AND failed = 0 AND instr(target, '=') > 0) ORDER BY coalesce(t.ts_ms, 0) DESC, t.rowid DESC LIMIT ?",
+        (project, limit))
+    return [_call(row) for row in rows]
+
+
 def failed_commands_saying(conn: apsw.Connection, project: str | None, needles: tuple[str, ...],
                            limit: int = 500) -> list[StoredToolCall]:
     """The project's newest failed shell calls whose error holds one of `needles` (lower case: ``not found``),

@@ -1616,3 +1616,33 @@ def test_a_commit_the_user_would_not_let_skip_the_hooks_is_told_before_the_next_
     assert "The user declined skipping this project's commit hooks" in told, told
     assert "declined" in before(engram_home, S3, "Bash", {"command": 'SKIP=ruff git commit -m "More"'})
     assert "declined" not in digest(engram_home, S4)
+
+
+def test_the_variables_a_command_came_to_be_run_with_are_told_before_it_is_run_without_them(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box started its API bare, met the database and the IPFS node elsewhere, and ended up starting it as
+    `DB_HOST=192.168.133.114 … IPFS_LOCAL_API_URL=http://192.168.133.114:5001 pnpm --filter api dev`; the next three
+    sessions started it bare and found it all again (uploads failing with 500). A server started in the
+    background exits 0: no failure says it, the session's own runs of the command do. Told before a run without
+    those variables; not before one that sets them, another command, or what a session tried and dropped."""
+    c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    c.user("Start the dev server")
+    c.bash("pnpm --filter api dev", "Command running in background with ID: 1")
+    c.bash("DB_HOST=192.168.133.114 REDIS_HOST=192.168.133.114 pnpm --filter api dev",
+           "Command running in background with ID: 2")
+    c.bash("VITE_API_URL=https://api-staging.example.com pnpm --filter web dev &", "started")
+    c.bash("pnpm --filter web dev &", "started")
+    c.bash("DB_HOST=192.168.133.114 REDIS_HOST=192.168.133.114 IPFS_LOCAL_API_URL=http://192.168.133.114:5001 "
+           "pnpm --filter api dev 2>&1", "Command running in background with ID: 3")
+    c.say("Both are up.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(_, kind, summary, _)] = mined(store, "settled")
+    assert kind == "convention" and summary.startswith(
+        "Here `pnpm --filter api dev` was last run as `DB_HOST=192.168.133.114 REDIS_HOST=192.168.133.114 "
+        "IPFS_LOCAL_API_URL=http://192.168.133.114:5001 pnpm --filter api dev 2>&1` (2026-11-01), after runs "
+        "without `DB_HOST`, `REDIS_HOST`, `IPFS_LOCAL_API_URL`"), summary
+    told = before(engram_home, S2, "Bash", {"command": "kill $(lsof -ti:3000); pnpm --filter api dev &>/tmp/api.log &"})
+    assert "IPFS_LOCAL_API_URL=http://192.168.133.114:5001" in told, told
+    assert before(engram_home, S3, "Bash", {"command": "DB_HOST=10.0.0.9 pnpm --filter api dev"}) == ""
+    assert before(engram_home, S3, "Bash", {"command": "pnpm --filter web dev"}) == ""

@@ -35,6 +35,10 @@ the environment the project's tools were run in (``"ran"``: its set-up), under e
 after it is not found, or after a run of it outside that set-up failed for want of something (a module, the
 environment: ``processor/hook_kit/failure_keys.py`` ``wants_environment``). A program not installed where the
 project's sessions run (``processor/memory/absent_programs.py``) is filed under its "not found" the same way.
+Some are filed with what the call must have for them to be told: a hook bypass the user declined under the
+commands hooks run on (``"bypass"``: told before a call that skips them), the variables a command came to be run
+with under that command (``"core"``, ``"vars"``: before a run of it that sets none), and a file too big to read
+also under ``refused:Read`` (``"file"``: told right after a read of a file beside it is refused for its size).
 
 The session's recollection file names its project's index (``"lessons"``) and root (``"root"``: the hook
 makes a path relative to it before it looks a file up), and the writer brings the index

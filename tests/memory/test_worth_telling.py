@@ -662,6 +662,11 @@ def test_a_recipe_whose_way_through_dropped_options_is_told_before_a_call_given_
     assert before(engram_home, S2, "Bash", {"command": "mkdir -p ~/t && cd ~/t && uv venv && source .venv/bin/"
                                                        "activate"}) == ""
     assert recipe_id in before(engram_home, S3, "Bash", {"command": "uv venv --path .venv"})  # the way it failed
+    # uv not found was got past by the `export PATH=…` step; the command it went with failed another way (both
+    # readers: "it quotes a 'fix' command that actually failed").
+    told = after(engram_home, S4, "uv --version", "(eval):1: command not found: uv")
+    step = '`export PATH="$HOME/.local/bin:$PATH"` first (the command then failed another way)'
+    assert f"what fixed it: {step}" in told, told
 
 
 def test_a_program_not_found_is_told_after_it_fails_never_before_and_goes_once_it_runs_by_its_name(

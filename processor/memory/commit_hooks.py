@@ -89,6 +89,8 @@ def hook_failure(command: str | None, error: str | None) -> HookFailure | None:
         return HookFailure("pre-commit", checks, bool(_MODIFIED.search(error)), "pre-commit run --all-files")
     if _LINT_STAGED.search(error) or _LINT_STAGED_FAILED.search(error):
         commands = tuple(dict.fromkeys(m.group("command").strip() for m in _LINT_STAGED_FAILED.finditer(error)))
+        if not commands and not husky_failed(error):
+            return None  # its tasks all passed: the commit failed after them (cipher-box: "1Password: agent …")
         rewrites = any("--fix" in c or "--write" in c or c.startswith(_FORMATTERS) for c in commands)
         run = commands[0] if len(commands) == 1 else None
         return HookFailure("lint-staged", commands[:MAX_CHECKS], rewrites, run or "npx lint-staged")

@@ -1651,3 +1651,28 @@ def test_the_variables_a_command_came_to_be_run_with_are_told_before_it_is_run_w
     assert "IPFS_LOCAL_API_URL=http://192.168.133.114:5001" in told, told
     assert before(engram_home, S3, "Bash", {"command": "DB_HOST=10.0.0.9 pnpm --filter api dev"}) == ""
     assert before(engram_home, S3, "Bash", {"command": "pnpm --filter web dev"}) == ""
+
+
+# cipher-box (2026-02-14), whole: lint-staged's tasks all passed; the commit's signing failed after them.
+SIGNING_FAILED = ("Exit code 128\n[STARTED] Backing up original state...\n"
+                  "[COMPLETED] Backed up original state in git stash (102783418)\n"
+                  "[STARTED] Running tasks for staged files...\n[STARTED] package.json — 4 files\n"
+                  "[STARTED] eslint --fix\n[STARTED] prettier --write\n[COMPLETED] prettier --write\n"
+                  "[COMPLETED] eslint --fix\n[COMPLETED] Running tasks for staged files...\n"
+                  "[STARTED] Applying modifications from tasks...\n[COMPLETED] Applying modifications from tasks...\n"
+                  "[STARTED] Cleaning up temporary files...\n[COMPLETED] Cleaning up temporary files...\n"
+                  "error: 1Password: agent returned an error\n\nfatal: failed to write commit object")
+
+
+def test_a_commit_that_failed_after_its_hook_passed_teaches_nothing_about_the_hook(engram_home: Path,
+                                                                                   projects_dir: Path) -> None:
+    """The user unlocked 1Password and the same commit went through: no step of the session got past it, and
+    lint-staged's lines above the failure are its tasks passing, not a refusal to run them first."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("Commit it")
+    c.bash('git commit -m "Auth"', SIGNING_FAILED, error=True)
+    c.say("The 1Password SSH agent failed to sign the commit; trying again.")
+    c.bash('git commit -m "Auth"', "[main 9f8e7d6] Auth")
+    c.say("Committed.", end_turn=True)
+    write_conversations(projects_dir, c)
+    assert mined(process(), "error_fix") == []

@@ -84,8 +84,8 @@ class Fix:
             return f"{changed}, then {command}" if self.changed_command else f"{changed}; then the command ran clean"
         if steps:
             return ", then ".join(steps) + f", then {command}" + ("" if self.changed_command else " again")
-        failed = " ".join(command_shown(self.failure.call.target, 10_000).split())
-        again = " ".join(command_shown(self.resolved_by.target, 10_000).split())
+        failed = " ".join(command_told(self.failure.call.target, 10_000, root).split())
+        again = " ".join(command_told(self.resolved_by.target, 10_000, root).split())
         if self.resolved_by.failed and failed and again.endswith(failed) and again != failed:
             # The go that got past this failure failed another way: the step it added is the fix, not the command
             # (`export PATH=… && uv venv -p .uvenv` found uv, and uv refused `-p .uvenv`).

@@ -646,8 +646,8 @@ def test_a_recipe_whose_way_through_dropped_options_is_told_before_a_call_given_
     c = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     c.user("Make a separate environment for uv")
     c.bash("uv venv -p .uvenv", "Exit code 127\n(eval):1: command not found: uv", error=True)
-    c.bash(path + "uv venv -p .uvenv", "× No interpreter found for executable name `.uvenv` in managed "
-                                       "installations or search path", error=True)
+    c.bash(path + f"cd {CWD} && uv venv -p .uvenv", "× No interpreter found for executable name `.uvenv` in "
+                                                   "managed installations or search path", error=True)
     c.bash(path + "uv venv --path .uvenv", "error: unexpected argument '--path' found\n\n  tip: to pass '--path' "
                                            "as a value, use '-- --path'\n\nUsage: uv venv [OPTIONS] [PATH]",
            error=True)

@@ -165,7 +165,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     shown, created = _io.load_shown(directory, session_id)
     if keys[0].startswith("file:") and _io.creating(event, tool_name, tool_input):
         _io.claim_shown(directory, session_id, [], created=keys[0])  # a new file: nobody left anything on it
-        return []
+        filed = [(key, entries) for key, entries in filed if key.startswith("kind:")]  # but on files of its kind
+        if not filed:
+            return []
     found: list[tuple[str, str]] = []
     words = _applied_words(tool_input)
     # A file the agent made itself: nothing earlier sessions left about it, its folder or its name applies.

@@ -159,8 +159,11 @@ def _told(entry: dict) -> str | None:
     like = entry.get("like")
     step = max(fix.split("`")[1::2], key=len, default="")
     if said and not like and step and f"run `{step}`" in bite:
-        # The memory's words say the step already ("Before `git commit` here, run `pre-commit run …`"): once.
-        return f"- This failed the same way on {date}: {bite} (id: {entry['id']})"
+        # The memory's words say the step already ("Before `git commit` here, run `pre-commit run …`"): once, and
+        # without the checks it names ("its pre-commit hook's `end-of-file-fixer` rewrites files"): the refusal
+        # the agent has just read names the ones that failed now, which may be others.
+        step_said = bite.partition(": its ")[0].rstrip(".")
+        return f"- This failed the same way on {date}: {step_said}. (id: {entry['id']})"
     if isinstance(like, str) and like:  # another program's "not found", fixed by the environment both run in
         return (f"- `{_io.one_line(like, 40)}` was not found the same way on {date}; what fixed it: {fix}.{said} "
                 f"(id: {entry['id']})")

@@ -225,6 +225,24 @@ def dir_key(path: str) -> str | None:
     return f"dir:{folder}/" if folder and folder not in (".", "..") else None
 
 
+def kind_key(path: str) -> str | None:
+    """``kind:<name, its numbers masked>`` of a file named by a number (``12.2-CONTEXT.md`` → ``kind:#-context.md``,
+    ``0007_add_index.py`` → ``kind:#_add_index.py``): the next file of that kind (``12.3-CONTEXT.md``) is written
+    from the same template and meets what the last one met; None for a name without a number or without words."""
+    name = path.rstrip("/").rpartition("/")[2].lower()
+    if not any(c.isdigit() for c in name) or sum(c.isalpha() for c in name) < 4:
+        return None
+    masked: list[str] = []
+    for index, char in enumerate(name):
+        between = char == "." and index and name[index - 1].isdigit() and name[index + 1:index + 2].isdigit()
+        if char.isdigit() or between:
+            if not masked or masked[-1] != "#":
+                masked.append("#")
+        else:
+            masked.append(char)
+    return "kind:" + "".join(masked)
+
+
 def stages_everything(segment: str) -> str | None:
     """``cmd:git add -A`` for staging everything (``git add -A``, ``--all``, ``.``, ``git commit -a``): a lesson
     about what that swept in is told then, not before every ``git add`` of one file."""
@@ -344,6 +362,9 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
                     break
                 path = relative(value, root)
                 keys = ["file:" + path] if path not in (".", "") else []
+                kind = kind_key(path) if keys and tool_name in _FILE_TOOLS else None
+                if kind:  # after its folder and name (``_around``): the file's own keys come first
+                    return _around(keys) + [kind]
                 break
     if tool_name == "Grep":
         pattern = tool_input.get("pattern")

@@ -69,8 +69,11 @@ from processor.hook_kit.tool_keys import (
     command_key,
     command_keys,
     fact_keys,
+    kind_key,
     name_key,
+    path_like,
     prog_key,
+    relative,
     stages_everything,
 )
 from processor.memory.bites import BITE_CHARS
@@ -355,6 +358,15 @@ class LessonIndex:
                     fails.append({**entry, "sig": fix.signature, "fix": fix.fix or ""})
                     placed = True
                 borrowed += _answers_elsewhere(entry, fix, environments)
+            if ways and ep.kind == "gotcha" and all(fixed_by_editing(fix.fix) for fix in ways):
+                # Got past by changing a file named by a number, and the session said why (a commit hook's check
+                # of `12.2-CONTEXT.md`): told before the next file of its kind is written, from the same template.
+                for path in (e for e in ep.entities if " " not in e and path_like(e)):
+                    kind = kind_key(relative(path, root))
+                    entries = filed.setdefault(kind, []) if kind else []
+                    if kind and len(entries) < IDS_PER_KEY and all(e["id"] != ep.id for e in entries):
+                        entries.append({**entry, "on": list(hook_io.EDITING)})
+                        placed = True
             if ways:
                 uses = next((fix.uses for fix in ways if fix.uses), None)
                 if uses:

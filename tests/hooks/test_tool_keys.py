@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from processor.hook_kit import hook_io
-from processor.hook_kit.tool_keys import command_keys, tool_keys
+from processor.hook_kit.tool_keys import assigned, command_keys, hook_bypass, kind_key, tool_keys
 
 
 @pytest.mark.parametrize(("name", "tool_input"), [
@@ -105,3 +105,47 @@ def test_the_keys_of_a_command_line(command: str, keys: list[str]) -> None:
 ])
 def test_the_keys_of_a_tool_call(tool: object, tool_input: object, keys: list[str]) -> None:
     assert tool_keys(tool, tool_input, ROOT) == keys
+
+
+def test_a_command_after_many_files_keeps_its_key() -> None:
+    """cipher-box staged seven files and committed in one call: the `git commit` is the call's too."""
+    files = " ".join(f"apps/api/src/part{n}.ts" for n in range(9))
+    keys = command_keys(f'git add {files} && git commit -m "x"')
+    assert keys[0] == "cmd:git add" and "cmd:git commit" in keys and len(keys) == 8, keys
+
+
+@pytest.mark.parametrize(("command", "bypass"), [
+    ('SKIP=end-of-file-fixer git add README.md && SKIP=end-of-file-fixer git commit -m "x"', "SKIP=end-of-file-fixer"),
+    ('cd /repo && git commit --no-verify -m "Fix CI"', "--no-verify"),
+    ("git commit -n -m x", "-n"),
+    ("HUSKY=0 git push", "HUSKY=0"),
+    ("git -c core.hooksPath=/dev/null commit -m x", "core.hooksPath=/dev/null"),
+    ('git commit -m "--no-verify is not the way"', None),
+    ("git log -n 3", None),
+    ("SKIP=x npm test", None),
+])
+def test_how_a_command_skips_the_commit_hooks(command: str, bypass: str | None) -> None:
+    assert hook_bypass(command) == bypass
+
+
+@pytest.mark.parametrize(("segment", "names", "core"), [
+    ("DB_HOST=10.0.0.5 REDIS_HOST=10.0.0.5 pnpm --filter api dev 2>&1", ["DB_HOST", "REDIS_HOST"],
+     "pnpm --filter api dev"),
+    ('CORS_ALLOWED_ORIGINS="http://localhost:5173, http://x" pnpm --filter api dev', ["CORS_ALLOWED_ORIGINS"],
+     "pnpm --filter api dev"),
+    ('pnpm --filter api dev &>/tmp/api.log & echo "started"', [], "pnpm --filter api dev"),
+])
+def test_the_variables_a_command_sets_and_the_command_without_them(segment: str, names: list[str],
+                                                                   core: str) -> None:
+    assert assigned(segment) == (names, core)
+
+
+@pytest.mark.parametrize(("path", "key"), [
+    (".planning/phases/12.2-encrypted-device-registry/12.2-CONTEXT.md", "kind:#-context.md"),
+    ("migrations/0007_add_index.py", "kind:#_add_index.py"),
+    ("claude-dev-log-diary/day-004.md", "kind:day-#.md"),
+    ("src/app.py", None),
+    ("docs/v2.md", None),
+])
+def test_a_file_named_by_a_number_has_a_kind(path: str, key: str | None) -> None:
+    assert kind_key(path) == key

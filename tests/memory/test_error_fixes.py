@@ -155,8 +155,11 @@ def test_the_same_command_failing_for_different_reasons_gets_each_its_own_fix(en
               "hook's `trailing-whitespace` rewrites files and stops the commit.")
     assert any(summary.startswith(lesson) for _, _, summary, _ in fixes(store)), fixes(store)
     hook = told(failed(engram_home, S2, 'git commit -m "Tests"', hook_says.replace("README.md", "setup.py")))
-    # Said once: the memory's own words name the step.
-    assert f"This failed the same way on 2026-11-01: {lesson}" in hook and hook.count("pre-commit run") == 1, hook
+    # Said once: the memory's own words name the step; not the checks it names (the refusal just read names the
+    # ones that failed now: BookMinder's said `end-of-file-fixer` when `ruff` refused).
+    step = "Before `git commit` here, run `pre-commit run --all-files` and stage what it changes."
+    assert f"This failed the same way on 2026-11-01: {step}" in hook and hook.count("pre-commit run") == 1, hook
+    assert "trailing-whitespace" not in hook, hook
     assert "git add README.md" not in hook and "git config" not in hook, hook
     identity = told(failed(engram_home, S2, 'git commit -m "X"', who))
     assert "git config user.email" in identity and "git add" not in identity

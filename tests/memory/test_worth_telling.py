@@ -1495,7 +1495,8 @@ def test_a_check_the_session_got_past_by_changing_the_file_it_checked_is_told_wh
     """cipher-box's lint-staged stopped a `*-CONTEXT.md` commit three times (markdownlint MD001: the template's
     `<domain>` wrapper tags); each session found why anew. Its refusal is the commit's (not the `git add` before it,
     though lint-staged says "git stash"), and the session's why, said between the refusal and the edit that got
-    past it, is the lesson: told right after the same refusal, never before the commit (the file is fixed)."""
+    past it, is the lesson: told right after the same refusal, never before the commit (the file is fixed), and
+    before the next `*-CONTEXT.md` is written."""
     first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     first.user("/gsd:discuss-phase 12.2")
     context = f"{CWD}/.planning/phases/12.2/12.2-CONTEXT.md"
@@ -1516,6 +1517,11 @@ def test_a_check_the_session_got_past_by_changing_the_file_it_checked_is_told_wh
     told = after(engram_home, S2, context_commit("12.3"), MD001.replace("{path}", again))
     assert "wrapper tags" in told and "12.2-CONTEXT.md" in told, told
     assert before(engram_home, S3, "Bash", {"command": context_commit("12.4")}) == ""
+    # Before the next file of its kind is written (from the same template): cipher-box's moments were the writes.
+    next_context = {"file_path": f"{CWD}/.planning/phases/12.4/12.4-CONTEXT.md", "content": "<domain>\n"}
+    assert before(engram_home, S4, "Read", next_context) == ""
+    assert "wrapper tags" in before(engram_home, S4, "Write", next_context)
+    assert before(engram_home, S5, "Write", {"file_path": f"{CWD}/.planning/phases/12.4/NOTES.md", "content": ""}) == ""
 
 
 def test_a_refusal_of_a_commit_after_staging_many_files_is_the_commits(engram_home: Path,

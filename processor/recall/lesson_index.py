@@ -217,6 +217,18 @@ def of_the_shell(fix: FailureSignature) -> bool:
     return missing_program(fix.signature, fix.fail_key[5:])
 
 
+def _of_its_kind(ep: Episode, path: str, entry: dict) -> str:
+    """A lesson told before a file of the kind it changed is written: which file failed which command, and how
+    (``12.2-CONTEXT.md`` made `git commit` fail here ([FAILED] markdownlint --fix) until it was changed: …)."""
+    failed = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
+    command = next((k[4:] for k in reversed(command_keys(failed)) if k.startswith("cmd:")), "")
+    said = next((e for e in ep.entities[1:] if " " in e and not e.startswith("$ ")), "")
+    how = f" ({said.replace('[FAILED]', '').strip()})" if said else ""
+    name = path.rstrip("/").rpartition("/")[2]
+    made = f" made `{command}` fail here{how}" if command else " failed here"
+    return f"`{name}`{made} until it was changed: {entry['bite']}"
+
+
 def dropped_options(ep: Episode) -> list[str]:
     """The options a recipe's steps ran its command with that the command it ends on, clean, no longer has
     (BookMinder's `uv venv`: `-p .uvenv`, then `--path .uvenv`, then `uv venv .uvenv`): a call without them does
@@ -365,7 +377,7 @@ class LessonIndex:
                     kind = kind_key(relative(path, root))
                     entries = filed.setdefault(kind, []) if kind else []
                     if kind and len(entries) < IDS_PER_KEY and all(e["id"] != ep.id for e in entries):
-                        entries.append({**entry, "on": list(hook_io.EDITING)})
+                        entries.append({**entry, "on": list(hook_io.EDITING), "bite": _of_its_kind(ep, path, entry)})
                         placed = True
             if ways:
                 uses = next((fix.uses for fix in ways if fix.uses), None)

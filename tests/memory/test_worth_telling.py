@@ -1520,7 +1520,8 @@ def test_a_check_the_session_got_past_by_changing_the_file_it_checked_is_told_wh
     # Before the next file of its kind is written (from the same template): cipher-box's moments were the writes.
     next_context = {"file_path": f"{CWD}/.planning/phases/12.4/12.4-CONTEXT.md", "content": "<domain>\n"}
     assert before(engram_home, S4, "Read", next_context) == ""
-    assert "wrapper tags" in before(engram_home, S4, "Write", next_context)
+    told = before(engram_home, S4, "Write", next_context)
+    assert "`12.2-CONTEXT.md` made `git commit` fail here (markdownlint --fix) until it was changed: The Phase 12" in told, told
     assert before(engram_home, S5, "Write", {"file_path": f"{CWD}/.planning/phases/12.4/NOTES.md", "content": ""}) == ""
 
 

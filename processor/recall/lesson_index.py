@@ -217,11 +217,11 @@ def of_the_shell(fix: FailureSignature) -> bool:
     return missing_program(fix.signature, fix.fail_key[5:])
 
 
-def _of_its_kind(ep: Episode, path: str, entry: dict) -> str:
-    """A lesson told before a file of the kind it changed is written: which file failed which command, and how
-    (``12.2-CONTEXT.md`` made `git commit` fail here ([FAILED] markdownlint --fix) until it was changed: …)."""
-    failed = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
-    command = next((k[4:] for k in reversed(command_keys(failed)) if k.startswith("cmd:")), "")
+def _of_its_kind(ep: Episode, path: str, call_key: str, entry: dict) -> str:
+    """A lesson told before a file of the kind it changed is written: which file failed which command (its failure's
+    call key), and how (``12.2-CONTEXT.md`` made `git commit` fail here (markdownlint --fix) until it was changed:
+    …)."""
+    command = call_key[4:] if call_key.startswith("cmd:") else ""
     said = next((e for e in ep.entities[1:] if " " in e and not e.startswith("$ ")), "")
     how = f" ({said.replace('[FAILED]', '').strip()})" if said else ""
     name = path.rstrip("/").rpartition("/")[2]
@@ -377,7 +377,8 @@ class LessonIndex:
                     kind = kind_key(relative(path, root))
                     entries = filed.setdefault(kind, []) if kind else []
                     if kind and len(entries) < IDS_PER_KEY and all(e["id"] != ep.id for e in entries):
-                        entries.append({**entry, "on": list(hook_io.EDITING), "bite": _of_its_kind(ep, path, entry)})
+                        bite = _of_its_kind(ep, path, ways[0].call_key, entry)
+                        entries.append({**entry, "on": list(hook_io.EDITING), "bite": bite})
                         placed = True
             if ways:
                 uses = next((fix.uses for fix in ways if fix.uses), None)

@@ -1486,7 +1486,8 @@ API_CLIENT = ("Exit code 1\n\n⚠️  API source files changed but generated cli
 
 
 def context_commit(phase: str) -> str:
-    return (f"git add .planning/phases/{phase}/{phase}-CONTEXT.md .planning/todos/pending/todo.md && "
+    return (f"git add .planning/phases/{phase}/{phase}-CONTEXT.md "
+            ".planning/todos/pending/2026-02-13-deterministic-vault-ipns-derivation.md && "
             f"git commit -m \"docs({phase}): capture phase context\"")
 
 
@@ -1521,7 +1522,8 @@ def test_a_check_the_session_got_past_by_changing_the_file_it_checked_is_told_wh
     next_context = {"file_path": f"{CWD}/.planning/phases/12.4/12.4-CONTEXT.md", "content": "<domain>\n"}
     assert before(engram_home, S4, "Read", next_context) == ""
     told = before(engram_home, S4, "Write", next_context)
-    assert "`12.2-CONTEXT.md` made `git commit` fail here (markdownlint --fix) until it was changed: The Phase 12" in told, told
+    said = "`12.2-CONTEXT.md` made `git commit` fail here (markdownlint --fix) until it was changed: The Phase 12"
+    assert said in told, told
     assert before(engram_home, S5, "Write", {"file_path": f"{CWD}/.planning/phases/12.4/NOTES.md", "content": ""}) == ""
 
 

@@ -31,6 +31,7 @@ stdlib only (the hooks' kit), no ``re``. It never changes a permission decision 
 exits 0 saying nothing.
 """
 
+import os as _os
 import sys
 
 if __package__:  # imported as recall_hook.tool_failure (tests, tools)
@@ -91,6 +92,8 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             continue
         if not _fail.same_failure([str(s) for s in entry["sig"]], signature) and not _outside(entry, target, error):
             continue
+        if _set_up_gone(entry, root):
+            continue
         line = _told(entry)
         if line is not None:
             lines.append(line)
@@ -137,6 +140,19 @@ def _too_big_too(event: dict, directory: str, session_id: str, path: str | None)
     fresh = _io.claim_shown(directory, session_id, ids)
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     return (fresh, _io.format_too_big_context(lines, _io.agent())) if lines else None
+
+
+def _set_up_gone(entry: dict, root: str | None) -> bool:
+    """The environment an entry activates is a folder this machine's checkout no longer has (``source
+    .uvenv/bin/activate`` minutes after the session's ``rm -rf .uvenv``: the processor rereads a project's
+    environment when a session ends). Only when the project is on this machine: a replay elsewhere has the index."""
+    ran = entry.get("ran")
+    if not isinstance(ran, str) or not root or not _os.path.isdir(root):
+        return False
+    for word in ran.split():
+        if word.endswith("/bin/activate"):
+            return not _os.path.exists(word if word.startswith("/") else _os.path.join(root, word))
+    return False
 
 
 def _outside(entry: dict, command: str | None, error: str) -> bool:

@@ -1685,3 +1685,34 @@ def test_a_commit_that_failed_after_its_hook_passed_teaches_nothing_about_the_ho
     c.say("Committed.", end_turn=True)
     write_conversations(projects_dir, c)
     assert mined(process(), "error_fix") == []
+
+
+def test_an_environment_whose_folder_is_gone_from_this_machine_is_not_told(engram_home: Path, projects_dir: Path,
+                                                                          tmp_path: Path) -> None:
+    """BookMinder was told to `source .uvenv/bin/activate` five minutes after its session ran `rm -rf .uvenv` (all
+    four readers: noise): the processor rereads a project's environment when a session ends. With the project on
+    this machine, the failure hook tells an environment only while its folder is there."""
+    shop = tmp_path / "shop"
+    (shop / ".uvenv" / "bin").mkdir(parents=True)
+    (shop / ".uvenv" / "bin" / "activate").write_text("# activate\n")
+    c = Conversation(S1, cwd=str(shop))
+    c.user("Run the specs")
+    for n in range(3):
+        c.bash(f"source .uvenv/bin/activate && pytest specs/part{n}_spec.py", "3 passed")
+    c.say("All pass.", end_turn=True)
+    write_conversations(projects_dir, c)
+    settings = load_settings()
+    Processor(settings).run_once(None)
+    store = EpisodeStore(settings, open_store(settings.db_path))
+    RecollectionWriter(settings).lessons.refresh(store.conn, str(shop), str(shop))
+    [(memory_id, _, _, _)] = mined(store, "environment")
+
+    def told(session: str) -> str:
+        return run_hook("tool_failure.py", engram_home, {
+            "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": str(shop), "tool_name": "Bash",
+            "tool_input": {"command": "pytest specs/"}, "tool_use_id": "toolu_e",
+            "error": "Error: (eval):1: command not found: pytest", "is_interrupt": False})
+
+    assert memory_id in told(S2)
+    (shop / ".uvenv" / "bin" / "activate").unlink()
+    assert told(S3) == ""

@@ -45,9 +45,10 @@ _BARE = ("exit code", "traceback", "error", "failed", "failure", "fatal", "excep
 # Tools whose failures are the editor's own mechanics or the agent's planning, not what the project taught.
 MECHANICS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit", "TodoWrite", "TodoRead", "ExitPlanMode",
                        "exit_plan_mode", "AskUserQuestion", "Task", "BatchTool", "Agent"})
-# What a declined or interrupted call's "error" says: the command never ran.
-_NOT_RUN = ("doesn't want to proceed", "user doesn't want", "request interrupted", "interrupted by user",
-            "haven't granted", "user denied", "permission to use", "requires approval", "was rejected by the user")
+# What a call the user declined says in place of its output, and one interrupted or not permitted: it never ran.
+_DECLINED = ("doesn't want to proceed", "user doesn't want", "user denied", "was rejected by the user")
+_NOT_RUN = (*_DECLINED, "request interrupted", "interrupted by user", "haven't granted", "permission to use",
+            "requires approval")
 _TRIM = "'\"`()[]{}<>,;:.!?*|│─╰╭╮╯├┤"
 
 
@@ -62,6 +63,12 @@ def read_refused(tool_name: object, error: str) -> bool:
     """Whether a failed call is a read the harness refused for the file's size: a read, or a sub-agent whose
     result says one of its reads was."""
     return tool_name in ("Read", "NotebookRead", *SUB_AGENTS) and _READ_REFUSAL in error[:4000].lower()
+
+
+def declined(error: str | None) -> bool:
+    """Whether a call's "error" is the user declining it (not a program's failure, not an interruption)."""
+    head = (error or "")[:400].lower()
+    return any(marker in head for marker in _DECLINED)
 
 
 def not_a_failure(tool_name: object, error: str) -> bool:

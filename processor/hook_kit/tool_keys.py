@@ -268,8 +268,9 @@ def hook_bypass(command: str) -> str | None:
         key = command_key(segment)
         words = segment.split()
         if key not in HOOKED_KEYS:
-            if key == "cmd:git" and any(w.lower().startswith("core.hookspath=") for w in words):
-                return next(w for w in words if w.lower().startswith("core.hookspath="))
+            hooks_path = next((w for w in words if w.lower().startswith("core.hookspath=")), None)
+            if key == "cmd:git" and hooks_path:
+                return hooks_path
             continue
         for word in words:
             if "=" not in word:

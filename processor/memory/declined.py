@@ -11,22 +11,13 @@ commit that runs them. One a project: the first decline says it.
 from __future__ import annotations
 
 from processor.clock import utc_date
+from processor.hook_kit.failure_keys import declined
 from processor.hook_kit.tool_keys import hook_bypass
 from processor.memory.command_text import command_told
 from processor.memory.findings import Finding, Round
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
 from processor.redaction import redact
-
-# How the agents' harnesses say the user declined a call (Claude Code's, and the other CLIs' words for it).
-_DECLINED = ("doesn't want to proceed with this tool use", "the user denied", "was rejected by the user",
-             "user rejected", "user declined")
-
-
-def declined(error: str | None) -> bool:
-    """Whether a call's "error" is the user declining it (not a program's failure, not an interruption)."""
-    head = (error or "")[:300].lower()
-    return any(marker in head for marker in _DECLINED)
 
 
 def findings(round_: Round) -> list[Finding]:

@@ -47,13 +47,13 @@ CD_MOVED = ("Exit code 128\nwarning: could not open directory 'apps/web/apps/web
             "fatal: pathspec 'apps/web/src/App.tsx' did not match any files")
 
 
-def process() -> EpisodeStore:
+def process(project: str = CWD) -> EpisodeStore:
     settings = load_settings()
     Processor(settings).run_once(None)
     store = EpisodeStore(settings, open_store(settings.db_path))
     writer = RecollectionWriter(settings)
-    writer.lessons.refresh(store.conn, CWD, CWD)  # as the next user message would
-    writer.files.refresh(store.conn, CWD, CWD)
+    writer.lessons.refresh(store.conn, project, project)  # as the next user message would
+    writer.files.refresh(store.conn, project, project)
     return store
 
 
@@ -71,9 +71,9 @@ def before(home: Path, session: str, tool: str, tool_input: dict) -> str:
                                             "tool_name": tool, "tool_input": tool_input, "tool_use_id": "toolu_b"})
 
 
-def after(home: Path, session: str, command: str, error: str) -> str:
+def after(home: Path, session: str, command: str, error: str, cwd: str = CWD) -> str:
     return run_hook("tool_failure.py", home, {
-        "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": "Bash",
+        "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": cwd, "tool_name": "Bash",
         "tool_input": {"command": command}, "tool_use_id": "toolu_a", "error": error, "is_interrupt": False})
 
 
@@ -1701,18 +1701,8 @@ def test_an_environment_whose_folder_is_gone_from_this_machine_is_not_told(engra
         c.bash(f"source .uvenv/bin/activate && pytest specs/part{n}_spec.py", "3 passed")
     c.say("All pass.", end_turn=True)
     write_conversations(projects_dir, c)
-    settings = load_settings()
-    Processor(settings).run_once(None)
-    store = EpisodeStore(settings, open_store(settings.db_path))
-    RecollectionWriter(settings).lessons.refresh(store.conn, str(shop), str(shop))
-    [(memory_id, _, _, _)] = mined(store, "environment")
-
-    def told(session: str) -> str:
-        return run_hook("tool_failure.py", engram_home, {
-            "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": str(shop), "tool_name": "Bash",
-            "tool_input": {"command": "pytest specs/"}, "tool_use_id": "toolu_e",
-            "error": "Error: (eval):1: command not found: pytest", "is_interrupt": False})
-
-    assert memory_id in told(S2)
+    [(memory_id, _, _, _)] = mined(process(str(shop)), "environment")
+    not_found = "Error: (eval):1: command not found: pytest"
+    assert memory_id in after(engram_home, S2, "pytest specs/", not_found, cwd=str(shop))
     (shop / ".uvenv" / "bin" / "activate").unlink()
-    assert told(S3) == ""
+    assert after(engram_home, S3, "pytest specs/", not_found, cwd=str(shop)) == ""

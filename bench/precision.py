@@ -18,7 +18,8 @@ been shown is recorded.
 
 ``--dump FILE`` writes it: a JSON list of ``{"project", "session", "prompt_uuid", "prompt", "bites": [{"id",
 "bite", "at", "tool"?, "tool_use_id"?}]}`` (``at``: ``session_start`` (the digest), ``prompt``, ``before_tool``
-(the PreToolUse hook) or ``after_tool`` (the PostToolUseFailure hook, run on every call whose result failed); a
+(the PreToolUse hook) or ``after_tool`` (the PostToolUseFailure hook, run on every call whose result failed, and
+as the PostToolUse hook of every sub-agent call that returned, as Engram registers it with Claude Code); a
 tool bite names the call it answered), for any projects folder, labelled or not — the replay of sessions it was
 not built on, to be read and judged.
 
@@ -96,6 +97,13 @@ def _failure_event(session_id: str, call: ToolCall, cwd: str | None) -> bytes:
     return json.dumps({"session_id": session_id, "hook_event_name": "PostToolUseFailure", "tool_name": call.name,
                        "tool_input": call.input, "tool_use_id": call.tool_use_id, "error": call.error or "",
                        "is_interrupt": False, "cwd": cwd or ""}).encode()
+
+
+def _returned_event(session_id: str, call: ToolCall, cwd: str | None) -> bytes:
+    """The PostToolUse event of a sub-agent's call that returned (Engram's matcher: Task|Agent)."""
+    return json.dumps({"session_id": session_id, "hook_event_name": "PostToolUse", "tool_name": call.name,
+                       "tool_input": call.input, "tool_use_id": call.tool_use_id, "tool_response": call.output,
+                       "cwd": cwd or ""}).encode()
 
 
 def _session_start_event(session: Session, cwd: str | None) -> bytes:
@@ -255,8 +263,10 @@ def _replay_prompt(home: Path, writer: object, store: object, session: Session, 
                 shown.add(bite_id)
                 bites.append({"id": bite_id, "bite": text, "at": "before_tool", "tool": _call_text(call),
                               "tool_use_id": call.tool_use_id})
-        if call.error is not None and FAILURE_HOOK.exists():
-            for bite_id, text in run_hook(home, _failure_event(session.session_id, call, prompt.cwd), FAILURE_HOOK):
+        after = _failure_event(session.session_id, call, prompt.cwd) if call.error is not None else \
+            _returned_event(session.session_id, call, prompt.cwd) if call.output is not None else None
+        if after is not None and FAILURE_HOOK.exists():
+            for bite_id, text in run_hook(home, after, FAILURE_HOOK):
                 if bite_id not in shown:
                     shown.add(bite_id)
                     bites.append({"id": bite_id, "bite": text, "at": "after_tool", "tool": _call_text(call),

@@ -38,6 +38,7 @@ class ToolCall:
     input: dict
     ts_ms: int | None
     error: str | None = None  # the result's text when it failed (is_error)
+    output: str | None = None  # a sub-agent's result when it returned (what Claude Code's PostToolUse hook gets)
 
 
 @dataclass
@@ -77,9 +78,14 @@ def _line_time(raw: bytes) -> int | None:
         return None
 
 
-def _failed_results(raw: bytes) -> dict[str, str]:
-    """tool_use_id → the text of each failed tool result (``is_error``) a user line carries."""
-    if b'"is_error":true' not in raw and b'"is_error": true' not in raw:
+# The sub-agent tools whose result, when they return, reaches a PostToolUse hook (Engram's matcher: Task|Agent).
+SUB_AGENT_TOOLS = ("Task", "Agent")
+
+
+def _failed_results(raw: bytes, returned: bool = False) -> dict[str, str]:
+    """tool_use_id → the text of each failed tool result (``is_error``) a user line carries; with `returned`,
+    of each result that did not fail."""
+    if not returned and b'"is_error":true' not in raw and b'"is_error": true' not in raw:
         return {}
     try:
         entry = json.loads(raw)
@@ -89,7 +95,8 @@ def _failed_results(raw: bytes) -> dict[str, str]:
         isinstance(entry.get("message"), dict) else None
     found = {}
     for block in content if isinstance(content, list) else []:
-        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error") is True:
+        failed = isinstance(block, dict) and block.get("is_error") is True
+        if isinstance(block, dict) and block.get("type") == "tool_result" and failed != returned:
             text = block.get("content")
             if isinstance(text, list):
                 text = "\n".join(b.get("text", "") for b in text if isinstance(b, dict))
@@ -122,6 +129,7 @@ def read_session(path: Path) -> Session:
     lines: list[tuple[int | None, bytes]] = []
     prompts: list[Prompt] = []
     calls: dict[str, ToolCall] = {}
+    sub_agents: dict[str, ToolCall] = {}  # the sub-agents' calls whose result is not read yet
     first_message: int | None = None
     with open(path, "rb") as f:
         for raw in f:
@@ -136,6 +144,10 @@ def read_session(path: Path) -> Session:
             for tool_use_id, error in _failed_results(raw).items():
                 if tool_use_id in calls:
                     calls[tool_use_id].error = error
+            if any(use_id.encode() in raw for use_id in sub_agents):
+                for tool_use_id, output in _failed_results(raw, returned=True).items():
+                    if sub_agents.pop(tool_use_id, None) is not None:
+                        calls[tool_use_id].output = output
             if is_prompt(parsed):
                 assert isinstance(parsed, CapturedLine)
                 prompts.append(Prompt(session_id, parsed.uuid, parsed.text, parsed.ts_ms or ts, parsed.cwd,
@@ -145,6 +157,7 @@ def read_session(path: Path) -> Session:
                         for use_id, name, tool_input in _tool_uses(raw)]
                 prompts[-1].tool_calls += made
                 calls.update((call.tool_use_id, call) for call in made)
+                sub_agents.update((call.tool_use_id, call) for call in made if call.name in SUB_AGENT_TOOLS)
     return Session(session_id, path, lines, prompts, first_message)
 
 

@@ -54,11 +54,15 @@ exit 0 with no output: memory is a nicety, a broken tool call is not.
 import sys
 
 if __package__:  # imported as recall_hook.pretooluse (tests, tools)
+    from processor.hook_kit import bare_runs as _bare
+    from processor.hook_kit import branches as _branches
     from processor.hook_kit import hook_io as _io
     from processor.hook_kit import tool_keys as _keys
 else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
     sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
     try:
+        import bare_runs as _bare
+        import branches as _branches
         import hook_io as _io
         import tool_keys as _keys
     except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
@@ -84,8 +88,9 @@ def run(stdin: bytes) -> str | None:
     about = _call_bites(directory, session_id, recollection, event, ids)
     after = _io.after_call(event)
     fixes = _failure_fixes(event, directory, session_id) if after else None
+    branches = [] if after else _branches_made(directory, session_id, recollection, event)
     home = directory.rpartition("/")[0]
-    if not lines and not about:
+    if not lines and not about and not branches:
         return None if fixes is None else _io.answer(event, _io.PRE_TOOL, fixes[1], fixes[0], home)
     # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
     # when about to inject; a recollection written just before the opt-out must not slip through).
@@ -93,18 +98,21 @@ def run(stdin: bytes) -> str | None:
         return None
     # Told once a session, by whichever hook first: a message's bites and what is told about the call alike
     # (and a message's bites once: a parallel tool call's hook may have injected them).
-    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about], asked=ids,
-                            message=message_uuid if lines else None) if about or ids else []
+    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about + branches], asked=ids,
+                            message=message_uuid if lines else None) if about or ids or branches else []
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     ids = [i for i in ids if i in fresh]
     about = [(i, line) for i, line in about if i in fresh]
-    if not lines and not about and fixes is None:
+    branches = [(i, line) for i, line in branches if i in fresh]
+    if not lines and not about and not branches and fixes is None:
         return None
     agent = _io.agent()
     parts = [_io.format_context(lines, agent)] if lines else []
     if about:
         parts.append(_io.format_call_context(_target(event), [line for _, line in about], agent, after=after))
-    told = ids + [i for i, _ in about]
+    if branches:
+        parts.append(_io.format_branch_context([line for _, line in branches], agent))
+    told = ids + [i for i, _ in about]  # what the processor records as told: memories, not the project's branches
     if fixes is not None:
         parts.append(fixes[1])
         told += fixes[0]
@@ -123,6 +131,27 @@ def _failure_fixes(event: dict, directory: str, session_id: str) -> tuple[list[s
         sys.path.insert(1, __file__.rpartition("/")[0] or ".")
         import tool_failure
     return tool_failure.told_fixes(event, directory, session_id)
+
+
+def _branches_made(directory: str, session_id: str, recollection: dict | None, event: dict) -> list[tuple[str, str]]:
+    """Before a shell call that makes a git branch: the project's branch of its number under another name, which an
+    earlier session worked on (``processor/hook_kit/branches.py``): (id, line), [] for every other call."""
+    call = _io.call_of(event)
+    command = _io.command_of(call[1]) if call is not None and call[0] == "Bash" else None
+    if not command or "git" not in command:
+        return []
+    made = _branches.made_branches(command)
+    if not made:
+        return []
+    name, _ = _io.lessons_index(recollection, event)
+    shown, _ = _io.load_shown(directory, session_id)
+    found: list[tuple[str, str]] = []
+    for branch in made:
+        key = _branches.branch_key(branch)
+        if key is not None:
+            entries = _io.read_paths(directory, name, _branches.PREFIX + key)
+            found += [f for f in _branches.branch_lines(branch, entries, session_id) if f[0] not in shown]
+    return found
 
 
 def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple[list[str], list[str], str]:
@@ -156,6 +185,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     tool_name, tool_input = call
     name, root = _io.lessons_index(recollection, event)
     keys = _keys.tool_keys(tool_name, tool_input, root)
+    command = _io.command_of(tool_input) if tool_name == "Bash" else None
+    # A program the project runs inside an environment, run bare: its environment, before the failure.
+    keys += ["fail:" + program for program in _bare.bare_programs(command, root)] if command else []
     if not keys:
         return []
     # One line per key (processor/recall/lesson_index.py): find the call's keys' lines, parse only those.
@@ -180,6 +212,8 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
                     or entry.get("session") == session_id or any(bite_id == i for i, _ in found)):
                 continue  # told already, or learned in this very session: it has it in its context
+            if key.startswith("fail:") and (not isinstance(entry.get("ran"), str) or _io.set_up_gone(entry, root)):
+                continue  # under a failure, only the environment its program runs in (a fix waits for the failure)
             uses = entry.get("uses")
             if isinstance(uses, list) and uses and sum(u in words for u in uses) * 2 >= len(uses):
                 continue  # the call already does what fixed it: nothing to tell

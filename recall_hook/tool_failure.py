@@ -13,8 +13,12 @@ failure's: "This failed the same way on <date>; what fixed it: …" (or, for a p
 runs in the environment another's fix activated, "`python` was not found the same way on <date>; …"). When no
 fix is known and the call missed a path, it tells where the project's file of that name is, or the folder of the
 number it guessed (``processor/hook_kit/where_files.py``: "`…/12.6-CONTEXT.md` is not there: this project's
-`12.6-CONTEXT.md` is `…`"). A read the harness refused for the file's size (or a sub-agent whose result says
-one was) is told the project's other files known too big for it, beside the refused one (``_too_big_too``). Never a
+`12.6-CONTEXT.md` is `…`"), or, after a ``git checkout`` of a branch that is not there, the project's branch of
+that number (``processor/hook_kit/branches.py``). A read the harness refused for the file's size is told the
+project's other files known too big for it, beside the refused one; a sub-agent whose result says one of its
+reads was, the folders that hold such files (``_too_big_too``): Claude Code's sub-agent returns rather than
+fails, so this hook is its ``PostToolUse`` too (matcher ``Task|Agent``: ``hook_io.failed_call`` reads the
+refusal at the head of its result). Never a
 fix learned in this same session (it is in the agent's context), never one already told in this session
 (``<session>.shown``, shared with the PreToolUse hook), never for a call the user declined or interrupted, or the
 editor's own mechanics.
@@ -31,16 +35,17 @@ stdlib only (the hooks' kit), no ``re``. It never changes a permission decision 
 exits 0 saying nothing.
 """
 
-import os as _os
 import sys
 
 if __package__:  # imported as recall_hook.tool_failure (tests, tools)
+    from processor.hook_kit import branches as _branches
     from processor.hook_kit import failure_keys as _fail
     from processor.hook_kit import hook_io as _io
     from processor.hook_kit import where_files as _where
 else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
     sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
     try:
+        import branches as _branches
         import failure_keys as _fail
         import hook_io as _io
         import where_files as _where
@@ -49,6 +54,7 @@ else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules im
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import tool_failure;tool_failure.main()'
 MAX_FIXES = 2
+MAX_FILES_NAMED = 3  # a folder's files too big to read, named in its one line after a sub-agent's refusal
 _TARGET_KEYS = ("command", "file_path", "notebook_path", "path", "url", "pattern")
 
 
@@ -92,7 +98,7 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             continue
         if not _fail.same_failure([str(s) for s in entry["sig"]], signature) and not _outside(entry, target, error):
             continue
-        if _set_up_gone(entry, root):
+        if _io.set_up_gone(entry, root):
             continue
         line = _told(entry)
         if line is not None:
@@ -100,13 +106,15 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             ids.append(entry["id"])
             if len(ids) == MAX_FIXES:
                 break
-    where = [] if ids else _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
-    if not (ids or where) or _io.opted_out(directory, session_id):
+    branch = [] if ids or tool_name != "Bash" else _missed_branch(target or "", error, directory, index, session_id)
+    where = [] if ids or branch else _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
+    if not (ids or where or branch) or _io.opted_out(directory, session_id):
         return None
-    fresh = _io.claim_shown(directory, session_id, ids or [i for i, _ in where])  # once a session, whichever hook
-    if where:
-        lines = [line for i, line in where if i in fresh]
-        return ([], _io.format_where_context(lines, _io.agent())) if lines else None
+    fresh = _io.claim_shown(directory, session_id, ids or [i for i, _ in where + branch])  # once a session
+    if where or branch:
+        lines = [line for i, line in where + branch if i in fresh]
+        context = _io.format_where_context if where else _io.format_branch_context
+        return ([], context(lines, _io.agent())) if lines else None
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     if not lines:
         return None
@@ -115,44 +123,52 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
 
 def _too_big_too(event: dict, directory: str, session_id: str, path: str | None) -> tuple[list[str], str] | None:
     """After a read refused for the file's size, the project's other files known too big for it: those beside
-    the refused file (a folder of day-by-day logs), or any when a sub-agent met the refusal (its result does not
-    say which file). The refused file's own refusal says what to do; its siblings' is what it does not."""
+    the refused file (a folder of day-by-day logs), or, when a sub-agent met the refusal (its result does not say
+    which file), the project's folders that hold such files, each as a folder (``_folder_line``): naming one file
+    as if it were the refused one misleads. The refused file's own refusal says what to do; its siblings' is what
+    it does not."""
     index, root = _index_of(directory, session_id, event)
     if path and root and path.startswith(root.rstrip("/") + "/"):
         path = path[len(root.rstrip("/")) + 1:]
     folder = path.rpartition("/")[0] if path else None
     shown, _ = _io.load_shown(directory, session_id)
-    lines, ids = [], []
+    entries: list[dict] = []
     for entry in _filed(directory, index, _io.READ_REFUSED):
         if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) or entry.get("session") == session_id \
-                or entry.get("id") in shown or entry.get("id") in ids:
+                or entry.get("id") in shown or any(entry.get("id") == e.get("id") for e in entries):
             continue
         if path is not None and (entry["file"] == path or entry["file"].rpartition("/")[0] != folder):
             continue
-        line = _io.bite_line(entry)
-        if line is not None:
-            lines.append(line)
-            ids.append(entry["id"])
-            if len(ids) == MAX_FIXES:
-                break
-    if not ids or _io.opted_out(directory, session_id):
+        if _io.bite_line(entry) is not None:
+            entries.append(entry)
+    if path is None:  # a sub-agent's: each folder once, all its files in one line
+        by_folder: dict[str, list[dict]] = {}
+        for entry in entries:
+            by_folder.setdefault(entry["file"].rpartition("/")[0], []).append(entry)
+        told = [(group, _folder_line(name, group)) for name, group in by_folder.items()]
+    else:
+        told = [([entry], _io.bite_line(entry)) for entry in entries]
+    told = [(group, line) for group, line in told if line is not None][:MAX_FIXES]
+    if not told or _io.opted_out(directory, session_id):
         return None
-    fresh = _io.claim_shown(directory, session_id, ids)
-    lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
+    fresh = _io.claim_shown(directory, session_id, [e["id"] for group, _ in told for e in group])
+    lines = [line for group, line in told if group[0]["id"] in fresh]
     return (fresh, _io.format_too_big_context(lines, _io.agent())) if lines else None
 
 
-def _set_up_gone(entry: dict, root: str | None) -> bool:
-    """The environment an entry activates is a folder this machine's checkout no longer has (``source
-    .uvenv/bin/activate`` minutes after the session's ``rm -rf .uvenv``: the processor rereads a project's
-    environment when a session ends). Only when the project is on this machine: a replay elsewhere has the index."""
-    ran = entry.get("ran")
-    if not isinstance(ran, str) or not root or not _os.path.isdir(root):
-        return False
-    for word in ran.split():
-        if word.endswith("/bin/activate"):
-            return not _os.path.exists(word if word.startswith("/") else _os.path.join(root, word))
-    return False
+def _folder_line(folder: str, entries: list[dict]) -> str | None:
+    """The line of a folder's files too big for the read tool, told after a sub-agent's read was refused:
+    "Files in `claude-dev-log-diary/` are too big for Read to take whole: `day-002.md` (56293 tokens; the limit is
+    25000)." (a file at the project's top: "Files at this project's top are …"), under the first file's memory id."""
+    named = []
+    for entry in entries[:MAX_FILES_NAMED]:
+        bite = str(entry.get("bite") or "")
+        size = bite.partition(" whole (")[2].partition(")")[0]
+        name = entry["file"].rpartition("/")[2]
+        named.append(f"`{name}` ({size})" if size else f"`{name}`")
+    where = f"in `{folder}/`" if folder else "at this project's top"
+    return _io.bite_line({**entries[0], "bite": f"Files {where} are too big for Read to take whole: "
+                                                  f"{', '.join(named)}."})
 
 
 def _outside(entry: dict, command: str | None, error: str) -> bool:
@@ -200,6 +216,17 @@ def _missed_where(tool_name: str, tool_input: dict, error: str, directory: str, 
     key = _where.folder_key(folder.rpartition("/")[2]) if folder else None
     return _where.folder_lines(folder, _io.read_paths(directory, index, key), root, session_id) if folder and key \
         else []
+
+
+def _missed_branch(command: str, error: str, directory: str, index: str | None,
+                   session_id: str) -> list[tuple[str, str]]:
+    """After a ``git checkout``/``git switch`` of a branch that is not there: the project's branch of that number
+    under another name (``processor/hook_kit/branches.py``), or []."""
+    missed = _branches.missed_branch(command, error)
+    key = _branches.branch_key(missed) if missed else None
+    if missed is None or key is None:
+        return []
+    return _branches.branch_lines(missed, _io.read_paths(directory, index, _branches.PREFIX + key), session_id)
 
 
 def _index_of(directory: str, session_id: str, event: dict) -> tuple[str | None, str | None]:

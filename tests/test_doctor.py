@@ -256,11 +256,13 @@ def test_hooks_an_earlier_engram_registered_are_recognised_and_install_replaces_
             {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/pretooluse.py"}]}],
         "PostToolUseFailure": [{"matcher": "*", "hooks": [
             {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/tool_failure.py"}]}],
+        "PostToolUse": [{"matcher": "Task|Agent", "hooks": [
+            {"type": "command", "command": f"{old} -I -S /old/checkout/recall_hook/tool_failure.py"}]}],
         "SessionStart": [{"hooks": [{"type": "command", "command": f"{old} -I -m processor.recall.session_start"}]}],
     }}))
     hooks = by_name(run_checks(healthy.env))["Claude Code hooks"]
     assert not hooks.ok and "not registered" not in hooks.detail, hooks
-    for event in ("PreToolUse", "PostToolUseFailure", "SessionStart"):
+    for event in ("PreToolUse", "PostToolUseFailure", "PostToolUse", "SessionStart"):
         assert f"{event} hook needs {old}, which is gone" in hooks.detail
     claude.install(default_registration(), env=healthy.env)
     assert by_name(run_checks(healthy.env))["Claude Code hooks"].ok

@@ -564,6 +564,19 @@ def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[
     return filed
 
 
+def set_up_gone(entry: dict, root: str | None) -> bool:
+    """The environment an entry activates is a folder this machine's checkout no longer has (``source
+    .uvenv/bin/activate`` minutes after the session's ``rm -rf .uvenv``: the processor rereads a project's
+    environment when a session ends). Only when the project is on this machine: a replay elsewhere has the index."""
+    ran = entry.get("ran")
+    if not isinstance(ran, str) or not root or not _is_dir(root):
+        return False
+    for word in ran.split():
+        if word.endswith("/bin/activate"):
+            return not _exists(word if word.startswith("/") else root.rstrip("/") + "/" + word)
+    return False
+
+
 def read_paths(directory: str, name: str | None, file_name: str) -> list:
     """The files named `file_name` the project of index `name` worked on: ``[[path, date, session], …]``."""
     text = _project_file(directory, name, PATHS_SUFFIX, PATHS_LIMIT)
@@ -663,7 +676,8 @@ AGENT_NAMES.update({OPENCODE: "opencode", PI: "pi"})
 AFTER_TOOL = "AfterTool"  # the Gemini CLI's event after a call (its context arrives with the call's result)
 PRE_TOOL = "PreToolUse"
 FAILED_TOOL = "PostToolUseFailure"  # Claude Code's event after a failed call
-POST_TOOL = "PostToolUse"  # the Codex CLI's event after a call: the failure hook's, for a shell call
+# The Codex CLI's event after a call (the failure hook's, for a shell call) and Claude Code's after a sub-agent's.
+POST_TOOL = "PostToolUse"
 PROMPT_EVENTS = ("UserPromptSubmit", "BeforeAgent")  # the Gemini CLI's BeforeAgent appends context to the prompt
 _ANSWERED = (PRE_TOOL, FAILED_TOOL, POST_TOOL, AFTER_TOOL, "SessionStart", *PROMPT_EVENTS)
 # The plugin's and the extension's events, named after the agent's own (neither can put context before a call):
@@ -846,6 +860,15 @@ def format_too_big_context(lines: list[str], for_agent: str = CLAUDE) -> str:
     ]), for_agent)
 
 
+def format_branch_context(lines: list[str], for_agent: str = CLAUDE) -> str:
+    """The project's git branch of the number a call names under another name, fenced."""
+    return fence("\n".join([
+        "Earlier sessions of this project worked on a branch of that number:",
+        *lines,
+        "If it is the one you meant, switch to it rather than making a new one. Otherwise, continue your work.",
+    ]), for_agent)
+
+
 def format_where_context(lines: list[str], for_agent: str = CLAUDE) -> str:
     """Where the project's file (or numbered folder) a failed call missed is, fenced."""
     return fence("\n".join([
@@ -863,6 +886,8 @@ def failed_call(event: dict) -> tuple[str, str] | None:
     name = event.get("hook_event_name")
     if agent() in AFTER_CALL_AGENTS:
         return _after_call_failure(event)
+    if name == POST_TOOL and event.get("tool_name") in SUB_AGENT_TOOLS:  # Claude Code's, after a sub-agent returned
+        return _sub_agent_refused(event)
     if name == POST_TOOL:  # the Codex CLI: the output is the error when the rollout says the call failed
         output = event.get("tool_response")
         if event.get("tool_name") != "Bash" or not isinstance(output, str):
@@ -876,6 +901,36 @@ def failed_call(event: dict) -> tuple[str, str] | None:
     if event.get("is_interrupt") is True or not isinstance(error, str) or not isinstance(tool_name, str):
         return None
     return TOOL_NAMES.get(tool_name, tool_name), error  # opencode's thrown tool goes by its own name
+
+
+# A sub-agent whose read was refused for the file's size returns, not fails: Claude Code's ``Task`` says it at the
+# head of its result ("Initializing…\nError: File content (29333 tokens) exceeds maximum allowed tokens (25000)…").
+# Further down, a report that recovered may quote it: that one read nothing whole in vain.
+SUB_AGENT_REFUSAL_HEAD = 300
+SUB_AGENT_TOOLS = ("Task", "Agent")  # Claude Code's sub-agent tool, as its versions name it
+
+
+def _sub_agent_refused(event: dict) -> tuple[str, str] | None:
+    """(the tool's name, its result) when Claude Code's PostToolUse reports a sub-agent (``Task``, ``Agent``)
+    whose result opens with a read refused for the file's size; None for any other call that returned."""
+    tool_name = event.get("tool_name")
+    if tool_name not in SUB_AGENT_TOOLS:
+        return None
+    text = _response_text(event.get("tool_response"))[:SUB_AGENT_REFUSAL_HEAD]
+    return (tool_name, text) if "exceeds maximum allowed tokens" in text.lower() else None
+
+
+def _response_text(response: object) -> str:
+    """A call's result as Claude Code gives a PostToolUse hook: a string, or an object whose ``content`` holds
+    text blocks (a sub-agent's report)."""
+    if isinstance(response, str):
+        return response
+    content = response.get("content") if isinstance(response, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
 
 
 def may_have_failed(event: dict) -> bool:

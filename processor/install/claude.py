@@ -1,10 +1,12 @@
-"""Register Engram with Claude Code: three hooks (a fourth on request) in settings.json, one user-scope MCP server.
+"""Register Engram with Claude Code: four hooks (a fifth on request) in settings.json, one user-scope MCP server.
 
 What gets registered (each hook is a script of recall_hook/, see ``registration``):
 - ``PreToolUse`` (matcher ``*``): ``recall_hook/pretooluse.py`` — the bites of the user's message at its first
   tool call, and what earlier sessions left about the file or command;
 - ``PostToolUseFailure`` (matcher ``*``): ``recall_hook/tool_failure.py`` — what fixed the same failure in an
   earlier session, right after it;
+- ``PostToolUse`` (matcher ``Task|Agent``): the same script — a sub-agent whose read was refused for the file's
+  size returns rather than fails; right after it, the project's files known too big to read whole;
 - ``SessionStart`` (every source): ``recall_hook/session_start.py`` — the digest;
 - optionally (``Registration.prompt_submit``, ``engram install --prompt-submit``) ``UserPromptSubmit``:
   ``recall_hook/prompt_submit.py``; the hook itself stays inert unless the ``prompt_submit_enabled`` setting is
@@ -57,6 +59,8 @@ NAME = "claude"
 TITLE = AGENT_NAMES[NAME]
 COMMAND = "claude"  # on PATH when Claude Code is installed
 REMOVE_SERVER = f"claude mcp remove --scope user {MCP_SERVER_NAME}"
+# Claude Code's sub-agent tool (``Task``; ``Agent`` in later versions), as a hook matcher reads it: either name.
+SUB_AGENT_MATCHER = "Task|Agent"
 
 
 def default_settings_path(env: Mapping[str, str] | None = None) -> Path:
@@ -91,6 +95,8 @@ def hook_specs(registration: Registration) -> list[tuple[HookSpec, bool]]:
     return [
         (spec("PreToolUse", PRETOOLUSE, matcher="*"), True),
         (spec("PostToolUseFailure", TOOL_FAILURE, matcher="*"), True),
+        # A sub-agent whose read was refused for the file's size returns rather than fails (tool_failure.py).
+        (spec("PostToolUse", TOOL_FAILURE, matcher=SUB_AGENT_MATCHER), True),
         # Stdlib only, like PreToolUse: the base interpreter with -S (see recall_hook/session_start.py).
         (spec("SessionStart", SESSION_START), True),
         *registration.with_prompt_hook(spec("UserPromptSubmit", PROMPT_SUBMIT)),

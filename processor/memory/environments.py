@@ -195,7 +195,11 @@ def finding(project: str, found: RunInside, at_ms: int) -> Finding:
     text = redact(f"Here {_listed(found.programs)} ran inside the environment `{found.activation}` sets "
                   "up: earlier sessions ran them after it, in the same command (each shell call starts afresh): "
                   f"`{found.activation} && {found.programs[0]} …`.")
+    # A virtualenv has its own `python` whatever its sessions ran in it: a `python` not found is answered by it too
+    # (macOS has no bare `python`; the sessions ran `pytest` and `pip` in it, `python3 -m pytest` bare).
+    interpreter = ["python"] if kind_of(found.activation) == "virtualenv" and "python" not in found.programs else []
     return Finding(id=episode_id(f"environment:{project}:{found.activation}:{','.join(sorted(found.programs))}"),
                    kind="gotcha", summary=text, full_content=text,
-                   entities=[redact(f"$ {found.activation}"), *found.programs], source_uuids=[], created_at=at_ms,
+                   entities=[redact(f"$ {found.activation}"), *found.programs, *interpreter], source_uuids=[],
+                   created_at=at_ms,
                    miner="environment", scope=scope_for(None, project))

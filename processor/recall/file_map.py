@@ -7,8 +7,10 @@ hook (``recall_hook/tool_failure.py``, ``processor/hook_kit/where_files.py``) te
 search the store, so the processor keeps, beside each project's lesson index, ``<index name>.paths``: its first
 line a JSON object saying whose it is, then one line per file name (a JSON string, a tab, the JSON list of the
 files of that name: ``[path below the project's folder, the day it was last worked on, the first session that
-did]``), the most recently worked on first; and one line per number that starts folder names (``"12/"``: the
-folders whose name begins with ``12-``). ASCII only; the hook finds the one line it needs with a text search.
+did]``), the most recently worked on first; one line per number that starts folder names (``"12/"``: the
+folders whose name begins with ``12-``); and one line per git branch stem and number the sessions worked on
+(``"branch:feat/phase-12"``: ``processor/hook_kit/branches.py``, told before a call makes a branch of that number
+under another name). ASCII only; the hook finds the one line it needs with a text search.
 
 Written when the project's sessions made new tool calls, at the next user message (after the session's
 recollection file): for another session than the last one it was written for, or a minute later.
@@ -25,13 +27,16 @@ from pathlib import Path
 from processor.clock import now_ms, utc_date
 from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
+from processor.hook_kit.branches import PREFIX, branch_key
 from processor.hook_kit.project import index_name
 from processor.hook_kit.where_files import file_name, folder_key, relative
+from processor.store import projects as projects_sql
 from processor.store import tool_calls as tool_calls_sql
 
 SCANNED = 20_000  # (file, session) rows read, the newest first
 PATHS_PER_NAME = 5
 FOLDERS_PER_KEY = 12  # `01/`: the first phase, the first migration, … of several parents
+BRANCHES_PER_KEY = 5
 LIMIT = hook_io.PATHS_LIMIT
 WORKED_ON = hook_io.READING + hook_io.EDITING
 REFRESH_SECONDS = 60
@@ -71,6 +76,21 @@ def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[st
     return by_name
 
 
+def branches_by_key(rows: list[tuple[str, str, int]]) -> dict[str, list[list[str]]]:
+    """Each branch key's branches (``branches.branch_key``: ``branch:feat/phase-12``), from `rows` (branch, session,
+    newest message; the newest first), as the map keeps them: [branch, last day, first session]."""
+    seen: dict[str, list] = {}  # branch → [newest message, the oldest session on it]
+    for branch, session_id, last_ms in rows:
+        entry = seen.setdefault(branch, [last_ms, session_id])
+        entry[1] = session_id
+    by_key: dict[str, list[list[str]]] = {}
+    for branch, (last_ms, first) in seen.items():
+        key = branch_key(branch)
+        if key is not None and len(named := by_key.setdefault(PREFIX + key, [])) < BRANCHES_PER_KEY:
+            named.append([branch, utc_date(last_ms) if last_ms else "", first])
+    return by_key
+
+
 def map_text(project: str | None, root: str | None, by_name: dict[str, list[list[str]]]) -> str:
     """The file's text: its header, then a line per file name while it stays under ``LIMIT`` bytes."""
     lines = [json.dumps({"project": project, "root": root, "at": now_ms()})]
@@ -107,9 +127,11 @@ class FileMap:
                 and stamp[1] >= written[0][1])):  # a session's calls dropped (off the record): written now
             return path
         rows = tool_calls_sql.files_worked_on(conn, project, WORKED_ON, SCANNED)
+        named = files_by_name(rows, root)
+        named.update(branches_by_key(projects_sql.branches_worked_on(conn, project, SCANNED)))
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)
-        write_atomic(path, map_text(project, root, files_by_name(rows, root)))
+        write_atomic(path, map_text(project, root, named))
         self._stamps[project] = (stamp, session_id, time.monotonic())
         if len(self._stamps) > 1_000:  # one entry per project: only a store of many projects trims it
             self._stamps.pop(next(iter(self._stamps)))

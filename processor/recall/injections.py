@@ -13,7 +13,8 @@ Injections are recorded for real, without slowing the hooks down:
   as a ``bites`` injection keyed ``tool:<memory id>``, with the memory's statement as it was told.
 - **where a file is.** Right after a call failed on a path that is not there, the failure hook may tell where the
   project's file of that name is (``processor/hook_kit/where_files.py``); it lists ``where:<path>`` in
-  ``<session>.shown``, recorded the same way with the path as its statement.
+  ``<session>.shown``, recorded the same way with the path as its statement; so is the project's branch of the
+  number a call named (``processor/hook_kit/branches.py``: ``branch:<name>``).
 - **digest.** The SessionStart hook leaves ``<session>.digest`` (the ids it showed, which the bite
   writer leaves out, its text and its time, written atomically); ``ingest`` records each digest once
   (by its time) and leaves the file, which is removed with the session's other files when it idles.
@@ -32,7 +33,7 @@ from pathlib import Path
 import apsw
 
 from processor.clock import now_ms, utc_date
-from processor.hook_kit import hook_io
+from processor.hook_kit import branches, hook_io
 from processor.memory.unasked import bite_of
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as sql
@@ -41,6 +42,7 @@ from processor.store import write_transaction
 log = logging.getLogger(__name__)
 
 WHERE_PREFIX = "where:"  # processor/hook_kit/where_files.py: where a missed path's file is
+BRANCH_PREFIX = branches.PREFIX  # processor/hook_kit/branches.py: the project's branch of a number
 
 # Written by the hooks (processor/hook_kit/hook_io.py write_state and claim_shown, processor/recall/digest.py
 # write_digest_ids for the SessionStart hook).
@@ -105,9 +107,14 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
             for told_id in fresh:
                 if told_id.startswith(WHERE_PREFIX):  # where the file a failed call missed is: no memory of its own
                     path = told_id[len(WHERE_PREFIX):]
-                    new += sql.insert_told(conn, session_id, told_id, [{
-                        "id": told_id, "bite": f"This project's `{path.rpartition('/')[2]}` is `{path}`.",
-                        "date": utc_date(at), "importance": "normal", "kind": "fact", "at": "tool"}], at)
+                    statement = f"This project's `{path.rpartition('/')[2]}` is `{path}`."
+                elif told_id.startswith(BRANCH_PREFIX):  # the project's branch of the number a call named
+                    statement = f"This project's branch of that number is `{told_id[len(BRANCH_PREFIX):]}`."
+                else:
+                    continue
+                new += sql.insert_told(conn, session_id, told_id, [{
+                    "id": told_id, "bite": statement, "date": utc_date(at), "importance": "normal", "kind": "fact",
+                    "at": "tool"}], at)
         sql.prune_offers(conn, now_ms() - OFFER_RETENTION_MS)
     if new:
         log.debug("recorded %d injections", new)

@@ -157,6 +157,16 @@ def branch_of(conn: apsw.Connection, project: str) -> str | None:
     return row[0] if row else None
 
 
+def branches_worked_on(conn: apsw.Connection, project: str | None, limit: int) -> list[tuple[str, str, int]]:
+    """The git branches the project's sessions wrote messages on (Claude Code's lines say theirs): (branch, session,
+    its newest message there), the most recently worked on first."""
+    rows = conn.execute(
+        "SELECT m.git_branch, m.session_id, max(coalesce(m.ts_ms, 0)) AS last FROM messages m JOIN sessions s "
+        "ON s.session_id = m.session_id WHERE s.project IS ? AND m.git_branch IS NOT NULL AND m.git_branch != '' "
+        "GROUP BY m.git_branch, m.session_id ORDER BY last DESC LIMIT ?", (project, limit))
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
 def merges(conn: apsw.Connection) -> list[Merge]:
     return [Merge(*r) for r in conn.execute(
         "SELECT old, new, sessions, memories, duplicates FROM project_merges ORDER BY merged_at, old")]

@@ -134,7 +134,11 @@ def test_install_adds_engram_and_keeps_everything_else(settings_path: Path, mcp_
     assert hooks["PreToolUse"][2] == {"matcher": "*", "hooks": [claude.hook(registration, "PreToolUse").entry()]}
     assert hooks["SessionStart"][0] == USER_SETTINGS["hooks"]["SessionStart"][0]
     assert hooks["SessionStart"][1] == {"hooks": [claude.hook(registration, "SessionStart").entry()]}
-    assert hooks["PostToolUse"] == USER_SETTINGS["hooks"]["PostToolUse"]
+    # The user's PostToolUse hooks first, then Engram's for a sub-agent's call (a read it met refused).
+    assert hooks["PostToolUse"][:-1] == USER_SETTINGS["hooks"]["PostToolUse"]
+    assert hooks["PostToolUse"][-1] == {"matcher": "Task|Agent",
+                                        "hooks": [claude.hook(registration, "PostToolUse").entry()]}
+    assert claude.hook(registration, "PostToolUse").entry() == failure_hook.entry()  # the same script
     assert hooks["Stop"] == USER_SETTINGS["hooks"]["Stop"]
 
     config = load(mcp_path)

@@ -586,6 +586,59 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     assert after(engram_home, S4, "pytest specs/", "Error: (eval):1: command not found: pytest") == ""
 
 
+def test_a_python_not_found_is_told_the_virtualenv_the_project_runs_its_tools_in(engram_home: Path,
+                                                                                 projects_dir: Path) -> None:
+    """BookMinder 05-25: the project's sessions had run `pytest`, `pip` and `pre-commit` after `source
+    .venv/bin/activate`, never `python` (`python3` ran bare, the system's); `cd … && python -m pytest
+    --cov` met "(eval):1: command not found: python" and was told nothing. A virtualenv has its own `python`:
+    the environment is told after it too, and not after a program the environment does not have."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Move to uv and run the specs")
+    first.bash("uv venv && source .venv/bin/activate && pip install -e .", "Successfully installed")
+    for command in ("pytest specs/ --spec", "pip install pre-commit", "pre-commit install", "pytest -q",
+                    "pre-commit run --all-files", "pip list", "pytest --spec"):
+        first.bash(f"source .venv/bin/activate && {command}", "ok")
+    first.bash("python3 --version", "Python 3.13.3")
+    first.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    [(memory_id, _, summary, _)] = mined(store, "environment")
+    assert "`python`" not in summary, summary  # it says what ran there
+    told = after(engram_home, S2, f"cd {CWD} && python -m pytest --cov=bookminder",
+                 "Error: (eval):1: command not found: python")
+    assert memory_id in told and "Here `pip` and `pytest` ran inside the environment `source .venv/bin/activate`" \
+        in told, told
+    assert after(engram_home, S3, "node --version", "Error: (eval):1: command not found: node") == ""
+
+
+def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder: every session's first `pytest specs/ --spec` (or `pre-commit install`, `pip3 install --user …`)
+    ran bare, failed "command not found" (or "externally-managed-environment"), and was told the environment
+    right after; both readers: related — the agent's very next call was the same one after the activation. Each
+    shell call starts afresh, so a bare run of a program the project runs only inside its environment fails:
+    told before it, the failure does not happen. Not a run after the set-up, through a runner, by its path, in
+    another project's folder, a bare interpreter, or a program the environment does not hold; once a session."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Set up the project and run the specs")
+    first.bash("python3 -m venv .venv && source .venv/bin/activate && pip install -e .", "Successfully installed")
+    for command in ("pytest specs/ --spec", "pip install pre-commit", "pytest -q", "pip list", "pytest --spec"):
+        first.bash(f"source .venv/bin/activate && {command}", "ok")
+    first.bash("git status", "On branch main")
+    first.say("All specs pass.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    [(memory_id, _, _, _)] = mined(store, "environment")
+    told = before(engram_home, S2, "Bash", {"command": f"cd {CWD} && pytest specs/ --spec"})
+    assert memory_id in told and "Here `pip` and `pytest` ran inside the environment `source .venv/bin/activate`" \
+        in told, told
+    assert before(engram_home, S2, "Bash", {"command": "pytest -q"}) == ""  # once a session
+    assert memory_id in before(engram_home, S3, "Bash", {"command": "python3 -m pytest specs"})
+    assert memory_id in before(engram_home, S4, "Bash", {"command": "pip3 install --user pre-commit"})
+    for command in ("source .venv/bin/activate && pytest -q", "uv run pytest", ".venv/bin/pytest -q",
+                    "cd /work/other-checkout && pytest", "python3 scripts/build.py", "git status", "uv --version"):
+        assert before(engram_home, S5, "Bash", {"command": command}) == "", command
+
+
 def test_the_environment_a_project_moved_its_tools_to_is_the_one_told_and_a_sibling_projects_is_not(
         engram_home: Path, projects_dir: Path) -> None:
     """BookMinder ran its tools in `venv/` for weeks, then moved to uv's `.venv/`; a session later ran
@@ -1593,11 +1646,92 @@ def test_a_read_refused_for_size_is_told_the_other_files_beside_it_too_big_to_re
     told = after_refused(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-005.md"})
     assert "same limit on these files" in told and "`diary/day-002.md` is too big for Read" in told, told
     assert after_refused(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-006.md"}) == ""  # once a session
-    assert "`diary/day-002.md`" in after_refused(engram_home, S3, "Task", {"description": "Search the diary"})
-    assert "`diary/day-002.md`" in after_refused(engram_home, S5, "BatchTool", {"description": "Check the logs"})
+    # A sub-agent's refusal does not say which file: the folder is told, never one file as if it were the one.
+    told = after_refused(engram_home, S3, "Task", {"description": "Search the diary"})
+    assert "Files in `diary/` are too big for Read to take whole: `day-002.md` (56293 tokens; the limit is 25000)" \
+        in told and "`diary/day-002.md` is too big" not in told, told
+    assert "`day-002.md`" in after_refused(engram_home, S5, "BatchTool", {"description": "Check the logs"})
     assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/diary/day-002.md"}) == ""
     assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/docs/big.md"}) == ""
     assert after_refused(engram_home, S1, "Read", {"file_path": f"{CWD}/diary/day-007.md"}) == ""
+
+
+def test_a_branch_made_under_another_name_for_a_number_the_project_has_is_told_its_branch(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box 02-13: "switch to the phase 12 branch" ran `git checkout main && git pull && git checkout -b
+    feat/phase-12-mfa`, a new empty branch; phase 12 had been worked on for a day on `feat/phase-12-multi-factor`
+    (every transcript line names its branch), and the user had to say so. Before a call makes a branch whose stem
+    and number the project worked on under another name, that branch is told; after a checkout of a branch that
+    is not there, too. Not another number (12.2), another stem (fix/…), the branch itself, or twice a session."""
+    phase = Conversation(S1, cwd=CWD, start="2026-02-12T03:17:00", branch="feat/phase-12-multi-factor")
+    phase.user("/gsd:execute-phase 12")
+    phase.edit(f"{CWD}/apps/api/src/auth/mfa.service.ts")
+    phase.bash('git commit -m "feat(12-01): MFA enrollment"', "[feat/phase-12-multi-factor 1a2b3c4] feat(12-01)")
+    phase.say("Plan 01 done.", end_turn=True)
+    other = Conversation(S5, cwd=CWD, start="2026-02-12T20:11:00", branch="feat/phase-12.2-encrypted-device-registry")
+    other.user("Plan phase 12.2")
+    other.edit(f"{CWD}/.planning/phases/12.2-encrypted-device-registry/12.2-CONTEXT.md")
+    other.say("Planned.", end_turn=True)
+    write_conversations(projects_dir, phase, other)
+    process()
+    made = before(engram_home, S2, "Bash", {"command": "git checkout main && git pull && git checkout -b "
+                                                       "feat/phase-12-mfa"})
+    assert ("- `feat/phase-12-mfa` is not there: this project's branch of that number is "
+            "`feat/phase-12-multi-factor` (worked on 2026-02-12).") in made, made
+    assert "switch to it rather than making a new one" in made, made
+    assert before(engram_home, S2, "Bash", {"command": "git switch -c feat/phase-12-mfa-2"}) == ""  # once a session
+    for command in ("git checkout -b feat/phase-12.1-aes-ctr", "git checkout -b fix/phase-12-typo",
+                    "git checkout -b feat/phase-12-multi-factor", "git checkout feat/phase-12-multi-factor",
+                    "git branch -D feat/phase-12-mfa", "git checkout -b feat/quick-015-footer"):
+        assert before(engram_home, S3, "Bash", {"command": command}) == "", command
+    assert before(engram_home, S1, "Bash", {"command": "git checkout -b feat/phase-12-x"}) == ""  # its own
+    missed = after(engram_home, S4, "git checkout feat/phase-12-mfa",
+                   "Exit code 1\nerror: pathspec 'feat/phase-12-mfa' did not match any file(s) known to git")
+    assert "this project's branch of that number is `feat/phase-12-multi-factor`" in missed, missed
+    # The viewer's ledger records what was told, as the project's branch.
+    store = EpisodeStore(load_settings(), open_store(load_settings().db_path))
+    assert ingest(store.conn, engram_home / "recollections") >= 1
+    told = [json.loads(c)[0]["bite"] for (c,) in store.conn.execute(
+        "SELECT content FROM injections WHERE session_id = ?", (S2,)).fetchall()]
+    assert told == ["This project's branch of that number is `feat/phase-12-multi-factor`."], told
+
+
+def after_returned(home: Path, session: str, tool: str, response: object) -> str:
+    """Claude Code's PostToolUse hook of a call that returned (Engram's matcher: Task|Agent)."""
+    return run_hook("tool_failure.py", home, {
+        "session_id": session, "hook_event_name": "PostToolUse", "cwd": CWD, "tool_name": tool,
+        "tool_input": {"description": "Search diary for uv migration"}, "tool_use_id": "toolu_t",
+        "tool_response": response})
+
+
+def test_a_sub_agent_that_returned_with_its_read_refused_is_told_the_folders_of_files_too_big(
+        engram_home: Path, projects_dir: Path) -> None:
+    """BookMinder 05-25 (two sessions): the user said "Logs exceed your context size, so be smart about reading
+    them", and a `Task` sent to search the diary returned "Initializing…\nError: File content (29333 tokens)
+    exceeds maximum allowed tokens (25000)…" — not an error to Claude Code, so no failure hook saw it, and
+    nothing was told though two diary files were known too big. Its PostToolUse (matcher Task|Agent) tells the
+    folder's files known too big, in one line; not for a report that only quotes the refusal far down, nor for a
+    call that is no sub-agent's."""
+    c = Conversation(S1, cwd=CWD)
+    c.user("What did we do on days two and four?")
+    c.tool("Read", {"file_path": f"{CWD}/claude-dev-log-diary/day-002.md"}, READ_LIMIT, error=True)
+    c.tool("Read", {"file_path": f"{CWD}/claude-dev-log-diary/day-004.md"},
+           READ_LIMIT.replace("56293", "31882"), error=True)
+    c.tool("Grep", {"pattern": "migration", "path": f"{CWD}/claude-dev-log-diary"}, "day-002.md:12: the migration")
+    c.say("The migration.", end_turn=True)
+    write_conversations(projects_dir, c)
+    process()
+    refused = "Initializing…\nError: " + READ_LIMIT.replace("56293", "29333")
+    told = after_returned(engram_home, S2, "Task", refused)
+    assert "Files in `claude-dev-log-diary/` are too big for Read to take whole: " in told, told
+    assert "`day-002.md` (56293 tokens; the limit is 25000)" in told and "`day-004.md` (31882 tokens" in told, told
+    assert told.count("(id: ") == 1, told
+    # Claude Code 2's sub-agent result is an object of text blocks.
+    assert "`day-004.md`" in after_returned(engram_home, S3, "Agent", {"content": [{"type": "text", "text": refused}]})
+    report = "Found it. " + "The migration moved the tooling to uv. " * 12 + "(One read failed: " + READ_LIMIT + ")"
+    assert after_returned(engram_home, S4, "Task", report) == ""
+    assert after_returned(engram_home, S4, "Read", refused) == ""  # a read's own refusal is a failure of its own
+    assert after_returned(engram_home, S4, "Task", "Searched the diary: the migration was on day 4.") == ""
 
 
 DECLINED = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file "

@@ -78,15 +78,27 @@ def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[st
 
 def branches_by_key(rows: list[tuple[str, str, int]]) -> dict[str, list[list[str]]]:
     """Each branch key's branches (``branches.branch_key``: ``branch:feat/phase-12``), from `rows` (branch, session,
-    newest message; the newest first), as the map keeps them: [branch, last day, first session]."""
+    newest message; the newest first), as the map keeps them: [branch, last day, first session]. Not a branch left
+    for another of its key in every session that worked on it, which more sessions worked on (cipher-box's
+    `feat/phase-12-mfa`, made by mistake and deleted minutes later for `feat/phase-12-multi-factor`): that one is
+    the project's."""
     seen: dict[str, list] = {}  # branch → [newest message, the oldest session on it]
+    sessions: dict[str, set[str]] = {}
     for branch, session_id, last_ms in rows:
         entry = seen.setdefault(branch, [last_ms, session_id])
         entry[1] = session_id
+        sessions.setdefault(branch, set()).add(session_id)
+    keys = {branch: branch_key(branch) for branch in seen}
+
+    def left(branch: str) -> bool:
+        return any(other != branch and keys[other] == keys[branch] and sessions[branch] <= sessions[other]
+                   and len(sessions[other]) > len(sessions[branch]) for other in seen)
+
     by_key: dict[str, list[list[str]]] = {}
     for branch, (last_ms, first) in seen.items():
-        key = branch_key(branch)
-        if key is not None and len(named := by_key.setdefault(PREFIX + key, [])) < BRANCHES_PER_KEY:
+        key = keys[branch]
+        if key is not None and not left(branch) and len(named := by_key.setdefault(PREFIX + key, [])) \
+                < BRANCHES_PER_KEY:
             named.append([branch, utc_date(last_ms) if last_ms else "", first])
     return by_key
 

@@ -30,7 +30,7 @@ from processor.store import open_store
 from tests.conftest import REPO
 
 CWD = "/work/shop"  # not on this machine: the project is the cwd itself
-S1, S2, S3, S4, S5 = (f"35353535-0000-4000-8000-00000000000{i}" for i in (1, 2, 3, 4, 5))
+S1, S2, S3, S4, S5, S6 = (f"35353535-0000-4000-8000-00000000000{i}" for i in (1, 2, 3, 4, 5, 6))
 
 # Real outputs, as sessions recorded them.
 PRE_COMMIT = ("trim trailing whitespace.................................................Passed\n"
@@ -1694,6 +1694,19 @@ def test_a_branch_made_under_another_name_for_a_number_the_project_has_is_told_i
     told = [json.loads(c)[0]["bite"] for (c,) in store.conn.execute(
         "SELECT content FROM injections WHERE session_id = ?", (S2,)).fetchall()]
     assert told == ["This project's branch of that number is `feat/phase-12-multi-factor`."], told
+    # The session that made `feat/phase-12-mfa` by mistake left it for the project's branch: that one is still told.
+    mistaken = Conversation(S6, cwd=CWD, start="2026-02-13T01:47:00", branch="feat/phase-12-mfa")
+    mistaken.user("switch to the phase 12 branch")
+    mistaken.bash("git checkout main && git pull && git checkout -b feat/phase-12-mfa", "Switched to a new branch")
+    mistaken.say("On `feat/phase-12-mfa`.", end_turn=True)
+    mistaken.branch = "feat/phase-12-multi-factor"
+    mistaken.user("thats not the branch I was looking for - its called feat/phase-12-multi-factor")
+    mistaken.bash("git checkout feat/phase-12-multi-factor", "Switched to branch 'feat/phase-12-multi-factor'")
+    mistaken.say("Switched.", end_turn=True)
+    write_conversations(projects_dir, phase, other, mistaken)
+    process()
+    made = before(engram_home, S3, "Bash", {"command": "git switch -c feat/phase-12-b"})
+    assert "is `feat/phase-12-multi-factor`" in made, made
 
 
 def after_returned(home: Path, session: str, tool: str, response: object) -> str:

@@ -577,6 +577,20 @@ def set_up_gone(entry: dict, root: str | None) -> bool:
     return False
 
 
+def set_up_active(entry: dict, root: str | None) -> bool:
+    """The environment an entry activates is active where the agent runs: Claude Code started from a shell that
+    activated it (``VIRTUAL_ENV``, or its ``bin`` on ``PATH``) hands its hooks and its shell calls the same
+    environment, so a program of it runs bare there."""
+    ran = entry.get("ran")
+    folder = next((w[:-len("/bin/activate")] for w in ran.split() if w.endswith("/bin/activate")), None) \
+        if isinstance(ran, str) else None
+    if folder is None or not (folder.startswith("/") or root):
+        return False
+    if not folder.startswith("/"):
+        folder = root.rstrip("/") + "/" + (folder[2:] if folder.startswith("./") else folder)
+    return (getenv("VIRTUAL_ENV") or "").rstrip("/") == folder or folder + "/bin" in (getenv("PATH") or "").split(":")
+
+
 def read_paths(directory: str, name: str | None, file_name: str) -> list:
     """The files named `file_name` the project of index `name` worked on: ``[[path, date, session], …]``."""
     text = _project_file(directory, name, PATHS_SUFFIX, PATHS_LIMIT)

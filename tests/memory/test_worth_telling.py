@@ -57,10 +57,10 @@ def process(project: str = CWD) -> EpisodeStore:
     return store
 
 
-def run_hook(script: str, home: Path, event: dict) -> str:
+def run_hook(script: str, home: Path, event: dict, env: dict[str, str] | None = None) -> str:
     done = subprocess.run([sys.executable, "-I", "-S", str(REPO / "recall_hook" / script)],
                           input=json.dumps(event).encode(), capture_output=True, timeout=30,
-                          env={"ENGRAM_HOME": str(home), "PATH": "/usr/bin:/bin"})
+                          env={"ENGRAM_HOME": str(home), "PATH": "/usr/bin:/bin", **(env or {})})
     assert done.returncode == 0 and not done.stderr, done.stderr
     out = done.stdout.decode()
     return json.loads(out)["hookSpecificOutput"]["additionalContext"] if out else ""
@@ -617,7 +617,8 @@ def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Pa
     right after; both readers: related — the agent's very next call was the same one after the activation. Each
     shell call starts afresh, so a bare run of a program the project runs only inside its environment fails:
     told before it, the failure does not happen. Not a run after the set-up, through a runner, by its path, in
-    another project's folder, a bare interpreter, or a program the environment does not hold; once a session."""
+    another project's folder, a bare interpreter, a program the environment does not hold, or where the
+    environment is active already (Claude Code started from a shell that activated it); once a session."""
     first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     first.user("Set up the project and run the specs")
     first.bash("python3 -m venv .venv && source .venv/bin/activate && pip install -e .", "Successfully installed")
@@ -637,6 +638,12 @@ def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Pa
     for command in ("source .venv/bin/activate && pytest -q", "uv run pytest", ".venv/bin/pytest -q",
                     "cd /work/other-checkout && pytest", "python3 scripts/build.py", "git status", "uv --version"):
         assert before(engram_home, S5, "Bash", {"command": command}) == "", command
+    # Claude Code started from a shell that activated it: its hooks and its shell calls have the environment.
+    event = {"session_id": S5, "hook_event_name": "PreToolUse", "cwd": CWD, "tool_name": "Bash",
+             "tool_input": {"command": "pytest -q"}, "tool_use_id": "toolu_b"}
+    assert run_hook("pretooluse.py", engram_home, event, {"VIRTUAL_ENV": f"{CWD}/.venv"}) == ""
+    assert run_hook("pretooluse.py", engram_home, event, {"PATH": f"{CWD}/.venv/bin:/usr/bin:/bin"}) == ""
+    assert memory_id in run_hook("pretooluse.py", engram_home, event, {"VIRTUAL_ENV": "/work/other/.venv"})
 
 
 def test_the_environment_a_project_moved_its_tools_to_is_the_one_told_and_a_sibling_projects_is_not(

@@ -54,15 +54,11 @@ exit 0 with no output: memory is a nicety, a broken tool call is not.
 import sys
 
 if __package__:  # imported as recall_hook.pretooluse (tests, tools)
-    from processor.hook_kit import bare_runs as _bare
-    from processor.hook_kit import branches as _branches
     from processor.hook_kit import hook_io as _io
     from processor.hook_kit import tool_keys as _keys
 else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
     sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
     try:
-        import bare_runs as _bare
-        import branches as _branches
         import hook_io as _io
         import tool_keys as _keys
     except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
@@ -70,6 +66,12 @@ else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules im
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;pretooluse.main()'
 MAX_CALL_BITES = 2  # memories told about one tool call, at most
+
+
+def _kit(name: str):
+    """A module of the hooks' kit, imported only by the calls that need it (a shell command's): each module loaded
+    is start-up time for every call."""
+    return __import__(f"processor.hook_kit.{name}", fromlist=[name]) if __package__ else __import__(name)
 
 
 def run(stdin: bytes) -> str | None:
@@ -140,17 +142,18 @@ def _branches_made(directory: str, session_id: str, recollection: dict | None, e
     command = _io.command_of(call[1]) if call is not None and call[0] == "Bash" else None
     if not command or "git" not in command:
         return []
-    made = _branches.made_branches(command)
+    branches = _kit("branches")
+    made = branches.made_branches(command)
     if not made:
         return []
     name, _ = _io.lessons_index(recollection, event)
     shown, _ = _io.load_shown(directory, session_id)
     found: list[tuple[str, str]] = []
     for branch in made:
-        key = _branches.branch_key(branch)
+        key = branches.branch_key(branch)
         if key is not None:
-            entries = _io.read_paths(directory, name, _branches.PREFIX + key)
-            found += [f for f in _branches.branch_lines(branch, entries, session_id) if f[0] not in shown]
+            entries = _io.read_paths(directory, name, branches.PREFIX + key)
+            found += [f for f in branches.branch_lines(branch, entries, session_id) if f[0] not in shown]
     return found
 
 
@@ -187,7 +190,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     keys = _keys.tool_keys(tool_name, tool_input, root)
     command = _io.command_of(tool_input) if tool_name == "Bash" else None
     # A program the project runs inside an environment, run bare: its environment, before the failure.
-    keys += ["fail:" + program for program in _bare.bare_programs(command, root)] if command else []
+    keys += ["fail:" + program for program in _keys.bare_programs(command, root)] if command else []
     if not keys:
         return []
     # One line per key (processor/recall/lesson_index.py): find the call's keys' lines, parse only those.

@@ -38,14 +38,12 @@ exits 0 saying nothing.
 import sys
 
 if __package__:  # imported as recall_hook.tool_failure (tests, tools)
-    from processor.hook_kit import branches as _branches
     from processor.hook_kit import failure_keys as _fail
     from processor.hook_kit import hook_io as _io
     from processor.hook_kit import where_files as _where
 else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
     sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
     try:
-        import branches as _branches
         import failure_keys as _fail
         import hook_io as _io
         import where_files as _where
@@ -222,11 +220,15 @@ def _missed_branch(command: str, error: str, directory: str, index: str | None,
                    session_id: str) -> list[tuple[str, str]]:
     """After a ``git checkout``/``git switch`` of a branch that is not there: the project's branch of that number
     under another name (``processor/hook_kit/branches.py``), or []."""
-    missed = _branches.missed_branch(command, error)
-    key = _branches.branch_key(missed) if missed else None
+    if "git" not in command:
+        return []
+    branches = __import__("processor.hook_kit.branches", fromlist=["branches"]) if __package__ else \
+        __import__("branches")  # only for a failed git command: each module loaded is start-up time
+    missed = branches.missed_branch(command, error)
+    key = branches.branch_key(missed) if missed else None
     if missed is None or key is None:
         return []
-    return _branches.branch_lines(missed, _io.read_paths(directory, index, _branches.PREFIX + key), session_id)
+    return branches.branch_lines(missed, _io.read_paths(directory, index, branches.PREFIX + key), session_id)
 
 
 def _index_of(directory: str, session_id: str, event: dict) -> tuple[str | None, str | None]:

@@ -40,15 +40,19 @@ import sys
 if __package__:  # imported as recall_hook.tool_failure (tests, tools)
     from processor.hook_kit import failure_keys as _fail
     from processor.hook_kit import hook_io as _io
-    from processor.hook_kit import where_files as _where
 else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules imported flat (no package __init__)
     sys.path.insert(0, (__file__.rpartition("/")[0] or ".") + "/../processor/hook_kit")
     try:
         import failure_keys as _fail
         import hook_io as _io
-        import where_files as _where
     except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
         _io = None
+
+def _kit(name: str):
+    """A module of the hooks' kit, imported only by the failures that need it: each module loaded is start-up time
+    for every failed call."""
+    return __import__(f"processor.hook_kit.{name}", fromlist=[name]) if __package__ else __import__(name)
+
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import tool_failure;tool_failure.main()'
 MAX_FIXES = 2
@@ -84,7 +88,7 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
         return None
     key = _fail.call_key(tool_name, target, error)
     signature = _fail.call_signature(tool_name, target, error)
-    if (key is None or not signature) and not _where.says_missing(error):
+    if (key is None or not signature) and not _fail.says_missing(error):
         return None
     index, root = _index_of(directory, session_id, event)
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
@@ -105,7 +109,8 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             if len(ids) == MAX_FIXES:
                 break
     branch = [] if ids or tool_name != "Bash" else _missed_branch(target or "", error, directory, index, session_id)
-    where = [] if ids or branch else _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
+    where = [] if ids or branch or not _fail.says_missing(error) else \
+        _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
     if not (ids or where or branch) or _io.opted_out(directory, session_id):
         return None
     fresh = _io.claim_shown(directory, session_id, ids or [i for i, _ in where + branch])  # once a session
@@ -204,6 +209,7 @@ def _missed_where(tool_name: str, tool_input: dict, error: str, directory: str, 
                   session_id: str) -> list[tuple[str, str]]:
     """Where the file the failed call missed is (``processor/hook_kit/where_files.py``), or the folder of the
     number it guessed: (id, line), [] when the project worked on no such file or folder."""
+    _where = _kit("where_files")
     missed = _where.missing_path(tool_name, tool_input, error)
     name = _where.file_name(missed) if missed else None
     if missed and name:
@@ -220,10 +226,10 @@ def _missed_branch(command: str, error: str, directory: str, index: str | None,
                    session_id: str) -> list[tuple[str, str]]:
     """After a ``git checkout``/``git switch`` of a branch that is not there: the project's branch of that number
     under another name (``processor/hook_kit/branches.py``), or []."""
-    if "git" not in command:
-        return []
-    branches = __import__("processor.hook_kit.branches", fromlist=["branches"]) if __package__ else \
-        __import__("branches")  # only for a failed git command: each module loaded is start-up time
+    lowered = error[:2000].lower()
+    if "git" not in command or ("did not match any file" not in lowered and "invalid reference" not in lowered):
+        return []  # most failures: the branch kit is not loaded
+    branches = _kit("branches")
     missed = branches.missed_branch(command, error)
     key = branches.branch_key(missed) if missed else None
     if missed is None or key is None:

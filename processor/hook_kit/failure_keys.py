@@ -52,6 +52,18 @@ _NOT_RUN = (*_DECLINED, "request interrupted", "interrupted by user", "haven't g
 _TRIM = "'\"`()[]{}<>,;:.!?*|│─╰╭╮╯├┤"
 
 
+# What an error says when the path it was given is not there (a Read's "File does not exist.", a shell's
+# "No such file or directory", node's ENOENT): where the project's file of that name is may be told
+# (``where_files.py``, loaded only then).
+PATH_MISSING = ("no such file or directory", "does not exist", "doesn't exist", "enoent", "cannot find the path")
+
+
+def says_missing(error: str) -> bool:
+    """Whether the error says a path it was given is not there (or a shell glob matched nothing)."""
+    lowered = error[:2000].lower()
+    return "no matches found" in lowered or any(marker in lowered for marker in PATH_MISSING)
+
+
 # The agent's harness refusing a read for the file's size (Claude Code's Read: "File content (56293 tokens) exceeds
 # maximum allowed tokens (25000)"), in a read's own result or that of a call that ran others (a sub-agent, ``Task``;
 # the old ``BatchTool``) and met it.

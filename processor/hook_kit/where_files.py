@@ -21,22 +21,42 @@ starts with the same number (``folder_lines``).
 Stdlib only and no ``re``: the hook's start-up is its cost.
 """
 
-import os as _os
+if __package__:
+    from .failure_keys import PATH_MISSING
+else:  # a hook's flat import (the kit's folder on sys.path)
+    from failure_keys import PATH_MISSING
 
-# What an error says when the path it was given is not there (a Read's "File does not exist.", a shell's
-# "No such file or directory", node's ENOENT).
-_MISSING = ("no such file or directory", "does not exist", "doesn't exist", "enoent", "cannot find the path")
+try:
+    import posix as _os  # built in and already loaded: importing `os` costs ~1 ms more (see hook_io)
+except ImportError:  # not a POSIX system
+    import os as _os
+
+_S_IFMT, _S_IFDIR = 0o170000, 0o040000
+
+
+def _exists(path: str) -> bool:
+    try:
+        _os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return _os.stat(path).st_mode & _S_IFMT == _S_IFDIR
+    except (OSError, ValueError):
+        return False
+
+
+def _join(root: str, path: str) -> str:
+    return path if path.startswith("/") else root.rstrip("/") + "/" + path
+
 # What a shell tool says before the path it could not open (``ls: cannot access 'x'``, ``sed: can't read x``).
 _VERBS = ("cannot access ", "can't access ", "can't read ", "cannot open ", "can't open ", "cannot stat ",
           "open ", "stat ", "lstat ", "scandir ", "access ")
 _NO_SUCH = "no such file or directory"
 _GLOB = "*?[{"
-
-
-def says_missing(error: str) -> bool:
-    """Whether the error says a path it was given is not there (or a shell glob matched nothing)."""
-    lowered = error[:2000].lower()
-    return "no matches found" in lowered or any(marker in lowered for marker in _MISSING)
 
 
 def _plain_path(text: str) -> str | None:
@@ -56,7 +76,7 @@ def _plain_path(text: str) -> str | None:
 def missing_path(tool_name: object, tool_input: dict, error: str) -> str | None:
     """The path a failed call was given that is not there: a file tool's own path, or the one a shell command's
     error names; None when the error says no path is missing."""
-    if not any(marker in error[:2000].lower() for marker in _MISSING):
+    if not any(marker in error[:2000].lower() for marker in PATH_MISSING):
         return None
     if tool_name != "Bash":
         for key in ("file_path", "notebook_path", "path"):
@@ -106,8 +126,8 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
     wanted = relative(missed.rstrip("/"), root)
     parent, _, name = wanted.rpartition("/")
     number = folder_key(name)
-    on_disk = bool(root) and _os.path.isdir(root)
-    if on_disk and _os.path.isdir(_os.path.join(root, wanted)):
+    on_disk = bool(root) and _is_dir(root)
+    if on_disk and _is_dir(_join(root, wanted)):
         return []
     found = []
     for path, date, first_session in _entries(entries):
@@ -116,7 +136,7 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
         above, _, its_name = path.rpartition("/")
         if above != parent or folder_key(its_name) != number or first_session == session_id:
             continue
-        if path not in [f[0] for f in found] and not (on_disk and not _os.path.isdir(_os.path.join(root, path))):
+        if path not in [f[0] for f in found] and not (on_disk and not _is_dir(_join(root, path))):
             found.append((path, date))
     if len(found) != 1:
         return []
@@ -168,8 +188,8 @@ def where_lines(missed: str, entries: list, root: str | None, session_id: str) -
     if name is None:
         return []
     wanted = relative(missed, root)
-    on_disk = bool(root) and _os.path.isdir(root)  # not on this machine (a replay elsewhere): the index is all
-    if on_disk and _os.path.exists(_os.path.join(root, wanted)):
+    on_disk = bool(root) and _is_dir(root)  # not on this machine (a replay elsewhere): the index is all
+    if on_disk and _exists(_join(root, wanted)):
         return []  # it is there: the call failed for another reason
     found: list[tuple[int, str, str]] = []
     for path, date, first_session in _entries(entries):
@@ -177,7 +197,7 @@ def where_lines(missed: str, entries: list, root: str | None, session_id: str) -
             return []  # the project had that very file: it went since, and the others of its name are other files
         if first_session == session_id or path.rpartition("/")[2] != name:
             continue
-        if on_disk and not _os.path.exists(_os.path.join(root, path)):
+        if on_disk and not _exists(_join(root, path)):
             continue  # moved or removed since
         found.append((_closeness(path, wanted), path, date))
     found.sort(key=lambda f: f[2], reverse=True)  # the newest first among files that fit as well

@@ -92,11 +92,11 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
         return None
     index, root = _index_of(directory, session_id, event)
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
-    lines, ids = [], []
+    fits: list[tuple[dict, str]] = []
     shown, _ = _io.load_shown(directory, session_id)
     for entry in entries:  # the cheap checks first: most entries under a key are other failures' fixes
         if (not isinstance(entry, dict) or not isinstance(entry.get("sig"), list) or entry.get("session") == session_id
-                or entry.get("id") in shown or entry.get("id") in ids):
+                or entry.get("id") in shown or any(entry.get("id") == e["id"] for e, _ in fits)):
             continue
         if not _fail.same_failure([str(s) for s in entry["sig"]], signature) and not _outside(entry, target, error):
             continue
@@ -104,10 +104,9 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             continue
         line = _told(entry)
         if line is not None:
-            lines.append(line)
-            ids.append(entry["id"])
-            if len(ids) == MAX_FIXES:
-                break
+            fits.append((entry, line))
+    fits = _one_environment(fits)[:MAX_FIXES]
+    lines, ids = [line for _, line in fits], [entry["id"] for entry, _ in fits]
     branch = [] if ids or tool_name != "Bash" else _missed_branch(target or "", error, directory, index, session_id)
     where = [] if ids or branch or not _fail.says_missing(error) else \
         _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
@@ -172,6 +171,17 @@ def _folder_line(folder: str, entries: list[dict]) -> str | None:
     where = f"in `{folder}/`" if folder else "at this project's top"
     return _io.bite_line({**entries[0], "bite": f"Files {where} are too big for Read to take whole: "
                                                   f"{', '.join(named)}."})
+
+
+def _one_environment(fits: list[tuple[dict, str]]) -> list[tuple[dict, str]]:
+    """The fits without a fix that activates another environment than the one the project's tools run in now
+    (its environment memory, ``"ran"``): BookMinder's "`python` not found" was told both `source venv/bin/activate`
+    (a fix from before the project moved to uv) and the environment `.uvenv` in one answer."""
+    current = next((e["ran"] for e, _ in fits if isinstance(e.get("ran"), str) and e["ran"]), None)
+    if current is None:
+        return fits
+    return [(e, line) for e, line in fits if e.get("ran") or "/bin/activate" not in str(e.get("fix") or "")
+            or current in str(e.get("fix"))]
 
 
 def _outside(entry: dict, command: str | None, error: str) -> bool:

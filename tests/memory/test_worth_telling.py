@@ -611,6 +611,30 @@ def test_a_python_not_found_is_told_the_virtualenv_the_project_runs_its_tools_in
     assert after(engram_home, S3, "node --version", "Error: (eval):1: command not found: node") == ""
 
 
+def test_a_program_not_found_is_told_one_environment_the_one_the_project_moved_to(engram_home: Path,
+                                                                                  projects_dir: Path) -> None:
+    """BookMinder 05-21: "(eval):1: command not found: python" was told, in one answer, the fix of 05-04
+    (`source venv/bin/activate && python -m pytest --spec`) and the environment the project had moved its tools
+    to since: two environments, one of them gone (read: noise). The environment the project's tools run in now
+    is told, not an older fix that activates another."""
+    old = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    old.user("Run the specs")
+    old.bash("python -m pytest --spec", "Error: (eval):1: command not found: python", error=True)
+    old.bash("source venv/bin/activate && python -m pytest --spec", "4 passed")
+    old.say("They pass.", end_turn=True)
+    moved = Conversation(S2, cwd=CWD, start="2026-11-05T10:00:00")
+    moved.user("Move to uv")
+    moved.bash("uv venv && source .venv/bin/activate && pip install -e .", "Installed")
+    for command in ("python -m pytest --spec", "pip list", "python -m pytest -q", "pip check", "pytest --spec"):
+        moved.bash(f"source .venv/bin/activate && {command}", "ok")
+    moved.say("Moved.", end_turn=True)
+    write_conversations(projects_dir, old, moved)
+    process()
+    told = after(engram_home, S3, "python -m pytest specs", "Error: (eval):1: command not found: python")
+    assert "ran inside the environment `source .venv/bin/activate`" in told, told
+    assert "source venv/bin/activate" not in told, told
+
+
 def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Path, projects_dir: Path) -> None:
     """BookMinder: every session's first `pytest specs/ --spec` (or `pre-commit install`, `pip3 install --user …`)
     ran bare, failed "command not found" (or "externally-managed-environment"), and was told the environment

@@ -159,18 +159,23 @@ def _too_big_too(event: dict, directory: str, session_id: str, path: str | None)
 
 
 def _folder_line(folder: str, entries: list[dict]) -> str | None:
-    """The line of a folder's files too big for the read tool, told after a sub-agent's read was refused:
-    "Files in `claude-dev-log-diary/` are too big for Read to take whole: `day-002.md` (56293 tokens; the limit is
-    25000)." (a file at the project's top: "Files at this project's top are …"), under the first file's memory id."""
-    named = []
+    """The line of a folder's files too big for the read tool, told after a sub-agent's read was refused, under
+    the first file's memory id: "Files in `claude-dev-log-diary/` are too big for Read to take whole: `day-002.md`
+    (56293 tokens); the limit is 25000. Search them with Grep, or read parts with offset and limit; a sub-agent
+    sent to read one whole meets the same limit." (a file at the project's top: "Files at this project's top …")."""
+    named, limit = [], ""
     for entry in entries[:MAX_FILES_NAMED]:
-        bite = str(entry.get("bite") or "")
-        size = bite.partition(" whole (")[2].partition(")")[0]
+        size = str(entry.get("bite") or "").partition(" whole (")[2].partition(")")[0]  # "56293 tokens; the limit …"
+        tokens, _, said = size.partition("; the limit is ")
+        limit = limit or said
         name = entry["file"].rpartition("/")[2]
-        named.append(f"`{name}` ({size})" if size else f"`{name}`")
+        named.append(f"`{name}` ({tokens})" if tokens else f"`{name}`")
     where = f"in `{folder}/`" if folder else "at this project's top"
-    return _io.bite_line({**entries[0], "bite": f"Files {where} are too big for Read to take whole: "
-                                                  f"{', '.join(named)}."})
+    return _io.bite_line({**entries[0], "bite": (
+        f"Files {where} are too big for Read to take whole: {', '.join(named)}"
+        + (f"; the limit is {limit}" if limit else "")
+        + ". Search them with Grep, or read parts with offset and limit; a sub-agent sent to read one whole meets "
+          "the same limit.")})
 
 
 def _one_environment(fits: list[tuple[dict, str]]) -> list[tuple[dict, str]]:

@@ -867,11 +867,8 @@ def format_failure_context(lines: list[str], for_agent: str = CLAUDE) -> str:
 
 def format_too_big_context(lines: list[str], for_agent: str = CLAUDE) -> str:
     """The project's other files too big for the read tool, right after a read was refused, fenced."""
-    return fence("\n".join([
-        "Earlier sessions of this project met the same limit on these files:",
-        *lines,
-        "Search them with Grep, or read a part with offset and limit, rather than reading them whole.",
-    ]), for_agent)
+    return fence("\n".join(["Earlier sessions of this project met the same limit on these files:", *lines]),
+                 for_agent)  # each line says what to do instead
 
 
 def format_branch_context(lines: list[str], for_agent: str = CLAUDE) -> str:

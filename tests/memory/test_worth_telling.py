@@ -1679,8 +1679,8 @@ def test_a_read_refused_for_size_is_told_the_other_files_beside_it_too_big_to_re
     assert after_refused(engram_home, S2, "Read", {"file_path": f"{CWD}/diary/day-006.md"}) == ""  # once a session
     # A sub-agent's refusal does not say which file: the folder is told, never one file as if it were the one.
     told = after_refused(engram_home, S3, "Task", {"description": "Search the diary"})
-    assert "Files in `diary/` are too big for Read to take whole: `day-002.md` (56293 tokens; the limit is 25000)" \
-        in told and "`diary/day-002.md` is too big" not in told, told
+    assert "Files in `diary/` are too big for Read to take whole: `day-002.md` (56293 tokens); the limit is 25000. " \
+           "Search them with Grep" in told and "`diary/day-002.md` is too big" not in told, told
     assert "`day-002.md`" in after_refused(engram_home, S5, "BatchTool", {"description": "Check the logs"})
     assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/diary/day-002.md"}) == ""
     assert after_refused(engram_home, S4, "Read", {"file_path": f"{CWD}/docs/big.md"}) == ""
@@ -1768,7 +1768,9 @@ def test_a_sub_agent_that_returned_with_its_read_refused_is_told_the_folders_of_
     refused = "Initializing…\nError: " + READ_LIMIT.replace("56293", "29333")
     told = after_returned(engram_home, S2, "Task", refused)
     assert "Files in `claude-dev-log-diary/` are too big for Read to take whole: " in told, told
-    assert "`day-002.md` (56293 tokens; the limit is 25000)" in told and "`day-004.md` (31882 tokens" in told, told
+    assert "`day-002.md` (56293 tokens)" in told and "`day-004.md` (31882 tokens)" in told, told
+    assert "; the limit is 25000. Search them with Grep" in told, told
+    assert "a sub-agent sent to read one whole meets the same limit" in told, told
     assert told.count("(id: ") == 1, told
     # Claude Code 2's sub-agent result is an object of text blocks.
     assert "`day-004.md`" in after_returned(engram_home, S3, "Agent", {"content": [{"type": "text", "text": refused}]})

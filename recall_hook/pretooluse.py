@@ -66,6 +66,8 @@ else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules im
 
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import pretooluse;pretooluse.main()'
 MAX_CALL_BITES = 2  # memories told about one tool call, at most
+# What a git command that makes a branch says (``checkout -b``, ``switch -c``, ``branch NAME``, ``worktree add -b``).
+_MAKES_BRANCH = (" -b ", " -B ", " -c ", " -C ", "--create ", "branch ")
 
 
 def _kit(name: str):
@@ -140,8 +142,8 @@ def _branches_made(directory: str, session_id: str, recollection: dict | None, e
     earlier session worked on (``processor/hook_kit/branches.py``): (id, line), [] for every other call."""
     call = _io.call_of(event)
     command = _io.command_of(call[1]) if call is not None and call[0] == "Bash" else None
-    if not command or "git" not in command:
-        return []
+    if not command or "git" not in command or not any(mark in command for mark in _MAKES_BRANCH):
+        return []  # most git commands make no branch: the branch kit is not loaded
     branches = _kit("branches")
     made = branches.made_branches(command)
     if not made:

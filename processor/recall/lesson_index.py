@@ -217,6 +217,20 @@ def of_the_shell(fix: FailureSignature) -> bool:
     return missing_program(fix.signature, fix.fail_key[5:])
 
 
+def inside_environment(entry: dict, activation: str, programs: list[str]) -> None:
+    """A step an entry says to run (its bite's and fix's backticked commands) that runs one of the project's
+    environment programs bare, said with the environment's set-up: BookMinder's hook lesson said "run `pre-commit run
+    --all-files`", which fails outside `.venv` (read: a session that ran it so failed). In place: an entry filed
+    under several keys is one object."""
+    for field in ("bite", "fix"):
+        text = entry.get(field)
+        if not isinstance(text, str) or activation in text or "ran" in entry:
+            continue
+        for program in sorted(programs, key=len, reverse=True):
+            text = text.replace(f"`{program} ", f"`{activation} && {program} ")
+        entry[field] = text
+
+
 def _of_its_kind(ep: Episode, path: str, call_key: str, entry: dict) -> str:
     """A lesson told before a file of the kind it changed is written: which file failed which command (its failure's
     call key), and how (``12.2-CONTEXT.md`` made `git commit` fail here (markdownlint --fix) until it was changed:
@@ -291,6 +305,7 @@ class LessonIndex:
         filed: dict[str, list[dict]] = {}
         borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
         guarded: list[str] = []  # rules told before the calls that would break them: not at a session's start
+        environment: tuple[str, list[str]] | None = None  # where the project's tools run: its set-up, its programs
         told = 0
         fixes, origins, environments = fixes or {}, origins or {}, environments or {}
         # The project's own name (`cipherbox` of cipher-box) is in every call that names its repository or folder: a
@@ -331,6 +346,8 @@ class LessonIndex:
                     guarded.append(ep.id)
             if origin == "environment":  # where the project's tools run: told right after one is not found
                 activation = next((e[2:] for e in ep.entities if e.startswith("$ ")), "")
+                if activation and environment is None:  # the newest
+                    environment = (activation, [e for e in ep.entities if not e.startswith("$ ")])
                 for program in (e for e in ep.entities if not e.startswith("$ ")):
                     for name in names_run_as(program):  # `pip` is run as `pip3` outside the environment
                         fails = filed.setdefault("fail:" + name, [])
@@ -408,6 +425,10 @@ class LessonIndex:
             fails = filed.setdefault(key, [])
             if len(fails) < FIXES_PER_KEY and not any(same_failure(e.get("sig", []), answer["sig"]) for e in fails):
                 fails.append(answer)
+        if environment is not None:
+            for entries in filed.values():
+                for entry in entries:
+                    inside_environment(entry, *environment)
         header = json.dumps({"project": project, "root": root, "at": now_ms(), "guarded": guarded})
         ensure_private_dir(self.folder.parent)
         ensure_private_dir(self.folder)

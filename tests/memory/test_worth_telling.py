@@ -635,6 +635,26 @@ def test_a_program_not_found_is_told_one_environment_the_one_the_project_moved_t
     assert "source venv/bin/activate" not in told, told
 
 
+def test_a_step_the_project_runs_inside_its_environment_is_said_with_its_set_up(engram_home: Path,
+                                                                                 projects_dir: Path) -> None:
+    """BookMinder: its commit hook's lesson said "run `pre-commit run --all-files` and stage what it changes", and
+    `pre-commit` runs only inside `.venv` there (both readers: the advice fails outside it; a session that ran it
+    so failed). A step that runs one of the environment's programs bare is said with the set-up; not another
+    program's, and not twice."""
+    tools = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    tools.user("Set up the hooks")
+    for command in ("pip install pre-commit", "pre-commit install", "pre-commit run --all-files", "pip list",
+                    "pre-commit autoupdate", "pip check"):
+        tools.bash(f"source .venv/bin/activate && {command}", "ok")
+    tools.say("Hooks set.", end_turn=True)
+    write_conversations(projects_dir, tools, commit_session(S2, "2026-11-02T10:00:00", PRE_COMMIT),
+                        commit_session(S3, "2026-11-03T10:00:00", PRE_COMMIT))
+    process()
+    told = after(engram_home, S4, 'git commit -m "X"', PRE_COMMIT)
+    assert "run `source .venv/bin/activate && pre-commit run --all-files` and stage what it changes" in told, told
+    assert told.count("source .venv/bin/activate") == 1, told
+
+
 def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Path, projects_dir: Path) -> None:
     """BookMinder: every session's first `pytest specs/ --spec` (or `pre-commit install`, `pip3 install --user …`)
     ran bare, failed "command not found" (or "externally-managed-environment"), and was told the environment

@@ -16,6 +16,11 @@ not ``phase-12``; a name with no number (``…-9fl2H`` is none) or nothing befor
 Stdlib only and no ``re``: the hook's start-up is its cost.
 """
 
+if __package__:
+    from .tool_keys import simple_commands
+else:  # a hook's flat import (the kit's folder on sys.path)
+    from tool_keys import simple_commands
+
 PREFIX = "branch:"  # the file map's key of a branch stem and number
 _SEPARATORS = "/-_"
 _MAKES = {("checkout", "-b"), ("checkout", "-B"), ("switch", "-c"), ("switch", "-C"), ("switch", "--create"),
@@ -45,13 +50,6 @@ def _words(segment: str) -> list[str]:
     return [w.strip("'\"") for w in segment.split()]
 
 
-def _segments(command: str) -> list[str]:
-    """A shell command's steps: split at ``&&``, ``||``, ``;``, ``|`` and newlines."""
-    for separator in ("&&", "||", ";", "|", "\n"):
-        command = command.replace(separator, "\0")
-    return [part for part in command.split("\0") if part.strip()]
-
-
 def _git_args(segment: str) -> list[str] | None:
     """The words after ``git`` (and its ``-C dir``, ``-c k=v`` options) of a step that runs git; else None."""
     words = _words(segment)
@@ -69,7 +67,7 @@ def made_branches(command: str) -> list[str]:
     """The branches a shell command makes: ``git checkout -b NAME``, ``git switch -c NAME``, ``git branch NAME``,
     ``git worktree add -b NAME …``."""
     made = []
-    for segment in _segments(command):
+    for segment in simple_commands(command):
         args = _git_args(segment)
         if not args:
             continue
@@ -91,7 +89,7 @@ def missed_branch(command: str, error: str) -> str | None:
     lowered = error[:2000].lower()
     if "did not match any file" not in lowered and "invalid reference" not in lowered:
         return None
-    for segment in _segments(command):
+    for segment in simple_commands(command):
         args = _git_args(segment)
         if args and args[0] in _SWITCHES:
             names = [w for w in args[1:] if not w.startswith("-")]

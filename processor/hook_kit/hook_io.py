@@ -564,31 +564,32 @@ def read_filed(directory: str, name: str | None, keys: list[str]) -> list[tuple[
     return filed
 
 
+def _activated(entry: dict, root: str | None) -> str | None:
+    """The virtualenv folder an entry's set-up activates (``"ran"``: ``source .venv/bin/activate``), as an absolute
+    path (below `root` when the set-up names it relatively); None for another kind of set-up, or none."""
+    ran = entry.get("ran")
+    folder = next((w[:-len("/bin/activate")] for w in ran.split() if w.endswith("/bin/activate")), None) \
+        if isinstance(ran, str) else None
+    if folder is None or folder.startswith("/"):
+        return folder
+    return root.rstrip("/") + "/" + (folder[2:] if folder.startswith("./") else folder) if root else None
+
+
 def set_up_gone(entry: dict, root: str | None) -> bool:
     """The environment an entry activates is a folder this machine's checkout no longer has (``source
     .uvenv/bin/activate`` minutes after the session's ``rm -rf .uvenv``: the processor rereads a project's
     environment when a session ends). Only when the project is on this machine: a replay elsewhere has the index."""
-    ran = entry.get("ran")
-    if not isinstance(ran, str) or not root or not _is_dir(root):
-        return False
-    for word in ran.split():
-        if word.endswith("/bin/activate"):
-            return not _exists(word if word.startswith("/") else root.rstrip("/") + "/" + word)
-    return False
+    folder = _activated(entry, root)
+    return bool(folder) and bool(root) and _is_dir(root) and not _exists(folder + "/bin/activate")
 
 
 def set_up_active(entry: dict, root: str | None) -> bool:
     """The environment an entry activates is active where the agent runs: Claude Code started from a shell that
     activated it (``VIRTUAL_ENV``, or its ``bin`` on ``PATH``) hands its hooks and its shell calls the same
     environment, so a program of it runs bare there."""
-    ran = entry.get("ran")
-    folder = next((w[:-len("/bin/activate")] for w in ran.split() if w.endswith("/bin/activate")), None) \
-        if isinstance(ran, str) else None
-    if folder is None or not (folder.startswith("/") or root):
-        return False
-    if not folder.startswith("/"):
-        folder = root.rstrip("/") + "/" + (folder[2:] if folder.startswith("./") else folder)
-    return (getenv("VIRTUAL_ENV") or "").rstrip("/") == folder or folder + "/bin" in (getenv("PATH") or "").split(":")
+    folder = _activated(entry, root)
+    return bool(folder) and ((getenv("VIRTUAL_ENV") or "").rstrip("/") == folder
+                             or folder + "/bin" in (getenv("PATH") or "").split(":"))
 
 
 def read_paths(directory: str, name: str | None, file_name: str) -> list:

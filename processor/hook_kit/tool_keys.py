@@ -387,18 +387,11 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
 # folder (a sibling checkout has its own environment). An interpreter run bare (``python3 script.py``) is not one:
 # the system's may run it; its ``-m`` module is (``python3 -m pytest``: pytest).
 
-_BARE_SEPARATORS = ("&&", "||", ";", "|", "\n")
-_BARE_WRAPPERS = frozenset({"sudo", "time", "exec", "nohup", "nice", "command", "builtin", "env"})
+_BARE_WRAPPERS = WRAPPERS | {"env"}
 _BARE_RUNNERS = frozenset({*RUNNERS, "uvx", "conda", "pipx", "nix", "direnv", "mise", "asdf"})
 _BARE_INTERPRETERS = frozenset({"python", "python3"})
 _BARE_SET_UPS = ("conda activate", "mamba activate", "micromamba activate", "nvm use", "export PATH=", "pyenv shell",
                  "workon ", "eval ")
-
-
-def _bare_steps(command: str) -> list[str]:
-    for separator in _BARE_SEPARATORS:
-        command = command.replace(separator, "\0")
-    return [step.strip() for step in command.split("\0") if step.strip()]
 
 
 def _sets_up_environment(step: str) -> bool:
@@ -421,7 +414,7 @@ def _leaves_project(step: str, root: str | None) -> bool:
 def bare_programs(command: str, root: str | None) -> list[str]:
     """The programs `command` runs bare, in order, each once."""
     found: list[str] = []
-    for step in _bare_steps(command):
+    for step in simple_commands(command):
         if _sets_up_environment(step) or _leaves_project(step, root):
             break  # every later step runs inside that set-up, or in another project's folder
         words = step.replace("(", " ").replace(")", " ").split()

@@ -140,18 +140,28 @@ def build_corpus(name: str, out: Path, sets: dict = SETS) -> dict:
 def make_folders(repo: Path, lived: str, project_dir: Path) -> int:
     """The project's folders its sessions name (`apps/api/src/` of `<lived>/apps/api/src/x.ts`), made in the
     repository's checkout: the real one had them, and a fix naming a folder the project's checkout lacks is
-    retired as gone stale (``processor/memory/stale_fixes.py``). Files are not made: their contents are not in
-    the transcripts. Returns how many folders were made."""
+    retired as gone stale (``processor/memory/stale_fixes.py``). Files are not made (their contents are not in
+    the transcripts), but for the activate script of a virtualenv the sessions activate. Returns how many folders
+    were made."""
     named = re.compile(re.escape(lived.encode()) + rb"/((?:[\w.@-]+/)+)[\w.@-]+")
     folders: set[str] = set()
     for path in project_dir.glob("*.jsonl"):
         folders.update(m.group(1).decode("utf-8", "replace") for m in named.finditer(path.read_bytes()))
+    # The virtualenvs the sessions activate by a relative path (`source .venv/bin/activate`): the real checkout had
+    # them (its sessions ran their tools after it), and an environment whose folder a checkout on this machine
+    # lacks is not told (``hook_io.set_up_gone``). Their activate scripts are made, empty.
+    activated = re.compile(rb"(?:source|\.) (\w[\w.-]*|\.[\w.-]+)/bin/activate(?![\w.])")
+    scripts: set[str] = set()
+    for path in project_dir.glob("*.jsonl"):
+        scripts.update(m.group(1).decode("utf-8", "replace") + "/bin/" for m in activated.finditer(path.read_bytes()))
     made = 0
-    for folder in sorted(folders):
+    for folder in sorted(folders | scripts):
         target = (repo / folder).resolve()
         if folder.startswith((".git/", "../")) or repo.resolve() not in target.parents:
             continue
         target.mkdir(parents=True, exist_ok=True)
+        if folder in scripts:
+            (target / "activate").touch()
         made += 1
     return made
 

@@ -82,10 +82,10 @@ def _line_time(raw: bytes) -> int | None:
 SUB_AGENT_TOOLS = ("Task", "Agent")
 
 
-def _failed_results(raw: bytes, returned: bool = False) -> dict[str, str]:
-    """tool_use_id → the text of each failed tool result (``is_error``) a user line carries; with `returned`,
+def _results(raw: bytes, failed: bool = True) -> dict[str, str]:
+    """tool_use_id → the text of each failed tool result (``is_error``) a user line carries; with `failed` false,
     of each result that did not fail."""
-    if not returned and b'"is_error":true' not in raw and b'"is_error": true' not in raw:
+    if failed and b'"is_error":true' not in raw and b'"is_error": true' not in raw:
         return {}
     try:
         entry = json.loads(raw)
@@ -95,8 +95,7 @@ def _failed_results(raw: bytes, returned: bool = False) -> dict[str, str]:
         isinstance(entry.get("message"), dict) else None
     found = {}
     for block in content if isinstance(content, list) else []:
-        failed = isinstance(block, dict) and block.get("is_error") is True
-        if isinstance(block, dict) and block.get("type") == "tool_result" and failed != returned:
+        if isinstance(block, dict) and block.get("type") == "tool_result" and (block.get("is_error") is True) == failed:
             text = block.get("content")
             if isinstance(text, list):
                 text = "\n".join(b.get("text", "") for b in text if isinstance(b, dict))
@@ -141,11 +140,11 @@ def read_session(path: Path) -> Session:
             parsed = parse_line(raw)
             if first_message is None and isinstance(parsed, CapturedLine):
                 first_message = parsed.ts_ms or ts
-            for tool_use_id, error in _failed_results(raw).items():
+            for tool_use_id, error in _results(raw).items():
                 if tool_use_id in calls:
                     calls[tool_use_id].error = error
             if any(use_id.encode() in raw for use_id in sub_agents):
-                for tool_use_id, output in _failed_results(raw, returned=True).items():
+                for tool_use_id, output in _results(raw, failed=False).items():
                     if sub_agents.pop(tool_use_id, None) is not None:
                         calls[tool_use_id].output = output
             if is_prompt(parsed):

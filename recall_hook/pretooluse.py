@@ -70,12 +70,6 @@ MAX_CALL_BITES = 2  # memories told about one tool call, at most
 _MAKES_BRANCH = (" -b ", " -B ", " -c ", " -C ", "--create ", "branch ")
 
 
-def _kit(name: str):
-    """A module of the hooks' kit, imported only by the calls that need it (a shell command's): each module loaded
-    is start-up time for every call."""
-    return __import__(f"processor.hook_kit.{name}", fromlist=[name]) if __package__ else __import__(name)
-
-
 def run(stdin: bytes) -> str | None:
     """The hook's stdout for this stdin (None: print nothing). Raises on any bad input."""
     begun = _io.event_of(stdin)
@@ -144,7 +138,7 @@ def _branches_made(directory: str, session_id: str, recollection: dict | None, e
     command = _io.command_of(call[1]) if call is not None and call[0] == "Bash" else None
     if not command or "git" not in command or not any(mark in command for mark in _MAKES_BRANCH):
         return []  # most git commands make no branch: the branch kit is not loaded
-    branches = _kit("branches")
+    branches = _io.kit("branches")
     made = branches.made_branches(command)
     if not made:
         return []

@@ -48,12 +48,6 @@ else:  # run through LAUNCHER: the kit's folder goes on sys.path, its modules im
     except ImportError:  # no kit beside this hook (a moved or half-removed Engram): exit 0, saying nothing
         _io = None
 
-def _kit(name: str):
-    """A module of the hooks' kit, imported only by the failures that need it: each module loaded is start-up time
-    for every failed call."""
-    return __import__(f"processor.hook_kit.{name}", fromlist=[name]) if __package__ else __import__(name)
-
-
 LAUNCHER = 'import sys;sys.path.insert(0,sys.argv[1].rpartition("/")[0]);import tool_failure;tool_failure.main()'
 MAX_FIXES = 2
 MAX_FILES_NAMED = 3  # a folder's files too big to read, named in its one line after a sub-agent's refusal
@@ -224,7 +218,7 @@ def _missed_where(tool_name: str, tool_input: dict, error: str, directory: str, 
                   session_id: str) -> list[tuple[str, str]]:
     """Where the file the failed call missed is (``processor/hook_kit/where_files.py``), or the folder of the
     number it guessed: (id, line), [] when the project worked on no such file or folder."""
-    _where = _kit("where_files")
+    _where = _io.kit("where_files")
     missed = _where.missing_path(tool_name, tool_input, error)
     name = _where.file_name(missed) if missed else None
     if missed and name:
@@ -242,9 +236,9 @@ def _missed_branch(command: str, error: str, directory: str, index: str | None,
     """After a ``git checkout``/``git switch`` of a branch that is not there: the project's branch of that number
     under another name (``processor/hook_kit/branches.py``), or []."""
     lowered = error[:2000].lower()
-    if "git" not in command or ("did not match any file" not in lowered and "invalid reference" not in lowered):
+    if "git" not in command or not any(marker in lowered for marker in _fail.BRANCH_MISSING):
         return []  # most failures: the branch kit is not loaded
-    branches = _kit("branches")
+    branches = _io.kit("branches")
     missed = branches.missed_branch(command, error)
     key = branches.branch_key(missed) if missed else None
     if missed is None or key is None:

@@ -17,8 +17,10 @@ Stdlib only and no ``re``: the hook's start-up is its cost.
 """
 
 if __package__:
+    from .failure_keys import BRANCH_MISSING
     from .tool_keys import simple_commands
 else:  # a hook's flat import (the kit's folder on sys.path)
+    from failure_keys import BRANCH_MISSING
     from tool_keys import simple_commands
 
 PREFIX = "branch:"  # the file map's key of a branch stem and number
@@ -87,7 +89,7 @@ def missed_branch(command: str, error: str) -> str | None:
     """The branch a failed ``git checkout NAME`` / ``git switch NAME`` asked for that is not there ("pathspec 'X'
     did not match any file(s) known to git", "invalid reference: X"); else None."""
     lowered = error[:2000].lower()
-    if "did not match any file" not in lowered and "invalid reference" not in lowered:
+    if not any(marker in lowered for marker in BRANCH_MISSING):
         return None
     for segment in simple_commands(command):
         args = _git_args(segment)

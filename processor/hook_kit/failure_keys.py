@@ -25,8 +25,10 @@ Stdlib only and no ``re``: the hook's start-up is its cost.
 """
 
 if __package__:
+    from .hook_io import READ_REFUSAL, SUB_AGENT_TOOLS
     from .tool_keys import RUNNERS, command_keys
 else:  # the hook's folder is on sys.path
+    from hook_io import READ_REFUSAL, SUB_AGENT_TOOLS
     from tool_keys import RUNNERS, command_keys
 
 MAX_LINES = 3
@@ -58,6 +60,10 @@ _TRIM = "'\"`()[]{}<>,;:.!?*|│─╰╭╮╯├┤"
 PATH_MISSING = ("no such file or directory", "does not exist", "doesn't exist", "enoent", "cannot find the path")
 
 
+# What git says when the branch a checkout or switch names is not there.
+BRANCH_MISSING = ("did not match any file", "invalid reference")
+
+
 def says_missing(error: str) -> bool:
     """Whether the error says a path it was given is not there (or a shell glob matched nothing)."""
     lowered = error[:2000].lower()
@@ -67,14 +73,13 @@ def says_missing(error: str) -> bool:
 # The agent's harness refusing a read for the file's size (Claude Code's Read: "File content (56293 tokens) exceeds
 # maximum allowed tokens (25000)"), in a read's own result or that of a call that ran others (a sub-agent, ``Task``;
 # the old ``BatchTool``) and met it.
-_READ_REFUSAL = "exceeds maximum allowed tokens"
-SUB_AGENTS = ("Task", "Agent", "BatchTool")
+SUB_AGENTS = (*SUB_AGENT_TOOLS, "BatchTool")  # and the old batch tool, whose result said so as an error
 
 
 def read_refused(tool_name: object, error: str) -> bool:
     """Whether a failed call is a read the harness refused for the file's size: a read, or a sub-agent whose
     result says one of its reads was."""
-    return tool_name in ("Read", "NotebookRead", *SUB_AGENTS) and _READ_REFUSAL in error[:4000].lower()
+    return tool_name in ("Read", "NotebookRead", *SUB_AGENTS) and READ_REFUSAL in error[:4000].lower()
 
 
 def declined(error: str | None) -> bool:

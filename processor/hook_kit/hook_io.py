@@ -125,19 +125,26 @@ LEGACY_HOME = ".engram"  # the data home of Engram before it moved to the platfo
 _S_IFDIR = 0o040000
 
 
-def _is_dir(path: str) -> bool:
+def is_dir(path: str) -> bool:
     try:
         return _os.stat(path).st_mode & _S_IFMT == _S_IFDIR
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a path with a NUL in it (from a transcript)
         return False
 
 
-def _exists(path: str) -> bool:
+def exists(path: str) -> bool:
     try:
         _os.stat(path)
         return True
-    except OSError:
+    except (OSError, ValueError):
         return False
+
+
+def kit(name: str):
+    """A module of the hooks' kit, imported only by the calls that need it (each module loaded is start-up time
+    for every call): as ``processor.hook_kit.<name>``, or by its plain name where the kit's folder is on
+    ``sys.path`` (a hook run through its launcher)."""
+    return __import__(f"{__package__}.{name}", fromlist=[name]) if __package__ else __import__(name)
 
 
 def data_home() -> str | None:
@@ -165,7 +172,7 @@ def data_home() -> str | None:
         data = getenv("XDG_DATA_HOME") or ""
         default = (data.rstrip("/") if data.startswith("/") else home + "/.local/share") + "/engram"
     legacy = home + "/" + LEGACY_HOME
-    if not _exists(default):  # rare: only then is the earlier home looked at (a module of its own)
+    if not exists(default):  # rare: only then is the earlier home looked at (a module of its own)
         if __package__:
             from .legacy_home import is_earlier_engram_home
         else:
@@ -206,7 +213,7 @@ def env_opt_out() -> str | None:
 
 def opted_out(directory: str, session_id: str) -> bool:
     """No memory for this session: $ENGRAM_OFF, or its opt-out recorded as <session>.off."""
-    return env_opt_out() is not None or _exists(f"{directory}/{session_id}{OFF_SUFFIX}")
+    return env_opt_out() is not None or exists(f"{directory}/{session_id}{OFF_SUFFIX}")
 
 
 def valid_session_id(value: object) -> bool:
@@ -580,7 +587,7 @@ def set_up_gone(entry: dict, root: str | None) -> bool:
     .uvenv/bin/activate`` minutes after the session's ``rm -rf .uvenv``: the processor rereads a project's
     environment when a session ends). Only when the project is on this machine: a replay elsewhere has the index."""
     folder = _activated(entry, root)
-    return bool(folder) and bool(root) and _is_dir(root) and not _exists(folder + "/bin/activate")
+    return bool(folder) and bool(root) and is_dir(root) and not exists(folder + "/bin/activate")
 
 
 def set_up_active(entry: dict, root: str | None) -> bool:
@@ -920,6 +927,7 @@ def failed_call(event: dict) -> tuple[str, str] | None:
 # Further down, a report that recovered may quote it: that one read nothing whole in vain.
 SUB_AGENT_REFUSAL_HEAD = 300
 SUB_AGENT_TOOLS = ("Task", "Agent")  # Claude Code's sub-agent tool, as its versions name it
+READ_REFUSAL = "exceeds maximum allowed tokens"  # how the harness refuses a read for the file's size
 
 
 def _sub_agent_refused(event: dict) -> tuple[str, str] | None:
@@ -929,7 +937,7 @@ def _sub_agent_refused(event: dict) -> tuple[str, str] | None:
     if tool_name not in SUB_AGENT_TOOLS:
         return None
     text = _response_text(event.get("tool_response"))[:SUB_AGENT_REFUSAL_HEAD]
-    return (tool_name, text) if "exceeds maximum allowed tokens" in text.lower() else None
+    return (tool_name, text) if READ_REFUSAL in text.lower() else None
 
 
 def _response_text(response: object) -> str:

@@ -23,30 +23,10 @@ Stdlib only and no ``re``: the hook's start-up is its cost.
 
 if __package__:
     from .failure_keys import PATH_MISSING
+    from .hook_io import exists, is_dir
 else:  # a hook's flat import (the kit's folder on sys.path)
     from failure_keys import PATH_MISSING
-
-try:
-    import posix as _os  # built in and already loaded: importing `os` costs ~1 ms more (see hook_io)
-except ImportError:  # not a POSIX system
-    import os as _os
-
-_S_IFMT, _S_IFDIR = 0o170000, 0o040000
-
-
-def _exists(path: str) -> bool:
-    try:
-        _os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _is_dir(path: str) -> bool:
-    try:
-        return _os.stat(path).st_mode & _S_IFMT == _S_IFDIR
-    except (OSError, ValueError):
-        return False
+    from hook_io import exists, is_dir
 
 
 def _join(root: str, path: str) -> str:
@@ -126,8 +106,8 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
     wanted = relative(missed.rstrip("/"), root)
     parent, _, name = wanted.rpartition("/")
     number = folder_key(name)
-    on_disk = bool(root) and _is_dir(root)
-    if on_disk and _is_dir(_join(root, wanted)):
+    on_disk = bool(root) and is_dir(root)
+    if on_disk and is_dir(_join(root, wanted)):
         return []
     found = []
     for path, date, first_session in _entries(entries):
@@ -136,7 +116,7 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
         above, _, its_name = path.rpartition("/")
         if above != parent or folder_key(its_name) != number or first_session == session_id:
             continue
-        if path not in [f[0] for f in found] and not (on_disk and not _is_dir(_join(root, path))):
+        if path not in [f[0] for f in found] and not (on_disk and not is_dir(_join(root, path))):
             found.append((path, date))
     if len(found) != 1:
         return []
@@ -188,8 +168,8 @@ def where_lines(missed: str, entries: list, root: str | None, session_id: str) -
     if name is None:
         return []
     wanted = relative(missed, root)
-    on_disk = bool(root) and _is_dir(root)  # not on this machine (a replay elsewhere): the index is all
-    if on_disk and _exists(_join(root, wanted)):
+    on_disk = bool(root) and is_dir(root)  # not on this machine (a replay elsewhere): the index is all
+    if on_disk and exists(_join(root, wanted)):
         return []  # it is there: the call failed for another reason
     found: list[tuple[int, str, str]] = []
     for path, date, first_session in _entries(entries):
@@ -197,7 +177,7 @@ def where_lines(missed: str, entries: list, root: str | None, session_id: str) -
             return []  # the project had that very file: it went since, and the others of its name are other files
         if first_session == session_id or path.rpartition("/")[2] != name:
             continue
-        if on_disk and not _exists(_join(root, path)):
+        if on_disk and not exists(_join(root, path)):
             continue  # moved or removed since
         found.append((_closeness(path, wanted), path, date))
     found.sort(key=lambda f: f[2], reverse=True)  # the newest first among files that fit as well

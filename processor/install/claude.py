@@ -36,6 +36,7 @@ from pathlib import Path
 
 from processor.check import Check, error, passed, shown_path, warning
 from processor.config import AGENT_NAMES, Settings, claude_config_dir
+from processor.hook_kit.hook_io import SUB_AGENT_TOOLS
 from processor.install import json_file
 from processor.install.json_file import ChangeReport
 from processor.install.registration import (
@@ -60,7 +61,7 @@ TITLE = AGENT_NAMES[NAME]
 COMMAND = "claude"  # on PATH when Claude Code is installed
 REMOVE_SERVER = f"claude mcp remove --scope user {MCP_SERVER_NAME}"
 # Claude Code's sub-agent tool (``Task``; ``Agent`` in later versions), as a hook matcher reads it: either name.
-SUB_AGENT_MATCHER = "Task|Agent"
+SUB_AGENT_MATCHER = "|".join(SUB_AGENT_TOOLS)
 
 
 def default_settings_path(env: Mapping[str, str] | None = None) -> Path:

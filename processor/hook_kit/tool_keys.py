@@ -390,6 +390,8 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
 _BARE_WRAPPERS = WRAPPERS | {"env"}
 _BARE_RUNNERS = frozenset({*RUNNERS, "uvx", "conda", "pipx", "nix", "direnv", "mise", "asdf"})
 _BARE_INTERPRETERS = frozenset({"python", "python3"})
+# The set-ups ``processor/memory/environments.py`` learns an environment from (its ``_ACTIVATION``), read without
+# ``re``, and the shells' others that make a program found.
 _BARE_SET_UPS = ("conda activate", "mamba activate", "micromamba activate", "nvm use", "export PATH=", "pyenv shell",
                  "workon ", "eval ")
 

@@ -42,7 +42,7 @@ from processor.capture.captured import (
     timestamp_ms,
     tool_target,
 )
-from processor.capture.formats import CLAUDE, LineOutcome, LineReader, SessionInfo, TranscriptFormat
+from processor.capture.formats import CLAUDE, LineOutcome, LineReader, Queued, SessionInfo, TranscriptFormat
 from processor.config import Settings
 from processor.redaction import Redacted, redact
 
@@ -180,6 +180,30 @@ def _tool_results(content: object, awaited: Collection[str]) -> tuple[ToolResult
     )
 
 
+_QUEUE_LINE = b'{"type":"queue-operation"'
+_QUEUE_OPERATIONS = frozenset({"enqueue", "dequeue", "remove", "popAll"})
+# What Claude Code itself queues for the model (a background task's end): not the user's words.
+_NOT_TYPED = ("<task-notification>",)
+
+
+def _queued(entry: dict) -> Queued | Skipped:
+    """A ``queue-operation`` line: a message the user typed while the agent worked, queued (``enqueue``, with its
+    text), or what became of the oldest one waiting (``capture/queued.py``)."""
+    operation = entry.get("operation")
+    if operation not in _QUEUE_OPERATIONS:
+        return Skipped(f"queue operation {operation!r} is not one Engram knows; the queue it changes is left as it "
+                       "was", problem=True)
+    timestamp = _opt_str(entry, "timestamp")
+    if operation != "enqueue":
+        return Queued(operation, timestamp, timestamp_ms(timestamp))
+    # No text (what was queued was an image, or pasted content Claude Code kept elsewhere): it still takes its
+    # place in the queue, or the next message handed over would be taken for it.
+    text = (_content_text(entry.get("content")) or "").replace("\x00", "").strip()
+    if text.startswith(_NOT_TYPED):
+        return Skipped("a notification Claude Code queued for the model")
+    return Queued(operation, timestamp, timestamp_ms(timestamp), redact(text))
+
+
 _PARSE_ANYWAY = re.compile(rb'"type":(?: |"(?:text|tool_use)")')
 
 
@@ -192,6 +216,8 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
     """
     if not (raw.startswith(b"{") and raw.endswith((b"}", b"}\r"))):
         return False
+    if raw.startswith(_QUEUE_LINE):
+        return False  # a message the user typed while the agent worked (``_queued``)
     # JSON with spaces after colons is not Claude Code's compact form: the parser judges it.
     if b'"type":"user"' not in raw and b'"type":"assistant"' not in raw:
         return b'"type": ' not in raw  # summary, system, attachment, progress, snapshot lines…
@@ -203,7 +229,7 @@ def _obviously_not_conversation(raw: bytes, awaited: Collection[str] = ()) -> bo
     return False
 
 
-def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | ToolResultsOnly | Skipped:
+def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | ToolResultsOnly | Skipped | Queued:
     """Parse one complete transcript line (without its trailing newline).
 
     ``awaited``: the ids of high-signal tool uses whose results are wanted.
@@ -229,6 +255,8 @@ def parse_line(raw: bytes, awaited: Collection[str] = ()) -> CapturedLine | Tool
         return Skipped(f"JSON line is a {type(entry).__name__}, not an object", problem=True)
 
     kind = entry.get("type")
+    if kind == "queue-operation":
+        return _queued(entry)
     if kind not in ("user", "assistant"):
         return Skipped(f"line type {kind!r} carries no conversation")
     if entry.get("isMeta") is True or entry.get("isCompactSummary") is True:

@@ -53,6 +53,17 @@ class TurnEnd:
 
 
 @dataclass(frozen=True)
+class Queued:
+    """What became of a message the user typed while the agent worked (Claude Code's ``queue-operation`` lines,
+    ``capture/queued.py``): ``enqueue`` (its text, redacted), ``dequeue``, ``remove`` or ``popAll``."""
+
+    operation: str
+    timestamp: str | None
+    ts_ms: int | None
+    text: Redacted | None = None
+
+
+@dataclass(frozen=True)
 class SessionInfo:
     """Who a transcript file belongs to: its session id, the directory it ran in, and why it is not captured
     at all when it is not (a subagent's file, a session Engram's own LLM jobs ran)."""
@@ -62,7 +73,7 @@ class SessionInfo:
     skip: str | None = None
 
 
-LineOutcome = captured.CapturedLine | captured.ToolResultsOnly | captured.Skipped | Rewind | TurnEnd
+LineOutcome = captured.CapturedLine | captured.ToolResultsOnly | captured.Skipped | Rewind | TurnEnd | Queued
 
 
 class LineReader(Protocol):

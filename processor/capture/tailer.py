@@ -30,6 +30,7 @@ from processor.capture.captured import CapturedLine, Skipped, ToolCall, ToolFail
 from processor.capture.formats import (
     DatabaseProblem,
     LineReader,
+    Queued,
     Rewind,
     SessionDatabase,
     SessionInfo,
@@ -47,9 +48,11 @@ from processor.capture.problems import (
     stat_problem,
 )
 from processor.capture.project import ProjectResolver
+from processor.capture.queued import UserQueue
 from processor.clock import now_ms as clock_now_ms
 from processor.config import Settings
 from processor.redaction import redact
+from processor.store import queued as queued_sql
 from processor.store import sessions as session_sql
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
@@ -424,6 +427,10 @@ class Tailer:
         # Lines a later line of the same batch replaces whole (a Gemini message written again): not read at all.
         superseded = reader.superseded([line.data for line in batch])
         turn_touched = False  # a line of this batch says whether the turn ended (kept with the lines)
+        # What the user typed while the agent worked, still waiting (none when the file is read from its start).
+        queue = UserQueue(result.session_id, queued_sql.waiting(self.conn, result.session_id)
+                          if batch and batch[0].offset > 0 else [])
+        queue.changed = bool(batch) and batch[0].offset == 0
         for index, line in enumerate(batch):
             if index in superseded:
                 continue
@@ -442,6 +449,10 @@ class Tailer:
             if isinstance(outcome, Rewind):
                 steps += [outcome, []]
                 continue
+            if isinstance(outcome, Queued):
+                outcome = queue.apply(outcome)
+                if outcome is None:
+                    continue  # a message queued, or sent as a prompt of its own: its line follows
             if isinstance(outcome, Skipped):
                 if outcome.problem:
                     result.problems += 1
@@ -513,6 +524,10 @@ class Tailer:
             self._pair_tool_events(result.session_id, tool_events)
             if level != RECORD:
                 self._record_tool_calls(result.session_id, worked_on)
+            if level == RECORD:
+                queued_sql.forget(self.conn, result.session_id)
+            elif queue.changed:
+                queued_sql.replace(self.conn, result.session_id, queue.waiting)
             if turn_touched:
                 session_sql.set_turn_ended(self.conn, result.session_id, result.turn_ended)
         result.lines += len(batch)

@@ -18,6 +18,7 @@ from processor.memory.identity import episode_id
 from processor.memory.pasted import condense, with_whole, without_notes
 from processor.memory.sentences import Unit, join, split_sentences, units
 from processor.store.episodes import StoredMessage
+from processor.store.queued import handed_mid_turn
 from processor.tokens import CHARS_PER_TOKEN, estimate_tokens  # noqa: F401 - the one rule, re-exported here
 
 SUMMARY_TOKENS = 40
@@ -50,11 +51,12 @@ class RoundPiece:
 
 
 def group_rounds(messages: list[StoredMessage], final: bool) -> list[list[StoredMessage]]:
-    """Complete rounds, in order. Leading assistant messages continue an earlier round on their own."""
+    """Complete rounds, in order. Leading assistant messages continue an earlier round on their own; so does what
+    the user said to the model mid-turn (it is in the round it was said in)."""
     rounds: list[list[StoredMessage]] = []
     current: list[StoredMessage] = []
     for message in messages:
-        if message.role == "user" and current:
+        if message.role == "user" and current and not handed_mid_turn(message.uuid):
             rounds.append(current)
             current = []
         current.append(message)

@@ -620,6 +620,23 @@ def m025_worth_telling_counts(conn: apsw.Connection) -> None:
                  "(SELECT id FROM episodes WHERE summary LIKE '%is too big for Read to take whole%')")
 
 
+def m026_queued_messages(conn: apsw.Connection) -> None:
+    # What the user typed while the agent worked waits in Claude Code's queue until it is sent or handed to the
+    # model mid-turn (store/queued.py): kept with the offset past the line that queued it, so a crash loses none.
+    conn.execute(
+        """
+        CREATE TABLE queued_messages (
+            session_id TEXT NOT NULL,
+            seq        INTEGER NOT NULL,
+            ts_ms      INTEGER,
+            timestamp  TEXT,
+            text       TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_create_sessions,
     m002_create_messages,
@@ -646,6 +663,7 @@ MIGRATIONS: list[Migration] = [
     m023_signal_origins,
     m024_shared_lessons,
     m025_worth_telling_counts,
+    m026_queued_messages,
 ]
 
 

@@ -39,6 +39,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ..
     ("messages", ROWID, ("text", "cwd", "git_branch"), ()),
     ("tool_calls", ROWID, ("target", "error"), ()),
     ("tool_signals", ROWID, ("text",), ("pending",)),
+    ("queued_messages", ("session_id", "seq"), ("text",), ()),
     ("episodes", ROWID, ("summary", "full_content", "forgotten_reason"), ("entities",)),
     ("automem_sections", ROWID, ("heading",), ()),
     ("share_messages", ("memory_id", "uuid"), ("text",), ()),

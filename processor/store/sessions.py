@@ -448,4 +448,5 @@ def drop_session_content(conn: apsw.Connection, session_id: str, now_ms: int) ->
     conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM extraction_state WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
+    conn.execute("DELETE FROM queued_messages WHERE session_id = ?", (session_id,))
     return ids

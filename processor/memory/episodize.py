@@ -23,6 +23,7 @@ from processor.hook_kit.hook_io import EDITING
 from processor.memory import supersede
 from processor.memory.absent_programs import absent_programs, runs_bare
 from processor.memory.absent_programs import finding as absent_finding
+from processor.memory.answered import ASKS_THE_USER
 from processor.memory.command_text import runs_elsewhere
 from processor.memory.commit_hooks import configured_runner
 from processor.memory.environments import finding as environment_finding
@@ -253,8 +254,9 @@ class Episodizer:
         every failure they met (fixed or not), to count where it recurs."""
         start = next((m.ts_ms for m in rounds[0] if m.ts_ms is not None), None)
         calls = tool_call_sql.session_calls(self.conn, session_id, since_ms=start) if start is not None else []
-        read = [Round(messages, calls, rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None, project)
-                for index, messages in enumerate(rounds[:taken])]
+        answers = signal_sql.answers(self.conn, [c.tool_use_id for c in calls if c.tool == ASKS_THE_USER])
+        read = [Round(messages, calls, rounds[index + 1][0].ts_ms if index + 1 < len(rounds) else None, project,
+                      answers) for index, messages in enumerate(rounds[:taken])]
         mined = Mined(calls=[c for c in calls if read and (read[-1].following is None
                                                            or (c.ts_ms or 0) < read[-1].following)])
         stamp = now_ms()

@@ -8,7 +8,8 @@ columns hold for a mined memory is decided here and only here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from processor.memory.identity import content_hash
@@ -26,6 +27,9 @@ class Round:
     calls: list[StoredToolCall]  # the session's calls from the first round read on, in order ([] when none)
     following: int | None  # when the next round began: calls from then on are not this round's (None: none yet)
     project: str | None
+    # The user's answers to the questions the agent asked in the session (by the question's tool_use_id): the
+    # signal's text, "Asked the user: …\nThe user answered: …" (``capture/signals.py``).
+    answers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def user_messages(self) -> list[StoredMessage]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from processor.memory import corrections, decisions, declined, facts, lessons, preferences, tool_limits
+from processor.memory import answered, corrections, decisions, declined, facts, lessons, preferences, tool_limits
 from processor.memory.findings import Finding, Round
 
 Miner = Callable[[Round], list[Finding]]
@@ -33,4 +33,5 @@ DONE: tuple[Miner, ...] = (
     lessons.findings,  # a failure and what got past it; recipes; staging that had to be undone
     tool_limits.findings,  # a file too big for the agent's Read: told before the next read there
     declined.findings,  # a commit the user would not let skip the hooks: told before the next call that would
+    answered.findings,  # a failure the agent asked the user about: the answer, told after the same failure
 )

@@ -7,6 +7,7 @@ two lines loses nothing. Callers own the transaction.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import apsw
@@ -61,3 +62,13 @@ def sessions_with_ready(conn: apsw.Connection) -> list[str]:
 
 def mark_built(conn: apsw.Connection, tool_use_ids: list[str]) -> None:
     conn.executemany("UPDATE tool_signals SET state = 'built' WHERE tool_use_id = ?", [(i,) for i in tool_use_ids])
+
+
+def answers(conn: apsw.Connection, tool_use_ids: list[str]) -> dict[str, str]:
+    """The text of each of these tool uses that became a memory or waits to (a question's answer): by id."""
+    if not tool_use_ids:
+        return {}
+    rows = conn.execute("SELECT tool_use_id, text FROM tool_signals WHERE tool_use_id IN (SELECT value FROM "
+                        "json_each(?)) AND state IN ('ready', 'built') AND text IS NOT NULL",
+                        (json.dumps(tool_use_ids),))
+    return {row[0]: row[1] for row in rows}

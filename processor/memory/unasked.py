@@ -91,7 +91,8 @@ def pushable(ep: Episode, origin: str | None = None) -> bool:
 
 
 # What a memory told unasked is, as the viewer groups them: by the miner that made it, else by its kind.
-_CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "lesson": "Lessons", "fact": "Facts", "tool_limit": "Facts",
+_CATEGORY_OF_ORIGIN = {"error_fix": "Error fixes", "answered": "Error fixes", "lesson": "Lessons", "fact": "Facts",
+                       "tool_limit": "Facts",
                        "recipe": "Recipes", "decision": "Decisions", "routine": "Rules", "declined": "Rules",
                        "settled": "Recipes"}
 _CATEGORY_OF_KIND = {"gotcha": "Lessons", "convention": "Rules", "decision": "Decisions", "preference": "Preferences"}

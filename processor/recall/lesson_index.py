@@ -134,6 +134,8 @@ def keys_of(ep: Episode, root: str | None) -> list[str]:
 def keys_by_origin(ep: Episode, origin: str | None, root: str | None) -> list[str]:
     """Where a memory is filed: a fact under the file, folder or name it is about; a decision under the files,
     names and programs it names; anything else under what its entities say (``keys_of``)."""
+    if origin == "answered":  # the user's answer to a failure: after that failure only (``memory/answered.py``), its
+        return []  # failure key; never before the command (what failed was the moment's: a locked signing agent)
     if origin == "tool_limit":  # a file too big to read whole: that file, not the folder (``memory/tool_limits.py``)
         return [k for k in fact_keys(ep.entities[0], root) if k.startswith("file:")] if ep.entities else []
     if origin == "fact":

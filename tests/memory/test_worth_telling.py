@@ -1906,3 +1906,58 @@ def test_an_environment_whose_folder_is_gone_from_this_machine_is_not_told(engra
     assert memory_id in after(engram_home, S2, "pytest specs/", not_found, cwd=str(shop))
     (shop / ".uvenv" / "bin" / "activate").unlink()
     assert after(engram_home, S3, "pytest specs/", not_found, cwd=str(shop)) == ""
+
+
+# --- a failure the agent asked the user about: the answer is its lesson -----------------------------------------
+
+# cipher-box 8a0fccaf (2026-02-13), as recorded: lint-staged's tasks passed, then the signing agent failed.
+SIGNING = ("Exit code 128\n[STARTED] Backing up original state...\n[COMPLETED] Backed up original state in git stash "
+           "(3a3b54897)\n[STARTED] Running tasks for staged files...\n[STARTED] eslint --fix\n[COMPLETED] eslint --fix\n"
+           "[COMPLETED] Running tasks for staged files...\n[STARTED] Cleaning up temporary files...\n[COMPLETED] "
+           "Cleaning up temporary files...\nerror: 1Password: failed to fill whole buffer\n\nfatal: failed to write "
+           "commit object")
+ASKED = ("1Password SSH signing agent isn't responding. Per project conventions, unsigned commits from agent sessions "
+         "are acceptable since PRs are squash-merged by GitHub. Commit without signing?")
+ANSWERED = (f'User has answered your questions: "{ASKED}"="No, I\'ll fix 1Password". You can now continue with the '
+            "user's answers in mind.")
+
+
+def test_a_failure_the_agent_asked_the_user_about_is_told_with_the_users_answer_after_the_same_failure(
+        engram_home: Path, projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD, start="2026-02-13T10:00:00")
+    c.user("Commit the review fixes")
+    c.bash('git add src/auth.ts && git commit -m "fix: review"', SIGNING, error=True)
+    c.tool("AskUserQuestion", {"questions": [{"question": ASKED, "header": "Git signing", "multiSelect": False,
+                                              "options": [{"label": "Yes, commit unsigned", "description": "…"},
+                                                          {"label": "No, I'll fix 1Password", "description": "…"}]}]},
+           ANSWERED)
+    c.say("Got it, I'll wait for you to fix 1Password.", end_turn=True)
+    write_conversations(projects_dir, c)
+    store = process()
+    [(_, kind, summary, _)] = mined(store, "answered")
+    assert kind == "gotcha" and summary.startswith("When `git commit` failed this way"), summary
+    assert "“Commit without signing?”" in summary and "“No, I'll fix 1Password”" in summary, summary
+    told = after(engram_home, S2, 'git commit -m "docs: UAT results"', SIGNING.replace("3a3b54897", "9f8e7d6c5"))
+    assert "This failed the same way on 2026-02-13" in told and "No, I'll fix 1Password" in told, told
+    assert not after(engram_home, S3, 'git commit -m "docs"', PRE_COMMIT)  # another failure: not this answer
+    # Never before a commit: the signing agent was locked that moment; most commits go through.
+    c2 = Conversation(S5, cwd=CWD, start="2026-02-15T10:00:00")
+    c2.user("Commit")
+    c2.bash('git commit -m "fix: more"', SIGNING, error=True)
+    c2.tool("AskUserQuestion", {"questions": [{"question": ASKED}]}, ANSWERED)
+    c2.say("Waiting.", end_turn=True)
+    write_conversations(projects_dir, c2)
+    process()
+    assert "1Password" not in before(engram_home, S6, "Bash", {"command": 'git commit -m "docs"'})
+
+
+def test_a_question_not_right_after_a_failure_is_no_lesson_of_it(engram_home: Path, projects_dir: Path) -> None:
+    c = Conversation(S1, cwd=CWD, start="2026-02-13T10:00:00")
+    c.user("Commit the review fixes")
+    c.bash('git commit -m "fix: review"', SIGNING, error=True)
+    c.bash("git status", "On branch main")
+    c.tool("AskUserQuestion", {"questions": [{"question": "Which branch should the fix go on?"}]},
+           'User has answered your questions: "Which branch should the fix go on?"="main". You can now continue.')
+    c.say("On main, then.", end_turn=True)
+    write_conversations(projects_dir, c)
+    assert mined(process(), "answered") == []

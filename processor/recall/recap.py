@@ -73,6 +73,28 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
+# Where a closing summary says what is left (its own line): "Next steps:", "Here's what you need to do next:",
+# "Remaining work", "Still to do", "Open questions". Said after what was done, and cut off first without this.
+_NEXT = re.compile(r"^[#*>\s-]*[^\n]{0,60}?\b(?:next steps?|(?:to )?do next|what'?s next|what is next|remaining"
+                   r"(?: steps| work| tasks)?|left to do|still (?:to do|open|pending)|follow-?ups?|"
+                   r"open (?:items|questions|issues))\b[^\n]*$", re.IGNORECASE | re.MULTILINE)
+# The closing offer ("Is there anything else you'd like me to help with?"): says nothing of the work.
+_OFFER = re.compile(r"\n\s*(?:is there anything else|let me know if|would you like me to|anything else)[^\n]*\s*$",
+                    re.IGNORECASE)
+
+
+def _gist(text: str, limit: int) -> str:
+    """A session's closing words in `limit` characters: what they say is left to do kept whole when they say it
+    (the next session starts there: BookMinder's "Here's what you need to do next: 1. Create the GitHub
+    repository …" was cut off after the list of what was done), what was done shortened before it."""
+    text = _OFFER.sub("", text).strip()
+    found = _NEXT.search(text)
+    if found is None or found.start() == 0:
+        return _cut(text, limit)
+    ahead = _cut(text[found.start():], limit * 2 // 3)
+    return f"{_cut(text[:found.start()], max(limit - len(ahead) - 1, 40))} {ahead}"
+
+
 def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
     """The bite that says what the project's newest other session did: its last words, its commits, its open todo
     items; None when there is no such session or it left nothing to say."""
@@ -92,7 +114,7 @@ def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
         parts.append("left its todo list with " + "; ".join(_cut(t, 70) for t in todos[:3]))
     if said is not None:  # its closing words take the room the rest leaves: the bite is shown whole
         room = BITE_ROOM - len(opening) - sum(len(p) + 5 for p in parts) - len("ended saying: “”")
-        parts.insert(0, f"ended saying: “{_cut(said.text, min(SAID_CHARS, max(room, 120)))}”")
+        parts.insert(0, f"ended saying: “{_gist(said.text, min(SAID_CHARS, max(room, 120)))}”")
     if not parts:
         return None
     uuid = said.uuid if said is not None else last.message_uuid

@@ -1307,6 +1307,46 @@ def test_asked_where_the_last_session_left_off_the_prompt_is_told_what_it_did(
         assert line["id"].startswith("msg_") and len(line["bite"]) <= 600
 
 
+# BookMinder 2d940778's last message (2025-05-21), whole: what was left to do came after what was done.
+CLOSING_WHOLE = """Great! We've now successfully:
+
+1. Created an astral branch with modernized tooling
+2. Updated the project to use ruff and uv
+3. Created comprehensive documentation for using uv
+4. Provided instructions for setting up the GitHub repository
+5. Successfully tested the configuration with a new uv environment
+
+Here's a summary of what you need to do next:
+
+1. Create the GitHub repository at github.com/palimondo/BookMinder
+2. Follow the instructions in GITHUB_SETUP.md to push your repository
+3. On your MacBook Air, follow the instructions in docs/uv_setup.md for a fresh installation
+
+This will allow you to work on both machines and share your project publicly. The changes to modern tooling will \
+make development more efficient and provide a better experience for other potential contributors.
+
+Is there anything else you'd like me to help with?"""
+
+
+def test_the_recap_keeps_what_the_last_session_said_was_left_to_do(engram_home: Path, projects_dir: Path) -> None:
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Let's modernize the tooling on a branch of its own")
+    first.bash('git commit -m "Modernize tooling with uv and ruff"',
+               "[astral 018c746] Modernize tooling with uv and ruff")
+    first.say(CLOSING_WHOLE, end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2", "do you know what we did in out last session?",
+                                              project=CWD)
+    bites = json.loads((load_settings().recollections_dir / f"{S2}.json").read_text())["bites"]
+    [recap] = [b["bite"] for b in bites if b["bite"].startswith("The last session of this project")]
+    assert "what you need to do next: 1. Create the GitHub repository at github.com/palimondo/BookMinder 2. Follow " \
+           "the instructions in GITHUB_SETUP.md" in recap, recap
+    assert recap.startswith("The last session of this project (2026-11-01) ended saying: “Great! We've now "
+                            "successfully: 1. Created an astral branch"), recap
+    assert "anything else" not in recap and len(recap) <= 600, recap
+
+
 @pytest.mark.parametrize(("prompt", "told"), [
     ("ok so where were we?", False),  # cipher-box's, right after a /compact: this session's work
     ("and what did we do in our last session?", True),  # names it
@@ -1911,11 +1951,12 @@ def test_an_environment_whose_folder_is_gone_from_this_machine_is_not_told(engra
 # --- a failure the agent asked the user about: the answer is its lesson -----------------------------------------
 
 # cipher-box 8a0fccaf (2026-02-13), as recorded: lint-staged's tasks passed, then the signing agent failed.
-SIGNING = ("Exit code 128\n[STARTED] Backing up original state...\n[COMPLETED] Backed up original state in git stash "
-           "(3a3b54897)\n[STARTED] Running tasks for staged files...\n[STARTED] eslint --fix\n[COMPLETED] eslint --fix\n"
-           "[COMPLETED] Running tasks for staged files...\n[STARTED] Cleaning up temporary files...\n[COMPLETED] "
-           "Cleaning up temporary files...\nerror: 1Password: failed to fill whole buffer\n\nfatal: failed to write "
-           "commit object")
+SIGNING = "\n".join([
+    "Exit code 128", "[STARTED] Backing up original state...",
+    "[COMPLETED] Backed up original state in git stash (3a3b54897)", "[STARTED] Running tasks for staged files...",
+    "[STARTED] eslint --fix", "[COMPLETED] eslint --fix", "[COMPLETED] Running tasks for staged files...",
+    "[STARTED] Cleaning up temporary files...", "[COMPLETED] Cleaning up temporary files...",
+    "error: 1Password: failed to fill whole buffer", "", "fatal: failed to write commit object"])
 ASKED = ("1Password SSH signing agent isn't responding. Per project conventions, unsigned commits from agent sessions "
          "are acceptable since PRs are squash-merged by GitHub. Commit without signing?")
 ANSWERED = (f'User has answered your questions: "{ASKED}"="No, I\'ll fix 1Password". You can now continue with the '

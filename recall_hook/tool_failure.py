@@ -85,6 +85,9 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     if (key is None or not signature) and not _fail.says_missing(error):
         return None
     index, root = _index_of(directory, session_id, event)
+    if tool_name == "Bash" and target and target.lstrip().startswith("cd /") \
+            and _io.kit("tool_keys").leaves_project(target, root):
+        return None  # it failed in another project's folder: what this project learned is not about it
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
     fits: list[tuple[dict, str]] = []
     shown, _ = _io.load_shown(directory, session_id)

@@ -413,6 +413,18 @@ def _leaves_project(step: str, root: str | None) -> bool:
     return target.startswith("/") and target != root.rstrip("/") and not target.startswith(root.rstrip("/") + "/")
 
 
+def leaves_project(command: str, root: str | None) -> bool:
+    """Whether a command goes to another project's folder (a ``cd`` to an absolute path outside `root`) before it
+    runs anything: what failed there is that project's (BookMinder's sessions ran `cd …/BookMind && python -m
+    pytest` in a sibling checkout with an environment of its own)."""
+    for step in simple_commands(command):
+        if _leaves_project(step, root):
+            return True
+        if step.split()[:1] != ["cd"]:
+            return False
+    return False
+
+
 def bare_programs(command: str, root: str | None) -> list[str]:
     """The programs `command` runs bare, in order, each once."""
     found: list[str] = []

@@ -85,9 +85,10 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     if (key is None or not signature) and not _fail.says_missing(error):
         return None
     index, root = _index_of(directory, session_id, event)
-    if tool_name == "Bash" and target and target.lstrip().startswith("cd /") \
-            and _io.kit("tool_keys").leaves_project(target, root):
-        return None  # it failed in another project's folder: what this project learned is not about it
+    lowered = error[:4000].lower()
+    if tool_name == "Bash" and target and target.lstrip().startswith("cd /") and not _fail.refused_cd(lowered) \
+            and not _fail.failed_cd(lowered) and _io.kit("tool_keys").leaves_project(target, root):
+        return None  # it went to another project's folder and failed there: what this project learned is not it
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
     fits: list[tuple[dict, str]] = []
     shown, _ = _io.load_shown(directory, session_id)

@@ -30,13 +30,8 @@ _HUSKY = re.compile(r"husky - (?P<hook>pre-commit|commit-msg|pre-push) (?:script
 _LEFTHOOK = re.compile(r"^\s*(?:🥊|✗|╰─)?\s*(?P<command>[\w:.-]+)\s*❯", re.MULTILINE)
 _FORMATTERS = ("prettier", "black", "ruff format", "gofmt", "rustfmt")  # commands that rewrite what they check
 MAX_CHECKS = 4
-# Where each runner's checks are configured: an edit there changes what the hook runs, so what its refusals taught
-# (which checks, what they rewrite) is stale until it refuses again (BookMinder removed its whitespace hooks from
-# `.pre-commit-config.yaml`; the lesson naming them was told for weeks after).
-_CONFIGS = (("pre-commit", re.compile(r"(?:^|/)\.pre-commit-config\.ya?ml$")),
-            ("lefthook", re.compile(r"(?:^|/)\.?lefthook(?:-local)?\.(?:ya?ml|json|toml)$")),
-            ("lint-staged", re.compile(r"(?:^|/)(?:\.lintstagedrc(?:\.\w+)?|lint-staged\.config\.\w+)$")),
-            ("husky", re.compile(r"(?:^|/)\.husky/(?:pre-commit|commit-msg|pre-push)$")))
+# The hook runners whose refusals are read here: a project's lesson is one a runner.
+HOOK_RUNNERS = ("pre-commit", "lefthook", "lint-staged", "husky")
 
 
 @dataclass(frozen=True)
@@ -67,14 +62,6 @@ class HookFailure:
         first = f"run `{self.run_first}`" if self.run_first else f"run the {self.runner} hook's checks"
         staged = " and stage what it changes" if self.modified or self.runner == "pre-commit" else ""
         return f"Before `git commit` here, {first}{staged}: its {self.runner} hook's {checks} {what}"
-
-
-HOOK_RUNNERS = tuple(runner for runner, _ in _CONFIGS)
-
-
-def configured_runner(path: str | None) -> str | None:
-    """The hook runner whose checks a file configures (``.pre-commit-config.yaml`` → ``pre-commit``), if any."""
-    return next((runner for runner, config in _CONFIGS if path and config.search(path)), None)
 
 
 def hook_failure(command: str | None, error: str | None) -> HookFailure | None:

@@ -19,13 +19,11 @@ import apsw
 
 from processor.capture import signals
 from processor.clock import now_ms
-from processor.hook_kit.hook_io import EDITING
 from processor.memory import supersede
 from processor.memory.absent_programs import absent_programs, runs_bare
 from processor.memory.absent_programs import finding as absent_finding
 from processor.memory.answered import ASKS_THE_USER
 from processor.memory.command_text import runs_elsewhere
-from processor.memory.commit_hooks import configured_runner
 from processor.memory.environments import finding as environment_finding
 from processor.memory.environments import run_inside
 from processor.memory.episode_store import EpisodeStore
@@ -34,7 +32,7 @@ from processor.memory.failure_rates import runs_without_fix
 from processor.memory.findings import Finding, Round
 from processor.memory.guards import forbidden_commands
 from processor.memory.identity import content_hash, episode_id
-from processor.memory.lessons import hook_lesson_id, is_hook_lesson
+from processor.memory.lessons import is_hook_lesson
 from processor.memory.miners import DONE, SAID
 from processor.memory.routines import routine, tasks_of
 from processor.memory.settled_vars import finding as settled_finding
@@ -429,12 +427,6 @@ class Episodizer:
         caller's transaction: the marks move with the progress marker)."""
         if not calls:
             return
-        for call in calls:
-            runner = configured_runner(call.target) if call.tool in EDITING and not call.failed else None
-            if runner is not None and call.ts_ms:
-                # The hook may run other checks now: its lesson is told before a commit again only once it refused
-                # again (right after a refusal it is told as ever: the refusal shows the hook still refuses).
-                failures_sql.count_from(self.conn, hook_lesson_id(project, runner), call.ts_ms)
         rows = failures_sql.with_memories(self.conn, project)
         root = project if project and project.startswith("/") else None
         gone = removed_folders(calls, root)

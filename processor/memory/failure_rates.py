@@ -2,11 +2,15 @@
 
 A fix is told right after its failure, always. Before the command it is told only when the next run is likely to
 meet that failure: the failure was met in ``RECURRING_SESSIONS`` sessions or more, and in at least half of the
-sessions that ran the command since it was first met. A tell is read by the agent at every run of the command, so
-its precision is the rate at which the command fails that way; a `git commit` that a hook stopped twice in twenty
-sessions would be warned about eighteen times for nothing (cipher-box's husky check of generated API files, met
-only when API files were staged), while a `pytest` that fails bare in every session without the virtualenv is
-worth the warning each time.
+``RECENT_SESSIONS`` sessions that ran the command most lately (since it was first met). A failure that stopped —
+the project's commit hook lost the checks that refused (BookMinder dropped its whitespace hooks on 05-25) — is soon
+not told before the command: the sessions that ran it clean since outnumber the refusals; while the hook goes on
+refusing after an edit of its configuration (BookMinder's did, with other checks), it is told as before.
+
+A tell is read by the agent at every run of the command, so its precision is the rate at which the command fails
+that way; a `git commit` that a hook stopped twice in twenty sessions would be warned about eighteen times for
+nothing (cipher-box's husky check of generated API files, met only when API files were staged), while a `pytest`
+that fails bare in every session without the virtualenv is worth the warning each time.
 
 A run counts when it ran the failing command (its ``cmd:`` key) without the words the fix adds (``uses``: half of
 them or more) in it or in the session's calls before it: a session that applied the fix, perhaps because it was
@@ -24,6 +28,7 @@ from processor.store.failures import FailureSignature
 from processor.store.tool_calls import StoredToolCall
 
 RECURRING_SESSIONS = 2
+RECENT_SESSIONS = 6  # the sessions that ran the command most lately: what the rate is read over
 
 
 def runs_without_fix(rows: Iterable[FailureSignature], calls: list[StoredToolCall]) -> dict[int, int]:
@@ -53,11 +58,16 @@ def _applies(uses: list[str], words: set[str]) -> bool:
 
 def worth_telling_before(ways: Iterable[FailureSignature]) -> bool:
     """Whether a fix (the ways of failing it fixes) is told before its command: met in enough sessions, and in
-    at least half of those that ran the command since."""
-    met: set[str] = set()
-    ran: set[str] = set()
-    for way in ways:  # since it was first met, or since what it depends on changed (``failures.count_from``)
+    at least half of the most recent sessions that ran the command since it was first met."""
+    met: dict[str, int] = {}
+    ran: dict[str, int] = {}
+    for way in ways:
         since = way.first_ms or 0
-        met |= {session for session, at in way.sessions.items() if (at or 0) >= since}
-        ran |= met | {session for session, at in (way.ran or {}).items() if (at or 0) >= since}
-    return len(met) >= RECURRING_SESSIONS and 2 * len(met) >= len(ran)
+        for into, seen in ((met, way.sessions), (ran, way.ran or {})):
+            for session, at in seen.items():
+                if (at or 0) >= since:
+                    into[session] = max(into.get(session, 0), at or 0)
+    if len(met) < RECURRING_SESSIONS:
+        return False
+    latest = sorted(met.keys() | ran.keys(), key=lambda s: max(met.get(s, 0), ran.get(s, 0)))[-RECENT_SESSIONS:]
+    return 2 * sum(session in met for session in latest) >= len(latest)

@@ -90,7 +90,7 @@ from processor.memory.facts import statement_of
 from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import forbidden_commands, guard
-from processor.memory.lessons import fixed_by_editing
+from processor.memory.lessons import fixed_by_editing, is_hook_lesson
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.store import episodes as episodes_sql
@@ -243,6 +243,15 @@ def _of_its_kind(ep: Episode, path: str, call_key: str, entry: dict) -> str:
     name = path.rstrip("/").rpartition("/")[2]
     made = f" made `{command}` fail here{how}" if command else " failed here"
     return f"`{name}`{made} until it was changed: {entry['bite']}"
+
+
+def before_commit(bite: str) -> str:
+    """A commit hook's lesson as told before a commit: the step, not the checks its refusals named (an edit of the
+    hook's configuration may have dropped them since; right after a refusal, the refusal names its own)."""
+    step, found, _ = bite.partition(": its ")
+    if not found:
+        return bite
+    return f"{step}: its hook stopped a commit in half or more of the recent sessions that committed."
 
 
 def dropped_options(ep: Episode) -> list[str]:
@@ -417,10 +426,12 @@ class LessonIndex:
                     # nor one of the program itself not found (the shell may have it now: a PATH set in the
                     # user's profile, an environment already active; only its failure says it has not).
                     keys = [k for k in keys if not k.startswith("cmd:")]
+            step_only = is_hook_lesson(ep.id, project)
             for key in keys:
                 entries = filed.setdefault(key, [])
                 if len(entries) < IDS_PER_KEY:
-                    entries.append(entry)
+                    entries.append({**entry, "bite": before_commit(entry["bite"])}
+                                   if step_only and key.startswith("cmd:") else entry)
                     placed = True
             told += placed
         for key, answer in borrowed:  # newest fix first; never beside the program's own fix of that failure

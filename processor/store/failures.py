@@ -111,13 +111,6 @@ def note_runs(conn: apsw.Connection, row: FailureSignature, runs: dict[str, int]
         conn.execute("UPDATE failure_signatures SET ran = ? WHERE id = ?", (json.dumps(ran), row.id))
 
 
-def count_from(conn: apsw.Connection, memory_id: str, since_ms: int) -> None:
-    """What this memory's failures were before `since_ms` no longer counts toward telling it before the call
-    (``processor/memory/failure_rates.py``): what they depend on changed then."""
-    conn.execute("UPDATE failure_signatures SET first_ms = max(coalesce(first_ms, 0), ?) WHERE memory_id = ?",
-                 (since_ms, memory_id))
-
-
 def unlink_memory(conn: apsw.Connection, memory_id: str) -> None:
     """This memory no longer tells the fix of any failure (it went stale): the next fix a session finds for
     them is linked instead, and told."""

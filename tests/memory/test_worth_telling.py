@@ -142,34 +142,32 @@ RUFF_REFUSAL = ("ruff...........................................................
                 "ruff-format..............................................................Passed\n")
 
 
-def test_after_a_hook_configuration_edit_its_lesson_waits_for_a_refusal_before_it_is_told_before_a_commit(
+def test_a_commit_hooks_lesson_is_told_before_a_commit_while_the_hook_goes_on_refusing_without_its_old_checks(
         engram_home: Path, projects_dir: Path) -> None:
-    """BookMinder removed its whitespace hooks from `.pre-commit-config.yaml` on 05-25; the lesson naming them was
-    told before every commit for weeks. After an edit of the runner's configuration, what its refusals taught is
-    told before a commit again only once it refused again in two sessions; right after a refusal, always; and
-    it names the checks of its newest refusal (ruff's), not those of the first."""
+    """BookMinder edited `.pre-commit-config.yaml` in seven of its ten sessions (it dropped the whitespace hooks on
+    05-25, added ruff and mypy) and its hook went on refusing the first commit of most sessions: before a commit,
+    the step that avoids the refusal, not the checks the first refusals named (the configuration may have dropped
+    them); right after a refusal, always; and once the recent sessions commit clean, no longer before."""
     first, second = (commit_session(S1, "2026-11-01T10:00:00", PRE_COMMIT),
                      commit_session(S2, "2026-11-02T10:00:00", PRE_COMMIT))
     edit = Conversation("35353535-0000-4000-8000-000000000201", cwd=CWD, start="2026-11-03T10:00:00")
     edit.user("Drop the whitespace hooks, use ruff")
     edit.edit(f"{CWD}/.pre-commit-config.yaml")
     edit.say("Done.", end_turn=True)
-    write_conversations(projects_dir, first, second)
-    process()
-    assert "pre-commit run --all-files" in before(engram_home, S3, "Bash", {"command": 'git commit -m "More"'})
-    write_conversations(projects_dir, first, second, edit)
-    process()
-    assert before(engram_home, "35353535-0000-4000-8000-000000000298", "Bash", {"command": 'git commit -m "M"'}) == ""
-    assert "pre-commit run --all-files" in after(engram_home, S4, 'git commit -m "X"', RUFF_REFUSAL)
     again = [commit_session(f"35353535-0000-4000-8000-00000000020{n}", f"2026-11-0{n + 2}T10:00:00", RUFF_REFUSAL)
              for n in (2, 3)]
     write_conversations(projects_dir, first, second, edit, *again)
     process()
-    later = "35353535-0000-4000-8000-000000000299"  # a session not told it yet
-    told = before(engram_home, later, "Bash", {"command": 'git commit -m "More"'})
-    # It names the checks that refuse now, not the ones the configuration dropped.
-    assert "pre-commit run --all-files" in told and "`ruff` rewrites files" in told, told
-    assert "end-of-file-fixer" not in told, told
+    told = before(engram_home, S3, "Bash", {"command": 'git commit -m "More"'})
+    assert "run `pre-commit run --all-files` and stage what it changes" in told, told
+    assert "end-of-file-fixer" not in told and "ruff" not in told, told  # the step, not the checks of a refusal
+    assert "pre-commit run --all-files" in after(engram_home, S4, 'git commit -m "X"', RUFF_REFUSAL)
+    clean = [clean_commit_session(f"35353535-0000-4000-8000-0000000003{n:02d}", f"2026-11-{10 + n:02d}T10:00:00")
+             for n in range(4)]
+    write_conversations(projects_dir, first, second, edit, *again, *clean)
+    process()
+    assert before(engram_home, "35353535-0000-4000-8000-000000000399", "Bash", {"command": 'git commit -m "M"'}) == ""
+    assert "pre-commit run --all-files" in after(engram_home, S5, 'git commit -m "Y"', RUFF_REFUSAL)
 
 
 def test_staging_and_committing_again_teaches_nothing(engram_home: Path, projects_dir: Path) -> None:

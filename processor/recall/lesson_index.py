@@ -26,7 +26,7 @@ A memory that tells what fixed a way of failing (``store/failures.py``) is filed
 (``fail:git``, ``processor/hook_kit/failure_keys.py``) with the failure's signature and the fix in a line (``"sig"``,
 ``"fix"``): the PostToolUseFailure hook tells it right after the same failure. Under its command's key (told
 before the call) only once it recurred: that way of failing met in two sessions or more and in at least half of
-the sessions that ran the command since (``processor/memory/failure_rates.py``), and never when it depends on the
+the last sessions that ran the command (``processor/memory/failure_rates.py``), and never when it depends on the
 moment (a lock file left behind, a path typed wrong, the network: ``failed_calls
 .of_the_moment``). A fix of a program not found that activates an environment (``source .venv/bin/activate``)
 is also filed under the failure key of each other program the project ran clean in that environment, as that

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import apsw
 
@@ -54,6 +54,7 @@ from processor.store.signals import ReadySignal
 from processor.store.tool_calls import StoredToolCall
 
 log = logging.getLogger(__name__)
+HOOK_SOURCES = 12  # the lines a commit hook's lesson keeps of the refusals it learned from (three lines a refusal)
 RECIPES_SCANNED = 2_000  # the project's newest memories looked at for recipes a removed folder made stale
 
 EPISODE_SLICE_PIECES = 16  # episodes embedded per call while the processor runs: ~1 s of model time at most
@@ -317,6 +318,9 @@ class Episodizer:
                 or not (newer_refusal or (known.session_id == session_id
                                           and _failed_command(known.entities) == _failed_command(episode.entities))):
             return False
+        if newer_refusal:  # made from every refusal it learned from, newest first: what it is told for
+            episode = replace(episode, source_uuids=list(dict.fromkeys(
+                episode.source_uuids + known.source_uuids))[:HOOK_SOURCES])
         mined.episodes.append(episode)
         mined.findings[episode.id] = found
         mined.replaced.add(episode.id)

@@ -230,9 +230,14 @@ def _missed_where(tool_name: str, tool_input: dict, error: str, directory: str, 
         if found:
             return found
     folder = _where.missing_folder(tool_name, tool_input, error)
-    key = _where.folder_key(folder.rpartition("/")[2]) if folder else None
-    return _where.folder_lines(folder, _io.read_paths(directory, index, key), root, session_id) if folder and key \
-        else []
+    if not folder:
+        return []
+    name = folder.rstrip("/").rpartition("/")[2]
+    key = _where.folder_key(name)
+    if key is not None:
+        return _where.folder_lines(folder, _io.read_paths(directory, index, key), root, session_id)
+    key = _where.named_folder_key(name)
+    return _where.named_folder_lines(folder, _io.read_paths(directory, index, key), root, session_id) if key else []
 
 
 def _missed_branch(command: str, error: str, directory: str, index: str | None,

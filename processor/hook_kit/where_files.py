@@ -18,6 +18,10 @@ glob that matched nothing, an ``ls`` of a folder not there) where the project's 
 ``phases/12-multi-factor-authentication/`` — the one folder of that parent an earlier session worked in whose name
 starts with the same number (``folder_lines``).
 
+Any other folder is looked up by its name, leading dots aside (``named_folder_key``): the agent searched
+``.todos/`` for the project's todos, kept in ``.planning/todos/`` — the one folder of that name an earlier session
+worked in, anywhere in the project (``named_folder_lines``).
+
 Stdlib only and no ``re``: the hook's start-up is its cost.
 """
 
@@ -123,6 +127,35 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
     path, date = found[0]
     return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's folder of that number "
                                    f"is `{_shown(path, missed, root)}/` (worked on {date[:10]}).")]
+
+
+def named_folder_key(name: str) -> str | None:
+    """The key a folder not named by a number is looked up by: its name without leading dots, lower-cased, with a
+    ``dir:`` before it (``dir:todos`` of ``.todos`` and of ``.planning/todos``); None for a numbered one."""
+    bare = name.lstrip(".").lower()
+    return "dir:" + bare if bare and len(bare) <= 64 and folder_key(name) is None else None
+
+
+def named_folder_lines(missed: str, entries: list, root: str | None, session_id: str) -> list[tuple[str, str]]:
+    """(id, line) of the one folder of the missed folder's name (leading dots aside) an earlier session worked in,
+    elsewhere in the project: the agent looked for the project's todos in ``.todos/``, and they were in
+    ``.planning/todos/``; [] when there is none or more than one."""
+    wanted = relative(missed.rstrip("/"), root)
+    on_disk = bool(root) and is_dir(root)
+    if on_disk and is_dir(_join(root, wanted)):
+        return []
+    found = []
+    for path, date, first_session in _entries(entries):
+        if path == wanted:
+            return []  # the project had that very folder
+        if first_session != session_id and not (on_disk and not is_dir(_join(root, path))):
+            found.append((path, date))
+    if len(found) != 1:
+        return []
+    path, date = found[0]
+    name = wanted.rstrip("/").rpartition("/")[2].lstrip(".")
+    return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's `{name}` folder is "
+                                   f"`{_shown(path, missed, root)}/` (worked on {date[:10]}).")]
 
 
 def file_name(path: str) -> str | None:

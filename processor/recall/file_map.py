@@ -29,7 +29,7 @@ from processor.files import ensure_private_dir, write_atomic
 from processor.hook_kit import hook_io
 from processor.hook_kit.branches import PREFIX, branch_key
 from processor.hook_kit.project import index_name
-from processor.hook_kit.where_files import file_name, folder_key, relative
+from processor.hook_kit.where_files import file_name, folder_key, named_folder_key, relative
 from processor.store import projects as projects_sql
 from processor.store import tool_calls as tool_calls_sql
 
@@ -43,8 +43,9 @@ REFRESH_SECONDS = 60
 
 
 def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[str, list[list[str]]]:
-    """Each file name's files, and each numbered folder name's folders (under ``folder_key``), from `rows` (path,
-    session, newest call; the newest first), as the map keeps them: [path, last day, first session]."""
+    """Each file name's files, each numbered folder name's folders (under ``folder_key``) and each other folder's
+    (under ``named_folder_key``), from `rows` (path, session, newest call; the newest first), as the map keeps
+    them: [path, last day, first session]."""
     seen: dict[str, list] = {}  # path as called → [newest call, the oldest session that worked on it]
     for target, session_id, last_ms in rows:
         entry = seen.get(target)
@@ -61,14 +62,14 @@ def files_by_name(rows: list[tuple[str, str, int]], root: str | None) -> dict[st
         files[path] = [last_ms, first]
         parts = path.split("/")
         for depth in range(1, len(parts)):
-            if folder_key(parts[depth - 1]) is not None:
-                folder = "/".join(parts[:depth])
-                known = folders.setdefault(folder, [last_ms, first])
-                if last_ms > known[0]:
-                    known[0] = last_ms
+            folder = "/".join(parts[:depth])
+            known = folders.setdefault(folder, [last_ms, first])
+            if last_ms > known[0]:
+                known[0] = last_ms
     by_name: dict[str, list[list[str]]] = {}
     for entries, key_of, most in ((files, file_name, PATHS_PER_NAME),
-                                  (folders, lambda p: folder_key(p.rpartition("/")[2]), FOLDERS_PER_KEY)):
+                                  (folders, lambda p: folder_key(p.rpartition("/")[2]), FOLDERS_PER_KEY),
+                                  (folders, lambda p: named_folder_key(p.rpartition("/")[2]), PATHS_PER_NAME)):
         for path, (last_ms, first) in sorted(entries.items(), key=lambda item: -item[1][0]):
             key = key_of(path)
             if key is not None and len(named := by_name.setdefault(key, [])) < most:

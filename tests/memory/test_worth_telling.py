@@ -892,6 +892,7 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
         first.write(f"{CWD}/.planning/phases/{plan}", "# Plan")
     for folder in ("apps/web/src", "apps/api/src", "packages/crypto/src"):
         first.read(f"{CWD}/{folder}/index.ts")
+    first.read(f"{CWD}/.planning/todos/pending/2026-02-14-file-metadata-evolution-v2.md")
     first.say("Context written.", end_turn=True)
     write_conversations(projects_dir, first)
     process()
@@ -919,6 +920,15 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
             "`.planning/phases/12-multi-factor-authentication/` (worked on 2026-11-01).") in glob, glob
     assert after(engram_home, S5, "ls .planning/phases/13-x/", "ls: .planning/phases/13-x/: No such file or "
                                                                 "directory") == ""
+    # Any other folder by its name, leading dots aside (cipher-box 02-16: a Grep of `.todos/` for the project's
+    # todos, kept in `.planning/todos/`); none when two of that name were worked in (`src/`).
+    todos = run_hook("tool_failure.py", engram_home, {
+        "session_id": S5, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": "Grep",
+        "tool_input": {"pattern": "sendgrid|smtp", "path": f"{CWD}/.todos"}, "tool_use_id": "toolu_g",
+        "error": f"<tool_use_error>Path does not exist: {CWD}/.todos</tool_use_error>", "is_interrupt": False})
+    assert (f"- `{CWD}/.todos/` is not there: this project's `todos` folder is `{CWD}/.planning/todos/` (worked on "
+            "2026-11-01).") in todos, todos
+    assert after(engram_home, S5, "ls lib/src/", "ls: lib/src/: No such file or directory") == ""
     # The benchmark reads both lines as the hook writes them (bench/precision.py).
     event = {"session_id": S4, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": "Bash",
              "tool_input": {"command": "ls notes/12-mfa/*.md"}, "tool_use_id": "toolu_a", "is_interrupt": False,

@@ -130,9 +130,10 @@ def folder_lines(missed: str, entries: list, root: str | None, session_id: str) 
 
 
 def named_folder_key(name: str) -> str | None:
-    """The key a folder not named by a number is looked up by: its name without leading dots, lower-cased, with a
-    ``dir:`` before it (``dir:todos`` of ``.todos`` and of ``.planning/todos``); None for a numbered one."""
-    bare = name.lstrip(".").lower()
+    """The key a folder not named by a number is looked up by: its name without leading dots, with a ``dir:``
+    before it (``dir:todos`` of ``.todos`` and of ``.planning/todos``; ``BookMinder`` is not ``bookminder``);
+    None for a numbered one."""
+    bare = name.lstrip(".")
     return "dir:" + bare if bare and len(bare) <= 64 and folder_key(name) is None else None
 
 
@@ -141,6 +142,8 @@ def named_folder_lines(missed: str, entries: list, root: str | None, session_id:
     elsewhere in the project: the agent looked for the project's todos in ``.todos/``, and they were in
     ``.planning/todos/``; [] when there is none or more than one."""
     wanted = relative(missed.rstrip("/"), root)
+    if wanted.startswith(("/", "~", "../")):
+        return []  # outside the project's folder (`/usr/local/bin/docker`): not one of its folders missed
     on_disk = bool(root) and is_dir(root)
     if on_disk and is_dir(_join(root, wanted)):
         return []

@@ -929,6 +929,11 @@ def test_a_path_that_is_not_there_is_told_where_the_projects_file_of_that_name_i
     assert (f"- `{CWD}/.todos/` is not there: this project's `todos` folder is `{CWD}/.planning/todos/` (worked on "
             "2026-11-01).") in todos, todos
     assert after(engram_home, S5, "ls lib/src/", "ls: lib/src/: No such file or directory") == ""
+    # Never a path outside the project's folder (cipher-box's `/usr/local/bin/docker` is no `docker/` of its own),
+    # nor a name of another case (BookMinder's `cd BookMinder` is not its package `bookminder/`).
+    assert after(engram_home, S5, "/usr/local/bin/todos list", "zsh:1: no such file or directory: "
+                                                                "/usr/local/bin/todos") == ""
+    assert after(engram_home, S5, "ls Todos/", "ls: Todos/: No such file or directory") == ""
     # The benchmark reads both lines as the hook writes them (bench/precision.py).
     event = {"session_id": S4, "hook_event_name": "PostToolUseFailure", "cwd": CWD, "tool_name": "Bash",
              "tool_input": {"command": "ls notes/12-mfa/*.md"}, "tool_use_id": "toolu_a", "is_interrupt": False,

@@ -86,9 +86,11 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
         return None
     index, root = _index_of(directory, session_id, event)
     lowered = error[:4000].lower()
-    if tool_name == "Bash" and target and target.lstrip().startswith("cd /") and not _fail.refused_cd(lowered) \
-            and not _fail.failed_cd(lowered) and _io.kit("tool_keys").leaves_project(target, root):
-        return None  # it went to another project's folder and failed there: what this project learned is not it
+    # A call that went to another folder first (a sibling checkout) and failed there: what worked here is told with
+    # a word that it ran elsewhere, and nothing of where this project's files are.
+    elsewhere = _io.kit("tool_keys").leaves_project(target, root) if tool_name == "Bash" and target \
+        and target.lstrip().startswith("cd /") and not _fail.refused_cd(lowered) and not _fail.failed_cd(lowered) \
+        else None
     entries = _filed(directory, index, _fail.failure_key(key, error)) if key is not None and signature else []
     fits: list[tuple[dict, str]] = []
     shown, _ = _io.load_shown(directory, session_id)
@@ -105,8 +107,9 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             fits.append((entry, line))
     fits = _one_environment(fits)[:MAX_FIXES]
     lines, ids = [line for _, line in fits], [entry["id"] for entry, _ in fits]
-    branch = [] if ids or tool_name != "Bash" else _missed_branch(target or "", error, directory, index, session_id)
-    where = [] if ids or branch or not _fail.says_missing(error) else \
+    branch = [] if ids or elsewhere or tool_name != "Bash" else \
+        _missed_branch(target or "", error, directory, index, session_id)
+    where = [] if ids or branch or elsewhere or not _fail.says_missing(error) else \
         _missed_where(tool_name, tool_input, error, directory, index, root, session_id)
     if not (ids or where or branch) or _io.opted_out(directory, session_id):
         return None
@@ -118,6 +121,9 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     if not lines:
         return None
+    if elsewhere:
+        lines.append(f"- That call ran in `{elsewhere}`, outside this project's folder: it may need that folder's own "
+                     "set-up.")
     return fresh, _io.format_failure_context(lines, _io.agent())
 
 

@@ -413,16 +413,16 @@ def _leaves_project(step: str, root: str | None) -> bool:
     return target.startswith("/") and target != root.rstrip("/") and not target.startswith(root.rstrip("/") + "/")
 
 
-def leaves_project(command: str, root: str | None) -> bool:
-    """Whether a command goes to another project's folder (a ``cd`` to an absolute path outside `root`) before it
-    runs anything: what failed there is that project's (BookMinder's sessions ran `cd …/BookMind && python -m
-    pytest` in a sibling checkout with an environment of its own)."""
+def leaves_project(command: str, root: str | None) -> str | None:
+    """The folder outside the project's a command goes to (a ``cd`` to an absolute path outside `root`) before it
+    runs anything, or None: what failed there may need that folder's own set-up (BookMinder's sessions ran `cd
+    …/BookMind && python -m pytest` in a sibling checkout)."""
     for step in simple_commands(command):
         if _leaves_project(step, root):
-            return True
+            return step.split()[1].strip("'\"").rstrip("/")
         if step.split()[:1] != ["cd"]:
-            return False
-    return False
+            return None
+    return None
 
 
 def bare_programs(command: str, root: str | None) -> list[str]:

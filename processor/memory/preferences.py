@@ -198,8 +198,19 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
                 break
             whole += " " + goes_on[0]
             taken.add(later)
-        found.append(Statement(whole, kind, _scope(sentence, project)))
+        found.append(Statement(_standalone(whole), kind, _scope(sentence, project)))
     return found
+
+
+# A word that ties the rule to what was said before it ("Then in the future, push back when I steer you wrong"):
+# read sessions later, on its own, it dangles.
+_TIED = re.compile(r"^(?:then|so|and|but|also|ok(?:ay)?|well)\b[,:]?\s+(?=\w)", re.IGNORECASE)
+
+
+def _standalone(rule: str) -> str:
+    """The rule as it reads on its own: without a leading word that tied it to the sentence before."""
+    cut = _TIED.sub("", rule, count=1)
+    return cut[:1].upper() + cut[1:] if cut != rule else rule
 
 
 def findings(round_: Round) -> list[Finding]:

@@ -1216,7 +1216,10 @@ def test_a_rule_is_told_whole_with_the_sentences_that_go_on_with_it(engram_home:
     [first, second] = standing_statements("Always run `make lint` before pushing. Also the login page is broken, "
                                           "can you look? And never push to main directly.", CWD)
     assert first.text == "Always run `make lint` before pushing."  # a separate matter is not part of the rule
-    assert second.text == "And never push to main directly."
+    assert second.text == "Never push to main directly."  # on its own: no "And" tying it to what came before
+    [tied] = standing_statements("That's fine. Then in the future, push back when I steer you in a wrong way, always "
+                                 "explaining what's the purpose.", CWD)  # BookMinder's, 05-04
+    assert tied.text.startswith("In the future, push back when I steer you in a wrong way"), tied.text
     c = Conversation(S1, cwd=CWD)
     c.user(FEATURE_BRANCH_RULE)
     c.say("Understood.", end_turn=True)

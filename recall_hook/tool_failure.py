@@ -121,9 +121,10 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     if not lines:
         return None
-    if elsewhere:
-        lines.append(f"- That call ran in `{elsewhere}`, outside this project's folder: it may need that folder's own "
-                     "set-up.")
+    if elsewhere:  # said in the fix's own line, so that a reader of any one line has it
+        said, found, its_id = lines[0].rpartition(" (id: ")
+        note = f" That call ran in `{elsewhere}`, outside this project's folder: it may need that folder's own set-up."
+        lines[0] = f"{said}{note}{found}{its_id}" if found else lines[0] + note
     return fresh, _io.format_failure_context(lines, _io.agent())
 
 

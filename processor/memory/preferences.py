@@ -67,8 +67,12 @@ _PREFER = r"\b(?:i|we)\s+(?:would\s+|'d\s+|really\s+|generally\s+|usually\s+|str
 _DONT_LASTING = r"(?:^|[,;:]\s*|\b(?:please|and|but|so|just)\s+)(?:don't|do not|dont)\b[^.,;]{0,80}?" \
                 r"\b(?:again|any ?more|ever)\b"
 _KEEP = r"\bplease\s+keep\b|\balways\s+keep\b"
+# "No commits directly to main, ever!!!", "… should not ever be overwritten by you, ever.": a negation that ", ever"
+# closes (cipher-box's user, twice in one session).
+_NOT_EVER = (r"^\W*no\s+\w+(?:\s+[^\s,.!?]+){1,12},?\s+ever\b\W*$"
+             r"|\b(?:should|must|shall)\s+(?:not|never)\b[^.!?]{0,100},\s*ever\b\W*$")
 _PREFERENCE = re.compile(_PREFER, re.IGNORECASE)
-_CONVENTION = re.compile("|".join((_STANDING_TIME, _ALWAYS_NEVER, _DONT_LASTING, _KEEP)), re.IGNORECASE)
+_CONVENTION = re.compile("|".join((_STANDING_TIME, _ALWAYS_NEVER, _DONT_LASTING, _KEEP, _NOT_EVER)), re.IGNORECASE)
 # A quoted command the user says does not work for them, with what makes it last ("`git add .` would not work in
 # my case when I have uncommitted changes to `claude-dev-log-diary`"): a rule against it, read in the sentence as
 # written (the command is in backticks). What makes it last is whom or where it does not work for; "`make` doesn't
@@ -77,9 +81,11 @@ DOES_NOT_WORK = r"(?:would not|wouldn't|will not|won't|does not|doesn't|do not|d
 _NOT_FOR_US = re.compile(r"`[^`\n]{2,60}`[^`.;!?]{0,40}?\b" + DOES_NOT_WORK + r"[^.;!?]{0,30}?"
                          r"\b(?:in my case|in our case|for me|for us|here|"
                          r"in this (?:repo|repository|project|codebase))\b", re.IGNORECASE)
-# Venting about the work in hand is not a rule about how to work.
+# Venting about the work in hand is not a rule about how to work; nor, mostly, is a shout ("it broke again!!") —
+# unless it shouts a rule ("no commits directly to main, ever!!!": ``_shouted_only``).
 _VENTING = re.compile(r"\b(?:hate|hated|annoy\w*|frustrat\w*|tired of|sick of|fed up|ridiculous|stupid|wtf|damn\w*|"
                       r"ugh+|seriously|wasting|wasted|waste of|sigh)\b|!!|\?!", re.IGNORECASE)
+_SHOUT = re.compile(r"!!|\?!")
 # This or that thing, here and now: a remark about the current work (unless something makes it last).
 _DEICTIC = re.compile(r"\b(?:this|that|these|those|it|now|today|currently|for now|at the moment|right now|original|"
                       r"previous|above|below|earlier|so far)\b", re.IGNORECASE)
@@ -161,6 +167,12 @@ def _sentences_in_order(text: str, min_words: int) -> list[tuple[str, str] | Non
     return found
 
 
+def _shouted_rule(words: str) -> bool:
+    """A rule said with emphasis: its only venting mark is the shout, and it says never or always."""
+    return bool(_SHOUT.search(words)) and not _VENTING.search(_SHOUT.sub(" ", words)) \
+        and bool(_CONVENTION.search(_SHOUT.sub(" ", words)))
+
+
 def one_off(words: str) -> bool:
     """A remark about the work in hand, not a standing rule: venting, or a preference about this or that thing
     ("I prefer our original message for it", "add also X so that we grow this") with nothing that makes it last."""
@@ -178,7 +190,8 @@ def standing_statements(text: str, project: str | None = None) -> list[Statement
         if stated is None or index in taken:
             continue
         sentence, words = stated
-        if _NOT_STANDING.search(words) or _VENTING.search(words) or _REFERENT.search(words) or _HEDGED.search(words):
+        if _NOT_STANDING.search(words) or _REFERENT.search(words) or _HEDGED.search(words) \
+                or (_VENTING.search(words) and not _shouted_rule(words)):
             continue
         if _PREFERENCE.search(words):
             if one_off(words):

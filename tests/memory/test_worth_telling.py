@@ -1228,6 +1228,25 @@ def test_a_rule_is_told_whole_with_the_sentences_that_go_on_with_it(engram_home:
     assert "and branch off from there." in digest(engram_home, S2)
 
 
+@pytest.mark.parametrize(("said", "rule"), [
+    # cipher-box 644f505c (2026-02-10), as typed: a prompt, and a message typed while the agent worked.
+    ("sorry continue, i tohught you had pushed something to `main` earlier. no commits directly to main, ever!!!",
+     "no commits directly to main, ever!!!"),
+    ("you do understand that I am trusting you a lot by having you sign commits with these keys, and hence be able "
+     "to override branch protection rules, but branch protection rules should not ever be overwritten by you, ever. "
+     "I need you to note this down in your core memories.", "branch protection rules should not ever be overwritten"),
+    ("it broke again!! never works", None),  # a shout that is no rule
+    ("I never saw that, ever.", None),
+    ("No way, ever!!", None),
+])
+def test_a_rule_said_with_emphasis_is_a_rule(said: str, rule: str | None) -> None:
+    """The user's sharpest rules are shouted; a shout alone is venting, but a shouted never or ", ever" is a rule."""
+    from processor.memory.preferences import standing_statements
+
+    found = [s.text for s in standing_statements(said, CWD)]
+    assert (found and rule in found[0]) if rule else found == [], found
+
+
 # --- 5. remarks at prompts: never a rule --------------------------------------------------------------------
 
 

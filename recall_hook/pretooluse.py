@@ -230,6 +230,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             on = entry.get("on")
             if isinstance(on, list) and tool_name not in on:
                 continue  # told before these tools only (how a file is to be edited: not at a read of it)
+            branch = entry.get("branch")
+            if isinstance(branch, list) and _branch_of(event, recollection) not in branch:
+                continue  # a rule that keeps commits off a branch: told while the checkout is on it
             given = entry.get("unless")
             if isinstance(given, list) and isinstance(tool_input, dict) and any(k in tool_input for k in given):
                 continue  # the call already does what it says (a Read given a `limit` reads a part of the file)
@@ -239,6 +242,15 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
                 if len(found) == MAX_CALL_BITES:
                     return found
     return found
+
+
+def _branch_of(event: dict, recollection: dict | None) -> str | None:
+    """The branch the call runs on: its checkout's (the event's folder, on this machine), else the one the session's
+    newest transcript line named (the processor keeps it in the recollection file)."""
+    branch = _io.checkout_branch(event.get("cwd"))
+    if branch is None and isinstance(recollection, dict) and isinstance(recollection.get("branch"), str):
+        branch = recollection["branch"]
+    return branch
 
 
 def _options(tool_input: object, key: str) -> set[str]:

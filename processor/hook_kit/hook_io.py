@@ -226,6 +226,36 @@ def valid_session_id(value: object) -> bool:
     )
 
 
+GIT_HEAD_LIMIT = 4096
+_HEAD_REF = "ref: refs/heads/"
+
+
+def checkout_branch(folder: object) -> str | None:
+    """The branch the git checkout holding `folder` is on (its ``HEAD``: ``ref: refs/heads/<branch>``), a worktree's
+    too (its ``.git`` is a file naming its git folder); None when the folder is in no checkout on this machine, or
+    its HEAD is detached."""
+    path = folder.rstrip("/") if isinstance(folder, str) and folder.startswith("/") else None
+    for _ in range(32):  # up to the checkout's root
+        if not path:
+            return None
+        dot = path + "/.git"
+        try:
+            if is_dir(dot):
+                head = read_limited(dot + "/HEAD", GIT_HEAD_LIMIT)
+            else:
+                pointer = read_limited(dot, GIT_HEAD_LIMIT) if exists(dot) else None
+                gitdir = pointer.decode("utf-8", "replace").strip()[len("gitdir:"):].strip() \
+                    if pointer and pointer.startswith(b"gitdir:") else None
+                head = read_limited(gitdir.rstrip("/") + "/HEAD", GIT_HEAD_LIMIT) if gitdir else None
+        except OSError:
+            return None
+        if head is not None or exists(dot):
+            text = head.decode("utf-8", "replace").strip() if head else ""
+            return text[len(_HEAD_REF):] or None if text.startswith(_HEAD_REF) else None
+        path = path.rpartition("/")[0]
+    return None
+
+
 def read_limited(path: str, limit: int) -> bytes | None:
     """The file's bytes if it is a regular file of at most `limit` bytes, else None."""
     # O_NONBLOCK: a FIFO planted at the path must not hang the hook (ignored for regular files).

@@ -41,6 +41,19 @@ def forbidden_commands(rules: list[str]) -> list[str]:
     return found
 
 
+# "No commits directly to main, ever!!!", "never push to master", "don't commit on `main`": a branch the user's
+# rule keeps git's commits or pushes off — told before a commit (or push) made while on it, not before every one.
+_OFF_BRANCH = re.compile(r"\b(?:no|never|don't|do not|dont|must not|mustn't|shouldn't|should not)\b[^.!?;]{0,40}?"
+                         r"\b(?P<verb>commit|push)(?:s|es|ed|ing)?\b[^.!?;]{0,30}?\b(?:to|on|onto|into|against)\s+"
+                         r"(?:the\s+)?`?(?P<branch>main|master|trunk|develop)`?(?![\w/-])", re.IGNORECASE)
+
+
+def branch_guards(rules: list[str]) -> list[tuple[str, str]]:
+    """(the key of the git command, the branch) of each rule that keeps commits or pushes off a branch."""
+    return [(f"cmd:git {m.group('verb').lower()}", m.group("branch").lower())
+            for rule in rules for m in _OFF_BRANCH.finditer(rule)]
+
+
 def guard(command: str) -> tuple[str, list[str]] | None:
     """Where a forbidden command is guarded: (the key a call of it has, the words beyond the key's that make a
     call break the rule — [] when any call of the key does), or None when it is not a command."""

@@ -89,7 +89,7 @@ from processor.memory.environments import (
 from processor.memory.facts import statement_of
 from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
-from processor.memory.guards import forbidden_commands, guard
+from processor.memory.guards import branch_guards, forbidden_commands, guard
 from processor.memory.lessons import fixed_by_editing, is_hook_lesson
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
@@ -180,6 +180,14 @@ def guards_of(ep: Episode, origin: str | None) -> list[tuple[str, list[str]]]:
         return []
     found = [guard(command) for command in forbidden_commands([ep.summary, ep.full_content])]
     return list(dict.fromkeys((key, tuple(words)) for key, words in (g for g in found if g is not None)))  # type: ignore
+
+
+def branch_guards_of(ep: Episode, origin: str | None) -> list[tuple[str, str]]:
+    """A user's rule against committing or pushing to a branch (``processor/memory/guards.py``): (the key of the
+    git command it forbids, the branch)."""
+    if origin not in GUARDED and ep.source_type != "manual":
+        return []
+    return list(dict.fromkeys(branch_guards([ep.summary])))
 
 
 def _covered(key: str, guards: list[tuple[str, list[str]]]) -> bool:
@@ -346,12 +354,18 @@ class LessonIndex:
             placed = False
             keys = [k for k in keys_by_origin(ep, origin, root) if k not in own_names]
             guards = guards_of(ep, origin)
-            if guards:  # a rule that forbids a command: told before a call that breaks it, not every call of it
-                keys = [k for k in keys if not _covered(k, guards)]
+            on_branch = branch_guards_of(ep, origin)
+            if guards or on_branch:  # a rule that forbids a command: told before a call that breaks it, not every one
+                keys = [k for k in keys if not _covered(k, guards + [(key, ()) for key, _ in on_branch])]
                 for key, when in guards:
                     entries = filed.setdefault(key, [])
                     if len(entries) < IDS_PER_KEY:
                         entries.append({**entry, "when": list(when)} if when else entry)
+                        placed = True
+                for key, branch in on_branch:  # "no commits directly to main": before a commit while on `main`
+                    entries = filed.setdefault(key, [])
+                    if len(entries) < IDS_PER_KEY:
+                        entries.append({**entry, "branch": [branch]})
                         placed = True
                 if placed and len(guarded) < hook_io.GUARDED_SHOWN:
                     guarded.append(ep.id)

@@ -239,7 +239,7 @@ class RecollectionWriter:
                 viewer_sql.record_offer(store.conn, session_id, message_uuid, bites, now_ms())
         lessons = self.lessons.refresh(store.conn, project, project)
         record = {"messageUuid": message_uuid, "timestamp": now_ms(), "bites": bites, "lessons": lessons,
-                  "root": project}
+                  "root": project, "branch": sessions.current_branch(store.conn, session_id)}
         write_atomic(path, json.dumps(record, ensure_ascii=False))
         self.files.refresh(store.conn, project, project, session_id)  # after: the prompt's hook waits for it
         return path

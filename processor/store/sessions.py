@@ -450,3 +450,10 @@ def drop_session_content(conn: apsw.Connection, session_id: str, now_ms: int) ->
     conn.execute("DELETE FROM tool_calls WHERE session_id = ?", (session_id,))
     conn.execute("DELETE FROM queued_messages WHERE session_id = ?", (session_id,))
     return ids
+
+
+def current_branch(conn: apsw.Connection, session_id: str) -> str | None:
+    """The git branch the session's newest captured line named (Claude Code stamps every line with it)."""
+    row = conn.execute("SELECT git_branch FROM messages WHERE session_id = ? AND git_branch IS NOT NULL "
+                       "AND git_branch != '' ORDER BY id DESC LIMIT 1", (session_id,)).fetchone()
+    return row[0] if row else None

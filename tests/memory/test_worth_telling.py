@@ -8,6 +8,7 @@ column, lint-staged's, Claude Code's `cd` refusal and Read limit); the conversat
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -2043,3 +2044,44 @@ def test_a_question_not_right_after_a_failure_is_no_lesson_of_it(engram_home: Pa
     c.say("On main, then.", end_turn=True)
     write_conversations(projects_dir, c)
     assert mined(process(), "answered") == []
+
+
+def test_a_rule_that_keeps_commits_off_a_branch_is_told_before_a_commit_on_it(
+        engram_home: Path, projects_dir: Path, tmp_path: Path) -> None:
+    """cipher-box 02-10: "no commits directly to main, ever!!!" — at the start of every later session it was read
+    as related (nothing there touched `main`). A guard: told before a `git commit` made while the checkout is on
+    `main` (its HEAD, or where this machine has no checkout the branch the session's transcript names), never
+    before one on another branch, and no longer in the digest."""
+    repo = tmp_path / "shop"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    first = Conversation(S1, cwd=str(repo), start="2026-02-10T22:00:00")
+    first.user("sorry continue, i tohught you had pushed something to `main` earlier. no commits directly to main, "
+               "ever!!!")
+    first.say("Understood: never on main.", end_turn=True)
+    write_conversations(projects_dir, first)
+    process(str(repo))
+    commit = {"command": 'git commit -m "docs: start work on todo"'}
+    event = {"session_id": S2, "hook_event_name": "PreToolUse", "cwd": str(repo), "tool_name": "Bash",
+             "tool_input": commit, "tool_use_id": "toolu_b"}
+    told = run_hook("pretooluse.py", engram_home, event)
+    assert "no commits directly to main, ever!!!" in told, told
+    assert run_hook("pretooluse.py", engram_home, {**event, "session_id": S3,
+                                                   "tool_input": {"command": "git status"}}) == ""
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "feat/todo"], check=True)
+    assert run_hook("pretooluse.py", engram_home, {**event, "session_id": S4}) == ""  # on a feature branch
+    # A worktree's `.git` is a file naming its git folder: its branch is read through it.
+    worktree = tmp_path / "shop-main"
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "init"], check=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", str(worktree), "-b", "main-copy"], check=True)
+    from processor.hook_kit.hook_io import checkout_branch
+    assert checkout_branch(str(worktree / "src")) == "main-copy" and checkout_branch(str(repo)) == "feat/todo"
+    assert checkout_branch("/nonexistent/x") is None
+    # Not at the session's start any more: it waits for its call.
+    start = {"session_id": S5, "cwd": str(repo), "hook_event_name": "SessionStart", "source": "startup",
+             "transcript_path": f"/x/{S5}.jsonl"}
+    out = subprocess.run([sys.executable, "-I", "-S", str(REPO / "recall_hook" / "session_start.py")],
+                         input=json.dumps(start).encode(), capture_output=True, timeout=30,
+                         env={"ENGRAM_HOME": str(engram_home), "PATH": "/usr/bin:/bin"}).stdout.decode()
+    assert "no commits directly to main" not in out, out

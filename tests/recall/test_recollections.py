@@ -59,7 +59,8 @@ def test_the_file_has_the_hooks_shape_and_the_relevant_memory_first(
     path = writer.write(store, SID, "u1", "How do I connect to the staging database?", project=None)
     assert path == recollection_path(store.settings.recollections_dir, SID)
     data = read(path)
-    assert set(data) == {"messageUuid", "timestamp", "bites", "lessons", "root"} and data["messageUuid"] == "u1"
+    assert set(data) == {"messageUuid", "timestamp", "bites", "lessons", "root", "branch"}
+    assert data["messageUuid"] == "u1"
     assert abs(data["timestamp"] - time.time() * 1000) < 60_000
     assert 1 <= len(data["bites"]) <= 3
     first = data["bites"][0]

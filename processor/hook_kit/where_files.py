@@ -104,27 +104,34 @@ def folder_key(name: str) -> str | None:
     return word + "/" if word and len(word) <= 16 and any(c.isdigit() for c in word) and word != name else None
 
 
+def _one_folder(wanted: str, entries: list, root: str | None, session_id: str, fits) -> tuple[str, str] | None:
+    """(path, day) of the one folder an earlier session worked in that `fits` the missed folder `wanted` (below the
+    project's folder); None when it is there after all, the project had that very folder, or not exactly one fits."""
+    on_disk = bool(root) and is_dir(root)
+    if on_disk and is_dir(_join(root, wanted)):
+        return None
+    found: list[tuple[str, str]] = []
+    for path, date, first_session in _entries(entries):
+        if path == wanted:
+            return None  # the project had that very folder
+        if not fits(path) or first_session == session_id:
+            continue
+        if path not in [f[0] for f in found] and not (on_disk and not is_dir(_join(root, path))):
+            found.append((path, date))
+    return found[0] if len(found) == 1 else None
+
+
 def folder_lines(missed: str, entries: list, root: str | None, session_id: str) -> list[tuple[str, str]]:
     """(id, line) of the one folder beside the missed one whose name starts with the same number, that an
     earlier session worked in; [] when there is none or more than one."""
     wanted = relative(missed.rstrip("/"), root)
     parent, _, name = wanted.rpartition("/")
     number = folder_key(name)
-    on_disk = bool(root) and is_dir(root)
-    if on_disk and is_dir(_join(root, wanted)):
+    one = _one_folder(wanted, entries, root, session_id,
+                      lambda path: path.rpartition("/")[0] == parent and folder_key(path.rpartition("/")[2]) == number)
+    if one is None:
         return []
-    found = []
-    for path, date, first_session in _entries(entries):
-        if path == wanted:
-            return []  # the project had that very folder
-        above, _, its_name = path.rpartition("/")
-        if above != parent or folder_key(its_name) != number or first_session == session_id:
-            continue
-        if path not in [f[0] for f in found] and not (on_disk and not is_dir(_join(root, path))):
-            found.append((path, date))
-    if len(found) != 1:
-        return []
-    path, date = found[0]
+    path, date = one
     return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's folder of that number "
                                    f"is `{_shown(path, missed, root)}/` (worked on {date[:10]}).")]
 
@@ -144,19 +151,11 @@ def named_folder_lines(missed: str, entries: list, root: str | None, session_id:
     wanted = relative(missed.rstrip("/"), root)
     if wanted.startswith(("/", "~", "../")):
         return []  # outside the project's folder (`/usr/local/bin/docker`): not one of its folders missed
-    on_disk = bool(root) and is_dir(root)
-    if on_disk and is_dir(_join(root, wanted)):
+    one = _one_folder(wanted, entries, root, session_id, lambda path: True)  # the map holds only that name's
+    if one is None:
         return []
-    found = []
-    for path, date, first_session in _entries(entries):
-        if path == wanted:
-            return []  # the project had that very folder
-        if first_session != session_id and not (on_disk and not is_dir(_join(root, path))):
-            found.append((path, date))
-    if len(found) != 1:
-        return []
-    path, date = found[0]
-    name = wanted.rstrip("/").rpartition("/")[2].lstrip(".")
+    path, date = one
+    name = wanted.rpartition("/")[2].lstrip(".")
     return [("where:" + path + "/", f"- `{missed.rstrip('/')}/` is not there: this project's `{name}` folder is "
                                    f"`{_shown(path, missed, root)}/` (worked on {date[:10]}).")]
 

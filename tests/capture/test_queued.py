@@ -18,7 +18,6 @@ from processor.capture.claude import parse_line
 from processor.capture.formats import Queued
 from processor.capture.tailer import Tailer
 from processor.memory.verbatim import group_rounds
-from processor.store import open_store
 from processor.store.episodes import StoredMessage
 from processor.store.queued import MID_TURN, handed_mid_turn
 
@@ -40,13 +39,6 @@ def queue_line(operation: str, timestamp: str, content: object = None) -> str:
     if content is not None:
         entry["content"] = content
     return json.dumps(entry, separators=(",", ":")) + "\n"
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> apsw.Connection:
-    connection = open_store(tmp_path / "engram.db")
-    yield connection
-    connection.close()
 
 
 @pytest.fixture

@@ -211,9 +211,11 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
                     or entry.get("session") == session_id or any(bite_id == i for i, _ in found)):
                 continue  # told already, or learned in this very session: it has it in its context
-            if key.startswith("fail:") and (not isinstance(entry.get("ran"), str) or _io.set_up_gone(entry, root)
-                                            or _io.set_up_active(entry, root)):
-                continue  # under a failure, only the environment its program runs in (a fix waits for the failure)
+            if key.startswith("fail:") and entry.get("before") is not True and (
+                    not isinstance(entry.get("ran"), str) or _io.set_up_gone(entry, root)
+                    or _io.set_up_active(entry, root)):
+                continue  # under a failure, only the environment its program runs in, or a program the user said
+                # is not here (a fix waits for the failure)
             uses = entry.get("uses")
             if isinstance(uses, list) and uses and sum(u in words for u in uses) * 2 >= len(uses):
                 continue  # the call already does what fixed it: nothing to tell

@@ -385,11 +385,13 @@ def tool_keys(tool_name: object, tool_input: object, root: str | None = None) ->
 # command (an ``activate`` script, ``conda activate``, ``nvm use``, an ``export PATH=``), not through a runner
 # (``uv run pytest``, ``npx``), not by a path (``.venv/bin/pytest``), and not after a ``cd`` out of the project's
 # folder (a sibling checkout has its own environment). An interpreter run bare (``python3 script.py``) is not one:
-# the system's may run it; its ``-m`` module is (``python3 -m pytest``: pytest).
+# the system's may run it; its ``-m`` module is (``python3 -m pytest``: pytest). Nor is ``pip install --user``: it
+# installs into the user's own site on purpose, which a virtualenv refuses (BookMinder's, for a global pre-commit).
 
 _BARE_WRAPPERS = WRAPPERS | {"env"}
 _BARE_RUNNERS = frozenset({*RUNNERS, "uvx", "conda", "pipx", "nix", "direnv", "mise", "asdf"})
 _BARE_INTERPRETERS = frozenset({"python", "python3"})
+_PIPS = frozenset({"pip", "pip3"})
 # The set-ups ``processor/memory/environments.py`` learns an environment from (its ``_ACTIVATION``), read without
 # ``re``, and the shells' others that make a program found.
 _BARE_SET_UPS = ("conda activate", "mamba activate", "micromamba activate", "nvm use", "export PATH=", "pyenv shell",
@@ -440,6 +442,8 @@ def bare_programs(command: str, root: str | None) -> list[str]:
         if program in _BARE_INTERPRETERS:
             module = words[words.index("-m") + 1] if "-m" in words[:-1] else None
             program = module.partition(".")[0] if module else None
+        if program in _PIPS and "--user" in words:
+            continue  # an install into the user's own site, on purpose: outside any environment (a venv refuses it)
         if program and program not in found:
             found.append(program)
     return found

@@ -13,10 +13,17 @@ clean shell call after it, before the next prompt, that runs another program on 
 the failed command's own words (the host, the database, the query's table), never one that only looks for the
 program (``which psql``, ``--version``) —, the last such: the way the session settled on.
 
+What the user said of it then is kept too: their words right after it was not found — typed while the agent
+went on (Claude Code hands them over mid-turn) or their next message — that name the program ("did we not go
+through this before, you dont have access to docker here", "docker is running on your host."): cipher-box's
+next sessions reached for `docker exec … psql` and `docker ps` again, several calls each, until the user said it
+again.
+
 One ``gotcha`` memory a program and project (miner ``absent``), made by the episodizer as the environment's is,
-replaced when what it says changed (another day it was not found, another way round it), and retired the
-moment the program runs clean here. It is told only right after that program is not found again
-(``processor/recall/lesson_index.py``): a moment the agent has already met it.
+replaced when what it says changed (another day it was not found, another way round it, more the user said), and
+retired the moment the program runs clean here. It is told right after that program is not found again
+(``processor/recall/lesson_index.py``): a moment the agent has already met it; and, when the user said something
+of it, before a call that runs it too — the user's words are not the shell's, which may have the program by now.
 """
 
 from __future__ import annotations
@@ -33,12 +40,16 @@ from processor.memory.failed_calls import inspects
 from processor.memory.findings import Finding
 from processor.memory.identity import episode_id
 from processor.memory.kinds import scope_for
+from processor.memory.preferences import user_sentences
 from processor.redaction import redact
 from processor.store.tool_calls import StoredToolCall
 
 MAX_DAYS = 3  # the newest days it was not found, as the memory says them
 INSTEAD_CHARS = 220
 MIN_SHARED = 2  # the failed command's own words a call must share to be doing its job
+MAX_SAID = 2  # the user's sentences about the program the memory keeps
+SAID_CHARS = 160
+USER_SAID = "user: "  # the entity that keeps each of the user's sentences: the lesson index tells it before a call
 # What a shell runs a command through or under: the program is the word after them.
 _PREFIXES = WRAPPERS | {"env", "xargs"}
 _SEARCHES = frozenset({"which", "type", "whereis"})  # a call that looks for a program does not do its job
@@ -46,6 +57,7 @@ _SEPARATORS = re.compile(r"(&&|\|\||;|\||\n|\$\(|`)")
 _QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*(?:\"|$)|'[^']*(?:'|$)")  # to its end when cut before it closes
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{3,}")
+_CLAUSE = re.compile(r"[,;]\s+")
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,7 @@ class Absent:
     instead: StoredToolCall | None  # the newest call that did its job after it was not found
     failed: tuple[StoredToolCall, ...]  # its not-found calls, newest first
     instead_in: str | None = None  # the `cd` the shell was left in when that call ran
+    said: tuple[str, ...] = ()  # what the user said of it right after it was not found, as written
 
 
 def not_found_program(call: StoredToolCall) -> str | None:
@@ -160,12 +173,26 @@ def instead_of(failed: StoredToolCall, later: Iterable[StoredToolCall], program:
     return best
 
 
+def said_of(program: str, messages: Iterable[str]) -> list[str]:
+    """The user's sentences in `messages` that name `program` as a word and state something (no question, no code
+    or pasted output: ``preferences.user_sentences``), each once — a clause of one, when what comes before its
+    comma asks ("did we not go through this before, you dont have access to docker here")."""
+    name = re.compile(rf"(?<![\w./-]){re.escape(program)}(?![\w/-])", re.IGNORECASE)
+    found: list[str] = []
+    for text in messages:
+        for sentence, _ in (found_ for clause in _CLAUSE.split(text) for found_ in user_sentences(clause)):
+            if name.search(sentence) and sentence not in found and len(sentence) <= SAID_CHARS:
+                found.append(sentence)
+    return found
+
+
 def absent_programs(failed: list[StoredToolCall], runs_clean: Callable[[str], bool],
                     later_calls: Callable[[StoredToolCall], list[StoredToolCall]],
-                    root: str | None) -> list[Absent]:
+                    root: str | None, user_words: Callable[[StoredToolCall], list[str]] | None = None) -> list[Absent]:
     """From the project's failed shell calls (the newest first): the programs met not found that never ran clean
     here (`runs_clean`: whether the project ever ran it, bare, clean), each with what did its job instead
-    (`later_calls`: the calls after a failed one, up to its session's next prompt)."""
+    (`later_calls`: the calls after a failed one, up to its session's next prompt) and what the user said of it
+    (`user_words`: the user's messages right after a failed call)."""
     by_program: dict[str, list[StoredToolCall]] = {}
     for call in failed:
         program = not_found_program(call)
@@ -178,7 +205,8 @@ def absent_programs(failed: list[StoredToolCall], runs_clean: Callable[[str], bo
         days = tuple(dict.fromkeys(utc_date(c.ts_ms) for c in calls if c.ts_ms))[:MAX_DAYS]
         done = next((done for call in calls if (done := instead_of(call, later_calls(call), program, root))), None)
         instead, where = done if done else (None, None)
-        found.append(Absent(program, days, instead, tuple(calls), where))
+        said = said_of(program, (text for call in reversed(calls) for text in user_words(call))) if user_words else []
+        found.append(Absent(program, days, instead, tuple(calls), where, tuple(said[-MAX_SAID:])))
     return found
 
 
@@ -198,6 +226,9 @@ def finding(project: str, absent: Absent, at_ms: int) -> Finding:
         done = command_told(f"{absent.instead_in} && {ran}" if absent.instead_in else ran, INSTEAD_CHARS, project)
         text += f" What did its job instead: `{done}`."
         entities.append(f"$ {done}")
+    if absent.said:
+        text += " The user said then: " + " ".join(f"“{sentence}”" for sentence in absent.said)
+        entities += [USER_SAID + sentence for sentence in absent.said]
     text = redact(text)
     sources = [u for call in (*absent.failed[:2], absent.instead) if call is not None
                for u in (call.use_uuid, call.result_uuid) if u]

@@ -50,6 +50,7 @@ from processor.store import sessions, write_transaction
 from processor.store import signals as signal_sql
 from processor.store import tool_calls as tool_call_sql
 from processor.store.episodes import Episode, NewEpisode, StoredMessage
+from processor.store.queued import MID_TURN
 from processor.store.signals import ReadySignal
 from processor.store.tool_calls import StoredToolCall
 
@@ -69,6 +70,7 @@ ENVIRONMENT_COMMANDS = 2_000  # a project's newest clean shell commands read for
 SESSION_RECIPES = 2_000  # a session's newest episodes looked through for a recipe a later round showed wrong
 NOT_FOUND_FAILURES = 500  # a project's newest failed shell calls read for the programs not installed where it runs
 NOT_FOUND = ("not found", "exit code 127")  # what such a failure says, in lower case
+USER_WORDS_AFTER = 8  # the user's messages read after a program was not found, for what they said of it
 
 
 @dataclass
@@ -564,7 +566,7 @@ class Episodizer:
             return any(runs_bare(command, program) for command in
                        tool_call_sql.clean_commands_with(self.conn, project, program, ENVIRONMENT_COMMANDS))
 
-        found = absent_programs(failed, runs_clean, self._same_prompt_after, project)
+        found = absent_programs(failed, runs_clean, self._same_prompt_after, project, self._user_words_after)
         list_key = f"absent:{project}"
         before = json.loads(sql.get_meta(self.conn, list_key) or "[]")
         added = sum(self._replace_project_memory(project, f"{list_key}:{absent.program}",
@@ -599,6 +601,16 @@ class Episodizer:
                                             until_ms=None if following is None else following - 1)
         ids = [c.tool_use_id for c in calls]
         return calls[ids.index(call.tool_use_id) + 1:] if call.tool_use_id in ids else calls
+
+    def _user_words_after(self, call: StoredToolCall) -> list[str]:
+        """What the user said right after `call`: what they typed while the agent went on (handed over mid-turn),
+        and their next message."""
+        words: list[str] = []
+        for message in sql.user_messages_after(self.conn, call.session_id, call.ts_ms or 0, USER_WORDS_AFTER):
+            words.append(message.text)
+            if not message.uuid.startswith(MID_TURN):
+                break  # the next prompt: what follows it answers the agent's next turn
+        return words
 
     def _replace_project_memory(self, project: str, meta_key: str, found: Finding, what: str) -> int:
         """The one memory of its kind a project has (its close-out routine, the environment its tools run in),

@@ -76,6 +76,7 @@ from processor.hook_kit.tool_keys import (
     relative,
     stages_everything,
 )
+from processor.memory.absent_programs import USER_SAID
 from processor.memory.bites import BITE_CHARS
 from processor.memory.decisions import tool_names
 from processor.memory.environments import (
@@ -400,7 +401,10 @@ class LessonIndex:
             if origin == "absent":  # a program not installed where the project runs: told right after it is not found
                 fails = filed.setdefault("fail:" + ep.entities[0], []) if ep.entities else []
                 if ep.entities and len(fails) < FIXES_PER_KEY:
-                    fails.append({**entry, "sig": missing_signatures(ep.entities[0])})
+                    # and before a call that runs it, when the user said something of it then ("you dont have access
+                    # to docker here"): their words hold whatever the shell has by now
+                    said = {"before": True} if any(e.startswith(USER_SAID) for e in ep.entities) else {}
+                    fails.append({**entry, "sig": missing_signatures(ep.entities[0]), **said})
                     told += 1
                 continue
             ways = fixes.get(ep.id, [])

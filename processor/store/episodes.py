@@ -398,6 +398,13 @@ def last_messages(conn: apsw.Connection, session_id: str, role: str, limit: int)
     return [StoredMessage(*row) for row in rows]
 
 
+def user_messages_after(conn: apsw.Connection, session_id: str, after_ms: int, limit: int) -> list[StoredMessage]:
+    """A session's first user messages written after a moment, the oldest first."""
+    rows = conn.execute("SELECT id, uuid, role, text, ts_ms FROM messages WHERE session_id = ? AND role = 'user' "
+                        "AND ts_ms > ? ORDER BY ts_ms, id LIMIT ?", (session_id, after_ms, limit)).fetchall()
+    return [StoredMessage(*row) for row in rows]
+
+
 def other_prompts(conn: apsw.Connection, session_id: str, uuid: str) -> int:
     """How many user messages the session has besides this one (a compacted session's summary is one)."""
     return conn.execute("SELECT count(*) FROM messages WHERE session_id = ? AND role = 'user' AND uuid != ?",

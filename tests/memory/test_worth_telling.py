@@ -329,6 +329,11 @@ def test_a_fix_that_ran_the_command_from_a_folder_of_the_project_says_which(engr
     process()
     told = after(engram_home, S2, script, "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop/[eval]")
     assert "what fixed it: `cd apps/api && node -e" in told, told
+    # Run from another checkout: the fix is told with a word that the call ran there, whose own set-up may differ.
+    sibling = after(engram_home, S3, f"cd /work/shop-legacy && {script}",
+                    "Error: Cannot find module 'pg'\nRequire stack:\n- /work/shop-legacy/[eval]")
+    assert "That call ran in `/work/shop-legacy`, outside this project's folder: it may need that folder's own " \
+        "set-up." in sibling, sibling
 
 
 JEST_RAN_NONE = ("> @cipherbox/api@0.8.0 test /Users/michael/Code/cipher-box/apps/api\n"
@@ -565,12 +570,10 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     assert memory_id in after(engram_home, S3, "python3 -m pytest specs", "/opt/homebrew/bin/python3: No module "
                                                                            "named pytest")
     assert after(engram_home, S4, "uv sync", "zsh:1: command not found: uv") == ""  # it ran outside the venv
-    # In a sibling checkout (BookMinder's `cd …/BookMind && python -m pytest`, 05-25): told, with a word that the
-    # call ran in another folder, whose own set-up may differ.
-    sibling = after(engram_home, S4, "cd /work/shop-legacy && pytest specs/ --spec",
-                    "Error: (eval):1: command not found: pytest")
-    assert memory_id in sibling and "That call ran in `/work/shop-legacy`, outside this project's folder: it may " \
-        "need that folder's own set-up." in sibling, sibling
+    # In a sibling checkout (BookMinder's `cd …/BookMind && python -m pytest`, 05-25; both readers: related —
+    # that folder has its own set-up): this project's environment is not told.
+    assert after(engram_home, S4, "cd /work/shop-legacy && pytest specs/ --spec",
+                 "Error: (eval):1: command not found: pytest") == ""
     # A run outside it that failed for want of something (BookMinder's `pip3 install --user pre-commit`): told;
     # one that ran and failed on its own (a test failed), or one inside the environment: not.
     managed = after(engram_home, S5, "pip3 install --user pre-commit",
@@ -661,13 +664,14 @@ def test_a_step_the_project_runs_inside_its_environment_is_said_with_its_set_up(
 
 
 def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Path, projects_dir: Path) -> None:
-    """BookMinder: every session's first `pytest specs/ --spec` (or `pre-commit install`, `pip3 install --user …`)
-    ran bare, failed "command not found" (or "externally-managed-environment"), and was told the environment
-    right after; both readers: related — the agent's very next call was the same one after the activation. Each
-    shell call starts afresh, so a bare run of a program the project runs only inside its environment fails:
-    told before it, the failure does not happen. Not a run after the set-up, through a runner, by its path, in
-    another project's folder, a bare interpreter, a program the environment does not hold, or where the
-    environment is active already (Claude Code started from a shell that activated it); once a session."""
+    """BookMinder: every session's first `pytest specs/ --spec` (or `pre-commit install`) ran bare, failed "command
+    not found", and was told the environment right after; both readers: related — the agent's very next call was
+    the same one after the activation. Each shell call starts afresh, so a bare run of a program the project runs
+    only inside its environment fails: told before it, the failure does not happen. Not a run after the set-up,
+    through a runner, by its path, in another project's folder, a bare interpreter, a program the environment does
+    not hold, an install into the user's own site (`pip3 install --user pre-commit`, on purpose outside any
+    environment: both readers, related), or where the environment is active already (Claude Code started from a
+    shell that activated it); once a session."""
     first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
     first.user("Set up the project and run the specs")
     first.bash("python3 -m venv .venv && source .venv/bin/activate && pip install -e .", "Successfully installed")
@@ -683,8 +687,8 @@ def test_a_tool_run_bare_is_told_the_environment_before_it_fails(engram_home: Pa
         in told, told
     assert before(engram_home, S2, "Bash", {"command": "pytest -q"}) == ""  # once a session
     assert memory_id in before(engram_home, S3, "Bash", {"command": "python3 -m pytest specs"})
-    assert memory_id in before(engram_home, S4, "Bash", {"command": "pip3 install --user pre-commit"})
     for command in ("source .venv/bin/activate && pytest -q", "uv run pytest", ".venv/bin/pytest -q",
+                    "pip3 install --user pre-commit", "python3 -m pip install --user pre-commit",
                     "cd /work/other-checkout && pytest", "python3 scripts/build.py", "git status", "uv --version"):
         assert before(engram_home, S5, "Bash", {"command": command}) == "", command
     # Claude Code started from a shell that activated it: its hooks and its shell calls have the environment.
@@ -874,6 +878,57 @@ def test_a_program_never_installed_where_the_project_runs_is_told_with_what_did_
     statuses = {summary.split("`")[1]: status for _, _, summary, status in mined(store, "absent")}
     assert statuses == {"psql": "stale", "docker": "active"}, statuses
     assert after(engram_home, S5, "psql -c 'SELECT 1'", "zsh:1: command not found: psql") == ""
+
+
+def queued(c: Conversation, *typed: str) -> None:
+    """What the user typed while the agent went on, handed to it with the next tool result (Claude Code's
+    `queue-operation` lines, as cipher-box's 2095544c has them: each enqueued, then all removed at once)."""
+    for text in typed:
+        c.lines.append(json.dumps({"type": "queue-operation", "operation": "enqueue", "timestamp": c._stamp(),
+                                   "sessionId": c.session_id, "content": text}) + "\n")
+    stamp = c._stamp()
+    c.lines += [json.dumps({"type": "queue-operation", "operation": "remove", "timestamp": stamp,
+                            "sessionId": c.session_id}) + "\n"] * len(typed)
+
+
+def test_a_program_the_user_said_is_not_here_is_told_before_a_call_that_runs_it(engram_home: Path,
+                                                                                 projects_dir: Path) -> None:
+    """cipher-box 02-13: `docker compose up -d` met "command not found: docker"; the agent went looking for Docker
+    Desktop while the user typed "did we not go through this before, you dont have access to docker  here",
+    "docker is running on your host.", "why do you need docker for the api logs?". The next sessions ran `docker
+    exec … psql` and `docker ps` again, several calls each, and were told "`docker` is not on the PATH" only after
+    (both readers: related — it restates the failure). What the user said of the program right after it was not
+    found is kept with it (their statements naming it, not their questions), and then it is told before a call that
+    runs it too; a program nobody said anything of is still told only after it is not found."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Get me a JWT from the local API")
+    first.bash("docker compose up -d", "Exit code 127\n(eval):1: command not found: docker", error=True)
+    first.bash("which docker 2>/dev/null || open -a Docker", "Docker app starting")
+    queued(first, "did we not go through this before, you dont have access to docker  here",
+           "docker is running on your host.", "why do you need docker for the api logs?")
+    first.say("You're right, I don't need Docker for this.")
+    first.bash('psql -h localhost -U cipherbox -c "SELECT 1"', "Exit code 127\n(eval):1: command not found: psql",
+               error=True)
+    first.say("Which host is the database on?", end_turn=True)
+    first.user("check again on 192.168.133.114")
+    first.bash("DB_HOST=192.168.133.114 REDIS_HOST=192.168.133.114 pnpm --filter api dev", "Nest application started")
+    first.say("The API is up.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    found = {summary.split("`")[1]: (memory_id, summary) for memory_id, _, summary, status in mined(store, "absent")
+             if status == "active"}
+    docker_id, docker = found["docker"]
+    assert docker == ("`docker` is not on the PATH of this project's sessions: not found on 2026-11-01, never run here "
+                      "by that name. The user said then: “you dont have access to docker here” “docker is running on "
+                      "your host.”"), docker
+    told = before(engram_home, S2, "Bash", {"command": "docker exec -i postgres psql -U postgres -c 'SELECT 1'"})
+    assert docker_id in told and "you dont have access to docker here" in told, told
+    assert before(engram_home, S2, "Bash", {"command": "docker ps"}) == ""  # once a session
+    assert before(engram_home, S3, "Bash", {"command": "which docker"}) == ""  # a call that looks for it runs none
+    psql_id, psql = found["psql"]
+    assert "The user said" not in psql, psql  # the next message named no program
+    assert before(engram_home, S3, "Bash", {"command": "psql -h localhost -c 'SELECT 1'"}) == ""
+    assert psql_id in after(engram_home, S3, "psql -h localhost", "zsh:1: command not found: psql")
 
 
 def after_read(home: Path, session: str, path: str, error: str = "File does not exist.", cwd: str = CWD) -> str:

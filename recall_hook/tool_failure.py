@@ -100,8 +100,8 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
             continue
         if not _fail.same_failure([str(s) for s in entry["sig"]], signature) and not _outside(entry, target, error):
             continue
-        if _io.set_up_gone(entry, root) or (elsewhere and entry.get("ran")):
-            continue  # its set-up is gone, or it is this project's own: the folder the call went to has its own
+        if _io.set_up_gone(entry, root):
+            continue
         line = _told(entry)
         if line is not None:
             fits.append((entry, line))

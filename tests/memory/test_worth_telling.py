@@ -570,10 +570,13 @@ def test_a_program_the_project_always_ran_inside_its_environment_is_told_so_when
     assert memory_id in after(engram_home, S3, "python3 -m pytest specs", "/opt/homebrew/bin/python3: No module "
                                                                            "named pytest")
     assert after(engram_home, S4, "uv sync", "zsh:1: command not found: uv") == ""  # it ran outside the venv
-    # In a sibling checkout (BookMinder's `cd …/BookMind && python -m pytest`, 05-25; both readers: related —
-    # that folder has its own set-up): this project's environment is not told.
-    assert after(engram_home, S4, "cd /work/shop-legacy && pytest specs/ --spec",
-                 "Error: (eval):1: command not found: pytest") == ""
+    # In a sibling checkout (BookMinder's `cd …/BookMind && python -m pytest`, 05-25): told, with a word that the
+    # call ran in another folder, whose own set-up may differ (both labellers: the moment needed the virtualenv;
+    # without this line the session concluded the sibling's tests were broken until the user said to activate it).
+    sibling = after(engram_home, S4, "cd /work/shop-legacy && pytest specs/ --spec",
+                    "Error: (eval):1: command not found: pytest")
+    assert memory_id in sibling and "That call ran in `/work/shop-legacy`, outside this project's folder: it may " \
+        "need that folder's own set-up." in sibling, sibling
     # A run outside it that failed for want of something (BookMinder's `pip3 install --user pre-commit`): told;
     # one that ran and failed on its own (a test failed), or one inside the environment: not.
     managed = after(engram_home, S5, "pip3 install --user pre-commit",

@@ -68,6 +68,7 @@ SESSION_START_HOOK = REPO / "recall_hook" / "session_start.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
 _FIX_LINE = re.compile(r"^- ((?:This failed|`[^`]+` was not found) the same way .*) \(id: (\S+)\)$")
 _WHERE_LINE = re.compile(r"^- (`[^`]+` is not there: this project's .* is `([^`]+)` \(worked on [^)]*\)\.)$")  # no id
+_BELOW_LINE = re.compile(r"^(This call ran in `([^`]+)`, a folder of the project, .*)$")  # no id: not a memory
 
 
 # --- the replay --------------------------------------------------------------------------------
@@ -143,6 +144,7 @@ def run_hook(home: Path, event: bytes, hook: Path = HOOK, at_ms: int | None = No
     context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
     told = [(m.group(2), m.group(1)) for m in map(_BITE_LINE.match, context.splitlines()) if m]
     told += [(m.group(2), m.group(1)) for m in map(_FIX_LINE.match, context.splitlines()) if m]
+    told += [("cwd:" + m.group(2), m.group(1)) for m in map(_BELOW_LINE.match, context.splitlines()) if m]
     return told + [("where:" + m.group(2), m.group(1)) for m in map(_WHERE_LINE.match, context.splitlines()) if m]
 
 
@@ -258,13 +260,13 @@ def _replay_prompt(home: Path, writer: object, store: object, session: Session, 
             bites.append({"id": bite["id"], "bite": bite["bite"], "at": "prompt"})
             shown.add(bite["id"])
     for call in prompt.tool_calls:
-        for bite_id, text in run_hook(home, _hook_event(session.session_id, call, prompt.cwd)):
+        for bite_id, text in run_hook(home, _hook_event(session.session_id, call, call.cwd or prompt.cwd)):
             if bite_id not in shown:
                 shown.add(bite_id)
                 bites.append({"id": bite_id, "bite": text, "at": "before_tool", "tool": _call_text(call),
                               "tool_use_id": call.tool_use_id})
-        after = _failure_event(session.session_id, call, prompt.cwd) if call.error is not None else \
-            _returned_event(session.session_id, call, prompt.cwd) if call.output is not None else None
+        after = _failure_event(session.session_id, call, call.cwd or prompt.cwd) if call.error is not None else \
+            _returned_event(session.session_id, call, call.cwd or prompt.cwd) if call.output is not None else None
         if after is not None and FAILURE_HOOK.exists():
             for bite_id, text in run_hook(home, after, FAILURE_HOOK):
                 if bite_id not in shown:

@@ -39,6 +39,7 @@ class ToolCall:
     ts_ms: int | None
     error: str | None = None  # the result's text when it failed (is_error)
     output: str | None = None  # a sub-agent's result when it returned (what Claude Code's PostToolUse hook gets)
+    cwd: str | None = None  # where it ran: its line's, which follows the shell's `cd`s (the hooks' event `cwd`)
 
 
 @dataclass
@@ -152,7 +153,7 @@ def read_session(path: Path) -> Session:
                 prompts.append(Prompt(session_id, parsed.uuid, parsed.text, parsed.ts_ms or ts, parsed.cwd,
                                       branch=parsed.git_branch))
             elif prompts and isinstance(parsed, CapturedLine) and parsed.role == "assistant":
-                made = [ToolCall(parsed.uuid, use_id, name, tool_input, parsed.ts_ms or ts)
+                made = [ToolCall(parsed.uuid, use_id, name, tool_input, parsed.ts_ms or ts, cwd=parsed.cwd)
                         for use_id, name, tool_input in _tool_uses(raw)]
                 prompts[-1].tool_calls += made
                 calls.update((call.tool_use_id, call) for call in made)

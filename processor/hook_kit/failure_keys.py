@@ -70,6 +70,13 @@ def says_missing(error: str) -> bool:
     return "no matches found" in lowered or any(marker in lowered for marker in PATH_MISSING)
 
 
+def says_path_missing(lowered_error: str) -> bool:
+    """Whether a lowered error says a path it was given is not there, as a shell, git (``pathspec … did not match
+    any files``) or a test runner (pytest's ``file or directory not found``) says it."""
+    return says_missing(lowered_error) or "did not match any file" in lowered_error \
+        or "file or directory not found" in lowered_error
+
+
 # The agent's harness refusing a read for the file's size (Claude Code's Read: "File content (56293 tokens) exceeds
 # maximum allowed tokens (25000)"), in a read's own result or that of a call that ran others (a sub-agent, ``Task``;
 # the old ``BatchTool``) and met it.

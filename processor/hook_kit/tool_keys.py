@@ -427,6 +427,26 @@ def leaves_project(command: str, root: str | None) -> str | None:
     return None
 
 
+def ran_below_root(command: str, cwd: object, root: str | None) -> str | None:
+    """The folder of the project, below its root, a command ran in (the call's `cwd`) when the command names a
+    path from the project's root that starts with that folder — ``git add apps/web/src/FileBrowser.tsx`` run in
+    ``apps/web``, where an earlier ``cd apps/web && npx vite build`` left Claude Code's shell (cipher-box
+    02-13: "could not open directory 'apps/web/apps/web/src/…'") — before any ``cd`` of its own; else None."""
+    if not isinstance(cwd, str) or not root:
+        return None
+    top, here = root.rstrip("/"), cwd.rstrip("/")
+    if not here.startswith(top + "/"):
+        return None
+    below = here[len(top) + 1:]
+    for step in simple_commands(command):
+        words = step.split()
+        if words[:1] == ["cd"]:
+            return None  # from here on, paths are from the folder it went to
+        if any(word.strip("'\"").startswith(below + "/") for word in words[1:]):
+            return below
+    return None
+
+
 def bare_programs(command: str, root: str | None) -> list[str]:
     """The programs `command` runs bare, in order, each once."""
     found: list[str] = []

@@ -934,6 +934,40 @@ def test_a_program_the_user_said_is_not_here_is_told_before_a_call_that_runs_it(
     assert psql_id in after(engram_home, S3, "psql -h localhost", "zsh:1: command not found: psql")
 
 
+PATHSPEC = ("Exit code 128\nwarning: could not open directory 'apps/web/apps/web/src/components/file-browser/': No "
+            "such file or directory\nfatal: pathspec 'apps/web/src/components/file-browser/FileBrowser.tsx' did not "
+            "match any files")  # cipher-box feecf209, as the session saw it
+
+
+def test_a_call_run_in_a_folder_of_the_project_with_paths_from_its_root_is_told_where_it_ran(
+        engram_home: Path, projects_dir: Path, tmp_path: Path) -> None:
+    """cipher-box 02-13: `cd apps/web && npx vite build`, then `git add apps/web/src/components/file-browser/
+    FileBrowser.tsx && git commit …` met "could not open directory 'apps/web/apps/web/src/…'": Claude Code's shell
+    keeps the folder a `cd` left it in (its lines' `cwd` follows it). The agent looked at `git status` before
+    going back; the same shape recurred in other projects (`uv run pytest test/…` run in `test/`). Right after such
+    a failure: where the call ran, and how to run it — once a session; not for a call that went to a folder of its
+    own first, one run at the project's folder, or a failure that is not a missing path."""
+    process()  # the processor running: its folders made
+    root = tmp_path / "cipher-box"
+    (root / "apps" / "web").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    command = ("git add apps/web/src/components/file-browser/FileBrowser.tsx && git commit -m \"fix(12.2): mount "
+               "useDeviceRegistrySync hook in FileBrowser\"")
+    told = after(engram_home, S1, command, PATHSPEC, cwd=str(root / "apps" / "web"))
+    assert told.count("This call ran in `apps/web`, a folder of the project, with a path from the project's folder "
+                      "(`apps/web/…`): the shell keeps the folder an earlier `cd` left it in. Run it as "
+                      f"`cd {root} && …`, or with paths from `apps/web`.") == 1, told
+    assert after(engram_home, S1, command, PATHSPEC, cwd=str(root / "apps" / "web")) == ""  # once a session
+    missing_test = "ERROR: file or directory not found: test/test_template_rendering.py\n\nno tests ran in 0.01s"
+    (root / "test").mkdir()
+    assert "This call ran in `test`" in after(engram_home, S2, "uv run pytest test/test_template_rendering.py -v",
+                                              missing_test, cwd=str(root / "test"))
+    for command, cwd, error in ((command, str(root), PATHSPEC),
+                                (f"cd {root} && {command}", str(root / "apps" / "web"), PATHSPEC),
+                                (command, str(root / "apps" / "web"), "error: 1Password: failed to fill whole buffer")):
+        assert "This call ran in" not in after(engram_home, S3, command, error, cwd=cwd), (command, cwd)
+
+
 def after_read(home: Path, session: str, path: str, error: str = "File does not exist.", cwd: str = CWD) -> str:
     return run_hook("tool_failure.py", home, {
         "session_id": session, "hook_event_name": "PostToolUseFailure", "cwd": cwd, "tool_name": "Read",

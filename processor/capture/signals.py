@@ -20,7 +20,8 @@ from processor.redaction import Redacted, redacted_json
 log = logging.getLogger(__name__)
 
 # `[main abc1234] subject`, `[main (root-commit) abc1234] subject`, `[detached HEAD abc1234] …`
-_COMMIT_LINE = re.compile(r"^\[[^\]\n]*?\b([0-9a-f]{7,40})\] ", re.MULTILINE)
+# git's line for a commit it made: "[main 63dbde7] …", "[main (root-commit) 1a2b3c4] …", "[detached HEAD 1a2b3c4] …".
+_COMMIT_LINE = re.compile(r"^\[(?:([^\s\]\n()]+)(?: \([^)\n]*\))? )?[^\]\n]*?\b([0-9a-f]{7,40})\] ", re.MULTILINE)
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\b", re.DOTALL)
 _BUGFIX = re.compile(r"\b(fix(?:es|ed|ing)?|bug(?:fix)?|regression|crash(?:es|ed)?|broken|hotfix)\b", re.IGNORECASE)
 _DECISION = re.compile(r"\b(decid\w*|decision|chose|choose|chosen|instead of|switch(?:ed)? to|prefer\w*|"
@@ -204,7 +205,9 @@ def outcome(pending: PendingSignal, is_error: bool, output: str) -> str | None:
         match = _COMMIT_LINE.search(output)
         if not match:
             return None
-        return f"Committed {match.group(1)}: {pending.text}"
+        branch = match.group(1)  # the branch it went on: a later pull into it meets it if no push took it along
+        on = f" on `{branch}`" if branch and branch != "detached" else ""
+        return f"Committed {match.group(2)}{on}: {pending.text}"
     if pending.source == "question":
         answer = output.split(". You can now continue", 1)[0].removeprefix("User has answered your questions: ")
         return f"Asked the user: {pending.text}\nThe user answered: {answer.strip()}" if answer.strip() else None

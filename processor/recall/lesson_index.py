@@ -94,6 +94,7 @@ from processor.memory.guards import branch_guards, forbidden_commands, guard
 from processor.memory.lessons import fixed_by_editing, is_hook_lesson
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
+from processor.memory.unpushed import Commit, commit_of, unpushed
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
@@ -111,6 +112,10 @@ SIGNATURES_PER_FIX = 5  # ways of failing one fix is filed under (a commit hook'
 MAX_BITES = 300
 INDEX_LIMIT = hook_io.LESSONS_LIMIT
 SCANNED = 5_000  # the project's newest memories looked at
+GIT_STATE_CALLS = ("git push", "git reset")  # the calls that take a branch's local commits away (or along)
+PUSH_CALLS = 2_000  # the project's newest such calls read
+UNPUSHED_SHOWN = 3  # a branch's unpushed commits named, the newest first
+UNPUSHED_MESSAGE_CHARS = 60
 
 
 
@@ -254,6 +259,20 @@ def _of_its_kind(ep: Episode, path: str, call_key: str, entry: dict) -> str:
     return f"`{name}`{made} until it was changed: {entry['bite']}"
 
 
+def _unpushed_entry(branch: str, commits: list[Commit]) -> dict:
+    """The commits no session pushed of a branch (the newest first), as told before a pull into it: under the
+    newest one's memory, learned in its session (which has them in its context)."""
+    newest = commits[0]
+    listed = ", ".join(f"`{c.sha[:9]}` {hook_io.one_line(c.message, UNPUSHED_MESSAGE_CHARS)}"
+                       for c in commits[:UNPUSHED_SHOWN])
+    more = f" and {len(commits) - UNPUSHED_SHOWN} more" if len(commits) > UNPUSHED_SHOWN else ""
+    some = "a commit" if len(commits) == 1 else f"{len(commits)} commits"
+    bite = (f"Local `{branch}` has {some} no session here pushed: {listed}{more} (committed "
+            f"{utc_date(newest.ts_ms)}). A pull into it may meet diverged branches.")
+    return {"id": newest.memory_id, "bite": bite, "date": utc_date(newest.ts_ms), "importance": "high",
+            "kind": "fact", "session": newest.session_id}
+
+
 def before_commit(bite: str) -> str:
     """A commit hook's lesson as told before a commit: the step, not the checks its refusals named (an edit of the
     hook's configuration may have dropped them since; right after a refusal, the refusal names its own)."""
@@ -301,7 +320,9 @@ class LessonIndex:
 
     def refresh(self, conn, project: str | None, root: str | None) -> str:
         """Bring the project's index up to date if its memories changed; returns the file's name."""
-        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project))
+        pushes = tool_calls_sql.clean_calls_saying(conn, project, GIT_STATE_CALLS, PUSH_CALLS)
+        signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project),
+                     pushes[0].tool_use_id if pushes else None)
         name = index_name(project)
         if self._signatures.get(project) == signature and (self.folder / name).exists():
             return name
@@ -311,7 +332,8 @@ class LessonIndex:
             if row.memory_id:
                 fixes.setdefault(row.memory_id, []).append(row)
         origins = origins_sql.origins(conn, [ep.id for ep in memories])
-        self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes))
+        left = unpushed([c for ep in memories if origins.get(ep.id) == "signal" and (c := commit_of(ep))], pushes)
+        self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
@@ -319,9 +341,9 @@ class LessonIndex:
 
     def write(self, project: str | None, root: str | None, memories: list[Episode],
               fixes: dict[str, list[FailureSignature]] | None = None, origins: dict[str, str] | None = None,
-              environments: dict[str, set[str]] | None = None) -> Path:
+              environments: dict[str, set[str]] | None = None, left: dict[str, list[Commit]] | None = None) -> Path:
         """Write the project's index. `environments`: the programs the project ran after each activation a fix
-        starts with (``environment_programs``)."""
+        starts with (``environment_programs``); `left`: each branch's commits no session pushed (``unpushed``)."""
         filed: dict[str, list[dict]] = {}
         borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
         guarded: list[str] = []  # rules told before the calls that would break them: not at a session's start
@@ -452,6 +474,8 @@ class LessonIndex:
                                    if step_only and key.startswith("cmd:") else entry)
                     placed = True
             told += placed
+        for branch, commits in (left or {}).items():  # told before a pull into the branch
+            filed.setdefault("pull:" + branch, []).append(_unpushed_entry(branch, commits))
         for key, answer in borrowed:  # newest fix first; never beside the program's own fix of that failure
             fails = filed.setdefault(key, [])
             if len(fails) < FIXES_PER_KEY and not any(same_failure(e.get("sig", []), answer["sig"]) for e in fails):

@@ -64,7 +64,8 @@ def last_said(messages: list[StoredMessage]) -> StoredMessage | None:
 def _commit(summary: str) -> str:
     """A commit memory as the recap names it: ``018c746`` and its subject (the body and a console's cost line
     after the subject's "…" left out)."""
-    sha, _, subject = summary.removeprefix("Committed ").partition(": ")
+    head, _, subject = summary.removeprefix("Committed ").partition(": ")
+    sha = head.split(" ", 1)[0]  # "63dbde7 on `main`": the branch it went on is the session's own
     return f"`{sha}` {subject.split('…', 1)[0].strip()}"
 
 

@@ -412,7 +412,7 @@ def other_prompts(conn: apsw.Connection, session_id: str, uuid: str) -> int:
 
 
 def session_commits(conn: apsw.Connection, session_id: str, limit: int) -> list[str]:
-    """What a session committed, as its commit memories say it ("Committed 018c746: …"), in order."""
+    """What a session committed, as its commit memories say it ("Committed 018c746 on `astral`: …"), in order."""
     return [row[0] for row in conn.execute(
         "SELECT summary FROM episodes WHERE session_id = ? AND status = 'active' AND summary LIKE 'Committed %' "
         "AND id IN (SELECT episode_id FROM memory_origins WHERE miner = 'signal') ORDER BY created_at LIMIT ?",

@@ -107,6 +107,19 @@ def clean_commands_with(conn: apsw.Connection, project: str | None, text: str | 
     return [row[0] for row in rows]
 
 
+def clean_calls_saying(conn: apsw.Connection, project: str | None, needles: tuple[str, ...],
+                       limit: int = 500) -> list[StoredToolCall]:
+    """The project's newest shell calls that ran clean and hold one of `needles` (``git push``), the newest first
+    (by when they ran)."""
+    said = " OR ".join("instr(t.target, ?) > 0" for _ in needles) or "0"
+    rows = conn.execute(
+        f"SELECT {', '.join('t.' + c.strip() for c in _COLUMNS.split(','))} FROM tool_calls t JOIN sessions s "
+        f"ON s.session_id = t.session_id WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 "
+        f"AND t.target IS NOT NULL AND ({said}) ORDER BY coalesce(t.ts_ms, 0) DESC, t.rowid DESC LIMIT ?",
+        (project, *needles, limit))
+    return [_call(row) for row in rows]
+
+
 def clean_calls_assigning(conn: apsw.Connection, project: str | None, limit: int = 500) -> list[StoredToolCall]:
     """The project's newest shell calls that ran clean and set a variable for a command (``DB_HOST=… pnpm dev``,
     or any `=`: the caller reads which), with the calls of the same sessions, the newest first (by when they ran)."""

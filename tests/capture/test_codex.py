@@ -108,7 +108,7 @@ def test_a_commit_made_through_codex_is_a_signal(conn: apsw.Connection, tailer: 
                          "SKIP LOCKED\n 1 file changed")
     tailer.tail(rollout.write())
     ready = conn.execute("SELECT state, text FROM tool_signals").fetchall()
-    assert ready == [("ready", "Committed 3f9a2c1: Switch the queue to SKIP LOCKED")]
+    assert ready == [("ready", "Committed 3f9a2c1 on `main`: Switch the queue to SKIP LOCKED")]
 
 
 def test_engrams_own_and_subagent_sessions_are_not_captured(conn: apsw.Connection, tailer: Tailer, codex_home: Path,

@@ -165,7 +165,7 @@ def test_tool_names_mcp_calls_and_a_commit(conn: apsw.Connection, tailer: Tailer
         ("mcp__engram__memory_recall", "build", 0, None), ("Bash", "git commit -m 'Fix the cart total'", 0, None)]
     # A commit's result is read (the signal awaits it) though the call succeeded.
     assert conn.execute("SELECT state, text FROM tool_signals").fetchall() == [
-        ("ready", "Committed 1a2b3c4: Fix the cart total")]
+        ("ready", "Committed 1a2b3c4 on `main`: Fix the cart total")]
 
 
 def test_a_resumed_session_moves_its_directory(conn: apsw.Connection, tailer: Tailer, copilot_home: Path) -> None:

@@ -85,10 +85,10 @@ def test_a_commit_message_becomes_an_episode(store: EpisodeStore, tmp_path: Path
     Episodizer(store).episodize(final=True)
     [(kind, content, uuids)] = signal_episodes(store)
     assert kind == "bugfix"
-    assert content == "Committed 1a2b3c4: Fix flaky upload retry\n\nThe retry loop now resets its timer."
+    assert content == "Committed 1a2b3c4 on `main`: Fix flaky upload retry\n\nThe retry loop now resets its timer."
     assert json.loads(uuids) == ["a1", "r1"]
     [hit] = store.recall("flaky upload retry commit", limit=1)
-    assert hit.bite.startswith("Committed 1a2b3c4: Fix flaky upload retry")
+    assert hit.bite.startswith("Committed 1a2b3c4 on `main`: Fix flaky upload retry")
     assert Episodizer(store).episodize(final=True) == 0  # built once
 
 
@@ -140,3 +140,15 @@ def test_secrets_in_commit_messages_are_redacted(store: EpisodeStore, tmp_path: 
     [(_, content, _)] = signal_episodes(store)
     assert key not in content and "Rotate key" in content
     assert key not in store.conn.execute("SELECT group_concat(pending) FROM tool_signals").fetchone()[0]
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ("[main 63dbde7] docs: start work on todo", "Committed 63dbde7 on `main`: docs"),
+    ("[main (root-commit) 1a2b3c4] Initial commit", "Committed 1a2b3c4 on `main`: docs"),
+    ("[feat/phase-12.2-encrypted-device-registry 1a12108e3] fix(12.2): mount the hook",
+     "Committed 1a12108e3 on `feat/phase-12.2-encrypted-device-registry`: docs"),
+    ("[detached HEAD 5c2f142] wip", "Committed 5c2f142: docs"),  # on no branch: a pull never meets it
+])
+def test_a_commits_memory_names_the_branch_git_put_it_on(line: str, said: str) -> None:
+    pending = signals.PendingSignal("commit", "docs", "commit_line")
+    assert signals.outcome(pending, False, f"{line}\n 2 files changed, 10 insertions(+)") == said

@@ -962,10 +962,48 @@ def test_a_call_run_in_a_folder_of_the_project_with_paths_from_its_root_is_told_
     (root / "test").mkdir()
     assert "This call ran in `test`" in after(engram_home, S2, "uv run pytest test/test_template_rendering.py -v",
                                               missing_test, cwd=str(root / "test"))
-    for command, cwd, error in ((command, str(root), PATHSPEC),
-                                (f"cd {root} && {command}", str(root / "apps" / "web"), PATHSPEC),
-                                (command, str(root / "apps" / "web"), "error: 1Password: failed to fill whole buffer")):
-        assert "This call ran in" not in after(engram_home, S3, command, error, cwd=cwd), (command, cwd)
+    for ran, cwd, error in ((command, str(root), PATHSPEC),
+                            (f"cd {root} && {command}", str(root / "apps" / "web"), PATHSPEC),
+                            (command, str(root / "apps" / "web"), "error: 1Password: failed to fill whole buffer")):
+        assert "This call ran in" not in after(engram_home, S3, ran, error, cwd=cwd), (ran, cwd)
+
+
+def test_a_commit_no_session_pushed_is_told_before_a_pull_into_its_branch(engram_home: Path,
+                                                                          projects_dir: Path) -> None:
+    """cipher-box 02-10: a session committed the todo it was starting on `main` (`[main 63dbde7] docs: start work on
+    todo`), then branched, pushed the branch and merged it. The next session's `git checkout main && git pull` met
+    diverged branches and went looking for the stray commit (both readers: it needed to know). A branch's commits
+    no later call pushed (nor reset to the remote's) are told before a pull into it — not into a branch that was
+    pushed, and not once a session reset it."""
+    branch = "feat/quick-007-ipns-signature-validation"
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Start work on the IPNS signature todo")
+    first.bash('git add .planning/todos && git commit -m "docs: start work on todo"',
+               "[main 63dbde7] docs: start work on todo\n 2 files changed, 10 insertions(+), 3 deletions(-)")
+    first.bash(f"git checkout -b {branch}", f"Switched to a new branch '{branch}'")
+    first.bash('git commit -m "feat: validate IPNS record signatures"',
+               f"[{branch} a70e79a] feat: validate IPNS record signatures\n 3 files changed")
+    first.bash(f"git push -u origin {branch}", f"branch '{branch}' set up to track 'origin/{branch}'.")
+    first.bash('git commit -m "fix: address review comments"', f"[{branch} ffe6886] fix: address review comments")
+    first.bash("git push", f"To github.com:FSM1/cipher-box.git\n   a70e79a..ffe6886  {branch} -> {branch}")
+    first.say("Pushed; the PR is ready.", end_turn=True)
+    write_conversations(projects_dir, first)
+    store = process()
+    committed = [summary for _, _, summary, _ in mined(store, "signal")]
+    assert "Committed 63dbde7 on `main`: docs: start work on todo" in committed, committed
+    told = before(engram_home, S2, "Bash", {"command": f"git checkout main && git pull && git branch -d {branch}"})
+    assert "Local `main` has a commit no session here pushed: `63dbde7` docs: start work on todo (committed " \
+           "2026-11-01). A pull into it may meet diverged branches." in told, told
+    assert before(engram_home, S3, "Bash", {"command": f"git checkout {branch} && git pull"}) == ""
+    assert before(engram_home, S3, "Bash", {"command": "git pull"}) == ""  # on which branch: not known here
+    later = Conversation(S4, cwd=CWD, start="2026-11-02T10:00:00")
+    later.user("Get main up to date")
+    later.bash("git reset --hard origin/main && git pull", "HEAD is now at 4c1d2e3\nAlready up to date.")
+    later.say("Main matches origin.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    process()
+    RecollectionWriter(load_settings()).write(store, S5, "u-s5", "Merge the PR and update main", project=CWD)
+    assert before(engram_home, S5, "Bash", {"command": "git checkout main && git pull"}) == ""
 
 
 def after_read(home: Path, session: str, path: str, error: str = "File does not exist.", cwd: str = CWD) -> str:

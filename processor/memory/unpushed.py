@@ -90,10 +90,12 @@ def reset_to_remote(command: str) -> set[str]:
     return found
 
 
-def unpushed(commits: Iterable[Commit], calls: Iterable[StoredToolCall]) -> dict[str, list[Commit]]:
+def unpushed(commits: Iterable[Commit], calls: Iterable[StoredToolCall], here: set[str]) -> dict[str, list[Commit]]:
     """Branch → its commits no later call pushed or reset away, the newest first. `calls`: the project's clean
-    ``git push``/``git reset`` calls."""
-    commits = sorted(commits, key=lambda c: c.ts_ms)
+    ``git push``/``git reset`` calls; `here`: the sessions captured on this machine — a commit another machine's
+    session made (its memory pulled from the shared database) is not in this checkout, and its pushes are not
+    among `calls`."""
+    commits = sorted((c for c in commits if c.session_id in here), key=lambda c: c.ts_ms)
     cleared: dict[str, int] = {}  # branch → when a call last pushed it (or reset it to its remote)
     for call in calls:
         at = call.ts_ms or 0

@@ -98,6 +98,7 @@ from processor.memory.unpushed import Commit, commit_of, unpushed
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
+from processor.store import share as share_sql
 from processor.store import tool_calls as tool_calls_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
@@ -332,7 +333,9 @@ class LessonIndex:
             if row.memory_id:
                 fixes.setdefault(row.memory_id, []).append(row)
         origins = origins_sql.origins(conn, [ep.id for ep in memories])
-        left = unpushed([c for ep in memories if origins.get(ep.id) == "signal" and (c := commit_of(ep))], pushes)
+        commits = [c for ep in memories if origins.get(ep.id) == "signal" and (c := commit_of(ep))]
+        here = share_sql.captured_sessions(conn, sorted({c.session_id for c in commits if c.session_id}))
+        left = unpushed(commits, pushes, here)
         self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from processor.hook_kit.tool_keys import pull_keys
-from processor.memory.unpushed import ALL, pushed, reset_to_remote
+from processor.memory.unpushed import ALL, Commit, pushed, reset_to_remote, unpushed
+from processor.store.tool_calls import StoredToolCall
 
 
 @pytest.mark.parametrize(("command", "current", "branches"), [
@@ -43,3 +44,20 @@ def test_a_hard_reset_to_the_remote_takes_a_branchs_local_commits_away() -> None
 ])
 def test_the_branch_a_pull_pulls_into(command: str, branch: str | None, keys: list[str]) -> None:
     assert pull_keys(command, branch) == keys
+
+
+def _push(session: str, at: int, command: str) -> StoredToolCall:
+    return StoredToolCall(tool_use_id=f"toolu_{at}", session_id=session, use_uuid=f"u{at}", ts_ms=at, tool="Bash",
+                          target=command, failed=False, error=None, result_uuid=f"r{at}", result_ts_ms=at + 1)
+
+
+def test_a_branchs_commits_after_its_last_push_are_unpushed_and_only_those_made_here() -> None:
+    """cipher-box 644f505c's `63dbde7` on `main`, then its branch pushed twice; a teammate's commit on `main`, its
+    memory pulled from the shared database, is not in this checkout (nor are that machine's pushes here)."""
+    made = [Commit("m1", "63dbde7", "main", "docs: start work on todo", 100, "s1"),
+            Commit("m2", "a70e79a", "feat/q7", "feat: validate", 200, "s1"),
+            Commit("m3", "ffe6886", "feat/q7", "fix: review", 300, "s1"),
+            Commit("m4", "9c0ffee", "main", "chore: theirs", 350, "s-elsewhere")]
+    calls = [_push("s1", 250, "git push -u origin feat/q7"), _push("s1", 310, "git push")]
+    assert unpushed(made, calls, {"s1"}) == {"main": [made[0]]}
+    assert unpushed(made, [*calls, _push("s2", 400, "git reset --hard origin/main && git pull")], {"s1"}) == {}

@@ -86,12 +86,14 @@ def told_fixes(event: dict, directory: str, session_id: str) -> tuple[list[str],
         return None
     index, root = _index_of(directory, session_id, event)
     lowered = error[:4000].lower()
-    below = _io.kit("tool_keys").ran_below_root(target, event.get("cwd"), root) \
-        if tool_name == "Bash" and target and root and _fail.says_path_missing(lowered) else None
-    if below is not None:  # not a lesson of an earlier session: where this call ran, which its paths did not expect
+    cwd = event.get("cwd")  # a folder below its checkout's: most calls run at the checkout, and `tool_keys` waits
+    moved = _io.kit("tool_keys").ran_below(target, cwd) if tool_name == "Bash" and target and isinstance(cwd, str) \
+        and cwd.rstrip("/") != (root or "").rstrip("/") and _fail.says_path_missing(lowered) else None
+    if moved is not None:  # not a lesson of an earlier session: where this call ran, which its paths did not expect
+        below, above = moved
         if _io.opted_out(directory, session_id) or not _io.claim_shown(directory, session_id, ["cwd:" + below]):
             return None
-        return ["cwd:" + below], _io.format_ran_below_root(below, root.rstrip("/"), _io.agent())
+        return ["cwd:" + below], _io.format_ran_below(below, above, _io.agent())
     # A call that went to another folder first (a sibling checkout) and failed there: what worked here is told with
     # a word that it ran elsewhere, and nothing of where this project's files are.
     elsewhere = _io.kit("tool_keys").leaves_project(target, root) if tool_name == "Bash" and target \

@@ -918,10 +918,10 @@ def format_branch_context(lines: list[str], for_agent: str = CLAUDE) -> str:
     ]), for_agent)
 
 
-def format_ran_below_root(below: str, root: str, for_agent: str = CLAUDE) -> str:
-    """Why a call failed that ran in a folder of the project with paths from its root, fenced."""
+def format_ran_below(below: str, above: str, for_agent: str = CLAUDE) -> str:
+    """Why a call failed that ran in a folder with paths from the folder above it, fenced."""
     return fence(f"This call ran in `{below}`, a folder of the project, with a path from the project's folder "
-                 f"(`{below}/…`): the shell keeps the folder an earlier `cd` left it in. Run it as `cd {root} && …`, "
+                 f"(`{below}/…`): the shell keeps the folder an earlier `cd` left it in. Run it as `cd {above} && …`, "
                  f"or with paths from `{below}`.", for_agent)
 
 

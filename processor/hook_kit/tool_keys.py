@@ -427,23 +427,27 @@ def leaves_project(command: str, root: str | None) -> str | None:
     return None
 
 
-def ran_below_root(command: str, cwd: object, root: str | None) -> str | None:
-    """The folder of the project, below its root, a command ran in (the call's `cwd`) when the command names a
-    path from the project's root that starts with that folder — ``git add apps/web/src/FileBrowser.tsx`` run in
-    ``apps/web``, where an earlier ``cd apps/web && npx vite build`` left Claude Code's shell (cipher-box
-    02-13: "could not open directory 'apps/web/apps/web/src/…'") — before any ``cd`` of its own; else None."""
-    if not isinstance(cwd, str) or not root:
+def ran_below(command: str, cwd: object) -> tuple[str, str] | None:
+    """(the folder below, the folder above it) when `command`, before any ``cd`` of its own, names a path that
+    starts with the last folders of where it ran (`cwd`): ``git add apps/web/src/FileBrowser.tsx`` run in
+    ``…/cipher-box/apps/web``, where an earlier ``cd apps/web && npx vite build`` left Claude Code's shell
+    (cipher-box 02-13: "could not open directory 'apps/web/apps/web/src/…'"), gives (``apps/web``,
+    ``…/cipher-box``) — read from the paths alone, so in a worktree or a clone alike; else None."""
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
         return None
-    top, here = root.rstrip("/"), cwd.rstrip("/")
-    if not here.startswith(top + "/"):
-        return None
-    below = here[len(top) + 1:]
+    parts = [p for p in cwd.split("/") if p]
     for step in simple_commands(command):
         words = step.split()
         if words[:1] == ["cd"]:
             return None  # from here on, paths are from the folder it went to
-        if any(word.strip("'\"").startswith(below + "/") for word in words[1:]):
-            return below
+        for word in words[1:]:
+            path = word.strip("'\"")
+            if path.startswith(("/", "-", "~", ".")) or "/" not in path:
+                continue
+            leading = path.split("/")
+            for depth in range(min(len(parts) - 1, len(leading) - 1), 0, -1):  # the longest that fits
+                if parts[-depth:] == leading[:depth]:
+                    return "/".join(parts[-depth:]), "/" + "/".join(parts[:-depth])
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from processor.hook_kit import hook_io
-from processor.hook_kit.tool_keys import assigned, command_keys, hook_bypass, kind_key, tool_keys
+from processor.hook_kit.tool_keys import assigned, command_keys, hook_bypass, kind_key, ran_below, tool_keys
 
 
 @pytest.mark.parametrize(("name", "tool_input"), [
@@ -149,3 +149,21 @@ def test_the_variables_a_command_sets_and_the_command_without_them(segment: str,
 ])
 def test_a_file_named_by_a_number_has_a_kind(path: str, key: str | None) -> None:
     assert kind_key(path) == key
+
+
+@pytest.mark.parametrize(("command", "cwd", "found"), [
+    ("git add apps/web/src/components/file-browser/FileBrowser.tsx && git commit -m 'fix(12.2): mount the hook'",
+     "/Users/michael/Code/cipher-box/apps/web", ("apps/web", "/Users/michael/Code/cipher-box")),
+    ("git add apps/web/src/FileBrowser.tsx", "/Users/michael/Code/cipher-box/.worktrees/phase-12.2/apps/web",
+     ("apps/web", "/Users/michael/Code/cipher-box/.worktrees/phase-12.2")),  # a worktree's folder alike
+    ("uv run pytest test/test_template_rendering.py -v", "/Users/dain/workspace/claude-code-log/test",
+     ("test", "/Users/dain/workspace/claude-code-log")),
+    ("git add apps/web/src/FileBrowser.tsx", "/Users/michael/Code/cipher-box", None),  # run where its paths start
+    ("cd /Users/michael/Code/cipher-box && git add apps/web/src/x.tsx", "/Users/michael/Code/cipher-box/apps/web",
+     None),  # it went to a folder of its own first
+    ("git add src/x.tsx", "/Users/michael/Code/cipher-box/apps/web", None),
+    ("curl -s http://localhost:3000/web/health", "/srv/app/web", None),
+])
+def test_a_call_run_below_the_folder_its_paths_start_from(command: str, cwd: str,
+                                                           found: tuple[str, str] | None) -> None:
+    assert ran_below(command, cwd) == found

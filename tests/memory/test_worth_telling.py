@@ -779,10 +779,10 @@ def test_a_recipe_whose_way_through_dropped_options_is_told_before_a_call_given_
                                                        "activate"}) == ""
     assert recipe_id in before(engram_home, S3, "Bash", {"command": "uv venv --path .venv"})  # the way it failed
     # uv not found was got past by the `export PATH=…` step; the command it went with failed another way (both
-    # readers: "it quotes a 'fix' command that actually failed").
+    # readers: "it quotes a 'fix' command that actually failed"): the step is the fix, said without the other
+    # failure (round ten's reader: "the closing clause only confuses").
     told = after(engram_home, S4, "uv --version", "(eval):1: command not found: uv")
-    step = '`export PATH="$HOME/.local/bin:$PATH"` first (the command then failed another way)'
-    assert f"what fixed it: {step}" in told, told
+    assert 'what fixed it: `export PATH="$HOME/.local/bin:$PATH"` first.' in told, told
 
 
 def test_a_program_not_found_is_told_after_it_fails_never_before_and_goes_once_it_runs_by_its_name(

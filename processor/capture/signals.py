@@ -19,8 +19,8 @@ from processor.redaction import Redacted, redacted_json
 
 log = logging.getLogger(__name__)
 
-# `[main abc1234] subject`, `[main (root-commit) abc1234] subject`, `[detached HEAD abc1234] …`
-# git's line for a commit it made: "[main 63dbde7] …", "[main (root-commit) 1a2b3c4] …", "[detached HEAD 1a2b3c4] …".
+# git's line for a commit it made, its branch first: `[main abc1234] subject`, `[main (root-commit) abc1234] …`,
+# `[detached HEAD abc1234] …` (on no branch).
 _COMMIT_LINE = re.compile(r"^\[(?:([^\s\]\n()]+)(?: \([^)\n]*\))? )?[^\]\n]*?\b([0-9a-f]{7,40})\] ", re.MULTILINE)
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\b", re.DOTALL)
 _BUGFIX = re.compile(r"\b(fix(?:es|ed|ing)?|bug(?:fix)?|regression|crash(?:es|ed)?|broken|hotfix)\b", re.IGNORECASE)

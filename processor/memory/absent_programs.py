@@ -180,9 +180,10 @@ def said_of(program: str, messages: Iterable[str]) -> list[str]:
     name = re.compile(rf"(?<![\w./-]){re.escape(program)}(?![\w/-])", re.IGNORECASE)
     found: list[str] = []
     for text in messages:
-        for sentence, _ in (found_ for clause in _CLAUSE.split(text) for found_ in user_sentences(clause)):
-            if name.search(sentence) and sentence not in found and len(sentence) <= SAID_CHARS:
-                found.append(sentence)
+        for clause in _CLAUSE.split(text):
+            for sentence, _ in user_sentences(clause):
+                if name.search(sentence) and sentence not in found and len(sentence) <= SAID_CHARS:
+                    found.append(sentence)
     return found
 
 

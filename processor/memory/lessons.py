@@ -89,7 +89,7 @@ class Fix:
         if self.resolved_by.failed and failed and again.endswith(failed) and again != failed:
             # The go that got past this failure failed another way: the step it added is the fix, not the command
             # (`export PATH=… && uv venv -p .uvenv` found uv, and uv refused `-p .uvenv`) — said without that other
-            # failure, which is not this one's (both readers: "the closing clause only confuses").
+            # failure, which is not this one's (a reader: "the closing clause only confuses").
             step = again[:-len(failed)].rstrip().removesuffix("&&").rstrip()
             return f"`{command_told(step, 120, root)}` first"
         return command

@@ -9,8 +9,10 @@ pull`` met "Need to specify how to reconcile divergent branches" and spent calls
 A commit is unpushed when no clean call after it pushed its branch — ``git push`` naming it (``git push -u origin
 feat/x``, ``git push origin HEAD``), a bare ``git push`` from where the branch was checked out (the branch of the
 session's newest commit before it, or of a ``git checkout``/``git switch`` earlier in the same command), or ``--all``
-— nor reset it to its remote (``git reset --hard origin/main``). A commit made on a branch later pushed from another
-machine looks unpushed here: the tell says what the sessions here did, not what the remote holds.
+— nor reset it to its remote (``git reset --hard origin/main``). Only the project's last sessions on this machine
+count (``lesson_index.UNPUSHED_SESSIONS``): a teammate's commit, its memory pulled from the shared database, is in
+another checkout. A commit made here and pushed from another machine looks unpushed: the tell says what the
+sessions here did, not what the remote holds.
 """
 
 from __future__ import annotations
@@ -92,9 +94,9 @@ def reset_to_remote(command: str) -> set[str]:
 
 def unpushed(commits: Iterable[Commit], calls: Iterable[StoredToolCall], here: set[str]) -> dict[str, list[Commit]]:
     """Branch → its commits no later call pushed or reset away, the newest first. `calls`: the project's clean
-    ``git push``/``git reset`` calls; `here`: the sessions captured on this machine — a commit another machine's
-    session made (its memory pulled from the shared database) is not in this checkout, and its pushes are not
-    among `calls`."""
+    ``git push``/``git reset`` calls; `here`: the sessions whose commits count, captured on this machine — a commit
+    another machine's session made (its memory pulled from the shared database) is not in this checkout, and its
+    pushes are not among `calls`."""
     commits = sorted((c for c in commits if c.session_id in here), key=lambda c: c.ts_ms)
     cleared: dict[str, int] = {}  # branch → when a call last pushed it (or reset it to its remote)
     for call in calls:

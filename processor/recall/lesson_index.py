@@ -98,7 +98,6 @@ from processor.memory.unpushed import Commit, commit_of, unpushed
 from processor.store import episodes as episodes_sql
 from processor.store import failures as failures_sql
 from processor.store import origins as origins_sql
-from processor.store import share as share_sql
 from processor.store import tool_calls as tool_calls_sql
 from processor.store.episodes import Episode
 from processor.store.failures import FailureSignature
@@ -114,7 +113,7 @@ MAX_BITES = 300
 INDEX_LIMIT = hook_io.LESSONS_LIMIT
 SCANNED = 5_000  # the project's newest memories looked at
 GIT_STATE_CALLS = ("git push", "git reset")  # the calls that take a branch's local commits away (or along)
-PUSH_CALLS = 2_000  # the project's newest such calls read
+UNPUSHED_SESSIONS = 20  # the project's newest sessions (with calls) whose commits and pushes are read
 UNPUSHED_SHOWN = 3  # a branch's unpushed commits named, the newest first
 UNPUSHED_MESSAGE_CHARS = 60
 
@@ -321,7 +320,10 @@ class LessonIndex:
 
     def refresh(self, conn, project: str | None, root: str | None) -> str:
         """Bring the project's index up to date if its memories changed; returns the file's name."""
-        pushes = tool_calls_sql.clean_calls_saying(conn, project, GIT_STATE_CALLS, PUSH_CALLS)
+        # The project's last sessions here (another machine's are not in this table): what they committed and
+        # pushed — read through the sessions' index, so that a push is seen at the next prompt.
+        recent = tool_calls_sql.project_sessions_with_calls(conn, project, UNPUSHED_SESSIONS) if project else []
+        pushes = tool_calls_sql.clean_calls_saying(conn, recent, GIT_STATE_CALLS)
         signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project),
                      pushes[0].tool_use_id if pushes else None)
         name = index_name(project)
@@ -333,9 +335,8 @@ class LessonIndex:
             if row.memory_id:
                 fixes.setdefault(row.memory_id, []).append(row)
         origins = origins_sql.origins(conn, [ep.id for ep in memories])
-        commits = [c for ep in memories if origins.get(ep.id) == "signal" and (c := commit_of(ep))]
-        here = share_sql.captured_sessions(conn, sorted({c.session_id for c in commits if c.session_id}))
-        left = unpushed(commits, pushes, here)
+        left = unpushed([c for ep in memories if origins.get(ep.id) == "signal" and (c := commit_of(ep))], pushes,
+                        set(recent))
         self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it

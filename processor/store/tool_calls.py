@@ -107,16 +107,17 @@ def clean_commands_with(conn: apsw.Connection, project: str | None, text: str | 
     return [row[0] for row in rows]
 
 
-def clean_calls_saying(conn: apsw.Connection, project: str | None, needles: tuple[str, ...],
-                       limit: int = 500) -> list[StoredToolCall]:
-    """The project's newest shell calls that ran clean and hold one of `needles` (``git push``), the newest first
-    (by when they ran)."""
-    said = " OR ".join("instr(t.target, ?) > 0" for _ in needles) or "0"
+def clean_calls_saying(conn: apsw.Connection, session_ids: list[str], needles: tuple[str, ...]) -> list[StoredToolCall]:
+    """These sessions' shell calls that ran clean and hold one of `needles` (``git push``), the newest first (by
+    when they ran): each session's calls read through its index."""
+    if not session_ids or not needles:
+        return []
+    sessions = ", ".join("?" for _ in session_ids)
+    said = " OR ".join("instr(target, ?) > 0" for _ in needles)
     rows = conn.execute(
-        f"SELECT {', '.join('t.' + c.strip() for c in _COLUMNS.split(','))} FROM tool_calls t JOIN sessions s "
-        f"ON s.session_id = t.session_id WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 "
-        f"AND t.target IS NOT NULL AND ({said}) ORDER BY coalesce(t.ts_ms, 0) DESC, t.rowid DESC LIMIT ?",
-        (project, *needles, limit))
+        f"SELECT {_COLUMNS} FROM tool_calls WHERE session_id IN ({sessions}) AND tool = 'Bash' AND failed = 0 "
+        f"AND target IS NOT NULL AND ({said}) ORDER BY coalesce(ts_ms, 0) DESC, rowid DESC",
+        (*session_ids, *needles))
     return [_call(row) for row in rows]
 
 

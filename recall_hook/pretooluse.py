@@ -32,8 +32,9 @@ works on a file or runs a command, what earlier sessions left about that file or
 lesson index named by the recollection (``lessons/<project>.index``, ``processor/recall/lesson_index.py``),
 looked up by the call's keys (``hook_kit/tool_keys.py``), at most MAX_CALL_BITES memories, each once per session
 (``<session_id>.shown``), none learned in this same session, nothing about a file the agent is creating
-or created, no fix the call already applies (its ``uses``), and a rule's guard only before a call of the form
-the rule forbids (its ``when``). All of it goes out as
+or created, no fix the call already applies (its ``uses``), a rule's guard only before a call of the form
+the rule forbids (its ``when``), and a branch's commits no session pushed before a ``git pull`` into it
+(``pull:<branch>``). All of it goes out as
 ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": ...}, "systemMessage":
 "Engram: 2 memories — ep_…, ep_…"}`` (the line the user sees; off with the ``show_injected``
 setting, which costs a config.toml read only when the environment does not decide) and never

@@ -9,19 +9,20 @@ The failure is known by its call key and signature (``processor/hook_kit/failure
 lines with paths, numbers and names masked). The project's lesson index (``processor/recall/lesson_index.py``, named
 by the session's recollection file, or found from the event's ``cwd`` before there is one) files each fix under its
 failure key with the signature it fixed; the hook reads that one line and tells the fixes whose signature is this
-failure's: "This failed the same way on <date>; what fixed it: …" (or, for a program not found that the project
-runs in the environment another's fix activated, "`python` was not found the same way on <date>; …"). When no
-fix is known and the call missed a path, it tells where the project's file of that name is, or the folder of the
-number it guessed (``processor/hook_kit/where_files.py``: "`…/12.6-CONTEXT.md` is not there: this project's
-`12.6-CONTEXT.md` is `…`"), or, after a ``git checkout`` of a branch that is not there, the project's branch of
-that number (``processor/hook_kit/branches.py``). A read the harness refused for the file's size is told the
-project's other files known too big for it, beside the refused one; a sub-agent whose result says one of its
-reads was, the folders that hold such files (``_too_big_too``): Claude Code's sub-agent returns rather than
-fails, so this hook is its ``PostToolUse`` too (matcher ``Task|Agent``: ``hook_io.failed_call`` reads the
-refusal at the head of its result). Never a
-fix learned in this same session (it is in the agent's context), never one already told in this session
-(``<session>.shown``, shared with the PreToolUse hook), never for a call the user declined or interrupted, or the
-editor's own mechanics.
+failure's: "This failed the same way on <date>; what fixed it: …" (or, for a program not found that the project runs
+in the environment another's fix activated, "`python` was not found the same way on <date>; …"). When no fix is
+known and the call missed a path, it tells where the project's file of that name is, or the folder of the number it
+guessed (``processor/hook_kit/where_files.py``: "`…/12.6-CONTEXT.md` is not there: this project's `12.6-CONTEXT.md`
+is `…`"), or, after a ``git checkout`` of a branch that is not there, the project's branch of that number
+(``processor/hook_kit/branches.py``). A shell call that ran in a folder below its checkout's, with a path from the
+checkout's folder (Claude Code's shell kept an earlier ``cd``), and missed it, is told where it ran and how to run
+it (``tool_keys.ran_below``: no earlier session needed). A read the harness refused for the file's size is told the
+project's other files known too big for it, beside the refused one; a sub-agent whose result says one of its reads
+was, the folders that hold such files (``_too_big_too``): Claude Code's sub-agent returns rather than fails, so this
+hook is its ``PostToolUse`` too (matcher ``Task|Agent``: ``hook_io.failed_call`` reads the refusal at the head of
+its result). Never a fix learned in this same session (it is in the agent's context), never one already told in this
+session (``<session>.shown``, shared with the PreToolUse hook), never for a call the user declined or interrupted,
+or the editor's own mechanics.
 
 The other agents have no event for a failed call alone, so the failure is read from the call's result
 (``processor/hook_kit/hook_io.py`` ``failed_call``): the Codex CLI runs this hook as its ``PostToolUse`` of

@@ -189,7 +189,7 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     # A program the project runs inside an environment, run bare: its environment, before the failure.
     keys += ["fail:" + program for program in _keys.bare_programs(command, root)] if command else []
     if command and "git pull" in command:  # a branch's commits no session pushed: before a pull into it
-        keys += _keys.pull_keys(command, _branch_of(event, recollection))
+        keys += _io.kit("branches").pull_keys(command, _branch_of(event, recollection))
     if not keys:
         return []
     # One line per key (processor/recall/lesson_index.py): find the call's keys' lines, parse only those.

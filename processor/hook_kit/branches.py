@@ -52,7 +52,7 @@ def _words(segment: str) -> list[str]:
     return [w.strip("'\"") for w in segment.split()]
 
 
-def _git_args(segment: str) -> list[str] | None:
+def git_args(segment: str) -> list[str] | None:
     """The words after ``git`` (and its ``-C dir``, ``-c k=v`` options) of a step that runs git; else None."""
     words = _words(segment)
     while words and "=" in words[0] and not words[0].startswith("-"):
@@ -65,12 +65,39 @@ def _git_args(segment: str) -> list[str] | None:
     return words
 
 
+def switched_to(args: list[str]) -> str | None:
+    """The branch a ``git checkout``/``git switch`` (its `git_args`) leaves checked out, one it makes too; None for a
+    file's checkout or a detached one."""
+    if not args or args[0] not in _SWITCHES or "--" in args or "--detach" in args:
+        return None
+    rest = args[1:]
+    for index, word in enumerate(rest[:-1]):
+        if (args[0], word) in _MAKES:
+            return rest[index + 1]
+    names = [w for w in rest if not w.startswith("-")]
+    return names[0] if len(names) == 1 else None
+
+
+def pull_keys(command: str, branch: str | None) -> list[str]:
+    """``pull:<branch>`` for the branch each ``git pull`` of a command pulls into: the checked-out one (`branch`), as
+    a ``git checkout``/``git switch`` earlier in the command moves it (``git checkout main && git pull``)."""
+    keys: list[str] = []
+    for segment in simple_commands(command):
+        args = git_args(segment)
+        if args is None:
+            continue
+        branch = switched_to(args) or branch
+        if args[:1] == ["pull"] and branch and "pull:" + branch not in keys:
+            keys.append("pull:" + branch)
+    return keys
+
+
 def made_branches(command: str) -> list[str]:
     """The branches a shell command makes: ``git checkout -b NAME``, ``git switch -c NAME``, ``git branch NAME``,
     ``git worktree add -b NAME …``."""
     made = []
     for segment in simple_commands(command):
-        args = _git_args(segment)
+        args = git_args(segment)
         if not args:
             continue
         sub, rest = args[0], args[1:]
@@ -92,7 +119,7 @@ def missed_branch(command: str, error: str) -> str | None:
     if not any(marker in lowered for marker in BRANCH_MISSING):
         return None
     for segment in simple_commands(command):
-        args = _git_args(segment)
+        args = git_args(segment)
         if args and args[0] in _SWITCHES:
             names = [w for w in args[1:] if not w.startswith("-")]
             if len(names) == 1 and names[0] in error:

@@ -451,44 +451,6 @@ def ran_below(command: str, cwd: object) -> tuple[str, str] | None:
     return None
 
 
-def git_words(segment: str) -> list[str] | None:
-    """A simple command's words after ``git`` (git's own options before the subcommand left out), or None."""
-    words = segment.split()
-    if words[:1] != ["git"]:
-        return None
-    rest = words[1:]
-    while rest and rest[0].startswith("-"):
-        rest = rest[2:] if rest[0] in ("-C", "-c") else rest[1:]
-    return rest
-
-
-def switched_to(words: list[str]) -> str | None:
-    """The branch a ``git checkout``/``git switch`` (its `git_words`) goes to, a new one too; None for a file's
-    checkout or a detached one."""
-    if not words or words[0] not in ("checkout", "switch") or "--" in words or "--detach" in words:
-        return None
-    args = words[1:]
-    for flag in ("-b", "-B", "-c", "-C", "--create"):
-        if flag in args[:-1]:
-            return args[args.index(flag) + 1].strip("'\"")
-    positional = [w for w in args if not w.startswith("-")]
-    return positional[0].strip("'\"") if len(positional) == 1 else None
-
-
-def pull_keys(command: str, branch: str | None) -> list[str]:
-    """``pull:<branch>`` for the branch each ``git pull`` of a command pulls into: the checked-out one (`branch`), as
-    a ``git checkout``/``git switch`` earlier in the command moves it (``git checkout main && git pull``)."""
-    keys: list[str] = []
-    for segment in simple_commands(command):
-        words = git_words(segment)
-        if words is None:
-            continue
-        branch = switched_to(words) or branch
-        if words[:1] == ["pull"] and branch and "pull:" + branch not in keys:
-            keys.append("pull:" + branch)
-    return keys
-
-
 def bare_programs(command: str, root: str | None) -> list[str]:
     """The programs `command` runs bare, in order, each once."""
     found: list[str] = []

@@ -82,7 +82,7 @@ _NOT_FOR_US = re.compile(r"`[^`\n]{2,60}`[^`.;!?]{0,40}?\b" + DOES_NOT_WORK + r"
                          r"\b(?:in my case|in our case|for me|for us|here|"
                          r"in this (?:repo|repository|project|codebase))\b", re.IGNORECASE)
 # Venting about the work in hand is not a rule about how to work; nor, mostly, is a shout ("it broke again!!") —
-# unless it shouts a rule ("no commits directly to main, ever!!!": ``_shouted_only``).
+# unless it shouts a rule ("no commits directly to main, ever!!!": ``_shouted_rule``).
 _VENTING = re.compile(r"\b(?:hate|hated|annoy\w*|frustrat\w*|tired of|sick of|fed up|ridiculous|stupid|wtf|damn\w*|"
                       r"ugh+|seriously|wasting|wasted|waste of|sigh)\b|!!|\?!", re.IGNORECASE)
 _SHOUT = re.compile(r"!!|\?!")

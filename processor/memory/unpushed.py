@@ -21,7 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from processor.hook_kit.tool_keys import git_words, simple_commands, switched_to
+from processor.hook_kit.branches import git_args, switched_to
+from processor.hook_kit.tool_keys import simple_commands
 from processor.store.episodes import Episode
 from processor.store.tool_calls import StoredToolCall
 
@@ -57,7 +58,7 @@ def pushed(command: str, current: str | None) -> set[str]:
     checkout earlier in the command moves it), every one (``ALL``) for ``--all``/``--mirror``."""
     found: set[str] = set()
     for segment in simple_commands(command):
-        words = git_words(segment)
+        words = git_args(segment)
         if words is None:
             continue
         current = switched_to(words) or current
@@ -86,7 +87,7 @@ def reset_to_remote(command: str) -> set[str]:
     only is gone."""
     found: set[str] = set()
     for segment in simple_commands(command):
-        words = git_words(segment)
+        words = git_args(segment)
         if words and words[0] == "reset" and "--hard" in words:
             found |= {w.partition("/")[2] for w in words[1:] if "/" in w and not w.startswith("-")}
     return found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.hook_kit.tool_keys import pull_keys
+from processor.hook_kit.branches import pull_keys
 from processor.memory.unpushed import ALL, Commit, pushed, reset_to_remote, unpushed
 from processor.store.tool_calls import StoredToolCall
 

@@ -124,9 +124,10 @@ def session_clock() -> str | None:
     return next((lib for lib in FAKETIME_LIBS if os.path.exists(lib)), None)
 
 
-HOOK_CLOCK_NOTE = ("the SessionStart hook ran at each session's start (libfaketime)" if session_clock() else
-                   "the SessionStart hook ran on today's clock: where the last session stopped and what was new are "
-                   "never shown (install libfaketime: apt-get install faketime)")
+HOOK_CLOCK_NOTE = ("the hooks ran on the replayed clock: SessionStart at each session's start, a tool call's at its "
+                   "time (libfaketime)" if session_clock() else
+                   "the hooks ran on today's clock: where the last session stopped, what was new and what a session "
+                   "left running are never shown (install libfaketime: apt-get install faketime)")
 
 
 def run_hook(home: Path, event: bytes, hook: Path = HOOK, at_ms: int | None = None) -> list[tuple[str, str]]:
@@ -260,7 +261,9 @@ def _replay_prompt(home: Path, writer: object, store: object, session: Session, 
             bites.append({"id": bite["id"], "bite": bite["bite"], "at": "prompt"})
             shown.add(bite["id"])
     for call in prompt.tool_calls:
-        for bite_id, text in run_hook(home, _hook_event(session.session_id, call, call.cwd or prompt.cwd)):
+        # On the call's clock, as the real hooks run: what a session left running is told for hours, not days.
+        for bite_id, text in run_hook(home, _hook_event(session.session_id, call, call.cwd or prompt.cwd), HOOK,
+                                      call.ts_ms):
             if bite_id not in shown:
                 shown.add(bite_id)
                 bites.append({"id": bite_id, "bite": text, "at": "before_tool", "tool": _call_text(call),
@@ -268,7 +271,7 @@ def _replay_prompt(home: Path, writer: object, store: object, session: Session, 
         after = _failure_event(session.session_id, call, call.cwd or prompt.cwd) if call.error is not None else \
             _returned_event(session.session_id, call, call.cwd or prompt.cwd) if call.output is not None else None
         if after is not None and FAILURE_HOOK.exists():
-            for bite_id, text in run_hook(home, after, FAILURE_HOOK):
+            for bite_id, text in run_hook(home, after, FAILURE_HOOK, call.ts_ms):
                 if bite_id not in shown:
                     shown.add(bite_id)
                     bites.append({"id": bite_id, "bite": text, "at": "after_tool", "tool": _call_text(call),

@@ -238,6 +238,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             branch = entry.get("branch")
             if isinstance(branch, list) and _branch_of(event, recollection) not in branch:
                 continue  # a rule that keeps commits off a branch: told while the checkout is on it
+            until = entry.get("until")
+            if isinstance(until, int) and (until < _now_ms() or _keys.kills(_io.command_of(tool_input) or "")):
+                continue  # what a session left running: gone by now, or this call stops what runs first
             given = entry.get("unless")
             if isinstance(given, list) and isinstance(tool_input, dict) and any(k in tool_input for k in given):
                 continue  # the call already does what it says (a Read given a `limit` reads a part of the file)
@@ -247,6 +250,12 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
                 if len(found) == MAX_CALL_BITES:
                     return found
     return found
+
+
+def _now_ms() -> int:
+    import time  # built in: loaded only for an entry that expires
+
+    return int(time.time() * 1000)
 
 
 def _branch_of(event: dict, recollection: dict | None) -> str | None:

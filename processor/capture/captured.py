@@ -123,7 +123,8 @@ TARGET_CHARS = 500
 FAILURE_HEAD_CHARS = 1_200
 FAILURE_TAIL_CHARS = 400
 _REDACT_MARGIN = 2_000  # read past each cut before redacting, so a secret that straddles it is still whole
-_TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query")
+# The last two: the background task a TaskStop or KillShell ends (memory/left_running.py).
+_TARGET_KEYS = ("file_path", "notebook_path", "command", "path", "pattern", "url", "query", "task_id", "shell_id")
 # The agent's own todo list, under Claude Code's name and shape: each agent's format maps its tool to it (the
 # Codex CLI's update_plan, the Gemini CLI's write_todos), so where a session stopped reads alike for every agent.
 TODO_TOOL = "TodoWrite"

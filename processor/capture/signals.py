@@ -2,7 +2,9 @@
 
 A commit message (`git commit -m …`, several `-m`, the heredoc form), the reason given when an issue
 or pull request is closed or created (`gh issue close --comment`, `gh pr create --body`, `bd close
---reason`…) and the user's answers to AskUserQuestion say in a few words what was decided or fixed.
+--reason`…) and the user's answers to AskUserQuestion say in a few words what was decided or fixed. A
+command started in the background (Claude Code's ``run_in_background``) outlives its call, and may outlive
+its session: what the next one starts beside it finds its port taken (``processor/memory/left_running.py``).
 The tool_use names the text; only its tool_result, on a later transcript line, says whether it
 happened: a commit rejected by a hook or a failed command must not be remembered.
 """
@@ -22,6 +24,9 @@ log = logging.getLogger(__name__)
 # git's line for a commit it made, its branch first: `[main abc1234] subject`, `[main (root-commit) abc1234] …`,
 # `[detached HEAD abc1234] …` (on no branch).
 _COMMIT_LINE = re.compile(r"^\[(?:([^\s\]\n()]+)(?: \([^)\n]*\))? )?[^\]\n]*?\b([0-9a-f]{7,40})\] ", re.MULTILINE)
+# Claude Code's result for a command started in the background: the task's id, which a TaskStop names.
+_BACKGROUND_TASK = re.compile(r"running in background with ID: ([\w-]+)")
+STARTED = "Started in the background"  # how the memory of a background start begins (memory/left_running.py)
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\b", re.DOTALL)
 _BUGFIX = re.compile(r"\b(fix(?:es|ed|ing)?|bug(?:fix)?|regression|crash(?:es|ed)?|broken|hotfix)\b", re.IGNORECASE)
 _DECISION = re.compile(r"\b(decid\w*|decision|chose|choose|chosen|instead of|switch(?:ed)? to|prefer\w*|"
@@ -46,9 +51,9 @@ _warned: set[str] = set()
 class PendingSignal:
     """What a tool_use would mean if it succeeds: the text to remember and how to check the result."""
 
-    source: str  # "commit" | "tracker" | "question"
+    source: str  # "commit" | "tracker" | "question" | "background"
     text: str
-    check: str  # "commit_line" | "not_error"
+    check: str  # "commit_line" | "not_error" | "background_task"
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -176,7 +181,10 @@ def from_tool_use(name: object, tool_input: object) -> PendingSignal | None:
             _warn_once("Bash", f"Bash tool_use input without a string command ({type(command).__name__}); "
                                "its commit or tracker text, if any, is not captured")
             return None
-        return from_bash(command)
+        found = from_bash(command)
+        if found is None and tool_input.get("run_in_background") is True:
+            return PendingSignal("background", command, "background_task")
+        return found
     if name == "AskUserQuestion":
         questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
         if not isinstance(questions, list):
@@ -208,6 +216,9 @@ def outcome(pending: PendingSignal, is_error: bool, output: str) -> str | None:
         branch = match.group(1)  # the branch it went on: a later pull into it meets it if no push took it along
         on = f" on `{branch}`" if branch and branch != "detached" else ""
         return f"Committed {match.group(2)}{on}: {pending.text}"
+    if pending.check == "background_task":  # its task's id: a TaskStop naming it stopped it
+        task = _BACKGROUND_TASK.search(output)
+        return f"{STARTED}{f' (task `{task.group(1)}`)' if task else ''}: `{pending.text}`"
     if pending.source == "question":
         answer = output.split(". You can now continue", 1)[0].removeprefix("User has answered your questions: ")
         return f"Asked the user: {pending.text}\nThe user answered: {answer.strip()}" if answer.strip() else None
@@ -215,7 +226,9 @@ def outcome(pending: PendingSignal, is_error: bool, output: str) -> str | None:
 
 
 def kind_of(text: str) -> str:
-    """decision or bugfix when the text says so, else fact."""
+    """decision or bugfix when the text says so, else fact (a background start: a fact, whatever it runs)."""
+    if text.startswith(STARTED):
+        return "fact"
     if _DECISION.search(text):
         return "decision"
     if _BUGFIX.search(text):

@@ -471,3 +471,14 @@ def bare_programs(command: str, root: str | None) -> list[str]:
         if program and program not in found:
             found.append(program)
     return found
+
+
+def kills(command: str) -> bool:
+    """Whether a shell command stops processes (``kill $(lsof -ti:3000)``, ``lsof -ti :3000 | xargs kill -9``)."""
+    for segment in simple_commands(command):
+        words = segment.split()
+        while words and (words[0] in ("xargs", "sudo") or words[0].startswith("-")):  # `xargs -r kill`
+            words = words[1:]
+        if words and words[0].rpartition("/")[2] in ("kill", "pkill", "killall"):
+            return True
+    return False

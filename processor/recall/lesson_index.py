@@ -56,6 +56,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 from processor.clock import now_ms, utc_date
@@ -91,6 +92,7 @@ from processor.memory.facts import statement_of
 from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import branch_guards, forbidden_commands, guard
+from processor.memory.left_running import LEFT_RUNNING_HOURS, STOP_TOOLS, Start, by_session, left_running, start_of
 from processor.memory.lessons import fixed_by_editing, is_hook_lesson
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
@@ -116,6 +118,7 @@ GIT_STATE_CALLS = ("git push", "git reset")  # the calls that take a branch's lo
 UNPUSHED_SESSIONS = 20  # the project's newest sessions (with calls) whose commits and pushes are read
 UNPUSHED_SHOWN = 3  # a branch's unpushed commits named, the newest first
 UNPUSHED_MESSAGE_CHARS = 60
+RUNNING_SHOWN = 4  # the commands a session left running named in one tell
 
 
 
@@ -273,6 +276,22 @@ def _unpushed_entry(branch: str, commits: list[Commit]) -> dict:
             "kind": "fact", "session": newest.session_id}
 
 
+def _left_running_entry(starts: list[Start], last_call_ms: int) -> dict:
+    """What a session started in the background and left running (the oldest first), told before a call that starts
+    one of them again: under the first one's memory, while the session's last call is under ``LEFT_RUNNING_HOURS``
+    old (``until``)."""
+    first = starts[0]
+    listed = [f"`{hook_io.one_line(s.command, 80)}`" for s in starts[:RUNNING_SHOWN]]
+    named = listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
+    one = len(starts) == 1
+    them, they, ports = ("it", "it", "its port") if one else ("them", "they", "their ports")
+    ended = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last_call_ms / 1000))
+    bite = (f"A session here (its last call {ended}) started {named} in the background and never stopped {them}: "
+            f"{they} may still be running, holding {ports}. Look (`lsof -i :PORT`, `ps`) before starting {them} again.")
+    return {"id": first.memory_id, "bite": bite, "date": utc_date(first.ts_ms), "importance": "high", "kind": "fact",
+            "session": first.session_id, "until": last_call_ms + LEFT_RUNNING_HOURS * 3_600_000}
+
+
 def before_commit(bite: str) -> str:
     """A commit hook's lesson as told before a commit: the step, not the checks its refusals named (an edit of the
     hook's configuration may have dropped them since; right after a refusal, the refusal names its own)."""
@@ -324,8 +343,9 @@ class LessonIndex:
         # pushed — read through the sessions' index, so that a push is seen at the next prompt.
         recent = tool_calls_sql.project_sessions_with_calls(conn, project, UNPUSHED_SESSIONS) if project else []
         pushes = tool_calls_sql.clean_calls_saying(conn, recent, GIT_STATE_CALLS)
+        stopping = tool_calls_sql.calls_stopping(conn, recent, STOP_TOOLS, "kill")
         signature = (episodes_sql.memories_signature(conn, project), failures_sql.stamp(conn, project),
-                     pushes[0].tool_use_id if pushes else None)
+                     pushes[0].tool_use_id if pushes else None, stopping[-1].tool_use_id if stopping else None)
         name = index_name(project)
         if self._signatures.get(project) == signature and (self.folder / name).exists():
             return name
@@ -335,9 +355,16 @@ class LessonIndex:
             if row.memory_id:
                 fixes.setdefault(row.memory_id, []).append(row)
         origins = origins_sql.origins(conn, [ep.id for ep in memories])
-        left = unpushed([c for ep in memories if origins.get(ep.id) == "signal" and (c := commit_of(ep))], pushes,
-                        set(recent))
-        self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left)
+        signalled = [ep for ep in memories if origins.get(ep.id) == "signal"]
+        left = unpushed([c for ep in signalled if (c := commit_of(ep))], pushes, set(recent))
+        # What the last sessions here started in the background and nothing stopped since.
+        running = by_session(left_running([s for ep in signalled if (s := start_of(ep)) and s.session_id in recent],
+                                          stopping))
+        ended = tool_calls_sql.last_call_times(conn, [s for s in running if s])
+        running_entries = [(_left_running_entry(starts, ended[session]), list(dict.fromkeys(
+            k for start in starts if (k := start.key)))) for session, starts in running.items() if session in ended]
+        self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left,
+                   running_entries)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
@@ -345,9 +372,11 @@ class LessonIndex:
 
     def write(self, project: str | None, root: str | None, memories: list[Episode],
               fixes: dict[str, list[FailureSignature]] | None = None, origins: dict[str, str] | None = None,
-              environments: dict[str, set[str]] | None = None, left: dict[str, list[Commit]] | None = None) -> Path:
+              environments: dict[str, set[str]] | None = None, left: dict[str, list[Commit]] | None = None,
+              running: list[tuple[dict, list[str]]] | None = None) -> Path:
         """Write the project's index. `environments`: the programs the project ran after each activation a fix
-        starts with (``environment_programs``); `left`: each branch's commits no session pushed (``unpushed``)."""
+        starts with (``environment_programs``); `left`: each branch's commits no session pushed (``unpushed``);
+        `running`: what a session left running in the background, each with the keys it is told under."""
         filed: dict[str, list[dict]] = {}
         borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
         guarded: list[str] = []  # rules told before the calls that would break them: not at a session's start
@@ -480,6 +509,9 @@ class LessonIndex:
             told += placed
         for branch, commits in (left or {}).items():  # told before a pull into the branch
             filed.setdefault("pull:" + branch, []).append(_unpushed_entry(branch, commits))
+        for entry, keys in running or []:  # told before a call that starts one of them again
+            for key in keys:
+                filed.setdefault(key, []).insert(0, entry)
         for key, answer in borrowed:  # newest fix first; never beside the program's own fix of that failure
             fails = filed.setdefault(key, [])
             if len(fails) < FIXES_PER_KEY and not any(same_failure(e.get("sig", []), answer["sig"]) for e in fails):

@@ -180,3 +180,28 @@ def prompt_times(conn: apsw.Connection, session_id: str) -> list[int]:
                         "ORDER BY ts_ms", (session_id,))
     return [row[0] for row in rows]
 
+
+
+def calls_stopping(conn: apsw.Connection, session_ids: list[str], tools: tuple[str, ...],
+                   needle: str) -> list[StoredToolCall]:
+    """These sessions' calls of `tools` (a TaskStop) and their shell calls that hold `needle` (``kill``), in the
+    order they ran: each session's calls read through its index."""
+    if not session_ids:
+        return []
+    sessions = ", ".join("?" for _ in session_ids)
+    named = ", ".join("?" for _ in tools) or "''"
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM tool_calls WHERE session_id IN ({sessions}) AND (tool IN ({named}) "
+        "OR tool = 'Bash' AND target IS NOT NULL AND instr(target, ?) > 0) ORDER BY coalesce(ts_ms, 0), rowid",
+        (*session_ids, *tools, needle))
+    return [_call(row) for row in rows]
+
+
+def last_call_times(conn: apsw.Connection, session_ids: list[str]) -> dict[str, int]:
+    """When each of these sessions made its newest tool call (epoch ms)."""
+    if not session_ids:
+        return {}
+    sessions = ", ".join("?" for _ in session_ids)
+    return {row[0]: row[1] for row in conn.execute(
+        f"SELECT session_id, max(ts_ms) FROM tool_calls WHERE session_id IN ({sessions}) AND ts_ms IS NOT NULL "
+        "GROUP BY session_id", session_ids)}

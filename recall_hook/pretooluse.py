@@ -239,8 +239,8 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             if isinstance(branch, list) and _branch_of(event, recollection) not in branch:
                 continue  # a rule that keeps commits off a branch: told while the checkout is on it
             until = entry.get("until")
-            if isinstance(until, int) and (until < _now_ms() or _keys.kills(_io.command_of(tool_input) or "")):
-                continue  # what a session left running: gone by now, or this call stops what runs first
+            if isinstance(until, int) and not _starts_again(tool_input, entry.get("runs"), until):
+                continue  # what a session left running: before a call that starts it again, while it may run
             given = entry.get("unless")
             if isinstance(given, list) and isinstance(tool_input, dict) and any(k in tool_input for k in given):
                 continue  # the call already does what it says (a Read given a `limit` reads a part of the file)
@@ -252,10 +252,16 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     return found
 
 
-def _now_ms() -> int:
-    import time  # built in: loaded only for an entry that expires
+def _starts_again(tool_input: object, runs: object, until: int) -> bool:
+    """Whether the call starts one of `runs` (what a session left running) again, not stopping what runs first
+    (``kill $(lsof -ti:3000); pnpm dev &``), while it may still run (its session's last call is under a few hours
+    old: `until`)."""
+    import time  # built in: loaded only for such an entry
 
-    return int(time.time() * 1000)
+    command = _io.command_of(tool_input)
+    if not command or not isinstance(runs, list) or time.time() * 1000 > until or _keys.kills(command):
+        return False
+    return any(_keys.assigned(segment)[1] in runs for segment in _keys.simple_commands(command))
 
 
 def _branch_of(event: dict, recollection: dict | None) -> str | None:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from processor.capture.signals import STARTED
-from processor.hook_kit.tool_keys import command_key, kills, simple_commands
+from processor.hook_kit.tool_keys import assigned, command_key, kills, simple_commands
 from processor.store.episodes import Episode
 from processor.store.tool_calls import StoredToolCall
 
@@ -42,9 +42,15 @@ class Start:
     session_id: str | None
 
     @property
+    def runs(self) -> str:
+        """What it started, without the variables it set, its redirections or a pipe after it (``DB_HOST=… pnpm
+        --filter api dev 2>&1`` → ``pnpm --filter api dev``): what a later call starting it again runs."""
+        return next((core for seg in simple_commands(self.command) if (core := assigned(seg)[1])), self.command)
+
+    @property
     def key(self) -> str | None:
-        """The ``cmd:`` key of what it runs (``DB_HOST=… pnpm --filter api dev 2>&1`` → that of ``pnpm … dev``)."""
-        return next((k for seg in simple_commands(self.command) if (k := command_key(seg))), None)
+        """The ``cmd:`` key it is filed under (``cmd:pnpm dev``: the filter is left out; ``runs`` tells them apart)."""
+        return command_key(self.runs)
 
 
 def start_of(ep: Episode) -> Start | None:
@@ -79,9 +85,17 @@ def left_running(starts: Iterable[Start], calls: Iterable[StoredToolCall]) -> li
                   key=lambda s: s.ts_ms)
 
 
-def by_session(starts: list[Start]) -> dict[str | None, list[Start]]:
-    """Each session's starts left running (one of a command: its newest), the oldest first."""
-    found: dict[str | None, dict[str, Start]] = {}
-    for start in starts:
-        found.setdefault(start.session_id, {})[start.key or start.command] = start
-    return {session: sorted(kept.values(), key=lambda s: s.ts_ms) for session, kept in found.items()}
+def told_together(starts: list[Start], last_calls: dict[str, int]) -> tuple[list[Start], int] | None:
+    """What is told as left running: the starts of the sessions whose last call (`last_calls`) came within
+    ``LEFT_RUNNING_HOURS`` of the newest such session's, one a command (its newest), the oldest first; and that
+    newest last call. None when nothing is left running."""
+    ended = [last_calls[s.session_id] for s in starts if s.session_id in last_calls]
+    if not ended:
+        return None
+    newest = max(ended)
+    kept: dict[str, Start] = {}
+    for start in sorted(starts, key=lambda s: s.ts_ms):
+        if last_calls.get(start.session_id or "", -1) >= newest - LEFT_RUNNING_HOURS * 3_600_000:
+            kept.pop(start.runs, None)
+            kept[start.runs] = start
+    return list(kept.values()), newest

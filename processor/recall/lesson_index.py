@@ -92,7 +92,7 @@ from processor.memory.facts import statement_of
 from processor.memory.failed_calls import asked_with, of_the_moment, ran_nothing
 from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import branch_guards, forbidden_commands, guard
-from processor.memory.left_running import LEFT_RUNNING_HOURS, STOP_TOOLS, Start, by_session, left_running, start_of
+from processor.memory.left_running import LEFT_RUNNING_HOURS, STOP_TOOLS, Start, left_running, start_of, told_together
 from processor.memory.lessons import fixed_by_editing, is_hook_lesson
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
@@ -276,20 +276,25 @@ def _unpushed_entry(branch: str, commits: list[Commit]) -> dict:
             "kind": "fact", "session": newest.session_id}
 
 
-def _left_running_entry(starts: list[Start], last_call_ms: int) -> dict:
-    """What a session started in the background and left running (the oldest first), told before a call that starts
-    one of them again: under the first one's memory, while the session's last call is under ``LEFT_RUNNING_HOURS``
-    old (``until``)."""
-    first = starts[0]
-    listed = [f"`{hook_io.one_line(s.command, 80)}`" for s in starts[:RUNNING_SHOWN]]
+def _left_running_entry(starts: list[Start], last_call_ms: int) -> tuple[dict, list[str]]:
+    """What the last sessions started in the background and left running (the oldest first), told before a call that
+    starts one of them again (``runs``): under the newest one's memory, while the newest of those sessions' last
+    call is under ``LEFT_RUNNING_HOURS`` old (``until``); with the keys it is filed under."""
+    shown = starts[-RUNNING_SHOWN:]
+    listed = [f"`{hook_io.one_line(s.runs, 80)}`" for s in shown]
     named = listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
-    one = len(starts) == 1
+    one = len(shown) == 1
     them, they, ports = ("it", "it", "its port") if one else ("them", "they", "their ports")
     ended = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last_call_ms / 1000))
-    bite = (f"A session here (its last call {ended}) started {named} in the background and never stopped {them}: "
-            f"{they} may still be running, holding {ports}. Look (`lsof -i :PORT`, `ps`) before starting {them} again.")
-    return {"id": first.memory_id, "bite": bite, "date": utc_date(first.ts_ms), "importance": "high", "kind": "fact",
-            "session": first.session_id, "until": last_call_ms + LEFT_RUNNING_HOURS * 3_600_000}
+    sessions = "A session here (its last call" if len({s.session_id for s in shown}) == 1 else \
+        "Sessions here (the last one's last call"
+    bite = (f"{sessions} {ended}) started {named} in the background and never stopped {them}: {they} may still be "
+            f"running, holding {ports}. Look (`lsof -i :PORT`, `ps`) before starting {them} again.")
+    newest = shown[-1]
+    entry = {"id": newest.memory_id, "bite": bite, "date": utc_date(newest.ts_ms), "importance": "high",
+             "kind": "fact", "session": newest.session_id, "runs": [s.runs for s in shown],
+             "until": last_call_ms + LEFT_RUNNING_HOURS * 3_600_000}
+    return entry, list(dict.fromkeys(k for s in shown if (k := s.key)))
 
 
 def before_commit(bite: str) -> str:
@@ -358,11 +363,10 @@ class LessonIndex:
         signalled = [ep for ep in memories if origins.get(ep.id) == "signal"]
         left = unpushed([c for ep in signalled if (c := commit_of(ep))], pushes, set(recent))
         # What the last sessions here started in the background and nothing stopped since.
-        running = by_session(left_running([s for ep in signalled if (s := start_of(ep)) and s.session_id in recent],
-                                          stopping))
-        ended = tool_calls_sql.last_call_times(conn, [s for s in running if s])
-        running_entries = [(_left_running_entry(starts, ended[session]), list(dict.fromkeys(
-            k for start in starts if (k := start.key)))) for session, starts in running.items() if session in ended]
+        running = left_running([s for ep in signalled if (s := start_of(ep)) and s.session_id in recent], stopping)
+        together = told_together(running, tool_calls_sql.last_call_times(
+            conn, list(dict.fromkeys(s.session_id for s in running if s.session_id))))
+        running_entries = [_left_running_entry(*together)] if together else []
         self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left,
                    running_entries)
         self._signatures[project] = signature

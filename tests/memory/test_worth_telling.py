@@ -2215,3 +2215,74 @@ def test_a_rule_that_keeps_commits_off_a_branch_is_told_before_a_commit_on_it(
                          input=json.dumps(start).encode(), capture_output=True, timeout=30,
                          env={"ENGRAM_HOME": str(engram_home), "PATH": "/usr/bin:/bin"}).stdout.decode()
     assert "no commits directly to main" not in out, out
+
+
+# --- 6. where the last session stopped: what it left running ----------------------------------------------------
+
+
+def _hours_ago(hours: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - hours * 3600))
+
+
+def dev_servers_session(session: str, start: str, *, stop: str | None = None) -> Conversation:
+    """cipher-box 6a77dd8a (02-16): the API, the web app and ngrok started with `run_in_background`, as Claude Code
+    recorded them; `stop`: a last call that stops them."""
+    c = Conversation(session, cwd=CWD, start=start)
+    c.user("start the dev server - redis and postgres are running on 192.168.133.114. also going to need ngrok")
+    for command, task in (("pnpm --filter api dev", "bf99c5a"), ("pnpm --filter web dev", "b272b82"),
+                          ("ngrok http 3000", "bbf6fe1")):
+        c.tool("Bash", {"command": command, "description": "Start it", "run_in_background": True},
+               f"Command running in background with ID: {task}. Output is being written to: "
+               f"/private/tmp/claude-501/-Users-michael-Code-cipher-box/tasks/{task}.output")
+    c.tool("TaskOutput", {"task_id": "bf99c5a", "block": False, "timeout": 5000},
+           "<retrieval_status>not_ready</retrieval_status>\n\n<task_id>bf99c5a</task_id>\n\n<status>running</status>")
+    if stop is not None:
+        c.bash(stop, "all ports free")
+    c.say("The API is on :3000, the web app on :5173 and the tunnel is up.", end_turn=True)
+    return c
+
+
+def test_what_a_session_left_running_in_the_background_is_told_before_a_call_that_starts_it_again(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box 02-16: the next session, two hours later, started the API, the web app and ngrok again on top of
+    the ones left running: ngrok refused (one agent session), the API died with EADDRINUSE, Vite moved port and CORS
+    failed (both readers: it needed to know). A background start is a memory; what no later call stopped is told
+    before a call that starts it again — not before another package's dev server, not before a call that kills what
+    runs first, not once a call stopped it, and not days later."""
+    write_conversations(projects_dir, dev_servers_session(S1, _hours_ago(2)))
+    store = process()
+    started = [summary for _, _, summary, _ in mined(store, "signal")]
+    assert "Started in the background (task `bf99c5a`): `pnpm --filter api dev`" in started, started
+    told = before(engram_home, S2, "Bash", {"command": "pnpm --filter api dev", "run_in_background": True})
+    assert "started `pnpm --filter api dev`, `pnpm --filter web dev` and `ngrok http 3000` in the background and " \
+           "never stopped them: they may still be running, holding their ports. Look (`lsof -i :PORT`, `ps`) before " \
+           "starting them again." in told, told
+    assert before(engram_home, S3, "Bash", {"command": "DB_HOST=192.168.133.114 ngrok http 3000 2>&1"}) != ""
+    assert before(engram_home, S3, "Bash", {"command": "pnpm --filter @cipherbox/mock-ipns-routing dev &>/tmp/m.log &"}
+                  ) == ""  # another package's dev server
+    assert before(engram_home, S3, "Bash", {
+        "command": "kill $(lsof -ti:3000) 2>/dev/null; sleep 1; pnpm --filter api dev &>/tmp/api-dev.log &"}) == ""
+    assert before(engram_home, S1, "Bash", {"command": "pnpm --filter api dev"}) == ""  # its own: it knows
+
+    # Stopped by a later call (any kill: which process it hit is not known), or left days ago: nothing to tell.
+    write_conversations(projects_dir, dev_servers_session(S1, _hours_ago(2)), dev_servers_session(
+        S4, _hours_ago(1), stop="lsof -ti :3000 :5173 :5174 2>/dev/null | sort -u | xargs kill -9 2>/dev/null"))
+    process()
+    assert before(engram_home, S5, "Bash", {"command": "pnpm --filter api dev"}) == ""
+
+
+def test_what_a_session_left_running_days_ago_is_not_told(engram_home: Path, projects_dir: Path) -> None:
+    write_conversations(projects_dir, dev_servers_session(S1, _hours_ago(55)))
+    process()
+    assert before(engram_home, S2, "Bash", {"command": "pnpm --filter api dev"}) == ""
+
+
+def test_a_task_stop_naming_a_background_task_stops_that_one_only(engram_home: Path, projects_dir: Path) -> None:
+    c = dev_servers_session(S1, _hours_ago(3))
+    c.tool("TaskStop", {"task_id": "bf99c5a"}, '{"message":"Successfully stopped task: bf99c5a (pnpm --filter api '
+                                               'dev)","task_id":"bf99c5a","task_type":"local_bash"}')
+    write_conversations(projects_dir, c)
+    process()
+    assert before(engram_home, S2, "Bash", {"command": "pnpm --filter api dev"}) == ""
+    told = before(engram_home, S2, "Bash", {"command": "pnpm --filter web dev"})
+    assert "started `pnpm --filter web dev` and `ngrok http 3000` in the background" in told, told

@@ -211,9 +211,13 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             continue
         for entry in entries:
             bite_id = entry.get("id") if isinstance(entry, dict) else None
+            if isinstance(bite_id, str) and entry.get("marks") is True:
+                _io.claim_shown(directory, session_id, [], created=_io.KNOWN_PREFIX + bite_id)
+                continue  # the call runs the step a lesson says to run first: the session knows it, and is not told
             if (not isinstance(bite_id, str) or bite_id in shown or bite_id in exclude
-                    or entry.get("session") == session_id or any(bite_id == i for i, _ in found)):
-                continue  # told already, or learned in this very session: it has it in its context
+                    or entry.get("session") == session_id or any(bite_id == i for i, _ in found)
+                    or _io.KNOWN_PREFIX + bite_id in created):
+                continue  # told already, learned in this very session, or known there: it has it in its context
             if key.startswith("fail:") and entry.get("before") is not True and (
                     not isinstance(entry.get("ran"), str) or _io.set_up_gone(entry, root)
                     or _io.set_up_active(entry, root)):

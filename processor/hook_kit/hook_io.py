@@ -509,6 +509,9 @@ KEYS_MARK = "#keys\t"
 PATHS_SUFFIX = ".paths"
 PATHS_LIMIT = 1024 * 1024
 SHOWN_SUFFIX = ".shown"  # <session>.shown: {"shown": [ids], "asked": [ids], "created": [paths]}
+# Among "created": a memory the session showed it knows (it ran the step a commit hook's lesson says to run first),
+# as "known:<id>": never told there, and not recorded as told.
+KNOWN_PREFIX = "known:"
 SHOWN_LIMIT = 16 * 1024
 SHOWN_KEPT = 200  # ids kept in <session>.shown (the oldest dropped)
 CREATED_PATHS = 100

@@ -56,6 +56,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -119,6 +120,7 @@ UNPUSHED_SESSIONS = 20  # the project's newest sessions (with calls) whose commi
 UNPUSHED_SHOWN = 3  # a branch's unpushed commits named, the newest first
 UNPUSHED_MESSAGE_CHARS = 60
 RUNNING_SHOWN = 4  # the commands a session left running named in one tell
+_STEP = re.compile(r"\brun `([^`]+)`")  # the step a commit hook's lesson says to run first
 
 
 
@@ -510,6 +512,12 @@ class LessonIndex:
                     entries.append({**entry, "bite": before_commit(entry["bite"])}
                                    if step_only and key.startswith("cmd:") else entry)
                     placed = True
+            if step_only and placed:
+                # A session that runs the step itself knows it (BookMinder 05-30 ran `pre-commit run --all-files`,
+                # then committed): a call running it marks the lesson known there, and no commit after is told it.
+                for key in dict.fromkeys(k for step in _STEP.findall(entry["bite"]) for k in command_keys(step, root)):
+                    if key.startswith("cmd:") and key not in keys:
+                        filed.setdefault(key, []).append({"id": ep.id, "marks": True, "session": ep.session_id})
             told += placed
         for branch, commits in (left or {}).items():  # told before a pull into the branch
             filed.setdefault("pull:" + branch, []).append(_unpushed_entry(branch, commits))

@@ -111,6 +111,13 @@ def test_a_commit_hooks_refusal_teaches_running_its_checks_first_not_the_retry(
     told = before(engram_home, S3, "Bash", {"command": 'git commit -m "More docs"'})
     assert step in told and "git add README.md" not in told, told
     assert step in after(engram_home, S4, 'git commit -m "X"', refusal)
+    # A session that ran the step itself knows it (BookMinder 05-30): its commits after are not told it, and the
+    # viewer's ledger does not say it was.
+    assert before(engram_home, S5, "Bash", {"command": f"cd {CWD} && {step} 2>&1 | tail -20"}) == ""
+    assert before(engram_home, S5, "Bash", {"command": 'git commit -m "Docs"'}) == ""
+    ingest(store.conn, engram_home / "recollections")
+    assert not store.conn.execute("SELECT 1 FROM injections WHERE session_id = ?", (S5,)).fetchall()
+    assert store.conn.execute("SELECT 1 FROM injections WHERE session_id = ?", (S3,)).fetchall()  # S3 was told
 
 
 def clean_commit_session(session: str, start: str) -> Conversation:

@@ -2293,3 +2293,44 @@ def test_a_task_stop_naming_a_background_task_stops_that_one_only(engram_home: P
     assert before(engram_home, S2, "Bash", {"command": "pnpm --filter api dev"}) == ""
     told = before(engram_home, S2, "Bash", {"command": "pnpm --filter web dev"})
     assert "started `pnpm --filter web dev` and `ngrok http 3000` in the background" in told, told
+
+
+# --- 9. facts learned by looking: how the project's files of a kind are named ------------------------------------
+
+
+def test_a_name_pattern_none_of_the_projects_files_of_its_kind_fits_is_told_how_they_are_named(
+        engram_home: Path, projects_dir: Path) -> None:
+    """cipher-box 02-12: `ls …/12-multi-factor-authentication/*-PLAN.md` met "no matches found" (the plans are
+    `12-PLAN-01.md`); a day later `ls -1 .planning/phases/12.2-*/*-PLAN.md 2>/dev/null | sort` printed nothing and
+    the session listed folders twice to find `12.2-PLAN-01.md`. Before a call looking for files by a pattern no file
+    of that kind the sessions worked on fits: how they are named. Silent when one fits, or the pattern names no
+    kind (`*.md`)."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Execute phase 12")
+    first.bash("ls .planning/phases/12-multi-factor-authentication/*-PLAN.md",
+               "(eval):1: no matches found: .planning/phases/12-multi-factor-authentication/*-PLAN.md", error=True)
+    first.read(f"{CWD}/.planning/phases/12-multi-factor-authentication/12-PLAN-01.md")
+    first.read(f"{CWD}/.planning/phases/12-multi-factor-authentication/12-PLAN-02.md")
+    first.read(f"{CWD}/.planning/phases/12-multi-factor-authentication/12-CONTEXT.md")
+    first.say("Both plans read.", end_turn=True)
+    write_conversations(projects_dir, first)
+    process()
+    told = before(engram_home, S2, "Bash", {"command": "ls -1 .planning/phases/12.2-*/*-PLAN.md 2>/dev/null | sort"})
+    assert "- `.planning/phases/12.2-*/*-PLAN.md` matches no file this project's sessions worked on: its files of " \
+           "that kind are named like `12-PLAN-02.md` (`.planning/phases/12-multi-factor-authentication/12-PLAN-02.md`, " \
+           "worked on 2026-11-01)." in told, told
+    assert before(engram_home, S2, "Glob", {"pattern": "**/*-PLAN.md"}) == ""  # told once a session
+    assert "12-PLAN-02.md" in before(engram_home, S3, "Glob", {"pattern": "**/*-PLAN.md"})
+    assert before(engram_home, S4, "Bash", {"command": "ls .planning/phases/*/*-PLAN-*.md"}) == ""  # fits
+    assert before(engram_home, S4, "Bash", {"command": "ls .planning/phases/12.2-*/*.md"}) == ""  # no kind
+    assert before(engram_home, S4, "Bash", {"command": "grep -rn 'PLAN.*md' --include='*.md' ."}) == ""
+
+
+def test_a_name_pattern_a_file_on_this_machine_fits_is_not_told(tmp_path: Path) -> None:
+    from processor.hook_kit.named_like import named_lines
+    paths = '{"project": "x"}\n"12-PLAN-01.md"\t[[".planning/phases/12-a/12-PLAN-01.md", "2026-11-01", "s1"]]\n'
+    assert named_lines(".planning/phases/12.2-*/*-PLAN.md", paths, str(tmp_path))  # nothing there: told
+    (tmp_path / ".planning" / "phases" / "12.2-b").mkdir(parents=True)
+    (tmp_path / ".planning" / "phases" / "12.2-b" / "12.2-01-PLAN.md").write_text("# plan")
+    assert named_lines(".planning/phases/12.2-*/*-PLAN.md", paths, str(tmp_path)) == []
+    assert named_lines("**/*-PLAN.md", paths, str(tmp_path)) == []

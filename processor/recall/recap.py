@@ -4,7 +4,9 @@ Later sessions often begin by continuing, and the user asks: "do you know what w
 "where did we leave off?" (BookMinder, both). The memories answer neither: a lesson waits for its call, a commit
 message is recalled only when searched for. So a prompt that asks about the previous session is told, as one bite
 with it, what that session said last (its closing summary, in its own words), what it committed and what its todo
-list left open. Only when asked: opening every session with the last one's summary tells most of them nothing.
+list left open — and the file the project's sessions keep their open work in (BookMinder's `TODO.md`, changed in
+three of its last five sessions: the user asked the next one "Did you check TODO.md?"). Only when asked: opening
+every session with the last one's summary tells most of them nothing.
 
 English cues only; the question must be asked (a sentence with the cue that asks or requests: "… previous
 sessions were done with Sonnet 3.7" is not), and "where were we?" in a session that already had prompts (after a
@@ -17,9 +19,11 @@ import re
 from dataclasses import replace
 
 from processor.clock import utc_date
+from processor.hook_kit.hook_io import EDITING
 from processor.recall.digest import open_todos
 from processor.store import digest as digest_sql
 from processor.store import episodes as episodes_sql
+from processor.store import tool_calls as tool_calls_sql
 from processor.store.episodes import StoredMessage
 
 # What names the previous session's work, and what makes a sentence ask for it. "Where were we?" asked in a
@@ -35,6 +39,10 @@ SAID_CHARS = 360  # of the session's closing words, at most: the gist of a summa
 MIN_SAID = 60  # characters: "Done." is not a closing summary
 LOOKED_AT = 20  # the session's newest assistant messages read for its last words
 COMMITS = 4
+# A file that holds a project's open work, by its name's stem (`TODO.md`, `.planning/STATE.md`, `ROADMAP.md`):
+# one changed in at least PLAN_SESSIONS of the project's last RECENT_SESSIONS sessions is named with the recap.
+PLAN_STEMS = frozenset({"todo", "todos", "roadmap", "state", "plan", "backlog", "tasks", "progress", "next"})
+PLAN_SESSIONS, RECENT_SESSIONS = 2, 5
 _TOOL_MARK = re.compile(r"\[tool: [^\]]*\]")
 
 
@@ -96,6 +104,26 @@ def _gist(text: str, limit: int) -> str:
     return f"{_cut(text[:found.start()], max(limit - len(ahead) - 1, 40))} {ahead}"
 
 
+def plan_file(conn, project: str, session_id: str) -> str | None:
+    """The file the project's recent sessions keep their open work in, with how often they changed it: a `TODO.md`
+    (or `ROADMAP.md`, `.planning/STATE.md`, …) changed in PLAN_SESSIONS or more of the last RECENT_SESSIONS other
+    sessions — the one changed in the most, then the most recently. None when there is none."""
+    recent = [s for s in tool_calls_sql.project_sessions_with_calls(conn, project, RECENT_SESSIONS + 1)
+              if s != session_id][:RECENT_SESSIONS]
+    changed: dict[str, set[str]] = {}  # file name → the sessions that changed a file of that name
+    for target, session in tool_calls_sql.files_changed(conn, recent, EDITING):
+        name = target.rstrip("/").rpartition("/")[2]
+        stem, dot, extension = name.rpartition(".")
+        if dot and extension.lower() in ("md", "txt", "org") and stem.lower() in PLAN_STEMS:
+            changed.setdefault(name, set()).add(session)
+    ranked = sorted(changed.items(), key=lambda item: len(item[1]), reverse=True)  # stable: the newest first
+    if not ranked or len(ranked[0][1]) < PLAN_SESSIONS:
+        return None
+    name, sessions = ranked[0]
+    return (f"This project's sessions keep their open work in `{name}` (changed in {len(sessions)} of the last "
+            f"{len(recent)}).")
+
+
 def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
     """The bite that says what the project's newest other session did: its last words, its commits, its open todo
     items; None when there is no such session or it left nothing to say."""
@@ -107,6 +135,7 @@ def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
     said = last_said(episodes_sql.last_messages(conn, last.session_id, "assistant", LOOKED_AT))
     commits = [_commit(c) for c in episodes_sql.session_commits(conn, last.session_id, COMMITS)]
     todos = open_todos(last.todos)
+    plan = plan_file(conn, project, session_id)
     opening = f"The last session of this project ({utc_date(last.at)}) "
     parts = []
     if commits:
@@ -114,12 +143,12 @@ def recap_bite(conn, project: str | None, session_id: str) -> dict | None:
     if todos:
         parts.append("left its todo list with " + "; ".join(_cut(t, 70) for t in todos[:3]))
     if said is not None:  # its closing words take the room the rest leaves: the bite is shown whole
-        room = BITE_ROOM - len(opening) - sum(len(p) + 5 for p in parts) - len("ended saying: “”")
+        room = BITE_ROOM - len(opening) - sum(len(p) + 5 for p in parts) - len("ended saying: “”") - len(plan or "")
         parts.insert(0, f"ended saying: “{_gist(said.text, min(SAID_CHARS, max(room, 120)))}”")
     if not parts:
         return None
     uuid = said.uuid if said is not None else last.message_uuid
     if not uuid:
         return None
-    text = opening + "; it ".join(parts) + "."
+    text = opening + "; it ".join(parts) + "." + (f" {plan}" if plan else "")
     return {"id": f"msg_{uuid}", "bite": text, "date": utc_date(last.at), "importance": "high", "kind": "task"}

@@ -205,3 +205,17 @@ def last_call_times(conn: apsw.Connection, session_ids: list[str]) -> dict[str, 
     return {row[0]: row[1] for row in conn.execute(
         f"SELECT session_id, max(ts_ms) FROM tool_calls WHERE session_id IN ({sessions}) AND ts_ms IS NOT NULL "
         "GROUP BY session_id", session_ids)}
+
+
+def files_changed(conn: apsw.Connection, session_ids: list[str], tools: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(path, session) of each file these sessions changed (`tools`: Edit, Write, …) and the tool did not fail on,
+    the most recently changed first: each session's calls read through its index."""
+    if not session_ids or not tools:
+        return []
+    sessions = ", ".join("?" for _ in session_ids)
+    named = ", ".join("?" for _ in tools)
+    rows = conn.execute(
+        f"SELECT target, session_id, max(coalesce(ts_ms, 0)) AS last FROM tool_calls WHERE session_id IN ({sessions}) "
+        f"AND tool IN ({named}) AND failed = 0 AND target IS NOT NULL GROUP BY target, session_id ORDER BY last DESC",
+        (*session_ids, *tools))
+    return [(row[0], row[1]) for row in rows]

@@ -1526,6 +1526,36 @@ def test_the_recap_keeps_what_the_last_session_said_was_left_to_do(engram_home: 
     assert "anything else" not in recap and len(recap) <= 600, recap
 
 
+@pytest.mark.parametrize(("changed", "named"), [
+    ((["TODO.md", "README.md"], ["src/app.py"], ["TODO.md"], ["README.md"]), "`TODO.md` (changed in 2 of the last 4)"),
+    ((["TODO.md", "README.md"], ["src/app.py"], ["README.md"], ["README.md"]), None),  # once: not where it is kept
+])
+def test_the_recap_names_the_file_the_projects_sessions_keep_their_open_work_in(
+        engram_home: Path, projects_dir: Path, changed: tuple[list[str], ...], named: str | None) -> None:
+    """BookMinder: three of the five sessions before 05-29 changed `TODO.md` (its pinned priorities on top); asked
+    "where did we left off?", the next session recapped the last one's analysis and the user had to ask "Did you
+    check TODO.md and CLAUDE.md?" (both readers: the recap missed it). A `TODO.md` (`ROADMAP.md`, `STATE.md`, …)
+    changed in two or more of the last five sessions is named with the recap."""
+    sessions = []
+    for n, paths in enumerate(changed):
+        c = Conversation(f"35353535-0000-4000-8000-0000000004{n:02d}", cwd=CWD, start=f"2026-11-0{n + 1}T10:00:00")
+        c.user("Work on the next pinned item")
+        for path in paths:
+            c.edit(f"{CWD}/{path}")
+        c.say(CLOSING, end_turn=True)
+        sessions.append(c)
+    write_conversations(projects_dir, *sessions)
+    store = process()
+    RecollectionWriter(load_settings()).write(store, S2, "u-s2", "where did we left off?", project=CWD)
+    bites = json.loads((load_settings().recollections_dir / f"{S2}.json").read_text())["bites"]
+    [recap] = [b["bite"] for b in bites if b["bite"].startswith("The last session of this project")]
+    if named:
+        assert recap.endswith(f" This project's sessions keep their open work in {named}."), recap
+    else:
+        assert "open work" not in recap, recap
+    assert len(recap) <= 600, recap
+
+
 @pytest.mark.parametrize(("prompt", "told"), [
     ("ok so where were we?", False),  # cipher-box's, right after a /compact: this session's work
     ("and what did we do in our last session?", True),  # names it
@@ -2317,8 +2347,8 @@ def test_a_name_pattern_none_of_the_projects_files_of_its_kind_fits_is_told_how_
     process()
     told = before(engram_home, S2, "Bash", {"command": "ls -1 .planning/phases/12.2-*/*-PLAN.md 2>/dev/null | sort"})
     assert "- `.planning/phases/12.2-*/*-PLAN.md` matches no file this project's sessions worked on: its files of " \
-           "that kind are named like `12-PLAN-02.md` (`.planning/phases/12-multi-factor-authentication/12-PLAN-02.md`, " \
-           "worked on 2026-11-01)." in told, told
+           "that kind are named like `12-PLAN-02.md` (`.planning/phases/12-multi-factor-authentication/" \
+           "12-PLAN-02.md`, worked on 2026-11-01)." in told, told
     assert before(engram_home, S2, "Glob", {"pattern": "**/*-PLAN.md"}) == ""  # told once a session
     assert "12-PLAN-02.md" in before(engram_home, S3, "Glob", {"pattern": "**/*-PLAN.md"})
     assert before(engram_home, S4, "Bash", {"command": "ls .planning/phases/*/*-PLAN-*.md"}) == ""  # fits

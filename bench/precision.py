@@ -68,8 +68,6 @@ SESSION_START_HOOK = REPO / "recall_hook" / "session_start.py"
 _BITE_LINE = re.compile(r"^- \[[^\]]*\] (.*) \(id: (\S+)\)$")
 _FIX_LINE = re.compile(r"^- ((?:This failed|`[^`]+` was not found) the same way .*) \(id: (\S+)\)$")
 _WHERE_LINE = re.compile(r"^- (`[^`]+` is not there: this project's .* is `([^`]+)` \(worked on [^)]*\)\.)$")  # no id
-_NAMED_LINE = re.compile(r"^- (`[^`]+` matches no file this project's sessions worked on: .* \(`([^`]+)`, worked on "
-                         r"[^)]*\)\.)$")  # no id: not a memory
 _BELOW_LINE = re.compile(r"^(This call ran in `([^`]+)`, a folder of the project, .*)$")  # no id: not a memory
 
 
@@ -148,7 +146,6 @@ def run_hook(home: Path, event: bytes, hook: Path = HOOK, at_ms: int | None = No
     told = [(m.group(2), m.group(1)) for m in map(_BITE_LINE.match, context.splitlines()) if m]
     told += [(m.group(2), m.group(1)) for m in map(_FIX_LINE.match, context.splitlines()) if m]
     told += [("cwd:" + m.group(2), m.group(1)) for m in map(_BELOW_LINE.match, context.splitlines()) if m]
-    told += [("named:" + m.group(2), m.group(1)) for m in map(_NAMED_LINE.match, context.splitlines()) if m]
     return told + [("where:" + m.group(2), m.group(1)) for m in map(_WHERE_LINE.match, context.splitlines()) if m]
 
 

@@ -176,7 +176,7 @@ def _named_like(directory: str, session_id: str, recollection: dict | None, even
         base = call[1]["path"]
     found: list[tuple[str, str]] = []
     for pattern in patterns[:3]:
-        found += [f for f in named_like.named_lines(pattern, text, base, root) if f[0] not in shown and f not in found]
+        found += [f for f in named_like.named_lines(pattern, text, base) if f[0] not in shown and f not in found]
     return found[:1]
 
 

@@ -100,50 +100,34 @@ def _on_disk(base: str, pattern: str) -> bool:
     return False
 
 
-def _folders_like(pattern: str) -> str:
-    """The pattern's folder part with each folder that has a wildcard made any folder (``.planning/phases/12.2-*/``
-    → ``.planning/phases/*/``): where the files of its kind are looked for."""
-    folder = pattern.rpartition("/")[0]
-    return "/".join("*" if "*" in part or "?" in part else part for part in folder.split("/")) if folder else ""
-
-
-def named_lines(pattern: str, paths_text: str, base: str | None, root: str | None = None) -> list[tuple[str, str]]:
-    """(id, line) of the newest file of the pattern's kind the project's sessions worked on, in folders like the
-    pattern's, when none of the files they worked on fits the pattern, nor a file below `base` (where the call
-    runs) on this machine: `paths_text`, the project's ``.paths`` file (paths below `root`). [] otherwise."""
+def named_lines(pattern: str, paths_text: str, base: str | None) -> list[tuple[str, str]]:
+    """(id, line) of the newest file of the pattern's kind the project's sessions worked on, when none of them fits
+    it, nor a file below `base` (where the call runs) on this machine: `paths_text`, the project's ``.paths`` file.
+    [] otherwise."""
     kind = kind_of(pattern)
     if kind is None:
         return []
     word, extension = kind
     name_pattern = pattern.rstrip("/").rpartition("/")[2]
-    whole = pattern
-    if root and base and base.rstrip("/").startswith(root.rstrip("/") + "/") and not pattern.startswith("/"):
-        whole = base.rstrip("/")[len(root.rstrip("/")) + 1:] + "/" + pattern  # the call ran in a folder of it
-    elif root and pattern.startswith(root.rstrip("/") + "/"):
-        whole = pattern[len(root.rstrip("/")) + 1:]
-    while whole.startswith("./"):
-        whole = whole[2:]
-    folders = _folders_like(whole)
-    newest: tuple[str, str, str] | None = None  # (name, path, day)
+    newest: tuple[str, str] | None = None  # (name, its line's list of files)
     for line in paths_text.split("\n")[1:]:
-        quoted, tab, listed = line.partition("\t")
+        quoted, tab, files = line.partition("\t")
         name = quoted[1:-1]
         if not tab or len(quoted) < 2 or "/" in name or ":" in name or not name.endswith("." + extension):
             continue  # a folder's or a branch's line, or another kind of file
         if word not in name:
             continue
-        try:
-            files = [f for f in loads(listed) if isinstance(f, list) and len(f) == 3 and isinstance(f[0], str)]
-        except ValueError:
-            continue
-        for path, day, _ in files:
-            if fits(whole, path) or (whole.startswith("**/") and fits(whole[3:], path)):
-                return []  # a file it worked on fits: the pattern finds what it looks for
-            if newest is None and not fits(name_pattern, name) and (
-                    not folders or folders.startswith("**") or fits(folders, path.rpartition("/")[0])):
-                newest = (name, path, str(day))  # the map lists the most recently worked on first
+        if fits(name_pattern, name):
+            return []  # a file of that kind fits: the pattern finds what it looks for
+        newest = newest or (name, files)  # the map lists the most recently worked on first
     if newest is None or (base and is_dir(base) and _on_disk(base, pattern)):
         return []
-    name, path, day = newest
+    name, files = newest
+    try:
+        path, day, _ = loads(files)[0]
+    except (ValueError, TypeError, IndexError):
+        return []
+    if not isinstance(path, str) or not isinstance(day, str):
+        return []
     return [(PREFIX + path, f"- `{pattern}` matches no file this project's sessions worked on: its files of that kind "
                             f"are named like `{name}` (`{path}`, worked on {day[:10]}).")]

@@ -88,9 +88,8 @@ def run(stdin: bytes) -> str | None:
     after = _io.after_call(event)
     fixes = _failure_fixes(event, directory, session_id) if after else None
     branches = [] if after else _branches_made(directory, session_id, recollection, event)
-    named = [] if after else _named_like(directory, session_id, recollection, event)
     home = directory.rpartition("/")[0]
-    if not lines and not about and not branches and not named:
+    if not lines and not about and not branches:
         return None if fixes is None else _io.answer(event, _io.PRE_TOOL, fixes[1], fixes[0], home)
     # The session opted out by a marker in a prompt: the processor wrote <session>.off (one stat, only
     # when about to inject; a recollection written just before the opt-out must not slip through).
@@ -98,14 +97,13 @@ def run(stdin: bytes) -> str | None:
         return None
     # Told once a session, by whichever hook first: a message's bites and what is told about the call alike
     # (and a message's bites once: a parallel tool call's hook may have injected them).
-    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about + branches + named], asked=ids,
-                            message=message_uuid if lines else None) if about or ids or branches or named else []
+    fresh = _io.claim_shown(directory, session_id, [i for i, _ in about + branches], asked=ids,
+                            message=message_uuid if lines else None) if about or ids or branches else []
     lines = [line for line, i in zip(lines, ids, strict=True) if i in fresh]
     ids = [i for i in ids if i in fresh]
     about = [(i, line) for i, line in about if i in fresh]
     branches = [(i, line) for i, line in branches if i in fresh]
-    named = [(i, line) for i, line in named if i in fresh]
-    if not lines and not about and not branches and not named and fixes is None:
+    if not lines and not about and not branches and fixes is None:
         return None
     agent = _io.agent()
     parts = [_io.format_context(lines, agent)] if lines else []
@@ -113,8 +111,6 @@ def run(stdin: bytes) -> str | None:
         parts.append(_io.format_call_context(_target(event), [line for _, line in about], agent, after=after))
     if branches:
         parts.append(_io.format_branch_context([line for _, line in branches], agent))
-    if named:
-        parts.append(_io.format_named_context([line for _, line in named], agent))
     told = ids + [i for i, _ in about]  # what the processor records as told: memories, not the project's branches
     if fixes is not None:
         parts.append(fixes[1])
@@ -156,28 +152,6 @@ def _branches_made(directory: str, session_id: str, recollection: dict | None, e
             entries = _io.read_paths(directory, name, branches.PREFIX + key)
             found += [f for f in branches.branch_lines(branch, entries, session_id) if f[0] not in shown]
     return found
-
-
-def _named_like(directory: str, session_id: str, recollection: dict | None, event: dict) -> list[tuple[str, str]]:
-    """Before a shell call or a Glob that looks for files by a name pattern none of the project's files of that kind
-    fits: how they are named (``processor/hook_kit/named_like.py``): (id, line), [] for every other call."""
-    call = _io.call_of(event)
-    if call is None or call[0] not in ("Bash", "Glob") or "*" not in str(call[1])[:4000]:
-        return []  # most calls name no pattern: the kit's module is not loaded
-    named_like = _io.kit("named_like")
-    patterns = named_like.patterns(*call)
-    name, root = _io.lessons_index(recollection, event) if patterns else (None, None)
-    text = _io.paths_text(directory, name) if patterns else None
-    if not text:
-        return []
-    shown, _ = _io.load_shown(directory, session_id)
-    base = event.get("cwd") if isinstance(event.get("cwd"), str) else root
-    if call[0] == "Glob" and isinstance(call[1].get("path"), str):
-        base = call[1]["path"]
-    found: list[tuple[str, str]] = []
-    for pattern in patterns[:3]:
-        found += [f for f in named_like.named_lines(pattern, text, base) if f[0] not in shown and f not in found]
-    return found[:1]
 
 
 def _message_bites(directory: str, session_id: str, recollection: dict) -> tuple[list[str], list[str], str]:

@@ -140,14 +140,6 @@ def exists(path: str) -> bool:
         return False
 
 
-def list_dir(path: str) -> list[str]:
-    """The names in a folder; [] when it is not one or cannot be read."""
-    try:
-        return _os.listdir(path)
-    except (OSError, ValueError):
-        return []
-
-
 def kit(name: str):
     """A module of the hooks' kit, imported only by the calls that need it (each module loaded is start-up time
     for every call): as ``processor.hook_kit.<name>``, or by its plain name where the kit's folder is on
@@ -640,11 +632,6 @@ def set_up_active(entry: dict, root: str | None) -> bool:
                              or folder + "/bin" in (getenv("PATH") or "").split(":"))
 
 
-def paths_text(directory: str, name: str | None) -> str | None:
-    """The project's ``.paths`` file (the files its sessions worked on, by name), whole; None when there is none."""
-    return _project_file(directory, name, PATHS_SUFFIX, PATHS_LIMIT)
-
-
 def read_paths(directory: str, name: str | None, file_name: str) -> list:
     """The files named `file_name` the project of index `name` worked on: ``[[path, date, session], …]``."""
     text = _project_file(directory, name, PATHS_SUFFIX, PATHS_LIMIT)
@@ -939,15 +926,6 @@ def format_ran_below(below: str, above: str, for_agent: str = CLAUDE) -> str:
     return fence(f"This call ran in `{below}`, a folder of the project, with a path from the project's folder "
                  f"(`{below}/…`): the shell keeps the folder an earlier `cd` left it in. Run it as `cd {above} && …`, "
                  f"or with paths from `{below}`.", for_agent)
-
-
-def format_named_context(lines: list[str], for_agent: str = CLAUDE) -> str:
-    """How the project's files of the kind a call's name pattern looks for are named, fenced."""
-    return fence("\n".join([
-        "Earlier sessions of this project worked on files of that kind under other names:",
-        *lines,
-        "If those are the ones you meant, look for them by that name. Otherwise, continue your work.",
-    ]), for_agent)
 
 
 def format_where_context(lines: list[str], for_agent: str = CLAUDE) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 import apsw
 
 from processor.clock import now_ms, utc_date
-from processor.hook_kit import branches, hook_io, named_like
+from processor.hook_kit import branches, hook_io
 from processor.memory.unasked import bite_of
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as sql
@@ -42,7 +42,6 @@ from processor.store import write_transaction
 log = logging.getLogger(__name__)
 
 WHERE_PREFIX = "where:"  # processor/hook_kit/where_files.py: where a missed path's file is
-NAMED_PREFIX = named_like.PREFIX  # processor/hook_kit/named_like.py: how the files a name pattern looked for are named
 BRANCH_PREFIX = branches.PREFIX  # processor/hook_kit/branches.py: the project's branch of a number
 
 # Written by the hooks (processor/hook_kit/hook_io.py write_state and claim_shown, processor/recall/digest.py
@@ -109,9 +108,6 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
                 if told_id.startswith(WHERE_PREFIX):  # where the file a failed call missed is: no memory of its own
                     path = told_id[len(WHERE_PREFIX):]
                     statement = f"This project's `{path.rpartition('/')[2]}` is `{path}`."
-                elif told_id.startswith(NAMED_PREFIX):  # how the files a call's name pattern looked for are named
-                    path = told_id[len(NAMED_PREFIX):]
-                    statement = f"This project's files of that kind are named like `{path.rpartition('/')[2]}`."
                 elif told_id.startswith(BRANCH_PREFIX):  # the project's branch of the number a call named
                     statement = f"This project's branch of that number is `{told_id[len(BRANCH_PREFIX):]}`."
                 else:

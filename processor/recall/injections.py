@@ -34,6 +34,7 @@ import apsw
 
 from processor.clock import now_ms, utc_date
 from processor.hook_kit import branches, hook_io
+from processor.memory import tool_roles
 from processor.memory.unasked import bite_of
 from processor.store import episodes as episodes_sql
 from processor.store import viewer as sql
@@ -42,6 +43,7 @@ from processor.store import write_transaction
 log = logging.getLogger(__name__)
 
 WHERE_PREFIX = "where:"  # processor/hook_kit/where_files.py: where a missed path's file is
+USES_PREFIX = tool_roles.PREFIX  # processor/memory/tool_roles.py: what the project runs for a job (its linter, …)
 BRANCH_PREFIX = branches.PREFIX  # processor/hook_kit/branches.py: the project's branch of a number
 
 # Written by the hooks (processor/hook_kit/hook_io.py write_state and claim_shown, processor/recall/digest.py
@@ -108,6 +110,8 @@ def ingest(conn: apsw.Connection, recollections_dir: Path) -> int:
                 if told_id.startswith(WHERE_PREFIX):  # where the file a failed call missed is: no memory of its own
                     path = told_id[len(WHERE_PREFIX):]
                     statement = f"This project's `{path.rpartition('/')[2]}` is `{path}`."
+                elif told_id.startswith(USES_PREFIX):  # what the project runs for a job another program was missed for
+                    statement = f"This project runs `{told_id[len(USES_PREFIX):]}` for that job."
                 elif told_id.startswith(BRANCH_PREFIX):  # the project's branch of the number a call named
                     statement = f"This project's branch of that number is `{told_id[len(BRANCH_PREFIX):]}`."
                 else:

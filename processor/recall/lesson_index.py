@@ -96,6 +96,8 @@ from processor.memory.guards import branch_guards, forbidden_commands, guard
 from processor.memory.left_running import LEFT_RUNNING_HOURS, STOP_TOOLS, Start, left_running, start_of, told_together
 from processor.memory.lessons import fixed_by_editing, is_hook_lesson
 from processor.memory.stale_fixes import missing_paths
+from processor.memory.tool_roles import PREFIX as USES_PREFIX
+from processor.memory.tool_roles import PROGRAMS, Used, others, programs_of, project_tools
 from processor.memory.unasked import RECIPE_ROOM, bite_of, pushable
 from processor.memory.unpushed import Commit, commit_of, unpushed
 from processor.store import episodes as episodes_sql
@@ -299,6 +301,20 @@ def _left_running_entry(starts: list[Start], last_call_ms: int) -> tuple[dict, l
     return entry, list(dict.fromkeys(k for s in shown if (k := s.key)))
 
 
+def _tool_entries(used: list[Used], ran: set[str]) -> list[tuple[str, dict]]:
+    """(key, entry) of what the project runs for each job, told right after another program of the job its sessions
+    never ran is not found (``tool_roles``)."""
+    found: list[tuple[str, dict]] = []
+    for tool in used:
+        for other in others(tool, ran):
+            bite = (f"This project {tool.job} with `{tool.program}`: `{hook_io.one_line(tool.command, 100)}` ran "
+                    f"clean here ({utc_date(tool.ts_ms)}); its sessions never ran `{other}`.")
+            found.append(("fail:" + other, {"id": USES_PREFIX + tool.program, "bite": bite,
+                                            "date": utc_date(tool.ts_ms), "importance": "normal", "kind": "fact",
+                                            "sig": missing_signatures(other)}))
+    return found
+
+
 def before_commit(bite: str) -> str:
     """A commit hook's lesson as told before a commit: the step, not the checks its refusals named (an edit of the
     hook's configuration may have dropped them since; right after a refusal, the refusal names its own)."""
@@ -369,8 +385,11 @@ class LessonIndex:
         together = told_together(running, tool_calls_sql.last_call_times(
             conn, list(dict.fromkeys(s.session_id for s in running if s.session_id))))
         running_entries = [_left_running_entry(*together)] if together else []
+        # What the project runs for each job (its linter, its test runner), from its clean calls naming one.
+        named = tool_calls_sql.clean_calls_naming(conn, project, tuple(sorted(PROGRAMS))) if project else []
+        tools = _tool_entries(project_tools(named), {p for command, _ in named for p in programs_of(command)})
         self.write(project, root, memories, fixes, origins, environment_programs(conn, project, fixes), left,
-                   running_entries)
+                   running_entries, tools)
         self._signatures[project] = signature
         if len(self._signatures) > 1_000:  # one entry per project: only a store of many projects trims it
             self._signatures.pop(next(iter(self._signatures)))
@@ -379,10 +398,12 @@ class LessonIndex:
     def write(self, project: str | None, root: str | None, memories: list[Episode],
               fixes: dict[str, list[FailureSignature]] | None = None, origins: dict[str, str] | None = None,
               environments: dict[str, set[str]] | None = None, left: dict[str, list[Commit]] | None = None,
-              running: list[tuple[dict, list[str]]] | None = None) -> Path:
+              running: list[tuple[dict, list[str]]] | None = None,
+              tools: list[tuple[str, dict]] | None = None) -> Path:
         """Write the project's index. `environments`: the programs the project ran after each activation a fix
         starts with (``environment_programs``); `left`: each branch's commits no session pushed (``unpushed``);
-        `running`: what a session left running in the background, each with the keys it is told under."""
+        `running`: what a session left running in the background, each with the keys it is told under; `tools`:
+        what the project runs for a job, under the failure of another program of it."""
         filed: dict[str, list[dict]] = {}
         borrowed: list[tuple[str, dict]] = []  # "not found" fixes that answer another program's "not found"
         guarded: list[str] = []  # rules told before the calls that would break them: not at a session's start
@@ -524,6 +545,10 @@ class LessonIndex:
         for entry, keys in running or []:  # told before a call that starts one of them again
             for key in keys:
                 filed.setdefault(key, []).insert(0, entry)
+        for key, entry in tools or []:  # after the program's own fixes (a `biome` the user said is not here)
+            fails = filed.setdefault(key, [])
+            if len(fails) < FIXES_PER_KEY:
+                fails.append(entry)
         for key, answer in borrowed:  # newest fix first; never beside the program's own fix of that failure
             fails = filed.setdefault(key, [])
             if len(fails) < FIXES_PER_KEY and not any(same_failure(e.get("sig", []), answer["sig"]) for e in fails):

@@ -219,3 +219,17 @@ def files_changed(conn: apsw.Connection, session_ids: list[str], tools: tuple[st
         f"AND tool IN ({named}) AND failed = 0 AND target IS NOT NULL GROUP BY target, session_id ORDER BY last DESC",
         (*session_ids, *tools))
     return [(row[0], row[1]) for row in rows]
+
+
+def clean_calls_naming(conn: apsw.Connection, project: str | None, names: tuple[str, ...],
+                       limit: int = 500) -> list[tuple[str, int]]:
+    """The project's newest shell commands that ran clean and hold one of `names` (``eslint``), with when they
+    ran, the newest first."""
+    if not names:
+        return []
+    said = " OR ".join("instr(t.target, ?) > 0" for _ in names)
+    rows = conn.execute(
+        "SELECT t.target, coalesce(t.ts_ms, 0) FROM tool_calls t JOIN sessions s ON s.session_id = t.session_id "
+        f"WHERE s.project IS ? AND t.tool = 'Bash' AND t.failed = 0 AND t.target IS NOT NULL AND ({said}) "
+        "ORDER BY coalesce(t.ts_ms, 0) DESC, t.rowid DESC LIMIT ?", (project, *names, limit))
+    return [(row[0], row[1]) for row in rows]

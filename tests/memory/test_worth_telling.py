@@ -2323,3 +2323,24 @@ def test_a_task_stop_naming_a_background_task_stops_that_one_only(engram_home: P
     assert before(engram_home, S2, "Bash", {"command": "pnpm --filter api dev"}) == ""
     told = before(engram_home, S2, "Bash", {"command": "pnpm --filter web dev"})
     assert "started `pnpm --filter web dev` and `ngrok http 3000` in the background" in told, told
+
+
+def test_a_program_not_found_for_a_job_is_told_the_one_the_project_runs_for_it(engram_home: Path,
+                                                                               projects_dir: Path) -> None:
+    """cipher-box 02-16: `pnpm --filter web exec biome check …` and `pnpm biome check …` met 'Command "biome" not
+    found', then an `npx biome check` checked nothing; the project lints with ESLint (`npx eslint --fix …` ran
+    clean on 02-12; both labellers: it needed to know). Right after a linter (formatter, test runner) the
+    project's sessions never ran is not found: the one they ran for that job."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Fix the lint errors in the page objects")
+    first.bash("npx eslint --fix tests/e2e/page-objects/file-browser/context-menu.page.ts 2>&1", "")
+    first.say("Fixed.", end_turn=True)
+    write_conversations(projects_dir, first)
+    process()
+    told = after(engram_home, S2, "pnpm --filter web exec biome check apps/web/src/routes/SettingsPage.tsx 2>&1",
+                 "Exit code 254\nundefined\n/work/shop/apps/web:\n\u2009ERR_PNPM_RECURSIVE_EXEC_FIRST_FAIL\u2009 "
+                 'Command "biome" not found')
+    assert "This project lints with `eslint`: `npx eslint --fix tests/e2e/page-objects/file-browser/" \
+           "context-menu.page.ts 2>&1` ran clean here (2026-11-01); its sessions never ran `biome`." in told, told
+    assert before(engram_home, S3, "Bash", {"command": "npx biome check src/"}) == ""  # only after it is not found
+    assert "eslint" not in after(engram_home, S3, "npx prettier --check src", "zsh: command not found: prettier")

@@ -4,8 +4,8 @@ Later sessions often begin by continuing, and the user asks: "do you know what w
 "where did we leave off?" (BookMinder, both). The memories answer neither: a lesson waits for its call, a commit
 message is recalled only when searched for. So a prompt that asks about the previous session is told, as one bite
 with it, what that session said last (its closing summary, in its own words), what it committed and what its todo
-list left open — and the file the project's sessions keep their open work in (BookMinder's `TODO.md`, changed in
-three of its last five sessions: the user asked the next one "Did you check TODO.md?"). Only when asked: opening
+list left open — and the file the project's sessions keep their open work in (BookMinder's `TODO.md`, where a
+session pinned the priorities: the user asked the next one "Did you check TODO.md?"). Only when asked: opening
 every session with the last one's summary tells most of them nothing.
 
 English cues only; the question must be asked (a sentence with the cue that asks or requests: "… previous
@@ -40,9 +40,10 @@ MIN_SAID = 60  # characters: "Done." is not a closing summary
 LOOKED_AT = 20  # the session's newest assistant messages read for its last words
 COMMITS = 4
 # A file that holds a project's open work, by its name's stem (`TODO.md`, `.planning/STATE.md`, `ROADMAP.md`):
-# one changed in at least PLAN_SESSIONS of the project's last RECENT_SESSIONS sessions is named with the recap.
+# one changed in any of the project's last RECENT_SESSIONS sessions is named with the recap (BookMinder pinned its
+# priorities in TODO.md in one session; the next four did not touch it, and the fifth needed them).
 PLAN_STEMS = frozenset({"todo", "todos", "roadmap", "state", "plan", "backlog", "tasks", "progress", "next"})
-PLAN_SESSIONS, RECENT_SESSIONS = 2, 5
+PLAN_SESSIONS, RECENT_SESSIONS = 1, 5
 _TOOL_MARK = re.compile(r"\[tool: [^\]]*\]")
 
 
@@ -106,8 +107,8 @@ def _gist(text: str, limit: int) -> str:
 
 def plan_file(conn, project: str, session_id: str) -> str | None:
     """The file the project's recent sessions keep their open work in, with how often they changed it: a `TODO.md`
-    (or `ROADMAP.md`, `.planning/STATE.md`, …) changed in PLAN_SESSIONS or more of the last RECENT_SESSIONS other
-    sessions — the one changed in the most, then the most recently. None when there is none."""
+    (or `ROADMAP.md`, `.planning/STATE.md`, …) changed in the last RECENT_SESSIONS other sessions — the one changed
+    in the most, then the most recently. None when there is none."""
     recent = [s for s in tool_calls_sql.project_sessions_with_calls(conn, project, RECENT_SESSIONS + 1)
               if s != session_id][:RECENT_SESSIONS]
     changed: dict[str, set[str]] = {}  # file name → the sessions that changed a file of that name

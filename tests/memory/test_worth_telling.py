@@ -1528,14 +1528,15 @@ def test_the_recap_keeps_what_the_last_session_said_was_left_to_do(engram_home: 
 
 @pytest.mark.parametrize(("changed", "named"), [
     ((["TODO.md", "README.md"], ["src/app.py"], ["TODO.md"], ["README.md"]), "`TODO.md` (changed in 2 of the last 4)"),
-    ((["TODO.md", "README.md"], ["src/app.py"], ["README.md"], ["README.md"]), None),  # once: not where it is kept
+    ((["TODO.md"], ["src/app.py"], ["README.md"], ["README.md"]), "`TODO.md` (changed in 1 of the last 4)"),
+    ((["NOTES.md", "README.md"], ["src/app.py"], ["README.md"], ["docs/state-machine.md"]), None),
 ])
 def test_the_recap_names_the_file_the_projects_sessions_keep_their_open_work_in(
         engram_home: Path, projects_dir: Path, changed: tuple[list[str], ...], named: str | None) -> None:
-    """BookMinder: three of the five sessions before 05-29 changed `TODO.md` (its pinned priorities on top); asked
+    """BookMinder: one of the five sessions before 05-29 pinned its priorities atop `TODO.md`; asked
     "where did we left off?", the next session recapped the last one's analysis and the user had to ask "Did you
     check TODO.md and CLAUDE.md?" (both readers: the recap missed it). A `TODO.md` (`ROADMAP.md`, `STATE.md`, …)
-    changed in two or more of the last five sessions is named with the recap."""
+    changed in any of the last five sessions is named with the recap."""
     sessions = []
     for n, paths in enumerate(changed):
         c = Conversation(f"35353535-0000-4000-8000-0000000004{n:02d}", cwd=CWD, start=f"2026-11-0{n + 1}T10:00:00")

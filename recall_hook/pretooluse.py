@@ -245,6 +245,8 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             until = entry.get("until")
             if isinstance(until, int) and not _starts_again(tool_input, entry.get("runs"), until):
                 continue  # what a session left running: before a call that starts it again, while it may run
+            if "starts" in entry and not _runs_one(tool_input, entry["starts"]):
+                continue  # a local override a session left: before a call that starts what reads it
             given = entry.get("unless")
             if isinstance(given, list) and isinstance(tool_input, dict) and any(k in tool_input for k in given):
                 continue  # the call already does what it says (a Read given a `limit` reads a part of the file)
@@ -263,7 +265,15 @@ def _starts_again(tool_input: object, runs: object, until: int) -> bool:
     import time  # built in: loaded only for such an entry
 
     command = _io.command_of(tool_input)
-    if not command or not isinstance(runs, list) or time.time() * 1000 > until or _keys.kills(command):
+    if not command or time.time() * 1000 > until or _keys.kills(command):
+        return False
+    return _runs_one(tool_input, runs)
+
+
+def _runs_one(tool_input: object, runs: object) -> bool:
+    """Whether the call runs one of `runs` (``pnpm --filter web dev``), its variables and redirections aside."""
+    command = _io.command_of(tool_input)
+    if not command or not isinstance(runs, list):
         return False
     return any(_keys.assigned(segment)[1] in runs for segment in _keys.simple_commands(command))
 

@@ -4,7 +4,9 @@ A commit message (`git commit -m …`, several `-m`, the heredoc form), the reas
 or pull request is closed or created (`gh issue close --comment`, `gh pr create --body`, `bd close
 --reason`…) and the user's answers to AskUserQuestion say in a few words what was decided or fixed. A
 command started in the background (Claude Code's ``run_in_background``) outlives its call, and may outlive
-its session: what the next one starts beside it finds its port taken (``processor/memory/left_running.py``).
+its session: what the next one starts beside it finds its port taken (``processor/memory/left_running.py``). A
+local override a session writes (``apps/web/.env.local``: "VITE_API_URL=https://api-staging…") stays when the
+session ends, and what the next one starts reads it (``processor/memory/overrides.py``).
 The tool_use names the text; only its tool_result, on a later transcript line, says whether it
 happened: a commit rejected by a hook or a failed command must not be remembered.
 """
@@ -27,6 +29,8 @@ _COMMIT_LINE = re.compile(r"^\[(?:([^\s\]\n()]+)(?: \([^)\n]*\))? )?[^\]\n]*?\b(
 # Claude Code's result for a command started in the background: the task's id, which a TaskStop names.
 _BACKGROUND_TASK = re.compile(r"running in background with ID: ([\w-]+)")
 STARTED = "Started in the background"  # how the memory of a background start begins (memory/left_running.py)
+WROTE = "Wrote local override"  # how the memory of a written override begins (memory/overrides.py)
+OVERRIDE_CHARS = 400  # a written override longer than this is a file of the project, not a few settings
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n(.*?)\n\s*\2\b", re.DOTALL)
 _BUGFIX = re.compile(r"\b(fix(?:es|ed|ing)?|bug(?:fix)?|regression|crash(?:es|ed)?|broken|hotfix)\b", re.IGNORECASE)
 _DECISION = re.compile(r"\b(decid\w*|decision|chose|choose|chosen|instead of|switch(?:ed)? to|prefer\w*|"
@@ -51,7 +55,7 @@ _warned: set[str] = set()
 class PendingSignal:
     """What a tool_use would mean if it succeeds: the text to remember and how to check the result."""
 
-    source: str  # "commit" | "tracker" | "question" | "background"
+    source: str  # "commit" | "tracker" | "question" | "background" | "override"
     text: str
     check: str  # "commit_line" | "not_error" | "background_task"
 
@@ -185,6 +189,8 @@ def from_tool_use(name: object, tool_input: object) -> PendingSignal | None:
         if found is None and tool_input.get("run_in_background") is True:
             return PendingSignal("background", command, "background_task")
         return found
+    if name in ("Write", "Edit") and isinstance(tool_input, dict):
+        return _override(tool_input)
     if name == "AskUserQuestion":
         questions = tool_input.get("questions") if isinstance(tool_input, dict) else None
         if not isinstance(questions, list):
@@ -194,6 +200,23 @@ def from_tool_use(name: object, tool_input: object) -> PendingSignal | None:
         asked = [q.get("question") for q in questions if isinstance(q, dict) and isinstance(q.get("question"), str)]
         return PendingSignal("question", "\n".join(asked), "not_error")
     return None
+
+
+def is_override(path: str) -> bool:
+    """Whether a file is a local override of the project's settings: a `.env` file (``apps/web/.env.local``,
+    ``.env.development``), a ``*.local.*`` one (``settings.local.json``), a compose override."""
+    name = path.rstrip("/").rpartition("/")[2]
+    return name.startswith(".env") or ".local." in name or name.endswith(".local") or "override" in name
+
+
+def _override(tool_input: dict) -> PendingSignal | None:
+    """A Write (its content) or an Edit (its new text) of a local override, short: what it now sets."""
+    path = tool_input.get("file_path")
+    text = tool_input.get("content") if "content" in tool_input else tool_input.get("new_string")
+    if not isinstance(path, str) or not isinstance(text, str) or not is_override(path) or not text.strip() \
+            or len(text) > OVERRIDE_CHARS:
+        return None
+    return PendingSignal("override", f"{path}\n{text.strip()}", "not_error")
 
 
 def result_text(content: object) -> str:
@@ -219,6 +242,9 @@ def outcome(pending: PendingSignal, is_error: bool, output: str) -> str | None:
     if pending.check == "background_task":  # its task's id: a TaskStop naming it stopped it
         task = _BACKGROUND_TASK.search(output)
         return f"{STARTED}{f' (task `{task.group(1)}`)' if task else ''}: `{pending.text}`"
+    if pending.source == "override":
+        path, _, text = pending.text.partition("\n")
+        return f"{WROTE} `{path}`: " + " ".join(line.strip() for line in text.splitlines() if line.strip())
     if pending.source == "question":
         answer = output.split(". You can now continue", 1)[0].removeprefix("User has answered your questions: ")
         return f"Asked the user: {pending.text}\nThe user answered: {answer.strip()}" if answer.strip() else None
@@ -227,7 +253,7 @@ def outcome(pending: PendingSignal, is_error: bool, output: str) -> str | None:
 
 def kind_of(text: str) -> str:
     """decision or bugfix when the text says so, else fact (a background start: a fact, whatever it runs)."""
-    if text.startswith(STARTED):
+    if text.startswith((STARTED, WROTE)):
         return "fact"
     if _DECISION.search(text):
         return "decision"

@@ -95,6 +95,7 @@ from processor.memory.failure_rates import worth_telling_before
 from processor.memory.guards import branch_guards, forbidden_commands, guard
 from processor.memory.left_running import LEFT_RUNNING_HOURS, STOP_TOOLS, Start, left_running, start_of, told_together
 from processor.memory.lessons import fixed_by_editing, is_hook_lesson
+from processor.memory.overrides import Written, left_in_place, started_there, written_of
 from processor.memory.stale_fixes import missing_paths
 from processor.memory.tool_roles import PREFIX as USES_PREFIX
 from processor.memory.tool_roles import PROGRAMS, Used, others, programs_of, project_tools
@@ -315,6 +316,18 @@ def _tool_entries(used: list[Used], ran: set[str]) -> list[tuple[str, dict]]:
     return found
 
 
+def _override_entry(override: Written, runs: list[str]) -> tuple[dict, list[str]]:
+    """A local override an earlier session wrote and left, told before a call that starts what reads it (`runs`);
+    with the keys it is filed under."""
+    at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(override.ts_ms / 1000))
+    where = f"What starts in `{override.folder}` reads it." if override.folder else "What starts here reads it."
+    bite = (f"A session here wrote `{override.path}` ({at}) and left it: “{hook_io.one_line(override.text, 240)}”. "
+            f"{where}")
+    entry = {"id": override.memory_id, "bite": bite, "date": utc_date(override.ts_ms), "importance": "high",
+             "kind": "fact", "session": override.session_id, "starts": runs}
+    return entry, list(dict.fromkeys(k for run in runs if (k := command_key(run))))
+
+
 def before_commit(bite: str) -> str:
     """A commit hook's lesson as told before a commit: the step, not the checks its refusals named (an edit of the
     hook's configuration may have dropped them since; right after a refusal, the refusal names its own)."""
@@ -381,10 +394,15 @@ class LessonIndex:
         signalled = [ep for ep in memories if origins.get(ep.id) == "signal"]
         left = unpushed([c for ep in signalled if (c := commit_of(ep))], pushes, set(recent))
         # What the last sessions here started in the background and nothing stopped since.
-        running = left_running([s for ep in signalled if (s := start_of(ep)) and s.session_id in recent], stopping)
+        starts = [s for ep in signalled if (s := start_of(ep)) and s.session_id in recent]
+        running = left_running(starts, stopping)
         together = told_together(running, tool_calls_sql.last_call_times(
             conn, list(dict.fromkeys(s.session_id for s in running if s.session_id))))
         running_entries = [_left_running_entry(*together)] if together else []
+        # A local override the last sessions wrote and left: before a call that starts a server reading it.
+        written = [w for ep in signalled if (w := written_of(ep, root))]
+        running_entries += [_override_entry(o, runs) for o in left_in_place(written, recent)
+                            if (runs := started_there(o, starts))]
         # What the project runs for each job (its linter, its test runner), from its clean calls naming one.
         named = tool_calls_sql.clean_calls_naming(conn, project, tuple(sorted(PROGRAMS))) if project else []
         tools = _tool_entries(project_tools(named), {p for command, _ in named for p in programs_of(command)})

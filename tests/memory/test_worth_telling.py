@@ -2345,3 +2345,48 @@ def test_a_program_not_found_for_a_job_is_told_the_one_the_project_runs_for_it(e
            "context-menu.page.ts 2>&1` ran clean here (2026-11-01); its sessions never ran `biome`." in told, told
     assert before(engram_home, S3, "Bash", {"command": "npx biome check src/"}) == ""  # only after it is not found
     assert "eslint" not in after(engram_home, S3, "npx prettier --check src", "zsh: command not found: prettier")
+
+
+def test_a_local_override_a_session_left_is_told_before_a_call_starts_what_reads_it(engram_home: Path,
+                                                                                  projects_dir: Path) -> None:
+    """cipher-box 02-13: a session wrote `apps/web/.env.local` ("# Override API to staging") and kept it out of its
+    commit; two sessions later the local web app talked to staging and the user could not log in until the agent
+    found the file (both readers: it needed to know). Before a call that starts what the sessions started in the
+    background in that folder (`pnpm --filter web dev`): the override, as written. Not before the API's server,
+    and not once a session wrote it again (the newest is told), nor from a session long past."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Point the local web app at staging")
+    first.tool("Write", {"file_path": f"{CWD}/apps/web/.env.local",
+                         "content": "# Override API to staging\nVITE_API_URL=https://api-staging.cipherbox.cc\n"},
+               f"File created successfully at: {CWD}/apps/web/.env.local")
+    for command in ("pnpm --filter web dev", "pnpm --filter api dev"):
+        first.tool("Bash", {"command": command, "run_in_background": True},
+                   "Command running in background with ID: b66a079. Output is being written to: /tmp/b66a079.output")
+    first.bash("git reset HEAD apps/web/.env.local")
+    first.say("The web app now talks to staging.", end_turn=True)
+    write_conversations(projects_dir, first)
+    process()
+    told = before(engram_home, S2, "Bash", {"command": "pnpm --filter web dev", "run_in_background": True})
+    assert "A session here wrote `apps/web/.env.local` (2026-11-01 10:00 UTC) and left it: “# Override API to " \
+           "staging VITE_API_URL=https://api-staging.cipherbox.cc”. What starts in `apps/web` reads it." in told, told
+    assert "env.local" not in before(engram_home, S3, "Bash", {"command": "pnpm --filter api dev"})
+    again = Conversation(S4, cwd=CWD, start="2026-11-02T10:00:00")
+    again.user("Back to the local API")
+    again.tool("Write", {"file_path": f"{CWD}/apps/web/.env.local",
+                         "content": "# Local dev - use localhost API\nVITE_API_URL=http://localhost:3000\n"},
+               f"The file {CWD}/apps/web/.env.local has been overwritten successfully.")
+    again.say("Done.", end_turn=True)
+    write_conversations(projects_dir, first, again)
+    process()
+    told = before(engram_home, S5, "Bash", {"command": "pnpm --filter web dev"})
+    assert "“# Local dev - use localhost API VITE_API_URL=http://localhost:3000”" in told and "staging" not in told
+    later = []
+    for n in range(3):  # three sessions that did not touch it: one written that long ago is settled, not news
+        c = Conversation(f"35353535-0000-4000-8000-0000000005{n:02d}", cwd=CWD, start=f"2026-11-0{n + 3}T10:00:00")
+        c.user("Fix the upload bug")
+        c.bash("git status", "On branch main")
+        c.say("Fixed.", end_turn=True)
+        later.append(c)
+    write_conversations(projects_dir, first, again, *later)
+    process()
+    assert "env.local" not in before(engram_home, S6, "Bash", {"command": "pnpm --filter web dev"})

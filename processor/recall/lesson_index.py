@@ -281,6 +281,11 @@ def _unpushed_entry(branch: str, commits: list[Commit]) -> dict:
             "kind": "fact", "session": newest.session_id}
 
 
+def _minute(ms: int) -> str:
+    """A time to the minute, UTC: what a session did within hours of now is told with its hour."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ms / 1000))
+
+
 def _left_running_entry(starts: list[Start], last_call_ms: int) -> tuple[dict, list[str]]:
     """What the last sessions started in the background and left running (the oldest first), told before a call that
     starts one of them again (``runs``): under the newest one's memory, while the newest of those sessions' last
@@ -290,7 +295,7 @@ def _left_running_entry(starts: list[Start], last_call_ms: int) -> tuple[dict, l
     named = listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
     one = len(shown) == 1
     them, they, ports = ("it", "it", "its port") if one else ("them", "they", "their ports")
-    ended = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(last_call_ms / 1000))
+    ended = _minute(last_call_ms)
     sessions = "A session here (its last call" if len({s.session_id for s in shown}) == 1 else \
         "Sessions here (the last one's last call"
     bite = (f"{sessions} {ended}) started {named} in the background and never stopped {them}: {they} may still be "
@@ -319,7 +324,7 @@ def _tool_entries(used: list[Used], ran: set[str]) -> list[tuple[str, dict]]:
 def _override_entry(override: Written, runs: list[str]) -> tuple[dict, list[str]]:
     """A local override an earlier session wrote and left, told before a call that starts what reads it (`runs`);
     with the keys it is filed under."""
-    at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(override.ts_ms / 1000))
+    at = _minute(override.ts_ms)
     where = f"What starts in `{override.folder}` reads it." if override.folder else "What starts here reads it."
     bite = (f"A session here wrote `{override.path}` ({at}) and left it: “{hook_io.one_line(override.text, 240)}”. "
             f"{where}")

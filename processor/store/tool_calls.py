@@ -181,7 +181,6 @@ def prompt_times(conn: apsw.Connection, session_id: str) -> list[int]:
     return [row[0] for row in rows]
 
 
-
 def calls_stopping(conn: apsw.Connection, session_ids: list[str], tools: tuple[str, ...],
                    needle: str) -> list[StoredToolCall]:
     """These sessions' calls of `tools` (a TaskStop) and their shell calls that hold `needle` (``kill``), in the

@@ -203,10 +203,11 @@ def from_tool_use(name: object, tool_input: object) -> PendingSignal | None:
 
 
 def is_override(path: str) -> bool:
-    """Whether a file is a local override of the project's settings: a `.env` file (``apps/web/.env.local``,
-    ``.env.development``), a ``*.local.*`` one (``settings.local.json``), a compose override."""
+    """Whether a file is a local override of the project's settings: a ``*.local`` one (``apps/web/.env.local``,
+    ``.env.development.local``), a ``*.local.*`` one (``settings.local.json``), a compose override — not the
+    settings themselves (``apps/api/.env``: a change there is the project's own, told by how commands ran)."""
     name = path.rstrip("/").rpartition("/")[2]
-    return name.startswith(".env") or ".local." in name or name.endswith(".local") or "override" in name
+    return name.endswith(".local") or ".local." in name or "override" in name
 
 
 def _override(tool_input: dict) -> PendingSignal | None:

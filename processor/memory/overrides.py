@@ -5,7 +5,7 @@ to staging", ``VITE_API_URL=https://api-staging.cipherbox.cc``), kept it out of 
 sessions later the user asked for the full local stack; the web app came up talking to staging and the user could
 not get past the OTP screen, until the agent found the file (both readers: it needed to know).
 
-What a session writes to a local override — a `.env` file, a ``*.local.*`` one, a compose override
+What a session writes to a local override — a ``*.local`` file, a ``*.local.*`` one, a compose override
 (``processor/capture/signals.py`` ``is_override``) — is a memory ("Wrote local override `…/apps/web/.env.local`:
 # Override API to staging VITE_API_URL=…"); the file's newest one, written by one of the project's last
 ``RECENT_SESSIONS`` sessions, is told before a call that starts what the project's sessions started in the

@@ -2390,3 +2390,14 @@ def test_a_local_override_a_session_left_is_told_before_a_call_starts_what_reads
     write_conversations(projects_dir, first, again, *later)
     process()
     assert "env.local" not in before(engram_home, S6, "Bash", {"command": "pnpm --filter web dev"})
+
+
+@pytest.mark.parametrize(("path", "override"), [
+    ("/Users/michael/Code/cipher-box/apps/web/.env.local", True), ("apps/web/.env.development.local", True),
+    (".claude/settings.local.json", True), ("docker-compose.override.yml", True),
+    ("/Users/michael/Code/cipher-box/apps/api/.env", False),  # the settings themselves: a change is the project's
+    ("apps/web/.env.production", False), ("src/local.ts", False),
+])
+def test_which_files_are_local_overrides(path: str, override: bool) -> None:
+    from processor.capture.signals import is_override
+    assert is_override(path) is override

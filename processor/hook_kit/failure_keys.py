@@ -209,11 +209,20 @@ def signature(error: str) -> list[str]:
             found.append(normal)
             if len(found) == MAX_LINES:
                 break
-    if not found and lines:  # no English cue (another language, a terse tool): the first line, if it says much
-        first = normalise(lines[0])
+    # No English cue (another language, a terse tool): the first line, if it says much — past Claude Code's
+    # `Exit code 1`, which only says that it failed.
+    first = next((line for line in lines if not _exit_status(line)), None) if not found else None
+    if first is not None:
+        first = normalise(first)
         if _says_what(first) and len(first.split()) >= 4:
             found.append(first)
     return found
+
+
+def _exit_status(line: str) -> bool:
+    """A line that says only how the call exited (``Exit code 1``, ``exit status 2``)."""
+    words = line.lower().replace(":", " ").split()
+    return 2 <= len(words) <= 4 and "exit" in words and any(w.isdigit() for w in words)
 
 
 def exit_127_only(error: str) -> bool:

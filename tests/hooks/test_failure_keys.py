@@ -81,9 +81,7 @@ GERMAN = "Fehler: Die Datei /srv/app/config.yml konnte nicht gelesen werden, Zug
     pytest.param(GERMAN, ["fehler die datei <path> konnte nicht gelesen werden zugriff verweigert"],
                  id="another language: the first line, when it says much"),
     pytest.param("Exit code 1\n" + GERMAN, ["fehler die datei <path> konnte nicht gelesen werden zugriff verweigert"],
-                 marks=pytest.mark.xfail(strict=True, reason="after Claude Code's `Exit code N` line the fallback "
-                                                             "reads that line, not the error's first"),
-                 id="another language after the exit code line"),
+                 id="another language after Claude Code's exit code line"),
     pytest.param("Exit code 1", [], id="an exit code alone says nothing"),
     pytest.param("Exit code 1\nerror\nfailed", [], id="bare words say nothing"),
     pytest.param("", [], id="nothing"),

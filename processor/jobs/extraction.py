@@ -27,6 +27,7 @@ import apsw
 
 from processor.clock import now_ms
 from processor.config import Settings
+from processor.hook_kit.tool_keys import path_like
 from processor.jobs.backends.base import LLMRequest, OutputError
 from processor.jobs.base import DueCheck, DueJob, JobContext, JobRejected, JobType, RetryLater
 from processor.memory.dedupe import Candidate
@@ -52,6 +53,16 @@ TRUNCATION_MARKER = "\n[… {n} characters omitted …]\n"
 ORIGIN_OF_KIND = {"fact": "fact", "gotcha": "lesson", "convention": "standing", "preference": "standing",
                   "decision": "decision"}
 _UNANCHORED = frozenset({"convention", "preference", "decision"})  # told at prompts and in the digest, anchored or not
+
+
+def origin_of(kind: str, anchors: list[str]) -> str | None:
+    """The miner an extracted memory is told as: its kind's (``ORIGIN_OF_KIND``), but a preference or convention
+    anchored to a file is how the user wants that file worked on — told when it is changed, not at a prompt — as
+    the correction miner's wishes about a file (``processor/memory/corrections.py``); None for a fact or gotcha
+    anchored to nothing (recalled only)."""
+    if kind in ("preference", "convention") and any(path_like(a) for a in anchors):
+        return "file"
+    return ORIGIN_OF_KIND.get(kind) if anchors or kind in _UNANCHORED else None
 
 SYSTEM_PROMPT = """You are the memory extraction system of Engram, a memory for Claude Code.
 Given the summary of a coding session so far and its new messages, extract what a later session
@@ -385,8 +396,7 @@ class Extractor:
                 importance=m["importance"], kind=m["kind"], scope=m["scope"], source_type="auto",
                 session_id=session_id, project=project, source_uuids=uuids,
             ) for m in result.memories]
-            origins = [ORIGIN_OF_KIND.get(m["kind"]) if m["anchors"] or m["kind"] in _UNANCHORED else None
-                       for m in result.memories]
+            origins = [origin_of(m["kind"], m["anchors"]) for m in result.memories]
             stamp = now_ms()
             through = batch.last_id
 

@@ -53,6 +53,7 @@ _CHANGE = re.compile(
     r"\b(?:no longer|not any ?more|(?:does|do|is|are|was|were)n't\s+\w+\s+any ?more|"
     r"replaced (?:by|with)|replaces|in favou?r of|switched (?:to|from|over)|swapped|migrated (?:to|from)|"
     r"moved (?:to|from|over)|superseded|changed (?:to|from|it to)|from now on|"
+    r"reverted|rolled (?:it |that )?back|(?:is|are)\s+(?:`[^`]+`|\S+)\s+again\b|"
     r"(?:use|uses|using|used|chose|choose|picked|went with|go with)\b[^.;]*\binstead\b|"
     r"(?:is|are|does|do|has|have)\s+now\b(?!\s+(?:correctly|properly|working|works|fixed|passing|fine|ready|"
     r"done|complete|available|showing|shown|visible))|"
@@ -72,7 +73,8 @@ _ARTICLE = r"(?:the\s+|a\s+|an\s+|our\s+|its\s+)?[`'\"]?"
 _VALUE = r"([^\s`'\",;:)]+)"
 _REPLACED = re.compile(
     rf"\b(?:changed|switched|migrated|moved|renamed|converted)\s+(?:it\s+|over\s+)?from\s+{_ARTICLE}{_VALUE}"
-    rf"|\binstead of\s+{_ARTICLE}{_VALUE}|\breplaced\s+{_ARTICLE}{_VALUE}\s+(?:with|by)\b", re.IGNORECASE)
+    rf"|\binstead of\s+{_ARTICLE}{_VALUE}|\breplaced\s+{_ARTICLE}{_VALUE}\s+(?:with|by)\b"
+    r"|\bnot\s+`([^`]+)`", re.IGNORECASE)  # a correction taken back: "… is `total` again, not `total_cents`"
 _BACKTICK = re.compile(r"`([^`\n]{2,80})`")
 _IDENTIFIER = re.compile(
     r"(?<![\w/.-])("

@@ -1627,6 +1627,33 @@ def test_a_correction_about_a_name_is_told_when_a_later_call_touches_it(engram_h
     assert "total_cents" in before(engram_home, S2, "Grep", {"pattern": "total_cents", "path": f"{CWD}/src"})
 
 
+def test_a_correction_taken_back_the_next_day_is_told_as_the_later_one_only(engram_home: Path,
+                                                                            projects_dir: Path) -> None:
+    """Bad input: a correction reverted the next day. The later one wins, the earlier is retired (superseded: still
+    recalled, marked), never both told."""
+    first = Conversation(S1, cwd=CWD, start="2026-11-01T10:00:00")
+    first.user("Sum the orders")
+    first.tool("Grep", {"pattern": "total", "path": f"{CWD}/src"}, "src/orders.py:12: total = 0")
+    first.say("I'll sum `orders.total`.")
+    first.user("No, the column is `total_cents`, not `total`.")
+    first.say("Right.", end_turn=True)
+    later = Conversation(S2, cwd=CWD, start="2026-11-02T10:00:00")
+    later.user("Report the revenue")
+    later.tool("Grep", {"pattern": "total_cents", "path": f"{CWD}/src"}, "")
+    later.say("I'll use `total_cents`.")
+    later.user("No, we reverted that migration yesterday: the column is `total` again, not `total_cents`.")
+    later.say("Right.", end_turn=True)
+    write_conversations(projects_dir, first, later)
+    store = process()
+    RecollectionWriter(load_settings()).write(store, S3, "u-s3", "Report revenue by month", project=CWD)
+    told = before(engram_home, S3, "Grep", {"pattern": "total_cents", "path": f"{CWD}/src"})
+    assert "the column is `total` again, not `total_cents`" in told, told
+    assert "the column is `total_cents`, not `total`" not in told, told
+    assert [(status, summary) for _, _, summary, status in mined(store, "correction")] == [
+        ("superseded", "No, the column is `total_cents`, not `total`."),
+        ("active", "No, we reverted that migration yesterday: the column is `total` again, not `total_cents`.")]
+
+
 @pytest.mark.parametrize(("said", "kept"), [
     ("No need for saving the explanation in README. process with your original brief update", False),  # BookMinder
     ("No worries, README can wait.", False),

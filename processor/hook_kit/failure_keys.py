@@ -210,9 +210,10 @@ def signature(error: str) -> list[str]:
             if len(found) == MAX_LINES:
                 break
     # No English cue (another language, a terse tool): the first line, if it says much — past Claude Code's
-    # `Exit code 1`, which only says that it failed.
+    # `Exit code 1`, which only says that it failed; a sentence, not a row of a table a status query printed
+    # (`gh pr checks`: "E2E Tests<tab>fail<tab>2m13s<tab>https://…", the state of CI, not the call's failure).
     first = next((line for line in lines if not _exit_status(line)), None) if not found else None
-    if first is not None:
+    if first is not None and "\t" not in first and "://" not in first:
         first = normalise(first)
         if _says_what(first) and len(first.split()) >= 4:
             found.append(first)

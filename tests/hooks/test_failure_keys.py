@@ -82,6 +82,9 @@ GERMAN = "Fehler: Die Datei /srv/app/config.yml konnte nicht gelesen werden, Zug
                  id="another language: the first line, when it says much"),
     pytest.param("Exit code 1\n" + GERMAN, ["fehler die datei <path> konnte nicht gelesen werden zugriff verweigert"],
                  id="another language after Claude Code's exit code line"),
+    pytest.param("Exit code 1\nE2E Tests\tfail\t2m13s\thttps://github.com/FSM1/cipher-box/actions/runs/22074454038\t\n"
+                 "Test\tfail\t54s\thttps://github.com/FSM1/cipher-box/actions/runs/22074454049\t", [],
+                 id="a status query's table (gh pr checks): the state it reports, not the call's failure"),
     pytest.param("Exit code 1", [], id="an exit code alone says nothing"),
     pytest.param("Exit code 1\nerror\nfailed", [], id="bare words say nothing"),
     pytest.param("", [], id="nothing"),

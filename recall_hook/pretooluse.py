@@ -243,9 +243,9 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
             if isinstance(branch, list) and _branch_of(event, recollection) not in branch:
                 continue  # a rule that keeps commits off a branch: told while the checkout is on it
             until = entry.get("until")
-            if isinstance(until, int) and not _starts_again(tool_input, entry.get("runs"), until):
+            if isinstance(until, int) and not _starts_again(command, entry.get("runs"), until):
                 continue  # what a session left running: before a call that starts it again, while it may run
-            if "starts" in entry and not _runs_one(tool_input, entry["starts"]):
+            if "starts" in entry and not _runs_one(command, entry["starts"]):
                 continue  # a local override a session left: before a call that starts what reads it
             given = entry.get("unless")
             if isinstance(given, list) and isinstance(tool_input, dict) and any(k in tool_input for k in given):
@@ -258,21 +258,20 @@ def _call_bites(directory: str, session_id: str, recollection: dict | None, even
     return found
 
 
-def _starts_again(tool_input: object, runs: object, until: int) -> bool:
+def _starts_again(command: str | None, runs: object, until: int) -> bool:
     """Whether the call starts one of `runs` (what a session left running) again, not stopping what runs first
     (``kill $(lsof -ti:3000); pnpm dev &``), while it may still run (its session's last call is under a few hours
     old: `until`)."""
     import time  # built in: loaded only for such an entry
 
-    command = _io.command_of(tool_input)
     if not command or time.time() * 1000 > until or _keys.kills(command):
         return False
-    return _runs_one(tool_input, runs)
+    return _runs_one(command, runs)
 
 
-def _runs_one(tool_input: object, runs: object) -> bool:
-    """Whether the call runs one of `runs` (``pnpm --filter web dev``), its variables and redirections aside."""
-    command = _io.command_of(tool_input)
+def _runs_one(command: str | None, runs: object) -> bool:
+    """Whether the shell command runs one of `runs` (``pnpm --filter web dev``), its variables and redirections
+    aside."""
     if not command or not isinstance(runs, list):
         return False
     return any(_keys.assigned(segment)[1] in runs for segment in _keys.simple_commands(command))

@@ -43,7 +43,8 @@ COMMITS = 4
 # one changed in any of the project's last RECENT_SESSIONS sessions is named with the recap (BookMinder pinned its
 # priorities in TODO.md in one session; the next four did not touch it, and the fifth needed them).
 PLAN_STEMS = frozenset({"todo", "todos", "roadmap", "state", "plan", "backlog", "tasks", "progress", "next"})
-PLAN_SESSIONS, RECENT_SESSIONS = 1, 5
+RECENT_SESSIONS = 5
+CHANGES_READ = 2_000  # (file, session) changes read, the newest first: the last sessions' are among them
 _TOOL_MARK = re.compile(r"\[tool: [^\]]*\]")
 
 
@@ -112,13 +113,15 @@ def plan_file(conn, project: str, session_id: str) -> str | None:
     recent = [s for s in tool_calls_sql.project_sessions_with_calls(conn, project, RECENT_SESSIONS + 1)
               if s != session_id][:RECENT_SESSIONS]
     changed: dict[str, set[str]] = {}  # file name → the sessions that changed a file of that name
-    for target, session in tool_calls_sql.files_changed(conn, recent, EDITING):
+    for target, session, _ in tool_calls_sql.files_worked_on(conn, project, EDITING, CHANGES_READ):
+        if session not in recent:
+            continue
         name = target.rstrip("/").rpartition("/")[2]
         stem, dot, extension = name.rpartition(".")
         if dot and extension.lower() in ("md", "txt", "org") and stem.lower() in PLAN_STEMS:
             changed.setdefault(name, set()).add(session)
     ranked = sorted(changed.items(), key=lambda item: len(item[1]), reverse=True)  # stable: the newest first
-    if not ranked or len(ranked[0][1]) < PLAN_SESSIONS:
+    if not ranked:
         return None
     name, sessions = ranked[0]
     return (f"This project's sessions keep their open work in `{name}` (changed in {len(sessions)} of the last "

@@ -206,20 +206,6 @@ def last_call_times(conn: apsw.Connection, session_ids: list[str]) -> dict[str, 
         "GROUP BY session_id", session_ids)}
 
 
-def files_changed(conn: apsw.Connection, session_ids: list[str], tools: tuple[str, ...]) -> list[tuple[str, str]]:
-    """(path, session) of each file these sessions changed (`tools`: Edit, Write, …) and the tool did not fail on,
-    the most recently changed first: each session's calls read through its index."""
-    if not session_ids or not tools:
-        return []
-    sessions = ", ".join("?" for _ in session_ids)
-    named = ", ".join("?" for _ in tools)
-    rows = conn.execute(
-        f"SELECT target, session_id, max(coalesce(ts_ms, 0)) AS last FROM tool_calls WHERE session_id IN ({sessions}) "
-        f"AND tool IN ({named}) AND failed = 0 AND target IS NOT NULL GROUP BY target, session_id ORDER BY last DESC",
-        (*session_ids, *tools))
-    return [(row[0], row[1]) for row in rows]
-
-
 def clean_calls_naming(conn: apsw.Connection, project: str | None, names: tuple[str, ...],
                        limit: int = 500) -> list[tuple[str, int]]:
     """The project's newest shell commands that ran clean and hold one of `names` (``eslint``), with when they
